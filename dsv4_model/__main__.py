@@ -1,0 +1,104 @@
+"""python -m dsv4_model generate|score: the model's command line."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", default="tiny", help="checkpoint directory, or 'tiny' (embedded default)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=DTYPES, default="fp32")
+    p.add_argument("--precision", action="append", default=[], metavar="COMPONENT=FORMAT",
+                   help="override the precision policy, e.g. lm_head=fp4 (repeatable)")
+    p.add_argument("--no-sim", action="store_true", help="switch the FP8/FP4 activation simulations off")
+
+
+def _model(a):
+    import dsv4_model
+    m = dsv4_model.load(a.checkpoint, device=a.device, dtype=DTYPES[a.dtype], precision=a.precision)
+    if a.no_sim:
+        m.set_simulation(False)
+    return m
+
+
+def cmd_generate(a) -> int:
+    from .encoding import encode_messages
+    from .tokenizer import ByteTokenizer
+    root = __import__("dsv4_model").resolve_checkpoint(a.checkpoint)
+    tok = ByteTokenizer.load(root / "tokenizer.json")
+    model = _model(a)
+    msgs = ([{"role": "system", "content": a.system}] if a.system else []) + [{"role": "user", "content": a.prompt}]
+    prompt = tok.encode(encode_messages(msgs, a.mode, reasoning_effort=a.reasoning_effort))
+    shown, out = "", []
+
+    def stream(t: int) -> None:
+        nonlocal shown
+        out.append(t)
+        text = tok.decode(out)
+        if not text.endswith("\ufffd"):                 # wait for the rest of a multi-byte character
+            sys.stdout.write(text[len(shown):])
+            sys.stdout.flush()
+            shown = text
+    model.generate(prompt, max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p,
+                   repetition_penalty=a.repetition_penalty, seed=a.seed, eos_id=tok.eos_id, on_token=stream)
+    sys.stdout.write(tok.decode(out)[len(shown):] + "\n")
+    print(f"[{len(prompt)} prompt tokens, {len(out)} generated]", file=sys.stderr)
+    return 0
+
+
+def cmd_score(a) -> int:
+    try:
+        tokens = [int(t) for t in a.tokens.split(",") if t.strip()]
+    except ValueError:
+        raise SystemExit(f"dsv4_model score: --tokens must be comma-separated integers, found {a.tokens!r}")
+    model = _model(a)
+    bad = [t for t in tokens if not 0 <= t < model.args.vocab_size]
+    if bad:
+        raise SystemExit(f"dsv4_model score: token {bad[0]} outside the vocabulary [0, {model.args.vocab_size})")
+    logits = model.score(tokens).cpu()
+    out = Path(a.out)
+    fd, tmp = tempfile.mkstemp(dir=out.parent if str(out.parent) else ".", prefix=f".{out.name}.")
+    os.close(fd)
+    torch.save(logits, tmp)
+    os.replace(tmp, out)                                  # atomic: a partial file never replaces a good one
+    print(f"wrote {out}: logits {tuple(logits.shape)} fp32")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dsv4_model", description="DeepSeek-V4 reference decode")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate", help="encode a chat prompt and stream generated text")
+    _common(g)
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--system", default="")
+    g.add_argument("--mode", choices=("chat", "thinking"), default="chat")
+    g.add_argument("--reasoning-effort", choices=("high", "max"), default=None)
+    g.add_argument("--max-new-tokens", type=int, default=32)
+    g.add_argument("--temperature", type=float, default=1.0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--repetition-penalty", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0)
+    s = sub.add_parser("score", help="teacher-forced fp32 logits of a token sequence")
+    _common(s)
+    s.add_argument("--tokens", required=True, help="comma-separated token ids, e.g. 0,5,7")
+    s.add_argument("--out", required=True, help="where to write the [T, vocab] logits (torch.save)")
+    a = ap.parse_args(argv)
+    try:
+        return cmd_generate(a) if a.cmd == "generate" else cmd_score(a)
+    except ValueError as e:                               # CheckpointError and config errors: one line, exit 2
+        print(f"dsv4_model: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

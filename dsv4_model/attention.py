@@ -1,0 +1,110 @@
+"""Attention shared by all layer types: low-rank q with per-head RMSNorm, one K=V head with a sliding window
+(including the current token), compressed entries (HCA: all closed blocks; CSA: the indexer's top-k), a
+per-head sink logit, de-rotation of the output, and the grouped low-rank output projection."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .compressor import Compressor
+from .indexer import Indexer
+from .linear import Linear, RMSNorm, unweighted_rms
+from .quant import fp8_fake_quant
+from .rope import rope_tail
+
+# shapes: B batch, T tokens, H heads, D head_dim, W window, n compressed entries, G groups, R o_lora_rank
+
+
+class Attention(nn.Module):
+    def __init__(self, args, layer: int, policy: dict[str, str], dtype, batch: int):
+        super().__init__()
+        self.H, self.D, self.rd, self.W = args.n_heads, args.head_dim, args.rope_head_dim, args.window_size
+        self.G, self.R, self.eps = args.o_groups, args.o_lora_rank, args.norm_eps
+        self.ratio = args.ratio(layer)
+        fmt = policy["attention"]
+        self.wq_a = Linear(args.dim, args.q_lora_rank, fmt, dtype)
+        self.q_norm = RMSNorm(args.q_lora_rank, args.norm_eps)
+        self.wq_b = Linear(args.q_lora_rank, self.H * self.D, fmt, dtype)
+        self.wkv = Linear(args.dim, self.D, fmt, dtype)
+        self.kv_norm = RMSNorm(self.D, args.norm_eps)
+        self.wo_a = Linear(self.H * self.D // self.G, self.G * self.R, "bf16", dtype)  # dequantised, as the reference
+        self.wo_b = Linear(self.G * self.R, args.dim, fmt, dtype)
+        self.attn_sink = nn.Parameter(torch.zeros(self.H), requires_grad=False)
+        self.compressor = Compressor(args.dim, self.D, self.ratio, self.rd, args.norm_eps, policy["compressor"], dtype,
+                                     batch, args.max_seq_len) if self.ratio else None
+        self.indexer = Indexer(args, policy, dtype, batch) if self.ratio == 4 else None
+        self.fp8_sim = True
+        self.register_buffer("kv_window", torch.zeros(batch, self.W, self.D, dtype=dtype), persistent=False)
+
+    def reset(self) -> None:
+        self.kv_window.zero_()
+        for m in (self.compressor, self.indexer.compressor if self.indexer else None):
+            if m is not None:
+                m.reset()
+
+    def _nope_fp8(self, kv: torch.Tensor) -> torch.Tensor:
+        if not self.fp8_sim:
+            return kv
+        return torch.cat([fp8_fake_quant(kv[..., :-self.rd], 64), kv[..., -self.rd:]], -1)
+
+    def _qkv(self, x: torch.Tensor, cs: torch.Tensor):
+        """q [B,T,H,D], kv [B,T,D] (rotated at the positions in cs [T, rd/2, 2]), qr [B,T,q_lora]."""
+        qr = self.q_norm(self.wq_a(x))
+        q = unweighted_rms(self.wq_b(qr).unflatten(-1, (self.H, self.D)), self.eps)
+        q = rope_tail(q, cs.unsqueeze(-3), self.rd)
+        kv = self._nope_fp8(rope_tail(self.kv_norm(self.wkv(x)), cs, self.rd))
+        return q, kv, qr
+
+    def _attend(self, q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, cs: torch.Tensor) -> torch.Tensor:
+        """q [B,T,H,D], K [B,T|1,N,D] (V = K), mask [B|1,T,N] -> projected output [B,T,dim]."""
+        s = torch.einsum("bthd,btnd->bthn", q.float(), K.float()) * self.D ** -0.5
+        if mask is not None:
+            s = s.masked_fill(~mask.unsqueeze(-2), float("-inf"))
+        sink = self.attn_sink.view(1, 1, self.H, 1).expand(*s.shape[:-1], 1)
+        p = torch.softmax(torch.cat([s, sink], -1), -1)[..., :-1]                       # sink takes mass, no value
+        o = torch.einsum("bthn,btnd->bthd", p, K.float())
+        o = rope_tail(o, cs.unsqueeze(-3), self.rd, inverse=True).to(q.dtype)           # de-rotate by -t
+        B, T = o.shape[:2]
+        o = o.reshape(B, T, self.G, -1)
+        wa = self.wo_a.weight.view(self.G, self.R, -1)
+        t = torch.einsum("btgi,gri->btgr", o.float(), wa.float()).to(q.dtype)
+        return self.wo_b(t.flatten(-2))
+
+    # -- decode (reference order: window write, indexer, compressor, attention) -------------------------------
+    def decode(self, x: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor:
+        q, kv, qr = self._qkv(x, cs[pos:pos + 1])
+        self.kv_window[:, pos % self.W] = kv[:, 0]
+        sel = self.indexer.step(x, qr, pos, cs) if self.indexer is not None else None
+        if self.compressor is not None:
+            self.compressor.step(x, pos, cs, self._nope_fp8)
+        parts = [self.kv_window[:, : min(pos + 1, self.W)]]
+        n = (pos + 1) // self.ratio if self.ratio else 0
+        if n and self.indexer is None:
+            parts.append(self.compressor.entries[:, :n])                               # HCA: dense
+        elif n:
+            ent = self.compressor.entries
+            parts.append(torch.gather(ent, 1, sel.unsqueeze(-1).expand(-1, -1, self.D)))  # CSA: top-k
+        K = torch.cat(parts, 1).unsqueeze(1)
+        return self._attend(q, K, None, cs[pos:pos + 1])
+
+    # -- prefill: the same visibility rules as masks ----------------------------------------------------------
+    def prefill(self, x: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        cs = cs[:T]
+        q, kv, qr = self._qkv(x, cs)
+        t = torch.arange(T, device=x.device)
+        win = (t[None, :] <= t[:, None]) & (t[None, :] > t[:, None] - self.W)            # [T, T]
+        keys, masks = [kv.unsqueeze(1).expand(B, T, T, self.D)], [win.expand(B, T, T)]
+        if self.compressor is not None:
+            ent = self.compressor.compress_all(x, cs, self._nope_fp8)                    # [B, nb, D]
+            nb = ent.shape[1]
+            if nb:
+                visible = torch.arange(nb, device=x.device)[None, :] < ((t + 1) // self.ratio)[:, None]
+                if self.indexer is not None:
+                    sel = self.indexer.prefill(x, qr, cs)                                # [B, T, k], -1 = none
+                    picked = torch.zeros(B, T, nb + 1, dtype=torch.bool, device=x.device)
+                    picked.scatter_(2, torch.where(sel < 0, nb, sel), True)
+                    visible = visible & picked[..., :nb]
+                keys.append(ent.unsqueeze(1).expand(B, T, nb, self.D))
+                masks.append(visible.expand(B, T, nb))
+        return self._attend(q, torch.cat(keys, 2), torch.cat(masks, 2), cs)

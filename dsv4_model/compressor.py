@@ -1,0 +1,93 @@
+"""KV compressor: CSA (ratio 4, two overlapping series, 8 slots) and HCA (ratio 128, one series).
+
+Per token: C = x Wkv^T, Z = x Wgate^T. A block closes when (p+1) % m == 0 and pools
+c_b = sum softmax(Z + ape) * C per feature (ape on the logits only), then RMSNorm, RoPE at p+1-m, and the
+caller's post-processing (FP8 sim for attention, Hadamard + FP4 sim for the indexer).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from kernels.compressor_reduce import compressor_reduce
+
+from .linear import Linear, RMSNorm
+from .rope import rope_tail
+
+# shapes: B batch, T tokens, m ratio, D output width, coff 2 (CSA) or 1 (HCA)
+
+
+class Compressor(nn.Module):
+    def __init__(self, dim: int, width: int, ratio: int, rd: int, eps: float, fmt: str, dtype, batch: int, capacity: int):
+        super().__init__()
+        self.m, self.D, self.rd = ratio, width, rd
+        self.overlap = ratio == 4          # the reference hard-codes the overlap for ratio 4
+        coff = 2 if self.overlap else 1
+        self.wkv = Linear(dim, coff * width, fmt, dtype)
+        self.wgate = Linear(dim, coff * width, fmt, dtype)
+        self.ape = nn.Parameter(torch.zeros(ratio, coff * width), requires_grad=False)
+        self.norm = RMSNorm(width, eps)
+        slots = 2 * ratio if self.overlap else ratio
+        # decode state: rows [0, m) the previous block (CSA only), [m, 2m) the current one; raw C and Z in fp32
+        self.register_buffer("kv_state", torch.zeros(batch, slots, coff * width), persistent=False)
+        self.register_buffer("gate_state", torch.full((batch, slots, coff * width), float("-inf")), persistent=False)
+        self.register_buffer("entries", torch.zeros(batch, capacity // ratio + 1, width, dtype=dtype), persistent=False)
+
+    def reset(self) -> None:
+        self.kv_state.zero_()
+        self.gate_state.fill_(float("-inf"))
+        self.entries.zero_()
+
+    def _slot_bias(self) -> torch.Tensor:
+        D = self.D
+        if self.overlap:  # previous block's series a (first half), current block's series b (second half)
+            return torch.cat([self.ape[:, :D], self.ape[:, D:]], 0)
+        return self.ape
+
+    def _rows(self, kv: torch.Tensor, gate: torch.Tensor):
+        """[.., 2m, 2D] state -> the 8 pooled rows [.., 2m, D] (CSA); HCA rows as they are."""
+        if not self.overlap:
+            return kv, gate
+        m, D = self.m, self.D
+        return (torch.cat([kv[..., :m, :D], kv[..., m:, D:]], -2), torch.cat([gate[..., :m, :D], gate[..., m:, D:]], -2))
+
+    def _finish(self, c: torch.Tensor, block_start: torch.Tensor | int, cs: torch.Tensor, post) -> torch.Tensor:
+        c = self.norm(c.to(self.entries.dtype))
+        c = rope_tail(c, cs[block_start], self.rd)
+        return post(c)
+
+    def step(self, x: torch.Tensor, pos: int, cs: torch.Tensor, post) -> None:
+        """Decode: fold token `pos` into the partial block; emit an entry when the block closes."""
+        m = self.m
+        C = self.wkv(x).float()[:, 0]
+        Z = self.wgate(x).float()[:, 0]
+        slot = (m if self.overlap else 0) + pos % m
+        self.kv_state[:, slot] = C
+        self.gate_state[:, slot] = Z
+        if (pos + 1) % m:
+            return
+        kv, gate = self._rows(self.kv_state, self.gate_state)
+        c = compressor_reduce(kv, gate, self._slot_bias())                       # [B, D] fp32
+        b = pos // m
+        self.entries[:, b] = self._finish(c, b * m, cs, post)
+        if self.overlap:  # the closed block becomes "previous"
+            self.kv_state[:, :m] = self.kv_state[:, m:]
+            self.gate_state[:, :m] = self.gate_state[:, m:]
+
+    def compress_all(self, x: torch.Tensor, cs: torch.Tensor, post) -> torch.Tensor:
+        """Prefill: entries of every complete block of x [B,T,d] -> [B, T // m, D]."""
+        B, T, _ = x.shape
+        m, D = self.m, self.D
+        nb = T // m
+        if nb == 0:
+            return x.new_zeros(B, 0, D)
+        C = self.wkv(x[:, : nb * m]).float().view(B, nb, m, -1)
+        Z = self.wgate(x[:, : nb * m]).float().view(B, nb, m, -1)
+        if self.overlap:
+            prevC = torch.cat([C.new_zeros(B, 1, m, 2 * D), C[:, :-1]], 1)
+            prevZ = torch.cat([Z.new_full((B, 1, m, 2 * D), float("-inf")), Z[:, :-1]], 1)
+            C, Z = torch.cat([prevC, C], 2), torch.cat([prevZ, Z], 2)
+        kv, gate = self._rows(C, Z)
+        c = compressor_reduce(kv.flatten(0, 1), gate.flatten(0, 1), self._slot_bias()).view(B, nb, D)
+        starts = torch.arange(nb, device=x.device) * m
+        return self._finish(c, starts, cs, post)

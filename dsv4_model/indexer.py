@@ -1,0 +1,70 @@
+"""Lightning indexer (CSA layers): scores completed compressed blocks for the query and keeps the top-k.
+
+I[t, b] = sum_h w_h * ReLU(q_h . k_b), q and k Hadamard-rotated and FP4-simulated (the QAT-trained path).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .compressor import Compressor
+from .linear import Linear
+from .quant import fp4_fake_quant
+from .rope import rope_tail
+
+
+def hadamard_matrix(n: int) -> torch.Tensor:
+    h = torch.ones(1, 1)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h / n ** 0.5
+
+
+class Indexer(nn.Module):
+    def __init__(self, args, policy: dict[str, str], dtype, batch: int):
+        super().__init__()
+        self.Hi, self.Di, self.topk, self.rd = args.index_n_heads, args.index_head_dim, args.index_topk, args.rope_head_dim
+        self.wq_b = Linear(args.q_lora_rank, self.Hi * self.Di, policy["indexer_q_b_proj"], dtype)
+        self.weights_proj = Linear(args.dim, self.Hi, policy["indexer_weights_proj"], dtype)
+        self.compressor = Compressor(args.dim, self.Di, 4, self.rd, args.norm_eps, policy["indexer_compressor"], dtype,
+                                     batch, args.max_seq_len)
+        self.register_buffer("hadamard", hadamard_matrix(self.Di), persistent=False)
+        self.fp4_sim = True
+
+    def _rotate(self, t: torch.Tensor) -> torch.Tensor:
+        t = (t.float() @ self.hadamard).to(t.dtype)
+        return fp4_fake_quant(t, 32) if self.fp4_sim else t
+
+    def _q(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
+        q = self.wq_b(qr).unflatten(-1, (self.Hi, self.Di))
+        return self._rotate(rope_tail(q, cs_q, self.rd))
+
+    def _scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        w = self.weights_proj(x).float() * (self.Di ** -0.5 * self.Hi ** -0.5)          # [B,T,Hi]
+        s = torch.einsum("bthd,bnd->bthn", q.float(), k.float()).relu()
+        return (s * w.unsqueeze(-1)).sum(-2)                                              # [B,T,n]
+
+    def step(self, x: torch.Tensor, qr: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor | None:
+        """Decode: run the private compressor, then top-k over the completed blocks; None when there are none."""
+        self.compressor.step(x, pos, cs, self._rotate)
+        n = (pos + 1) // 4
+        if n == 0:
+            return None
+        q = self._q(qr, cs[pos].view(1, 1, 1, -1, 2))
+        scores = self._scores(x, q, self.compressor.entries[:, :n])[:, 0]               # [B, n]
+        return scores.topk(min(self.topk, n), dim=-1).indices
+
+    def prefill(self, x: torch.Tensor, qr: torch.Tensor, cs: torch.Tensor) -> torch.Tensor | None:
+        """Top-k block indices per query [B,T,k]; picks of blocks not yet closed at t are -1."""
+        B, T, _ = x.shape
+        k = self.compressor.compress_all(x, cs, self._rotate)
+        nb = k.shape[1]
+        if nb == 0:
+            return None
+        q = self._q(qr, cs[:T].view(1, T, 1, -1, 2))
+        scores = self._scores(x, q, k)
+        t = torch.arange(T, device=x.device)
+        visible = torch.arange(nb, device=x.device)[None, :] < ((t + 1) // 4)[:, None]  # [T, nb]
+        scores = scores.masked_fill(~visible, float("-inf"))
+        idx = scores.topk(min(self.topk, nb), dim=-1).indices
+        return torch.where(torch.gather(visible.expand(B, T, nb), 2, idx), idx, -1)

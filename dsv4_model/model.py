@@ -1,0 +1,107 @@
+"""The DSV4 transformer: embedding -> hc streams -> blocks (mHC around attention and MoE) -> hc head, norm, LM head.
+
+This is the reference path, written for clarity: the readable oracle, and the "before" picture that graphcheck
+inventories (a host position read back per step, growing attention extents, host branches on block closes,
+per-expert counts read back in the MoE).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import Attention
+from .config import ModelArgs
+from .linear import Linear, RMSNorm
+from .mhc import HyperConnection, HyperHead
+from .moe import MoE
+from .precision import resolve
+from .rope import rope_table
+
+
+class Block(nn.Module):
+    def __init__(self, args: ModelArgs, layer: int, policy: dict[str, str], dtype, batch: int):
+        super().__init__()
+        self.compressed = args.ratio(layer) > 0
+        self.attn_norm = RMSNorm(args.dim, args.norm_eps)
+        self.attn = Attention(args, layer, policy, dtype, batch)
+        self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
+        self.ffn = MoE(args, layer, policy, dtype)
+        hc = (args.hc_mult, args.dim, args.hc_sinkhorn_iters, args.hc_eps, args.norm_eps)
+        self.hc_attn = HyperConnection(*hc)
+        self.hc_ffn = HyperConnection(*hc)
+
+    def forward(self, X: torch.Tensor, ids: torch.Tensor, cs: torch.Tensor, pos: int | None) -> torch.Tensor:
+        """X [B,S,hc,d]; pos is the decode position, or None for a masked prefill from 0."""
+        x, post, comb = self.hc_attn.pre(X)
+        h = self.attn_norm(x)
+        y = self.attn.prefill(h, cs) if pos is None else self.attn.decode(h, pos, cs)
+        X = self.hc_attn.post(y, X, post, comb)
+        x, post, comb = self.hc_ffn.pre(X)
+        return self.hc_ffn.post(self.ffn(self.ffn_norm(x), ids), X, post, comb)
+
+
+class Transformer(nn.Module):
+    def __init__(self, args: ModelArgs, policy: dict[str, str] | None = None, dtype=torch.float32, batch: int = 1):
+        super().__init__()
+        self.args, self.dtype, self.batch = args, dtype, batch
+        self.policy = resolve(policy)
+        self.embed = nn.Embedding(args.vocab_size, args.dim, dtype=dtype)
+        self.embed.weight.requires_grad_(False)
+        self.layers = nn.ModuleList(Block(args, i, self.policy, dtype, batch) for i in range(args.n_layers))
+        self.hc_head = HyperHead(args.hc_mult, args.dim, args.hc_eps, args.norm_eps)
+        self.norm = RMSNorm(args.dim, args.norm_eps)
+        self.head = Linear(args.dim, args.vocab_size, self.policy["lm_head"], dtype)
+        cap = args.max_seq_len
+        self.register_buffer("rope_main", rope_table(args, False, cap), persistent=False)
+        self.register_buffer("rope_compress", rope_table(args, True, cap), persistent=False)
+        self.register_buffer("pos", torch.zeros((), dtype=torch.long), persistent=False)
+
+    def reset(self) -> None:
+        self.pos.zero_()
+        for layer in self.layers:
+            layer.attn.reset()
+
+    def set_simulation(self, enabled: bool) -> None:
+        """Switch every FP8/FP4 activation simulation on or off (they default to on, as in the reference)."""
+        for m in self.modules():
+            for flag in ("act_sim", "fp8_sim", "fp4_sim"):
+                if hasattr(m, flag):
+                    setattr(m, flag, enabled)
+
+    def _hidden(self, ids: torch.Tensor, pos: int | None) -> torch.Tensor:
+        X = self.embed(ids).unsqueeze(2).repeat(1, 1, self.args.hc_mult, 1)            # [B,S,hc,d]
+        for layer in self.layers:
+            cs = self.rope_compress if layer.compressed else self.rope_main
+            X = layer(X, ids, cs, pos)
+        return X
+
+    def _logits(self, X: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.hc_head(X))).float()
+
+    @torch.inference_mode()
+    def decode_step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """One decode step at the model's current position. tokens [B] -> fp32 logits [B, vocab]."""
+        pos = int(self.pos)
+        if pos >= self.args.max_seq_len:
+            raise ValueError(f"decode position {pos} exceeds the cache capacity max_seq_len={self.args.max_seq_len}")
+        logits = self._logits(self._hidden(tokens.view(-1, 1), pos))[:, -1]
+        self.pos += 1
+        return logits
+
+    @torch.inference_mode()
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Batched masked forward from position 0: tokens [B,T] -> fp32 logits [B,T,vocab] (no cache written)."""
+        if tokens.shape[1] > self.args.max_seq_len:
+            raise ValueError(f"prefill of {tokens.shape[1]} tokens exceeds max_seq_len={self.args.max_seq_len}")
+        return self._logits(self._hidden(tokens, None))
+
+    @torch.inference_mode()
+    def score(self, tokens) -> torch.Tensor:
+        """Teacher-forced fp32 logits [T, vocab] of decoding the sequence token by token from a fresh cache."""
+        t = torch.as_tensor(tokens, dtype=torch.long, device=self.embed.weight.device).view(-1)
+        self.reset()
+        return torch.stack([self.decode_step(t[i:i + 1].expand(self.batch)).float()[0] for i in range(t.numel())])
+
+    def generate(self, prompt, **kw):
+        from .generate import generate
+        return generate(self, prompt, **kw)

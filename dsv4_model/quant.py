@@ -1,0 +1,148 @@
+"""Number formats: FP8 block weights, MXFP4 and NVFP4 experts, the activation fake-quants the reference uses,
+and the two NVFP4 dequantisers that must never be confused (weights at load; the compressed-KV cache)."""
+from __future__ import annotations
+
+import torch
+
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+FP8_MAX = 448.0
+FP4_MAX = 6.0
+
+
+def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
+    """[.., n/2] bytes -> [.., n] float32; low nibble = element 2j, high nibble = 2j+1."""
+    b = packed.view(torch.uint8) if packed.dtype == torch.int8 else packed
+    lo, hi = (b & 0xF).long(), (b >> 4).long()
+    table = E2M1.to(packed.device)
+    return torch.stack([table[lo], table[hi]], dim=-1).flatten(-2)
+
+
+def quantize_e2m1(x: torch.Tensor) -> torch.Tensor:
+    """Round float values (already scaled into [-6, 6]) to e2m1 codes, nearest, ties to even code."""
+    mags = E2M1[:8].to(x.device)
+    ax = x.abs().clamp(max=FP4_MAX)
+    idx = (ax.unsqueeze(-1) - mags).abs().argmin(-1)
+    return (idx | ((x < 0).long() << 3)).to(torch.uint8)
+
+
+def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+
+
+# -- NVFP4 (ModelOpt layout) ----------------------------------------------------------------------------
+def quantize_nvfp4_weight(w: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Weight [out, in] -> {weight uint8 [out,in/2], weight_scale e4m3 [out,in/16], weight_scale_2 fp32 []}."""
+    out, k = w.shape
+    if k % 16:
+        raise ValueError(f"NVFP4 needs in_features divisible by 16, found {k}")
+    w = w.float()
+    amax = w.abs().amax().clamp(min=1e-12)
+    scale_2 = amax / (FP4_MAX * FP8_MAX)
+    blocks = w.view(out, k // 16, 16)
+    bscale = (blocks.abs().amax(-1) / FP4_MAX / scale_2).clamp(max=FP8_MAX).to(torch.float8_e4m3fn)
+    denom = (bscale.float() * scale_2).clamp(min=1e-30).unsqueeze(-1)
+    codes = quantize_e2m1((blocks / denom).view(out, k))
+    return {"weight": pack_e2m1(codes), "weight_scale": bscale, "weight_scale_2": scale_2.reshape(())}
+
+
+def dequant_nvfp4_weight(weight: torch.Tensor, weight_scale: torch.Tensor, weight_scale_2: torch.Tensor,
+                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """W[o,i] = E2M1[code] * weight_scale[o, i//16] * weight_scale_2. Pure PyTorch, at load time."""
+    out = weight.shape[0]
+    k = weight.shape[1] * 2
+    if weight_scale.shape != (out, k // 16):
+        raise ValueError(f"NVFP4 weight_scale has shape {tuple(weight_scale.shape)}, expected {(out, k // 16)} for weight {tuple(weight.shape)}")
+    vals = unpack_e2m1(weight).view(out, k // 16, 16)
+    w = vals * weight_scale.float().unsqueeze(-1) * weight_scale_2.float()
+    return w.view(out, k).to(dtype)
+
+
+def dequantize_nvfp4_kvcache(fp4: torch.Tensor, sf: torch.Tensor, global_scale: torch.Tensor, M: int, N: int,
+                             out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """Compressed-KV dequant: fp4 [M, N/2] uint8, sf [M, N/16] e4m3 (row-major), global_scale [M] fp32 per row.
+
+    The wrapper checks everything a kernel would otherwise read past, and says what it found.
+    """
+    from kernels.nvfp4_kvcache import check_kvcache_args, dequantize_nvfp4_kvcache as impl
+    check_kvcache_args(fp4, sf, global_scale, M, N)
+    return impl(fp4, sf, global_scale, M, N, out_dtype)
+
+
+def nvfp4_act_fake_quant(x: torch.Tensor, input_scale: torch.Tensor) -> torch.Tensor:
+    """W4A4 sim: per-16 e4m3 block scales relative to the per-tensor input_scale, values rounded to e2m1."""
+    shape = x.shape
+    xf = x.float().reshape(-1, shape[-1] // 16, 16)
+    s = input_scale.float().clamp(min=1e-30)
+    blk = (xf.abs().amax(-1, keepdim=True) / FP4_MAX / s).clamp(max=FP8_MAX).to(torch.float8_e4m3fn).float()
+    denom = (blk * s).clamp(min=1e-30)
+    q = E2M1.to(x.device)[quantize_e2m1(xf / denom).long()]
+    return (q * denom).reshape(shape).to(x.dtype)
+
+
+# -- FP8 block (native) and MXFP4 (native experts) ------------------------------------------------------
+def e8m0_to_float(s: torch.Tensor) -> torch.Tensor:
+    if s.dtype == torch.float8_e8m0fnu:
+        return s.float()
+    if s.dtype in (torch.uint8, torch.int8):
+        return torch.exp2(s.view(torch.uint8).float() - 127)
+    return s.float()
+
+
+def dequant_fp8_block(w: torch.Tensor, scale: torch.Tensor, block: int = 128, dtype=torch.float32) -> torch.Tensor:
+    out, k = w.shape
+    exp = ((out + block - 1) // block, (k + block - 1) // block)
+    if tuple(scale.shape) != exp:
+        raise ValueError(f"FP8 block scale has shape {tuple(scale.shape)}, expected {exp} for weight {(out, k)}")
+    s = e8m0_to_float(scale).repeat_interleave(block, 0)[:out].repeat_interleave(block, 1)[:, :k]
+    return (w.float() * s).to(dtype)
+
+
+def quantize_fp8_block(w: torch.Tensor, block: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    out, k = w.shape
+    ro, rk = (out + block - 1) // block, (k + block - 1) // block
+    pad = torch.zeros(ro * block, rk * block)
+    pad[:out, :k] = w.float()
+    amax = pad.view(ro, block, rk, block).abs().amax((1, 3)).clamp(min=1e-4)
+    e = torch.ceil(torch.log2(amax / FP8_MAX))
+    s = torch.exp2(e)
+    q = (pad.view(ro, block, rk, block) / s[:, None, :, None]).view(ro * block, rk * block)[:out, :k]
+    return q.to(torch.float8_e4m3fn), s.to(torch.float8_e8m0fnu)
+
+
+def dequant_mxfp4(w: torch.Tensor, scale: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    out = w.shape[0]
+    k = w.shape[1] * 2
+    if tuple(scale.shape) != (out, k // 32):
+        raise ValueError(f"MXFP4 scale has shape {tuple(scale.shape)}, expected {(out, k // 32)} for weight {tuple(w.shape)}")
+    vals = unpack_e2m1(w).view(out, k // 32, 32)
+    return (vals * e8m0_to_float(scale).unsqueeze(-1)).view(out, k).to(dtype)
+
+
+def quantize_mxfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    out, k = w.shape
+    blocks = w.float().view(out, k // 32, 32)
+    e = torch.ceil(torch.log2(blocks.abs().amax(-1).clamp(min=1e-30) / FP4_MAX)).clamp(-127, 127)
+    codes = quantize_e2m1((blocks / torch.exp2(e).unsqueeze(-1)).view(out, k))
+    return pack_e2m1(codes).view(torch.int8), torch.exp2(e).to(torch.float8_e8m0fnu)
+
+
+# -- activation fake-quants (reference QAT simulation) --------------------------------------------------
+def _pow2_scale(amax: torch.Tensor, qmax: float) -> torch.Tensor:
+    return torch.exp2(torch.ceil(torch.log2(amax.clamp(min=1e-4) / qmax)))
+
+
+def fp8_fake_quant(x: torch.Tensor, block: int) -> torch.Tensor:
+    """e4m3 quant->dequant in blocks along the last dim, power-of-two (ue8m0) scales."""
+    shape = x.shape
+    xf = x.float().reshape(*shape[:-1], shape[-1] // block, block)
+    s = _pow2_scale(xf.abs().amax(-1, keepdim=True), FP8_MAX)
+    return ((xf / s).to(torch.float8_e4m3fn).float() * s).reshape(shape).to(x.dtype)
+
+
+def fp4_fake_quant(x: torch.Tensor, block: int = 32) -> torch.Tensor:
+    """e2m1 quant->dequant in blocks of 32, scale 2^ceil(log2(amax/6))."""
+    shape = x.shape
+    xf = x.float().reshape(*shape[:-1], shape[-1] // block, block)
+    s = _pow2_scale(xf.abs().amax(-1, keepdim=True), FP4_MAX)
+    q = E2M1.to(x.device)[quantize_e2m1(xf / s).long()]
+    return (q * s).reshape(shape).to(x.dtype)

@@ -33,4 +33,10 @@ FAMILY = Family("Capture-under-test", [
          "Reports every `with graphcheck.allow_sync(reason):` block the step entered and what it exempted.",
          "An exemption is an accepted hazard; the report keeps it visible so it can be retired.",
          "with graphcheck.allow_sync('stop check'): done = bool(tok == eos)", "keep the stop check outside the captured step"),
+    Rule("GC008", "cuda-sync", "the CUDA sync-debug mode reports a synchronizing call: {detail}", "find the op in the evidence stack; keep it on the device",
+         "Counts every warning of `torch.cuda.set_sync_debug_mode('warn')` during the audited steps that the portable "
+         "layer did not already explain, attributed to the first user frame.",
+         "The CUDA runtime sees syncs torch's Python layer hides (a blocking copy inside a C++ op, a pageable "
+         "memcpy); any sync inside a captured region fails the capture.",
+         "x = torch.zeros(n).cuda()   # pageable host copy inside the step", "allocate device buffers at load time"),
 ])

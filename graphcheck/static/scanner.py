@@ -231,6 +231,8 @@ def _callee_findings(prog: Program, rel: str, summ: dict, reach, root: Path) -> 
         for (tpath, tq), call in prog.callees(rel, q):
             if call[0] not in ("name", "attr", "self") or (tpath, tq) == (rel, q):
                 continue
+            if call[0] == "self" and tq.rsplit(".", 1)[-1] != call[1]:
+                continue   # `self.ffn(x)` runs a submodule's forward: its findings are reported there, in scope
             hits = [d for d in prog.s[tpath]["findings"] if d["function"] == tq and is_readback(d["rule"])]
             if not hits:
                 continue

@@ -134,6 +134,9 @@ class Program:
                 targets = self._callable(ref)
             elif kind == "self" and cls_ref:
                 targets = self._class_method(cls_ref, call[1])
+                if not targets:   # `self.ffn(x)`: calling a submodule attribute runs its forward
+                    for cref in self._attr_classes(cls_ref, call[1]):
+                        targets += self._class_method(cref, "__call__")
             elif kind == "super" and cls_ref:
                 for b in summ["classes"].get(cls, {}).get("bases", []):
                     ref = self.resolve_symbol(path, b)

@@ -1,0 +1,85 @@
+"""The baseline gate: accepted fingerprints with reasons. It may only shrink; it is rewritten atomically."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .findings import Finding
+from .io import write_atomic
+
+BASELINE_VERSION = 1
+
+
+class BaselineError(ValueError):
+    pass
+
+
+@dataclass
+class GateResult:
+    new: list[Finding]
+    accepted: list[Finding]
+    stale: list[dict]
+    exempt: list[Finding] = field(default_factory=list)   # warnings (allow_sync exemptions): reported, not gated
+
+    def failed(self, strict_baseline: bool = False) -> bool:
+        return bool(self.new) or (strict_baseline and bool(self.stale))
+
+    def summary(self) -> dict:
+        return {"new": len(self.new), "accepted": len(self.accepted), "stale": len(self.stale), "warnings": len(self.exempt)}
+
+
+def load(path: Path) -> dict[str, dict]:
+    """fingerprint -> entry. A missing file is an empty baseline; a corrupt one is an error, never ignored."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BaselineError(f"{path}: corrupt baseline, not valid JSON ({e}); fix it or regenerate with `graphcheck baseline`") from None
+    if not isinstance(doc, dict) or doc.get("version") != BASELINE_VERSION or not isinstance(doc.get("entries"), list):
+        found = doc.get("version") if isinstance(doc, dict) else type(doc).__name__
+        raise BaselineError(f"{path}: expected a graphcheck baseline with version {BASELINE_VERSION} and an 'entries' list, found version {found!r}")
+    out: dict[str, dict] = {}
+    for i, e in enumerate(doc["entries"]):
+        if not isinstance(e, dict) or not isinstance(e.get("fingerprint"), str) or not isinstance(e.get("reason"), str):
+            raise BaselineError(f"{path}: entries[{i}] needs a string 'fingerprint' and 'reason', found {e!r}"[:300])
+        if not e["reason"].strip():
+            raise BaselineError(f"{path}: entries[{i}] ({e.get('rule', '?')} {e.get('path', '?')}) has an empty reason")
+        out[e["fingerprint"]] = e
+    return out
+
+
+def gate(findings: list[Finding], baseline: dict[str, dict]) -> GateResult:
+    new, accepted, exempt = [], [], []
+    for f in findings:
+        if f.severity == "warning":
+            exempt.append(f)
+        elif f.fingerprint in baseline:
+            accepted.append(f)
+        else:
+            new.append(f)
+    present = {f.fingerprint for f in findings}
+    stale = [e for fp, e in sorted(baseline.items()) if fp not in present]
+    return GateResult(new, accepted, stale, exempt)
+
+
+def write(path: Path, findings: list[Finding], old: dict[str, dict], reason: str | None) -> tuple[int, int, int]:
+    """Rewrite the baseline with the current error findings; keeps known reasons, drops stale entries.
+    Returns (kept, added, dropped)."""
+    entries, added = [], 0
+    todo = [f for f in findings if f.severity != "warning"]
+    missing = [f for f in todo if f.fingerprint not in old]
+    if missing and not (reason and reason.strip()):
+        f = missing[0]
+        raise BaselineError(f"{len(missing)} new finding(s) need a reason (first: {f.rule} {f.path}:{f.line}); pass --reason \"...\"")
+    for f in sorted(todo, key=Finding.sort_key):
+        prev = old.get(f.fingerprint)
+        added += prev is None
+        entries.append({"fingerprint": f.fingerprint, "rule": f.rule, "kind": f.kind, "path": f.path, "function": f.function,
+                        "source": f.source, "reason": prev["reason"] if prev else reason.strip()})
+    dropped = len(set(old) - {e["fingerprint"] for e in entries})
+    doc = {"version": BASELINE_VERSION, "entries": entries}
+    write_atomic(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return len(entries) - added, added, dropped

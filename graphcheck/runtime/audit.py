@@ -1,0 +1,57 @@
+"""`graphcheck audit`: run a target's step K times after warm-up and inventory every sync it performs."""
+from __future__ import annotations
+
+import torch
+
+from ..findings import Finding
+from ..rules import format_message
+from ..target import Target
+from . import nvtx
+from .attribution import relpath, source_line, stack_from_traceback
+from .cuda_sync import CudaSyncAudit
+from .portable import PortableAudit
+from .recorder import Recorder
+
+
+def target_error(target: Target, err: BaseException, kind: str, stage: str) -> Finding:
+    """GC006 at the user line the exception came from (or the step's definition)."""
+    stack = stack_from_traceback(err.__traceback__)
+    path, line, fn = stack[0] if stack else target.location()
+    text = f"{stage}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
+    return Finding("GC006", kind, relpath(path), line, 0, fn, format_message("GC006", error=text), source_line(path, line),
+                   evidence={"error": text, "target": target.name,
+                             "stack": [f"{relpath(p)}:{ln}:{q}" for p, ln, q in stack]})
+
+
+def audit(target: Target, steps: int = 3, warmup: int = 1, strict: bool = False) -> list[Finding]:
+    """Sync findings of `steps` audited steps. Warm-up steps run unaudited so one-time effects (lazy init,
+    autotuning, first-touch allocation) are not mistaken for per-step syncs; inputs are built outside the
+    audited region, since producing them is not part of the step."""
+    rec = Recorder(kind="sync")
+    cuda_rec = Recorder(kind="sync")
+    warmup = target.warmup if target.warmup is not None else warmup
+    try:
+        for k in range(warmup):
+            target.step(target.make_inputs(k))
+        for i in range(steps):
+            k = warmup + i
+            inputs = target.make_inputs(k)
+            rec.step = cuda_rec.step = k
+            with nvtx.range_(f"graphcheck audit {target.name} step {k}"):
+                with PortableAudit(rec), CudaSyncAudit(cuda_rec, strict=strict, claimed=_claimed_by(rec)):
+                    target.step(inputs)
+            if strict and len(cuda_rec):
+                break
+    except Exception as e:  # the target itself is broken: that is the finding
+        return rec.findings() + cuda_rec.findings() + [target_error(target, e, "sync", "step")]
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return rec.findings() + cuda_rec.findings()
+
+
+def _claimed_by(rec: Recorder):
+    """A CUDA warning at a line the portable layer already explained is the same event, not a second one."""
+    def claimed(path: str, line: int) -> bool:
+        rp = relpath(path)
+        return any(f.path == rp and f.line == line for f in rec.findings())
+    return claimed

@@ -1,0 +1,121 @@
+"""`graphcheck capture`: capture one step into a CUDA graph, replay it on fresh inputs, compare with eager.
+
+On CUDA: warm-up on a side stream (as torch.cuda.graphs requires), capture, then for k = 1..K copy fresh inputs
+into the static buffers, replay from a snapshot of the state, and run the same step eagerly from the same
+snapshot; outputs and every state tensor must be bit-identical. Without CUDA (or with device="cpu") the CPU
+emulation in `emulate.py` checks the same properties.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import torch
+
+from ..findings import Finding
+from ..target import Target
+from .audit import target_error
+from .emulate import _finding, capture_failure, check_state_identity, emulate
+from .tensors import clone_tree, copy_into, first_diff, flatten, restore, snapshot
+
+
+def capture_test(target: Target, steps: int = 3, warmup: int = 1, device: str = "auto") -> list[Finding]:
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available() and _on_cuda(target))
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: no CUDA device is available (expected torch.cuda.is_available())")
+    try:
+        return capture_cuda(target, steps, warmup) if use_cuda else emulate(target, steps, warmup)
+    except Exception as e:
+        return [target_error(target, e, "capture", "capture-under-test")]
+
+
+def _on_cuda(target: Target) -> bool:
+    if target.device is not None:
+        return torch.device(target.device).type == "cuda"
+    return any(t.is_cuda for t in flatten(target.make_inputs(0)).values())
+
+
+@contextlib.contextmanager
+def _deterministic():
+    prev = torch.are_deterministic_algorithms_enabled()
+    prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    prev_cudnn = torch.backends.cudnn.deterministic
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        torch.use_deterministic_algorithms(prev, warn_only=prev_warn)
+        torch.backends.cudnn.deterministic = prev_cudnn
+
+
+def capture_cuda(target: Target, steps: int, warmup: int) -> list[Finding]:
+    warmup = max(target.warmup if target.warmup is not None else warmup, 1)
+    found, _ = check_state_identity(target, 0)
+    static_in = clone_tree(target.make_inputs(1))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            target.step(static_in)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    state = target.state()
+    pre_capture = snapshot(state)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.cuda.graph(graph):
+                static_out = target.step(static_in)
+    except Exception as e:
+        _recover()
+        restore(target.state(), pre_capture)
+        return found + [capture_failure(target, e, inputs_k=2)]
+    if any("empty" in str(w.message).lower() for w in caught):
+        return found + [_finding("GC002", target, None, {"check": "capture", "detail": "; ".join(str(w.message) for w in caught)[:300]})]
+    with _deterministic():
+        for k in range(2, steps + 2):
+            copy_into(static_in, target.make_inputs(k))
+            pre = snapshot(state)
+            graph.replay()
+            torch.cuda.synchronize()
+            out_r = {n: t.clone() for n, t in flatten(static_out).items()}
+            st_r = snapshot(state)
+            restore(state, pre)
+            out_e = {n: t.clone() for n, t in flatten(target.step(static_in)).items()}
+            torch.cuda.synchronize()
+            st_e = snapshot(target.state())
+            diff = first_diff(out_e, out_r) or first_diff({f"state.{n}": t for n, t in st_e.items()},
+                                                         {f"state.{n}": t for n, t in st_r.items()})
+            if diff is not None:
+                tensor, desc = diff
+                return found + [_finding("GC003", target, None, {"check": "cuda replay", "step": k, "tensor": tensor, "diff": desc,
+                                                                 "suspects": _suspects(target, k)},
+                                         step=str(k), tensor=tensor, diff=desc)]
+    graph.reset()
+    return found
+
+
+def _suspects(target: Target, k: int) -> list[str]:
+    """Portable-audit findings of one eager step: the usual reasons a replay reads stale values."""
+    from .portable import PortableAudit
+    from .recorder import Recorder
+    rec = Recorder(kind="capture")
+    state = target.state()
+    snap = snapshot(state)
+    with contextlib.suppress(Exception), PortableAudit(rec):
+        target.step(target.make_inputs(k))
+    restore(state, snap)
+    return [f"{f.path}:{f.line} {f.rule} {f.evidence.get('op', '')}" for f in rec.findings()[:10]]
+
+
+def _recover() -> None:
+    """Leave the CUDA context usable after a failed capture: end any capture still open, drain errors."""
+    with contextlib.suppress(Exception):
+        if torch.cuda.is_current_stream_capturing():
+            torch.cuda.current_stream().synchronize()
+    with contextlib.suppress(Exception):
+        torch.cuda.synchronize()

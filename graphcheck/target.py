@@ -1,0 +1,62 @@
+"""The Target protocol: what the runtime layers run. A target is referenced as `module:factory`."""
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+
+class TargetError(ValueError):
+    """A target spec that cannot be resolved into a Target; names the spec and what was found."""
+
+
+@dataclass
+class Target:
+    """One decode step and its data.
+
+    step(inputs)     runs one step reading the given input tensors (a tensor, or a tuple/list/dict of them)
+    make_inputs(k)   returns step k's inputs: same shapes every k, fresh data
+    state()          the dict of tensors the step mutates (caches, ring buffers, positions, output buffers)
+    """
+    step: Callable[[Any], Any]
+    make_inputs: Callable[[int], Any]
+    state: Callable[[], dict[str, torch.Tensor]]
+    name: str = "target"
+    device: str | None = None          # where the target lives; None = inferred from its inputs
+    warmup: int | None = None          # steps before auditing (None = configured default)
+
+    def location(self) -> tuple[str, int, str]:
+        """(file, line, qualified name) of the step function, for findings no op can name."""
+        fn = inspect.unwrap(getattr(self.step, "__func__", self.step))
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return "<unknown>", 0, self.name
+        return code.co_filename, code.co_firstlineno, getattr(code, "co_qualname", code.co_name)
+
+
+def load_target(spec: str, root: Path | None = None) -> Target:
+    mod_name, sep, attr = spec.partition(":")
+    if not sep or not mod_name or not attr:
+        raise TargetError(f"target {spec!r}: expected 'module:factory'")
+    if root is not None and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise TargetError(f"target {spec!r}: cannot import module {mod_name!r} ({e})") from None
+    obj = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise TargetError(f"target {spec!r}: module {mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    t = obj() if callable(obj) and not isinstance(obj, Target) else obj
+    if not isinstance(t, Target):
+        raise TargetError(f"target {spec!r}: factory returned {type(t).__name__}, expected graphcheck.Target")
+    if not t.name or t.name == "target":
+        t.name = spec
+    return t

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..rules import FAMILIES, RULES, format_message
 from .inference import TensorScope, class_tensor_attrs, dotted, infer_function
 
-ENGINE_VERSION = "1"
+ENGINE_VERSION = "2"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS: dict[type, list] = {}
@@ -173,7 +173,7 @@ class FileAnalyzer:
         torch_names = {a for a, v in self.imports.items() if v["target"] in ("torch", "torch.nn.functional")} | {"torch"}
         self._file_facts(funcs)
         class_info: dict[str, dict] = {}
-        class_scopes: dict[str, tuple[set, set]] = {}
+        class_scopes: dict[str, tuple[set, set, set]] = {}
         for cname, (cnode, methods) in classes.items():
             class_scopes[cname] = class_tensor_attrs([(f.node, f.nodes) for f in methods], torch_names)
             class_info[cname] = {"line": cnode.lineno, "bases": [dotted(b) for b in cnode.bases if dotted(b)],
@@ -181,9 +181,9 @@ class FileAnalyzer:
         ctx = _Ctx(self)
         functions: dict[str, dict] = {}
         for f in funcs:
-            attrs, bools = class_scopes.get(f.cls or "", (set(), set()))
+            attrs, bools, mods = class_scopes.get(f.cls or "", (set(), set(), set()))
             ctx.func = f
-            ctx.scope = infer_function(f.node if isinstance(f.node, _FUNCS) else ast.Pass(), f.nodes, attrs, bools, torch_names)
+            ctx.scope = infer_function(f.node if isinstance(f.node, _FUNCS) else ast.Pass(), f.nodes, attrs, bools, torch_names, mods)
             calls = []
             local_types: dict[str, list] = {}
             for n in f.nodes:

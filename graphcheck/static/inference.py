@@ -64,6 +64,7 @@ class TensorScope:
         self.self_bool_attrs = self_bool_attrs
         self.torch_names = torch_names    # local aliases of torch / torch.nn.functional
         self.pinned = pinned
+        self.module_attrs: set[str] = set()   # self.X holding a constructed module/object: self.X(...) returns tensors
 
     # -- queries ------------------------------------------------------------------------------------
     def is_torch_call(self, func: ast.AST) -> str:
@@ -119,6 +120,8 @@ class TensorScope:
             return True
         if isinstance(node.func, ast.Attribute):
             m = node.func.attr
+            if isinstance(node.func.value, ast.Name) and node.func.value.id == "self" and m in self.module_attrs:
+                return True
             if m in NON_TENSOR_METHODS or m in {"topk", "sort", "max", "min", "median", "mode", "aminmax"}:
                 return m in {"max", "min"} and not node.args and not node.keywords and self.is_tensor(node.func.value)
             return self.is_tensor(node.func.value)
@@ -183,9 +186,10 @@ _BINDERS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr)
 
 
 def infer_function(fn: ast.AST, nodes: list[ast.AST], self_attrs: set[str], self_bool_attrs: set[str],
-                   torch_names: set[str]) -> TensorScope:
+                   torch_names: set[str], module_attrs: set[str] | None = None) -> TensorScope:
     """Tensor names of one function; ``nodes`` are the function's own nodes, collected by the engine."""
     scope = TensorScope(set(), set(), self_attrs, self_bool_attrs, torch_names, set())
+    scope.module_attrs = module_attrs or set()
     args = getattr(fn, "args", None)
     if args is not None:
         for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
@@ -235,10 +239,12 @@ def bind(scope: TensorScope, targets: list[ast.AST], value: ast.AST) -> None:
                     scope.pinned.add(t.id)
 
 
-def class_tensor_attrs(methods: list[tuple[ast.AST, list[ast.AST]]], torch_names: set[str]) -> tuple[set[str], set[str]]:
-    """self.X attributes that hold tensors (assigned a tensor, a Parameter, or registered as a buffer)."""
+def class_tensor_attrs(methods: list[tuple[ast.AST, list[ast.AST]]], torch_names: set[str]) -> tuple[set[str], set[str], set[str]]:
+    """self.X attributes that hold tensors (assigned a tensor, a Parameter, or registered as a buffer), their
+    boolean subset, and the attributes holding constructed modules (`self.gate = nn.Linear(...)`)."""
     attrs: set[str] = set()
     bools: set[str] = set()
+    modules: set[str] = set()
     for fn, nodes in methods:
         local = infer_function(fn, nodes, attrs, bools, torch_names)
         for n in nodes:
@@ -254,4 +260,6 @@ def class_tensor_attrs(methods: list[tuple[ast.AST, list[ast.AST]]], torch_names
                         attrs.add(t.attr)
                         if local.is_bool_tensor(value):
                             bools.add(t.attr)
-    return attrs, bools
+                    elif isinstance(value, ast.Call) and dotted(value.func).split(".")[-1][:1].isupper():
+                        modules.add(t.attr)
+    return attrs, bools, modules - attrs

@@ -9,7 +9,7 @@ from ..target import Target
 from . import nvtx
 from .attribution import relpath, source_line, stack_from_traceback
 from .cuda_sync import CudaSyncAudit
-from .portable import PortableAudit
+from .portable import PortableAudit, cuda_shims
 from .recorder import Recorder
 
 
@@ -31,8 +31,9 @@ def audit(target: Target, steps: int = 3, warmup: int = 1, strict: bool = False)
     cuda_rec = Recorder(kind="sync")
     warmup = target.warmup if target.warmup is not None else warmup
     try:
-        for k in range(warmup):
-            target.step(target.make_inputs(k))
+        with cuda_shims():
+            for k in range(warmup):
+                target.step(target.make_inputs(k))
         for i in range(steps):
             k = warmup + i
             inputs = target.make_inputs(k)

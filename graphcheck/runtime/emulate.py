@@ -123,6 +123,16 @@ def _describe(r: OpRecord | None) -> str:
     return f"{r.op}({ins}) -> {outs or 'no tensor'}"
 
 
+_NO_WORK = {"detach", "alias", "lift_fresh", "lift_fresh_copy", "_local_scalar_dense"}
+
+
+def _does_work(n) -> bool:
+    if n.op != "call_function":
+        return False
+    name = getattr(getattr(n.target, "_schema", None), "name", str(n.target)).split("::")[-1]
+    return not (getattr(n.target, "is_view", False) or name in _NO_WORK)
+
+
 class _NodeRecorder(torch.fx.Interpreter):
     def __init__(self, gm):
         super().__init__(gm)
@@ -152,8 +162,9 @@ def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
         restore(state, snap)
         return [capture_failure(target, e, inputs_k=k + 1)]
     restore(state, snap)
-    if not any(n.op == "call_function" for n in gm.graph.nodes):
-        return [_finding("GC002", target, None, {"check": "frozen replay", "detail": "the traced step contains no torch ops"})]
+    if not any(_does_work(n) for n in gm.graph.nodes):
+        return [_finding("GC002", target, None, {"check": "frozen replay", "detail": "the traced step contains no torch op that "
+                                                 "computes anything; its work happens outside torch and replay would skip it"})]
     for j in range(1, steps + 1):
         step_k = k + j
         fresh = target.make_inputs(step_k)
@@ -238,8 +249,9 @@ def capture_failure(target: Target, err: BaseException, inputs_k: int) -> Findin
 
 
 def emulate(target: Target, steps: int = 3, warmup: int = 1) -> list[Finding]:
+    from .portable import cuda_shims
     warmup = target.warmup if target.warmup is not None else warmup
-    with torch.no_grad():
+    with torch.no_grad(), cuda_shims():
         for k in range(warmup):
             target.step(target.make_inputs(k))
         k = warmup

@@ -1,0 +1,162 @@
+"""Targets with one planted hazard each (and a clean one), for the runtime layers' tests.
+
+Lines the tests expect findings on carry a `# <- name` marker; `line_of(name)` finds them.
+"""
+import numpy as np
+import torch
+
+from graphcheck import Target
+
+D = 8
+
+
+def line_of(marker: str) -> int:
+    with open(__file__) as fh:
+        for i, text in enumerate(fh, 1):
+            if text.rstrip().endswith(f"# <- {marker}"):
+                return i
+    raise KeyError(marker)
+
+
+def _inputs(k: int) -> torch.Tensor:
+    return torch.randn(2, D, generator=torch.Generator().manual_seed(k))
+
+
+class Decoder:
+    """A tiny graph-safe decode step: fixed-capacity cache, device position, everything in place."""
+
+    def __init__(self, cap: int = 16):
+        self.w = torch.randn(D, D, generator=torch.Generator().manual_seed(0))
+        self.cache = torch.zeros(cap, 2, D)
+        self.pos = torch.zeros((), dtype=torch.long)
+        self.out = torch.zeros(2, D)
+        self.scale = 0.5
+        self.host_pos = 0
+
+    def state(self):
+        return {"cache": self.cache, "pos": self.pos, "out": self.out}
+
+    def step(self, x):
+        h = torch.tanh(x @ self.w)
+        self.cache.index_copy_(0, self.pos.view(1), h.unsqueeze(0))
+        valid = (torch.arange(self.cache.shape[0]) <= self.pos).view(-1, 1, 1)
+        ctx = torch.where(valid, self.cache, 0.0).sum(0)
+        self.out.copy_(ctx * 0.5 + h)
+        self.pos += 1
+        return self.out
+
+
+def _target(dec: Decoder, step, name: str) -> Target:
+    return Target(step=step, make_inputs=_inputs, state=dec.state, name=name)
+
+
+def clean():
+    d = Decoder()
+    return _target(d, d.step, "clean")
+
+
+def log_norm(t: torch.Tensor) -> float:
+    return t.norm().item()  # <- helper-item
+
+
+def readback_in_helper():
+    d = Decoder()
+
+    def step(x):
+        out = d.step(x)
+        log_norm(out)
+        return out
+    return _target(d, step, "readback-in-helper")
+
+
+def baked_scalar():
+    d = Decoder()
+
+    def step(x):
+        d.scale = d.scale * 1.5                       # host float, changes every step
+        d.out.copy_(torch.tanh(x @ d.w) * d.scale)  # <- baked
+        return d.out
+    return _target(d, step, "baked-scalar")
+
+
+def fresh_tensor():
+    d = Decoder()
+
+    def step(x):
+        bias = torch.tensor([0.1] * D)  # <- fresh-tensor
+        d.out.copy_(x + bias)
+        return d.out
+    return _target(d, step, "fresh-tensor")
+
+
+def rebound_cache():
+    d = Decoder()
+
+    def step(x):
+        d.cache = torch.roll(d.cache, 1, 0)          # a new tensor every step
+        d.cache[0] = torch.tanh(x)
+        d.out.copy_(d.cache.sum(0))
+        return d.out
+    return _target(d, step, "rebound-cache")
+
+
+def data_dependent_branch():
+    d = Decoder()
+
+    def step(x):
+        if x.sum() > 0:  # <- branch
+            d.out.copy_(x * 2)
+        else:
+            d.out.copy_(torch.tanh(x))
+        return d.out
+    return _target(d, step, "data-dependent-branch")
+
+
+def growing_slice():
+    d = Decoder()
+
+    def step(x):
+        d.cache[d.host_pos % d.cache.shape[0]].copy_(x)
+        d.host_pos += 1
+        d.out.copy_(d.cache[: d.host_pos].mean(0))  # <- growing
+        return d.out
+    return _target(d, step, "growing-slice")
+
+
+def numpy_side_work():
+    d = Decoder()
+
+    def step(x):
+        d.out.numpy()[:] = np.tanh(x.numpy())   # work the graph never sees (like a launch on stream 0)
+        return d.out
+    return _target(d, step, "numpy-side-work")
+
+
+def explicit_sync():
+    d = Decoder()
+
+    def step(x):
+        out = d.step(x)
+        torch.cuda.synchronize()  # <- sync
+        return out
+    return _target(d, step, "explicit-sync")
+
+
+def exempted():
+    import graphcheck
+    d = Decoder()
+
+    def step(x):
+        out = d.step(x)
+        with graphcheck.allow_sync("stop check, moved out of the step in the graph-safe path"):  # <- exempt
+            bool(out.sum() > 0)
+        return out
+    return _target(d, step, "exempted")
+
+
+def broken():
+    d = Decoder()
+
+    def step(x):
+        return d.step(x[:, :3])   # shape error
+    return _target(d, step, "broken")

@@ -1,0 +1,258 @@
+"""Inventory, baseline gate, `graphcheck run`, `report`, the pytest plugin and the pre-commit hooks."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from graphcheck import baseline as bl
+from graphcheck.findings import Finding, assign_fingerprints
+from graphcheck.inventory import SCHEMA_PATH, merge
+
+PROJECT = """
+[project]
+name = "demo"
+version = "0"
+
+[tool.graphcheck]
+paths = ["demo"]
+entry-points = ["demo.step:Step.__call__"]
+targets = ["demo.step:make"]
+steps = 2
+"""
+STEP = '''
+import torch
+from graphcheck import Target
+
+
+class Step:
+    def __init__(self):
+        self.cache = torch.zeros(4, 3)
+        self.pos = torch.zeros((), dtype=torch.long)
+
+    def __call__(self, x: torch.Tensor):
+        self.cache.index_copy_(0, self.pos.view(1) % 4, x.view(1, 3))
+        self.pos += 1
+        n = int(self.pos)
+        return self.cache.sum(0) * 2
+
+
+def make():
+    s = Step()
+    return Target(step=s, make_inputs=lambda k: torch.full((3,), float(k)),
+                  state=lambda: {"cache": s.cache, "pos": s.pos}, name="demo")
+'''
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(PROJECT)
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "__init__.py").write_text("")
+    (tmp_path / "demo" / "step.py").write_text(STEP)
+    return tmp_path
+
+
+def gc(cwd, *args):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}"}
+    return subprocess.run([sys.executable, "-m", "graphcheck", *args], cwd=cwd, capture_output=True, text=True, env=env)
+
+
+def test_run_links_static_and_runtime_and_gates(project):
+    r = gc(project, "run", "--no-progress", "-o", "inv.json")
+    assert r.returncode == 1, r.stderr
+    assert "new finding(s) not in the baseline" in r.stdout and "GC104" in r.stdout
+    doc = json.loads((project / "inv.json").read_text())
+    row = next(d for d in doc["findings"] if d["rule"] == "GC104")
+    # predicted by the scan, seen once per audited step, and the reason the frozen capture fails
+    assert row["evidence"]["kinds"] == ["static", "sync", "capture"]
+    sync, cap = row["evidence"]["runtime"]
+    assert (sync["rule"], sync["count"], sync["op"]) == ("GC104", 2, "Tensor.__int__") and cap["rule"] == "GC001"
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text()))
+
+    # accept it with a reason: the gate passes, the file is byte-identical run to run
+    b = gc(project, "baseline", "--reason", "host position read; the graph-safe path keeps it on device")
+    assert b.returncode == 0, b.stderr
+    base = json.loads((project / "graphcheck-baseline.json").read_text())
+    assert base["version"] == 1 and all(e["reason"].startswith("host position") for e in base["entries"])
+    r2 = gc(project, "run", "--no-progress", "-o", "inv2.json")
+    assert r2.returncode == 0, r2.stdout + r2.stderr
+    assert "PASSED" in r2.stdout
+    r3 = gc(project, "run", "--no-progress", "-o", "inv3.json")
+    assert (project / "inv2.json").read_bytes() == (project / "inv3.json").read_bytes()
+
+    # an unrelated edit above the finding moves its line, not its fingerprint
+    src = (project / "demo" / "step.py").read_text()
+    (project / "demo" / "step.py").write_text("# a comment\n\n" + src)
+    assert gc(project, "run", "--no-progress").returncode == 0
+
+    # a new readback fails at its line; fixing the old one leaves a stale entry
+    (project / "demo" / "step.py").write_text(src.replace("n = int(self.pos)", "n = self.pos.item()"))
+    r4 = gc(project, "run", "--no-progress", "--format", "github")
+    assert r4.returncode == 1
+    assert "GC101" in r4.stdout and "line=14" in r4.stdout and "stale" in r4.stdout
+    (project / "demo" / "step.py").write_text(src.replace("n = int(self.pos)", "n = self.pos"))
+    assert gc(project, "run", "--no-progress").returncode == 0
+    strict = gc(project, "run", "--no-progress", "--strict-baseline")
+    assert strict.returncode == 1 and "stale" in strict.stdout
+
+
+def test_corrupt_or_wrong_version_baseline_is_exit_2(project):
+    (project / "graphcheck-baseline.json").write_text("{not json")
+    r = gc(project, "run", "--no-progress")
+    assert r.returncode == 2 and "corrupt baseline" in r.stderr and r.stderr.count("\n") == 1
+    (project / "graphcheck-baseline.json").write_text(json.dumps({"version": 99, "entries": []}))
+    r = gc(project, "run", "--no-progress")
+    assert r.returncode == 2 and "version 99" in r.stderr
+
+
+def test_output_never_overwrites_inputs(project):
+    (project / "graphcheck-baseline.json").write_text(json.dumps({"version": 1, "entries": []}))
+    r = gc(project, "run", "--no-progress", "-o", "graphcheck-baseline.json")
+    assert r.returncode == 2 and "refusing to overwrite" in r.stderr
+    assert json.loads((project / "graphcheck-baseline.json").read_text()) == {"version": 1, "entries": []}
+
+
+def test_baseline_needs_a_reason_and_writes_atomically(project, monkeypatch):
+    r = gc(project, "baseline")
+    assert r.returncode == 2 and "--reason" in r.stderr
+    assert not (project / "graphcheck-baseline.json").exists()
+    f = assign_fingerprints([Finding("GC101", "static", "a.py", 3, 0, "f", "m", "x.item()")])
+    path = project / "b.json"
+    bl.write(path, f, {}, "ok")
+    before = path.read_text()
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        bl.write(path, f, {}, "other reason")
+    assert path.read_text() == before and [p.name for p in project.glob(".b.json.*")] == []
+
+
+def test_bad_target_is_a_config_error(project):
+    r = gc(project, "audit", "demo.step:missing")
+    assert r.returncode == 2 and "demo.step:missing" in r.stderr
+
+
+def test_audit_and_capture_commands(project):
+    a = gc(project, "audit", "--format", "json")
+    assert a.returncode == 1
+    assert [f["rule"] for f in json.loads(a.stdout)["findings"]] == ["GC104"]
+    c = gc(project, "capture", "--format", "json")
+    assert c.returncode == 1, c.stdout + c.stderr
+    assert [(f["rule"], f["line"]) for f in json.loads(c.stdout)["findings"]] == [("GC001", 14)]
+
+
+def test_report_html_and_text(project):
+    gc(project, "run", "--no-progress", "-o", "inv.json")
+    h = gc(project, "report", "inv.json", "--format", "html", "-o", "inv.html")
+    assert h.returncode == 0
+    page = (project / "inv.html").read_text()
+    assert "<h2>Static scan" in page and "<h2>Sync audit" in page and "<details>" in page and "GC104" in page
+    t = gc(project, "report", "inv.json")
+    assert "GC104" in t.stdout
+    same = gc(project, "report", "inv.json", "-o", "inv.json")
+    assert same.returncode == 2
+    bad = gc(project, "report", "pyproject.toml")
+    assert bad.returncode == 2 and "pyproject.toml" in bad.stderr
+
+
+def test_merge_prefers_same_rule_on_the_line():
+    s = [Finding("GC201", "static", "a.py", 5, 0, "f", "branch", "if t:"), Finding("GC104", "static", "a.py", 5, 0, "f", "cast", "if t:")]
+    r = [Finding("GC104", "sync", "a.py", 5, 0, "f", "int", "if t:", count=3, evidence={"op": "Tensor.__bool__"})]
+    rows = merge(s, r)
+    assert len(rows) == 2
+    hit = next(x for x in rows if x.rule == "GC104")
+    assert hit.evidence["kinds"] == ["static", "sync"] and hit.count == 3
+
+
+PLUGIN_TEST = '''
+import pytest
+import torch
+
+def test_fixture_audits(graphcheck):
+    t = graphcheck_target()
+    found = graphcheck.audit(t, steps=2)
+    assert [f.rule for f in found] == ["GC101"], graphcheck.describe(found)
+
+@pytest.mark.graph_safe
+def test_clean_body():
+    x = torch.randn(4)
+    torch.where(x > 0, x, 0).topk(2)
+
+@pytest.mark.graph_safe
+def test_syncing_body():
+    x = torch.randn(4)
+    x.sum().item()
+
+def graphcheck_target():
+    from graphcheck import Target
+    return Target(step=lambda x: x.sum().item(), make_inputs=lambda k: torch.randn(3), state=dict, name="t")
+'''
+
+
+def test_pytest_plugin(pytester):
+    pytester.makepyfile(PLUGIN_TEST)
+    res = pytester.runpytest_subprocess()       # the plugin loads through its pytest11 entry point
+    res.assert_outcomes(passed=2, failed=1)
+    res.stdout.fnmatch_lines(["*SyncError*GC101*"])
+
+
+@pytest.mark.skipif(shutil.which("pre-commit") is None and not (Path(sys.executable).parent / "pre-commit").exists(),
+                    reason="pre-commit is not installed")
+def test_pre_commit_hook_on_a_temp_repo(tmp_path):
+    exe = shutil.which("pre-commit") or str(Path(sys.executable).parent / "pre-commit")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pc-home"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    run = lambda *a: subprocess.run(a, cwd=repo, capture_output=True, text=True, env=env)  # noqa: E731
+    run("git", "init", "-q")
+    (repo / ".pre-commit-config.yaml").write_text(textwrap.dedent(f"""
+        repos:
+          - repo: local
+            hooks:
+              - id: graphcheck-scan
+                name: graphcheck scan
+                entry: {sys.executable} -m graphcheck scan --no-cache
+                language: system
+                types: [python]
+        """))
+    # the hook definition we ship must be what the local hook mirrors
+    shipped = (ROOT / ".pre-commit-hooks.yaml").read_text()
+    assert "id: graphcheck-scan" in shipped and "id: graphcheck-run" in shipped and "manual" in shipped
+    (repo / "ok.py").write_text("import torch\ndef f(x: torch.Tensor):\n    return x.sum()\n")
+    run("git", "add", ".")
+    ok = run(exe, "run", "--files", "ok.py")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    (repo / "bad.py").write_text("import torch\ndef f(x: torch.Tensor):\n    return x.sum().item()\n")
+    run("git", "add", ".")
+    bad = run(exe, "run", "--files", "bad.py")
+    assert bad.returncode == 1 and "GC101" in bad.stdout
+
+
+def test_pre_commit_against_the_shipped_hooks(tmp_path):
+    """pre-commit's own `try-repo` installs this repo's hooks from .pre-commit-hooks.yaml."""
+    exe = shutil.which("pre-commit") or str(Path(sys.executable).parent / "pre-commit")
+    if not Path(exe).exists():
+        pytest.skip("pre-commit is not installed")
+    if not (ROOT / ".git").exists():
+        pytest.skip("needs the repository checkout (try-repo reads its git history)")
+    repo = tmp_path / "user"
+    repo.mkdir()
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pc-home")}
+    subprocess.run(["git", "init", "-q"], cwd=repo, env=env)
+    (repo / "bad.py").write_text("import torch\ndef f(x: torch.Tensor):\n    torch.cuda.synchronize()\n")
+    subprocess.run(["git", "add", "."], cwd=repo, env=env)
+    r = subprocess.run([exe, "try-repo", str(ROOT), "graphcheck-scan", "--files", "bad.py"], cwd=repo,
+                       capture_output=True, text=True, env=env, timeout=600)
+    if "Could not find" in r.stdout + r.stderr or "uncommitted" in (r.stdout + r.stderr).lower() and r.returncode not in (0, 1):
+        pytest.skip("try-repo could not resolve the hooks: " + (r.stdout + r.stderr)[-200:])
+    assert r.returncode == 1 and "GC601" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]

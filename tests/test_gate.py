@@ -238,6 +238,7 @@ def test_pre_commit_hook_on_a_temp_repo(tmp_path):
     assert bad.returncode == 1 and "GC101" in bad.stdout
 
 
+@pytest.mark.slow
 def test_pre_commit_against_the_shipped_hooks(tmp_path):
     """pre-commit's own `try-repo` installs this repo's hooks from .pre-commit-hooks.yaml."""
     exe = shutil.which("pre-commit") or str(Path(sys.executable).parent / "pre-commit")

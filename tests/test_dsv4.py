@@ -1,0 +1,348 @@
+"""dsv4_model: configuration, checkpoints and their validation, every layer's formula, the correctness fixes,
+prefill/decode agreement, precision policy, chat encoding, sampling and the CLI."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dsv4_model
+from conftest import ROOT
+from dsv4_model import CheckpointError, config, quant
+from dsv4_model.checkpoint import random_state, write_checkpoint
+from dsv4_model.compressor import Compressor
+from dsv4_model.encoding import encode_messages
+from dsv4_model.generate import sample
+from dsv4_model.moe import swiglu
+from dsv4_model.precision import DEFAULT_POLICY, parse_overrides, resolve
+from dsv4_model.rope import apply_rope
+from kernels.compressor_reduce import compressor_reduce
+from kernels.fused_swiglu.reference import fused_swiglu_ref
+
+
+@pytest.fixture(scope="module")
+def model():
+    return dsv4_model.load("tiny", max_seq_len=512)
+
+
+def test_tiny_preset_covers_every_layer_kind(model):
+    a = model.args
+    assert a.n_layers >= 4 and {0, 4, 128} <= set(a.compress_ratios[: a.n_layers])
+    assert a.n_hash_layers >= 1 and a.window_size <= 128
+    root = dsv4_model.tiny()
+    assert (root / "config.json").exists() and (root / "tokenizer.json").exists()
+    assert any(n.endswith(".weight_scale") for n in _names(root))         # NVFP4 on disk, written by the real writer
+
+
+def _names(root: Path) -> list[str]:
+    from safetensors import safe_open
+    out = []
+    for f in root.glob("*.safetensors"):
+        with safe_open(str(f), "pt") as fh:
+            out += list(fh.keys())
+    return out
+
+
+def test_presets_and_config_keys():
+    for preset in (config.tiny(), config.small(), config.flash(), config.pro()):
+        preset.validate()
+    cfg = json.loads((dsv4_model.tiny() / "config.json").read_text())
+    a = config.args_from_config(cfg)
+    assert a.compress_ratios == cfg["compress_ratios"]
+    with pytest.raises(ValueError, match="compress_ratios"):
+        config.args_from_config({k: v for k, v in cfg.items() if k != "compress_ratios"})
+
+
+def test_prefill_agrees_with_token_by_token_decode(model):
+    """fp32, simulations off, index_topk >= #blocks (the indexer's zero ties make top-k order arbitrary)."""
+    model.set_simulation(False)
+    try:
+        for layer in model.layers:
+            if getattr(layer.attn, "indexer", None) is not None:
+                layer.attn.indexer.topk = 10_000
+        T = 320                                          # past the window wrap and two HCA blocks of 128
+        toks = torch.randint(16, model.args.vocab_size, (1, T), generator=torch.Generator().manual_seed(3))
+        pre = model.prefill(toks)[0]
+        dec = model.score(toks[0])
+        assert pre.shape == dec.shape == (T, model.args.vocab_size)
+        err = (pre - dec).abs().max().item()
+        assert err < 1e-4, err
+    finally:
+        model.set_simulation(True)
+        for layer in model.layers:
+            if getattr(layer.attn, "indexer", None) is not None:
+                layer.attn.indexer.topk = model.args.index_topk
+
+
+def test_compressor_bias_goes_on_logits_only():
+    torch.manual_seed(0)
+    kv, gate, bias = torch.randn(5, 8, 16), torch.randn(5, 8, 16), torch.randn(8, 16)
+    right = (torch.softmax(gate + bias, dim=-2) * kv).sum(-2)
+    wrong = (torch.softmax(gate, dim=-2) * (kv + bias)).sum(-2)
+    got = compressor_reduce(kv, gate, bias)
+    assert torch.allclose(got, right, atol=1e-6) and not torch.allclose(got, wrong, atol=1e-3)
+
+
+@pytest.mark.parametrize("ratio", [4, 128])
+def test_compressor_module_pools_with_ape_on_the_score(ratio):
+    """A whole CSA/HCA block through Compressor.step vs the spec formula computed here."""
+    torch.manual_seed(1)
+    dim, D, rd = 32, 16, 8
+    comp = Compressor(dim, D, ratio, rd, 1e-6, "bf16", torch.float32, 1, 4 * ratio)
+    for p in comp.parameters():
+        p.data.normal_()
+    cs = _cs(4 * ratio, rd // 2)
+    xs = torch.randn(2 * ratio, 1, 1, dim)
+    for pos in range(2 * ratio):
+        comp.step(xs[pos], pos, cs, lambda c: c)
+    C = torch.stack([comp.wkv(x).float()[0, 0] for x in xs])
+    Z = torch.stack([comp.wgate(x).float()[0, 0] for x in xs])
+    b = 1                                            # the second block; CSA also sees block 0's first half
+    if ratio == 4:
+        rows_c = torch.cat([C[:4, :D], C[4:8, D:]])
+        rows_z = torch.cat([Z[:4, :D], Z[4:8, D:]])
+        ape = torch.cat([comp.ape[:, :D], comp.ape[:, D:]])
+    else:
+        rows_c, rows_z, ape = C[ratio:], Z[ratio:], comp.ape
+    pooled = (torch.softmax(rows_z + ape, 0) * rows_c).sum(0)
+    expected = comp._finish(pooled.view(1, D), b * ratio, cs, lambda c: c)
+    assert torch.allclose(comp.entries[0, b], expected[0], atol=1e-5)
+    wrong = (torch.softmax(rows_z, 0) * (rows_c + ape)).sum(0)
+    assert not torch.allclose(comp.entries[0, b], comp._finish(wrong.view(1, D), b * ratio, cs, lambda c: c)[0], atol=1e-3)
+
+
+def test_swiglu_clamps_the_raw_gate_before_silu():
+    L = 10.0
+    g = torch.tensor([20.0, 5.0, -30.0])
+    u = torch.tensor([1.0, 50.0, 1.0])
+    right = F.silu(g.clamp(max=L)) * u.clamp(-L, L)
+    wrong = F.silu(g).clamp(max=L) * u.clamp(-L, L)
+    assert torch.equal(swiglu(g, u, L), right) and not torch.equal(swiglu(g, u, L), wrong)
+    h = torch.cat([g, u]).view(1, 6)
+    assert torch.equal(fused_swiglu_ref(h, L, "split"), right.view(1, 3))
+    inter = torch.stack([g, u], -1).reshape(1, 6)
+    assert torch.equal(fused_swiglu_ref(inter, L, "interleaved"), right.view(1, 3))
+
+
+def test_shared_expert_uses_the_same_clamp(model):
+    e = model.layers[0].ffn.shared_experts
+    x = torch.randn(3, model.args.dim) * 50
+    h = swiglu(e.w1(x), e.w3(x), e.limit)
+    assert torch.allclose(e(x), e.w2(h.to(x.dtype)).float())
+    assert e.limit == model.args.swiglu_limit
+
+
+def test_hash_routing_table_has_distinct_experts(model):
+    gate = model.layers[0].ffn.gate
+    assert gate.hash
+    t = gate.tid2eid
+    assert t.shape == (model.args.vocab_size, model.args.n_activated_experts)
+    assert all(len(set(r.tolist())) == t.shape[1] for r in t)
+    assert int(t.max()) < model.args.n_routed_experts and int(t.min()) >= 0
+
+
+def test_router_bias_selects_but_does_not_weight():
+    from dsv4_model.moe import Gate
+    args = config.tiny()
+    g = Gate(args, layer=args.n_hash_layers, fmt="bf16", dtype=torch.float32)
+    g.weight.data.normal_()
+    x = torch.randn(4, args.dim)
+    w0, i0 = g(x, torch.zeros(4, dtype=torch.long))
+    g.bias.data[:] = 0
+    g.bias.data[0] = 100.0                          # forces expert 0 into every selection
+    w1, i1 = g(x, torch.zeros(4, dtype=torch.long))
+    assert (i1 == 0).any(-1).all()
+    scores = F.softplus(x @ g.weight.T).sqrt()
+    exp = scores.gather(-1, i1)
+    assert torch.allclose(w1, exp / exp.sum(-1, keepdim=True) * args.route_scale)
+
+
+def test_mhc_sinkhorn_is_doubly_stochastic(model):
+    hc = model.layers[0].hc_attn
+    X = torch.randn(1, 1, model.args.hc_mult, model.args.dim)
+    _, post, comb = hc.pre(X)
+    c = comb.reshape(-1, model.args.hc_mult, model.args.hc_mult)
+    assert torch.allclose(c.sum(-2), torch.ones_like(c.sum(-2)), atol=1e-5)      # columns exactly normalised last
+    assert torch.allclose(c.sum(-1), torch.ones_like(c.sum(-1)), atol=1e-2)
+    assert ((post > 0) & (post < 2)).all()
+
+
+def _cs(n: int, half: int) -> torch.Tensor:
+    ang = torch.randn(n, half)
+    return torch.stack([ang.cos(), ang.sin()], -1)
+
+
+def test_rope_round_trip():
+    x = torch.randn(2, 3, 8)
+    cs = _cs(3, 4)
+    assert torch.allclose(apply_rope(apply_rope(x, cs), cs, inverse=True), x, atol=1e-6)
+
+
+def test_nvfp4_weight_round_trip_and_grid():
+    w = torch.randn(32, 64)
+    q = quant.quantize_nvfp4_weight(w)
+    assert q["weight"].dtype == torch.uint8 and q["weight"].shape == (32, 32)
+    assert q["weight_scale"].dtype == torch.float8_e4m3fn and q["weight_scale"].shape == (32, 4)
+    d = quant.dequant_nvfp4_weight(q["weight"], q["weight_scale"], q["weight_scale_2"])
+    assert d.shape == w.shape and (d - w).abs().max() < 0.5 * w.abs().max()
+    q2 = quant.quantize_nvfp4_weight(d)
+    assert torch.equal(quant.dequant_nvfp4_weight(q2["weight"], q2["weight_scale"], q2["weight_scale_2"]), d)
+
+
+def test_kvcache_dequant_wrapper_rejects_bad_inputs():
+    from kernels.nvfp4_kvcache import dequantize_nvfp4_kvcache
+    M, N = 4, 64
+    fp4 = torch.randint(0, 255, (M, N // 2), dtype=torch.uint8)
+    sf = torch.rand(M, N // 16).to(torch.float8_e4m3fn)
+    gs = torch.ones(M)
+    out = dequantize_nvfp4_kvcache(fp4, sf, gs, M, N)
+    assert out.shape == (M, N)
+    with pytest.raises(ValueError, match=r"sf.numel\(\)=12 < M\*\(N/16\)=16"):
+        dequantize_nvfp4_kvcache(fp4, sf[:3], gs, M, N)
+    with pytest.raises(ValueError, match="fp4.numel"):
+        dequantize_nvfp4_kvcache(fp4[:2], sf, gs, M, N)
+    with pytest.raises(ValueError, match="contiguous"):
+        dequantize_nvfp4_kvcache(fp4, torch.rand(N // 16, M).to(torch.float8_e4m3fn).t(), gs, M, N)
+    with pytest.raises(TypeError, match="uint8"):
+        dequantize_nvfp4_kvcache(fp4.int(), sf, gs, M, N)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        dequantize_nvfp4_kvcache(fp4, sf, gs, M, 60)
+
+
+@pytest.mark.parametrize("fmt,naming,shard", [("fp32", "native", None), ("bf16", "hf", None), ("nvfp4", "hf", 200_000),
+                                             ("native-fp8", "native", None)])
+def test_checkpoint_formats_load(tmp_path, fmt, naming, shard):
+    args = config.tiny()
+    write_checkpoint(tmp_path, args, random_state(args, seed=2), fmt=fmt, naming=naming, shard_bytes=shard)
+    if shard:
+        assert (tmp_path / "model.safetensors.index.json").exists()
+    m = dsv4_model.load(tmp_path)
+    out = m.decode_step(torch.tensor([20]))
+    assert out.shape == (1, args.vocab_size) and torch.isfinite(out).all()
+
+
+def _tiny_copy(tmp_path) -> Path:
+    args = config.tiny()
+    write_checkpoint(tmp_path, args, random_state(args, seed=2), fmt="fp32", naming="native")
+    return tmp_path
+
+
+def _edit(root: Path, fn):
+    from safetensors.torch import load_file, save_file
+    f = next(root.glob("*.safetensors"))
+    sd = load_file(str(f))
+    fn(sd)
+    save_file(sd, str(f))
+
+
+def test_missing_tensor_named(tmp_path):
+    root = _tiny_copy(tmp_path)
+    _edit(root, lambda sd: sd.pop("layers.1.attn.wkv.weight"))
+    with pytest.raises(CheckpointError, match="layers.1.attn.wkv.weight"):
+        dsv4_model.load(root)
+
+
+def test_wrong_shape_named(tmp_path):
+    root = _tiny_copy(tmp_path)
+    _edit(root, lambda sd: sd.__setitem__("head.weight", sd["head.weight"][:, :-1].clone()))
+    with pytest.raises(CheckpointError, match=r"head.weight.*expected"):
+        dsv4_model.load(root)
+
+
+def test_unexpected_tensor_named(tmp_path):
+    root = _tiny_copy(tmp_path)
+    _edit(root, lambda sd: sd.__setitem__("layers.0.attn.bogus.weight", torch.zeros(2)))
+    with pytest.raises(CheckpointError, match="bogus"):
+        dsv4_model.load(root)
+
+
+def test_truncated_file_named(tmp_path):
+    root = _tiny_copy(tmp_path)
+    f = next(root.glob("*.safetensors"))
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=f.name):
+        dsv4_model.load(root)
+
+
+def test_non_finite_scale_named(tmp_path):
+    args = config.tiny()
+    write_checkpoint(tmp_path, args, random_state(args, seed=2), fmt="nvfp4", naming="hf")
+
+    def poison(sd):
+        k = next(k for k in sorted(sd) if k.endswith("weight_scale_2"))
+        sd[k] = torch.tensor(float("nan"))
+        poison.key = k
+    _edit(tmp_path, poison)
+    with pytest.raises(CheckpointError, match="non-finite"):
+        dsv4_model.load(tmp_path)
+
+
+def test_precision_policy_defaults_and_overrides():
+    assert DEFAULT_POLICY["lm_head"] == "bf16" and DEFAULT_POLICY["routed_experts"] == "fp4"
+    assert DEFAULT_POLICY["indexer_q_b_proj"] == "fp4" and DEFAULT_POLICY["router_gate"] == "bf16"
+    p = resolve(parse_overrides(["lm_head=fp4"]))
+    assert p["lm_head"] == "fp4" and p["router_gate"] == "bf16"
+    with pytest.raises(ValueError, match="lm_headz"):
+        parse_overrides(["lm_headz=fp4"])
+    with pytest.raises(ValueError, match="fp3"):
+        parse_overrides(["lm_head=fp3"])
+    base = dsv4_model.load("tiny")
+    ab = dsv4_model.load("tiny", precision=["lm_head=fp4"])
+    assert base.head.fmt == "bf16" and ab.head.fmt == "fp4"
+    t = torch.tensor([30])
+    assert not torch.equal(base.decode_step(t), ab.decode_step(t))
+
+
+def test_chat_encoding_matches_the_spec_example():
+    msgs = [{"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": "Hi there! How can I help you?", "reasoning_content": "greeting"},
+            {"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": "The capital of France is Paris.", "reasoning_content": "The user asks … Paris."}]
+    got = encode_messages(msgs, thinking_mode="thinking")
+    assert got == ("<｜begin▁of▁sentence｜>You are a helpful assistant.<｜User｜>Hello<｜Assistant｜></think>Hi there! How can I "
+                   "help you?<｜end▁of▁sentence｜><｜User｜>What is the capital of France?<｜Assistant｜><think>The user asks … "
+                   "Paris.</think>The capital of France is Paris.<｜end▁of▁sentence｜>")
+    chat = encode_messages(msgs[:2])
+    assert chat.endswith("<｜User｜>Hello<｜Assistant｜></think>")
+    assert encode_messages(msgs[:2], thinking_mode="thinking", reasoning_effort="max").startswith(
+        "<｜begin▁of▁sentence｜>Reasoning Effort: Absolute maximum")
+    with pytest.raises(ValueError, match="tool"):
+        encode_messages([{"role": "tool", "content": "x"}])
+
+
+def test_tokenizer_round_trip_and_specials(tmp_path):
+    from dsv4_model.tokenizer import ByteTokenizer
+    tok = ByteTokenizer.load(dsv4_model.tiny() / "tokenizer.json")
+    text = "<｜begin▁of▁sentence｜>héllo<｜User｜>"
+    ids = tok.encode(text)
+    assert ids[0] == tok.encode("<｜begin▁of▁sentence｜>")[0] < 16 and tok.decode(ids) == text
+
+
+def test_sampling():
+    logits = torch.tensor([[0.0, 5.0, 1.0, -1.0]])
+    assert sample(logits, temperature=0.0).item() == 1
+    g = torch.Generator().manual_seed(0)
+    picks = {sample(logits, temperature=1.0, top_k=2, generator=g).item() for _ in range(200)}
+    assert picks <= {1, 2} and len(picks) == 2
+
+
+def test_generate_and_score_cli(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    g = subprocess.run([sys.executable, "-m", "dsv4_model", "generate", "--prompt", "hi", "--max-new-tokens", "4",
+                        "--temperature", "0"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert g.returncode == 0, g.stderr
+    s = subprocess.run([sys.executable, "-m", "dsv4_model", "score", "--tokens", "20,21,22", "--out", "l.pt"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert s.returncode == 0, s.stderr
+    assert torch.load(tmp_path / "l.pt").shape[0] == 3
+    bad = subprocess.run([sys.executable, "-m", "dsv4_model", "score", "--tokens", "1,x"], capture_output=True, text=True,
+                         env=env, cwd=tmp_path)
+    assert bad.returncode != 0 and "--tokens" in bad.stderr
+    nock = subprocess.run([sys.executable, "-m", "dsv4_model", "generate", "--prompt", "x", "--checkpoint", "nowhere"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert nock.returncode == 2 and "nowhere" in nock.stderr

@@ -15,7 +15,12 @@ def available(name: str) -> tuple[bool, str]:
         return False, "no CUDA device"
     if name in ("compressor_reduce", "nvfp4_kvcache") and not (shutil.which("nvcc") or os.environ.get("CUDA_HOME")):
         return False, "nvcc not found (needed to JIT-build the CUDA extension)"
-    if name in ("fused_swiglu", "nvfp4_gemv"):
+    if name == "nvfp4_gemv":
+        try:
+            import triton  # noqa: F401
+        except Exception as e:  # noqa: BLE001
+            return False, f"triton not importable ({e.__class__.__name__})"
+    if name == "fused_swiglu":
         try:
             import cutlass  # noqa: F401
             import cutlass.cute  # noqa: F401

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import torch
 
-_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+from dsv4_model.quant import unpack_e2m1
 
 
 def dequantize_nvfp4_kvcache_ref(fp4: torch.Tensor, sf: torch.Tensor, global_scale: torch.Tensor, M: int, N: int,
                                  out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    b = fp4.reshape(-1)[: M * N // 2].view(M, N // 2)
-    table = torch.tensor(_E2M1, device=fp4.device)
-    vals = torch.stack([table[(b & 0xF).long()], table[(b >> 4).long()]], -1).reshape(M, N)
+    vals = unpack_e2m1(fp4.reshape(-1)[: M * N // 2].view(M, N // 2))
     s = sf.reshape(-1)[: M * (N // 16)].view(M, N // 16).float().repeat_interleave(16, 1)
     return (vals * s * global_scale.float().view(M, 1)).to(out_dtype)

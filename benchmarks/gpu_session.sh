@@ -14,7 +14,6 @@ try:
 except Exception as e: print("cutlass missing", e)
 PY
 cat "$OUT/env.txt"
-pip install -q rich safetensors pytest 2>/dev/null | tail -1
 timeout 300 python -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_runtime.py -k "cuda or parity or raise or capture" -x 2>&1 | tail -25 | tee "$OUT/pytest-gpu.txt"
 timeout 240 compute-sanitizer --tool memcheck --print-limit 20 python -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "kvcache or compressor" 2>&1 | tail -12 | tee "$OUT/memcheck.txt"
 for t in dsv4_model.target:reference_decode kernels.targets:compressor_reduce_csa kernels.targets:compressor_reduce_hca kernels.targets:nvfp4_kvcache kernels.targets:fused_swiglu kernels.targets:nvfp4_gemv; do

@@ -5,6 +5,16 @@ from __future__ import annotations
 import torch
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+_E2M1_ON: dict[torch.device, torch.Tensor] = {}
+
+
+def e2m1_table(device: torch.device) -> torch.Tensor:
+    """The code->value table on `device`, copied there once: a per-call `.to(device)` is a pageable host-to-device
+    copy (a sync, and a capture failure) on every decode step."""
+    t = _E2M1_ON.get(device)
+    if t is None:
+        t = _E2M1_ON[device] = E2M1.to(device)
+    return t
 FP8_MAX = 448.0
 FP4_MAX = 6.0
 
@@ -13,13 +23,13 @@ def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
     """[.., n/2] bytes -> [.., n] float32; low nibble = element 2j, high nibble = 2j+1."""
     b = packed.view(torch.uint8) if packed.dtype == torch.int8 else packed
     lo, hi = (b & 0xF).long(), (b >> 4).long()
-    table = E2M1.to(packed.device)
+    table = e2m1_table(packed.device)
     return torch.stack([table[lo], table[hi]], dim=-1).flatten(-2)
 
 
 def quantize_e2m1(x: torch.Tensor) -> torch.Tensor:
     """Round float values (already scaled into [-6, 6]) to e2m1 codes, nearest, ties to even code."""
-    mags = E2M1[:8].to(x.device)
+    mags = e2m1_table(x.device)[:8]
     ax = x.abs().clamp(max=FP4_MAX)
     idx = (ax.unsqueeze(-1) - mags).abs().argmin(-1)
     return (idx | ((x < 0).long() << 3)).to(torch.uint8)
@@ -75,7 +85,7 @@ def nvfp4_act_fake_quant(x: torch.Tensor, input_scale: torch.Tensor) -> torch.Te
     s = input_scale.float().clamp(min=1e-30)
     blk = (xf.abs().amax(-1, keepdim=True) / FP4_MAX / s).clamp(max=FP8_MAX).to(torch.float8_e4m3fn).float()
     denom = (blk * s).clamp(min=1e-30)
-    q = E2M1.to(x.device)[quantize_e2m1(xf / denom).long()]
+    q = e2m1_table(x.device)[quantize_e2m1(xf / denom).long()]
     return (q * denom).reshape(shape).to(x.dtype)
 
 
@@ -144,5 +154,5 @@ def fp4_fake_quant(x: torch.Tensor, block: int = 32) -> torch.Tensor:
     shape = x.shape
     xf = x.float().reshape(*shape[:-1], shape[-1] // block, block)
     s = _pow2_scale(xf.abs().amax(-1, keepdim=True), FP4_MAX)
-    q = E2M1.to(x.device)[quantize_e2m1(xf / s).long()]
+    q = e2m1_table(x.device)[quantize_e2m1(xf / s).long()]
     return (q * s).reshape(shape).to(x.dtype)

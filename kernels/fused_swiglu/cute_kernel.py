@@ -72,7 +72,7 @@ def fused_swiglu_cute(h: torch.Tensor, limit: float, layout: str = "split") -> t
     rows, width = h2.shape
     out = torch.empty(rows, width // 2, dtype=torch.bfloat16, device=h.device)
     if rows:
-        fn = _compiled(layout == "interleaved", width)  # graphcheck: ignore[GC802] -- cached per shape class; built at warm-up, before capture
+        fn = _compiled(layout == "interleaved", width)   # cached per shape class: compiled at warm-up, before capture
         fn(_dl(h2), _dl(out), cutlass.Float32(limit), cutlass.Int32(rows), cutlass.Int32(width // 2),
            cuda.CUstream(torch.cuda.current_stream().cuda_stream))
     return out.view(*shape[:-1], width // 2)

@@ -38,7 +38,7 @@ def _nvfp4_gemv_kernel(x_ptr, w_ptr, s_ptr, s2_ptr, y_ptr, B, N, K,
             packed = packed.to(tl.int32)
             lo = _e2m1(packed & 0xF)
             hi = _e2m1((packed >> 4) & 0xF)
-            sc = tl.load(s_ptr + rows[:, None] * (K // 16) + (kb[None, :] // 8), mask=rmask[:, None] & kmask[None, :], other=0)
+            sc = tl.load(s_ptr + rows[:, None] * (K // 16) + (kb[None, :] // 8), mask=rmask[:, None] & kmask[None, :], other=0.0)
             sc = sc.to(tl.float32)
             xe = tl.load(x_ptr + b * K + 2 * kb, mask=(kmask & (b < B)), other=0.0).to(tl.float32)
             xo = tl.load(x_ptr + b * K + 2 * kb + 1, mask=(kmask & (b < B)), other=0.0).to(tl.float32)

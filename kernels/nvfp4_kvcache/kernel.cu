@@ -23,10 +23,11 @@ __global__ void dequant_kernel(const uint8_t* __restrict__ fp4, const uint8_t* _
   int64_t col = (i % half) * 2;
   __nv_fp8_e4m3 s;
   s.__x = sf[m * (N / 16) + col / 16];
-  float scale = float(s) * gs[m];
+  float scale = float(s), g = gs[m];
   uint8_t b = fp4[i];
-  out[m * N + col] = cast_out<T>(kE2M1[b & 0xF] * scale);
-  out[m * N + col + 1] = cast_out<T>(kE2M1[b >> 4] * scale);
+  // (value * block scale) * row scale: the reference's order, so fp32 results are bit-identical
+  out[m * N + col] = cast_out<T>((kE2M1[b & 0xF] * scale) * g);
+  out[m * N + col + 1] = cast_out<T>((kE2M1[b >> 4] * scale) * g);
 }
 
 torch::Tensor dequant_cuda(torch::Tensor fp4, torch::Tensor sf, torch::Tensor gs, int64_t M, int64_t N, bool bf16) {

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The project gates itself: scan + audit + capture of the DSV4 decode against the committed baseline.
+# A new hazard in the decode path (an `.item()`, a host branch, a growing slice) fails here at its line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p build
+graphcheck run --no-progress -o build/inventory.json
+graphcheck report build/inventory.json --format html -o build/inventory.html

@@ -38,8 +38,8 @@ def _nvfp4_gemv_kernel(x_ptr, w_ptr, s_ptr, s2_ptr, y_ptr, B, N, K,
             packed = packed.to(tl.int32)
             lo = _e2m1(packed & 0xF)
             hi = _e2m1((packed >> 4) & 0xF)
-            sc = tl.load(s_ptr + rows[:, None] * (K // 16) + (kb[None, :] // 8), mask=rmask[:, None] & kmask[None, :], other=0.0)
-            sc = sc.to(tl.float32)
+            sc = tl.load(s_ptr + rows[:, None] * (K // 16) + (kb[None, :] // 8), mask=rmask[:, None] & kmask[None, :], other=0)
+            sc = sc.to(tl.float8e4nv, bitcast=True).to(tl.float32)        # scales travel as raw e4m3 bytes
             xe = tl.load(x_ptr + b * K + 2 * kb, mask=(kmask & (b < B)), other=0.0).to(tl.float32)
             xo = tl.load(x_ptr + b * K + 2 * kb + 1, mask=(kmask & (b < B)), other=0.0).to(tl.float32)
             acc += tl.sum((lo * xe[None, :] + hi * xo[None, :]) * sc, axis=1)
@@ -59,6 +59,6 @@ def nvfp4_gemv_triton(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
     batch = 1 << max(B - 1, 0).bit_length()               # one compiled variant per power-of-two batch
     grid = (triton.cdiv(N, block_n),)
     # Triton launches on torch's current stream, so this captures into CUDA graphs.
-    _nvfp4_gemv_kernel[grid](x, weight.contiguous(), weight_scale.contiguous(), weight_scale_2.float().reshape(1), y, B, N, K,
+    _nvfp4_gemv_kernel[grid](x, weight.contiguous(), weight_scale.contiguous().view(torch.uint8), weight_scale_2.float().reshape(1), y, B, N, K,
                              BLOCK_N=block_n, BLOCK_K=block_k, BATCH=batch)
     return y

@@ -146,6 +146,20 @@ _DYN = {"nonzero": "GC301", "argwhere": "GC301", "_unique": "GC303", "_unique2":
         "unique_consecutive": "GC303", "bincount": "GC304", "masked_select": "GC306", "repeat_interleave": "GC307"}
 
 
+_INTERESTING: dict = {}
+_NAMED = {"_local_scalar_dense", "is_nonzero", "lift_fresh", "lift_fresh_copy", "equal", "allclose", "_to_copy", "copy_"}
+
+
+def _interesting(func) -> bool:
+    """Whether an aten op can ever be a hazard; decided once per op, so the common case costs one dict lookup."""
+    hit = _INTERESTING.get(func)
+    if hit is None:
+        tags = func.tags
+        hit = _INTERESTING[func] = (func._schema.name.split("::")[-1] in _NAMED or torch.Tag.dynamic_output_shape in tags
+                                    or torch.Tag.data_dependent_output in tags)
+    return hit
+
+
 class _DispatchLayer(TorchDispatchMode):
     def __init__(self, audit: "PortableAudit"):
         super().__init__()
@@ -153,7 +167,7 @@ class _DispatchLayer(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.audit.depth == 0 and self.audit.active():
+        if self.audit.depth == 0 and _interesting(func) and self.audit.active():
             hit = self._classify(func, args, kwargs)
             if hit is not None:
                 self.audit.event(hit[0], str(func), sys._getframe(1), hit[1])

@@ -81,6 +81,23 @@ class Cache(torch.nn.Module):
     assert got == [("GC406", "Cache.step")]
 
 
+def test_module_level_host_tensor_moved_per_call(scan_src):
+    src = """
+import torch
+TABLE = torch.tensor([0.0, 0.5, 1.0])
+DEV_TABLE = torch.zeros(3, device="cuda")
+
+def f(x: torch.Tensor):
+    a = TABLE.to(x.device)              # pageable H2D copy on every call
+    b = TABLE[:2].to(device=x.device)
+    c = TABLE.to(torch.float16)         # dtype only: stays on the host
+    d = DEV_TABLE.to(x.device)          # already on the device
+    return a, b, c, d
+"""
+    got = [(f.rule, f.line) for f in scan_src(src) if f.rule == "GC402"]
+    assert got == [("GC402", 7), ("GC402", 8)]
+
+
 def test_custom_kernel_rules(scan_src):
     src = """
 import torch

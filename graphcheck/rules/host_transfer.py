@@ -65,6 +65,11 @@ def _calls(ctx, node: ast.Call) -> None:
             ctx.report("GC402", node, call=".cuda()")
         elif m == "to" and _to_cuda(node):
             ctx.report("GC402", node, call=".to('cuda')")
+        elif m == "to" and ctx.is_host_tensor(f.value) and _to_some_device(node):
+            base = f.value
+            while isinstance(base, ast.Subscript):
+                base = base.value
+            ctx.report("GC402", node, call=f"{dotted(base)}.to(device)")
         elif m == "pin_memory" and not node.args:
             ctx.report("GC402", node, call=".pin_memory()")
         elif not tname and ctx.is_numpy_call(f) and ".random." not in f".{dotted(f)}." and not (
@@ -75,6 +80,17 @@ def _calls(ctx, node: ast.Call) -> None:
             f.value if isinstance(f, ast.Attribute) else None)
         if not (isinstance(src, ast.Name) and src.id in s.pinned):
             ctx.report("GC403", node)
+
+
+def _to_some_device(node: ast.Call) -> bool:
+    """`.to(x.device)`, `.to(device=d)`, `.to(dev)` — a move whose target is a device, not a dtype."""
+    if any(k.arg == "device" for k in node.keywords):
+        return True
+    if not node.args:
+        return False
+    a = node.args[0]
+    return (isinstance(a, ast.Attribute) and a.attr == "device") or (isinstance(a, ast.Name) and "dev" in a.id.lower()) or (
+        isinstance(a, ast.Constant) and isinstance(a.value, str) and not a.value.startswith("cpu"))
 
 
 def _to_cuda(node: ast.Call) -> bool:

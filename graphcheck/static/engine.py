@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..rules import FAMILIES, RULES, format_message
 from .inference import TensorScope, class_tensor_attrs, dotted, infer_function
 
-ENGINE_VERSION = "2"
+ENGINE_VERSION = "3"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS: dict[type, list] = {}
@@ -120,6 +120,13 @@ class _Ctx:
                     return True
         return False
 
+    def is_host_tensor(self, node: ast.AST) -> bool:
+        """A module-level tensor built on the host (`TABLE = torch.tensor([...])`), or a slice of one."""
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        return isinstance(node, ast.Name) and node.id in self.a.host_tensors and not (
+            self.func and node.id in self.scope.names)
+
     def is_stream_or_event(self, node: ast.AST) -> bool:
         return isinstance(node, ast.Name) and node.id in self.a.stream_names
 
@@ -163,6 +170,19 @@ class FileAnalyzer:
         self.kernel_names: set[str] = set()
         self.kernel_attrs: set[str] = set()
         self.module_defs: set[str] = set()
+        self.host_tensors: set[str] = set()     # module-level tensors built on the host (no device=)
+
+    _HOST_CTORS = {"tensor", "as_tensor", "arange", "zeros", "ones", "full", "empty", "linspace", "eye", "rand", "randn"}
+
+    def _host_tensors(self, tree: ast.Module, torch_names: set[str]) -> None:
+        for node in tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+                name = dotted(node.value.func)
+                head, _, last = name.partition(".")
+                if head in torch_names and last in self._HOST_CTORS and not any(k.arg == "device" for k in node.value.keywords):
+                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                        if isinstance(t, ast.Name):
+                            self.host_tensors.add(t.id)
 
     def line(self, n: int) -> str:
         return self.lines[n - 1].strip() if 0 < n <= len(self.lines) else ""
@@ -172,6 +192,7 @@ class FileAnalyzer:
         funcs, classes = self._collect(tree)
         torch_names = {a for a, v in self.imports.items() if v["target"] in ("torch", "torch.nn.functional")} | {"torch"}
         self._file_facts(funcs)
+        self._host_tensors(tree, torch_names)
         class_info: dict[str, dict] = {}
         class_scopes: dict[str, tuple[set, set, set]] = {}
         for cname, (cnode, methods) in classes.items():

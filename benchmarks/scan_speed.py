@@ -44,6 +44,16 @@ def main() -> int:
     print(f"bare ast.parse (sequential)  {t_parse:7.2f} s   1.00x")
     print(f"graphcheck scan, cold        {t_cold:7.2f} s   {t_cold / t_parse:4.2f}x of parse")
     print(f"graphcheck scan, warm cache  {t_warm:7.2f} s   {t_warm / t_parse:4.2f}x of parse ({warm.cached} cached)")
+    import shutil
+    import subprocess
+    exe = shutil.which("torchfix")
+    if exe is None:
+        print("TorchFix: not installed (pip install torchfix to add it to this comparison)")
+    else:
+        t0 = time.perf_counter()
+        subprocess.run([exe, str(top)], capture_output=True)
+        t_fix = time.perf_counter() - t0
+        print(f"TorchFix (libcst)            {t_fix:7.2f} s   {t_fix / t_parse:4.2f}x of parse")
     return 0
 
 

@@ -346,3 +346,55 @@ def test_generate_and_score_cli(tmp_path):
     nock = subprocess.run([sys.executable, "-m", "dsv4_model", "generate", "--prompt", "x", "--checkpoint", "nowhere"],
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert nock.returncode == 2 and "nowhere" in nock.stderr
+
+
+def test_rmsnorm_and_unweighted_rms_formulas():
+    from dsv4_model.linear import RMSNorm, unweighted_rms
+    x = torch.randn(3, 16)
+    n = RMSNorm(16, 1e-6)
+    n.weight.data = torch.rand(16)
+    assert torch.allclose(n(x), n.weight * x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6), atol=1e-6)
+    assert torch.allclose(unweighted_rms(x, 1e-6), x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6), atol=1e-6)
+
+
+def test_mhc_post_and_head_formulas(model):
+    hc, d = model.args.hc_mult, model.args.dim
+    X = torch.randn(1, 1, hc, d)
+    y = torch.randn(1, 1, d)
+    post = torch.rand(1, 1, hc) * 2
+    comb = torch.rand(1, 1, hc, hc)
+    got = model.layers[0].hc_attn.post(y, X, post, comb)
+    want = torch.stack([post[0, 0, k] * y[0, 0] + sum(comb[0, 0, j, k] * X[0, 0, j] for j in range(hc)) for k in range(hc)])
+    assert torch.allclose(got[0, 0], want, atol=1e-5)
+    head = model.hc_head
+    f = X.flatten(-2)
+    pre = torch.sigmoid((f @ head.fn.T) / torch.sqrt(f.pow(2).mean(-1, keepdim=True) + head.norm_eps) * head.scale + head.base) + head.eps
+    assert torch.allclose(head(X), (pre.unsqueeze(-1) * X).sum(-2), atol=1e-5)
+
+
+def test_attention_sink_takes_mass_without_value(model):
+    """softmax over [scores, sink] with the sink's column dropped: rows sum to < 1, exactly as the formula."""
+    attn = model.layers[0].attn
+    H, D = attn.H, attn.D
+    s = torch.randn(1, 1, H, 5)
+    sink = attn.attn_sink.view(1, 1, H, 1)
+    p = torch.softmax(torch.cat([s, sink.expand(1, 1, H, 1)], -1), -1)[..., :-1]
+    want = torch.exp(s) / (torch.exp(s).sum(-1, keepdim=True) + torch.exp(sink))
+    assert torch.allclose(p, want, atol=1e-6) and (p.sum(-1) < 1).all()
+
+
+def test_precision_policy_reaches_every_projection():
+    from dsv4_model.linear import Linear
+    from dsv4_model.moe import Gate
+    from dsv4_model.precision import component_of
+    for overrides in ([], ["lm_head=fp4", "routed_experts=bf16", "router_gate=fp8"]):
+        m = dsv4_model.load("tiny", precision=overrides)
+        policy = resolve(parse_overrides(overrides))
+        seen = set()
+        for name, mod in m.named_modules():
+            if isinstance(mod, (Linear, Gate)) and not name.endswith(".wo_a"):   # wo_a: bf16 by design (the reference's)
+                comp = component_of(name)
+                assert mod.fmt == policy[comp], (name, mod.fmt, policy[comp])
+                seen.add(comp)
+        assert {"lm_head", "router_gate", "routed_experts", "shared_experts", "attention", "compressor",
+                "indexer_q_b_proj"} <= seen

@@ -44,7 +44,7 @@ def _load(spec: str, cfg: Config):
 
 def _runtime(kind: str, spec: str, cfg: Config, args) -> list[Finding]:
     target = _load(spec, cfg)
-    steps = args.steps or cfg.steps if hasattr(args, "steps") else cfg.steps
+    steps = getattr(args, "steps", None) or cfg.steps
     if kind == "sync":
         from .runtime.audit import audit
         return audit(target, steps=steps, warmup=cfg.warmup, strict=getattr(args, "strict", False))

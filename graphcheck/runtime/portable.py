@@ -286,7 +286,9 @@ def cuda_shims():
         yield
         return
     with contextlib.ExitStack() as stack:
-        for owner, attr, _, _ in _patch_targets()[:6]:
+        for owner, attr, _, _ in _patch_targets():
+            if owner not in (torch.cuda, torch.cuda.Stream, torch.cuda.Event):
+                continue
             orig = getattr(owner, attr, None)
             if orig is None:
                 continue

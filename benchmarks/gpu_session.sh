@@ -12,7 +12,7 @@ for m in ("triton", "cutlass"):
 PY
 timeout 280 python -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_runtime.py -k "cuda or parity or raise or capture" 2>&1 | tail -30 > "$OUT/pytest-gpu.txt"; tail -6 "$OUT/pytest-gpu.txt"
 timeout 200 compute-sanitizer --tool memcheck --print-limit 20 python -m pytest -q -p no:cacheprovider tests/test_kernels.py -k "kvcache or compressor" > "$OUT/memcheck.txt" 2>&1; tail -3 "$OUT/memcheck.txt"
-for t in dsv4_model.target:reference_decode kernels.targets:compressor_reduce_csa kernels.targets:compressor_reduce_hca kernels.targets:nvfp4_kvcache kernels.targets:fused_swiglu kernels.targets:nvfp4_gemv; do
+for t in dsv4_model.target:reference_decode dsv4_kernels.targets:compressor_reduce_csa dsv4_kernels.targets:compressor_reduce_hca dsv4_kernels.targets:nvfp4_kvcache dsv4_kernels.targets:fused_swiglu dsv4_kernels.targets:nvfp4_gemv; do
   echo "== capture $t"; timeout 120 python -m graphcheck capture "$t" --device cuda 2>&1 | grep -E "GC0|clean|Error" | cut -c1-220
 done 2>&1 | tee "$OUT/capture.txt"
 echo "== audit (portable + CUDA layer)"; timeout 120 python -m graphcheck audit dsv4_model.target:reference_decode --device cuda 2>&1 | grep -E "GC[0-9]" | cut -c1-200 | tee "$OUT/audit.txt"

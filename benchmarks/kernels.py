@@ -47,14 +47,14 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py: needs a CUDA GPU", file=sys.stderr)
         return 2
-    import kernels
+    import dsv4_kernels as kernels
     from dsv4_model.quant import quantize_nvfp4_weight
-    from kernels.compressor_reduce.build import cuda_compressor_reduce
-    from kernels.compressor_reduce.reference import compressor_reduce_ref
-    from kernels.fused_swiglu.reference import fused_swiglu_ref
-    from kernels.nvfp4_gemv.reference import nvfp4_gemv_ref
-    from kernels.nvfp4_kvcache.build import cuda_dequantize_nvfp4_kvcache
-    from kernels.nvfp4_kvcache.reference import dequantize_nvfp4_kvcache_ref
+    from dsv4_kernels.compressor_reduce.build import cuda_compressor_reduce
+    from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
+    from dsv4_kernels.fused_swiglu.reference import fused_swiglu_ref
+    from dsv4_kernels.nvfp4_gemv.reference import nvfp4_gemv_ref
+    from dsv4_kernels.nvfp4_kvcache.build import cuda_dequantize_nvfp4_kvcache
+    from dsv4_kernels.nvfp4_kvcache.reference import dequantize_nvfp4_kvcache_ref
 
     bw = copy_bandwidth()
     rows = []
@@ -93,7 +93,7 @@ def main() -> int:
     def bench_fused_swiglu():
         ok, why = kernels.available("fused_swiglu")
         if ok:
-            from kernels.fused_swiglu.cute_kernel import fused_swiglu_cute
+            from dsv4_kernels.fused_swiglu.cute_kernel import fused_swiglu_cute
             h = torch.randn(64, 2 * 4096, device="cuda").bfloat16()
             nbytes = h.numel() * 2 + h.numel()
             row("fused_swiglu 64x2x4096 bf16 (CuTeDSL)", timed(lambda: fused_swiglu_cute(h, 10.0)), timed(lambda: fused_swiglu_ref(h, 10.0)), nbytes)
@@ -105,7 +105,7 @@ def main() -> int:
     def bench_nvfp4_gemv():
         ok, why = kernels.available("nvfp4_gemv")
         if ok:
-            from kernels.nvfp4_gemv.triton_kernel import nvfp4_gemv_triton
+            from dsv4_kernels.nvfp4_gemv.triton_kernel import nvfp4_gemv_triton
             for b, n, k in ((1, 8192, 8192), (4, 8192, 8192), (1, 4096, 16384)):
                 q = {name: t.cuda() for name, t in quantize_nvfp4_weight(torch.randn(n, k)).items()}
                 w16 = torch.randn(n, k, device="cuda").bfloat16()

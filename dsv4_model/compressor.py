@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kernels.compressor_reduce import compressor_reduce
+from dsv4_kernels.compressor_reduce import compressor_reduce
 
 from .linear import Linear, RMSNorm
 from .rope import rope_tail

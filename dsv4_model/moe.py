@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.fused_swiglu.reference import swiglu_ref
+from dsv4_kernels.fused_swiglu.reference import swiglu_ref
 
 from .linear import Linear
 

@@ -73,7 +73,7 @@ def dequantize_nvfp4_kvcache(fp4: torch.Tensor, sf: torch.Tensor, global_scale: 
 
     The wrapper checks everything a kernel would otherwise read past, and says what it found.
     """
-    from kernels.nvfp4_kvcache import check_kvcache_args, dequantize_nvfp4_kvcache as impl
+    from dsv4_kernels.nvfp4_kvcache import check_kvcache_args, dequantize_nvfp4_kvcache as impl
     check_kvcache_args(fp4, sf, global_scale, M, N)
     return impl(fp4, sf, global_scale, M, N, out_dtype)
 

@@ -1,4 +1,4 @@
-"""graphcheck capture targets, one per kernel: `graphcheck capture kernels.targets:compressor_reduce_csa`.
+"""graphcheck capture targets, one per kernel: `graphcheck capture dsv4_kernels.targets:compressor_reduce_csa`.
 
 Each step runs the kernel (or its reference without a GPU) on fresh inputs; the capture layer checks that it
 records into the graph (no stream-0 launch) and that replay on new data matches eager bit for bit.

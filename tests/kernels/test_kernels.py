@@ -4,15 +4,15 @@ import os
 import pytest
 import torch
 
-import kernels
+import dsv4_kernels as kernels
 from dsv4_model.quant import dequant_nvfp4_weight, quantize_nvfp4_weight, unpack_e2m1
 from graphcheck.runtime.capture import capture_test
-from kernels import targets
-from kernels.compressor_reduce.reference import compressor_reduce_ref
-from kernels.nvfp4_gemv import nvfp4_gemv
-from kernels.nvfp4_gemv.reference import nvfp4_gemv_ref
-from kernels.nvfp4_kvcache import dequantize_nvfp4_kvcache
-from kernels.nvfp4_kvcache.reference import dequantize_nvfp4_kvcache_ref
+from dsv4_kernels import targets
+from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
+from dsv4_kernels.nvfp4_gemv import nvfp4_gemv
+from dsv4_kernels.nvfp4_gemv.reference import nvfp4_gemv_ref
+from dsv4_kernels.nvfp4_kvcache import dequantize_nvfp4_kvcache
+from dsv4_kernels.nvfp4_kvcache.reference import dequantize_nvfp4_kvcache_ref
 
 cuda = pytest.mark.cuda
 
@@ -128,7 +128,7 @@ def test_fused_swiglu_parity(monkeypatch, layout, rows, inter):
     ok, why = kernels.available("fused_swiglu")
     if not ok:
         pytest.skip(why)
-    from kernels.fused_swiglu.reference import fused_swiglu_ref, split_gate_up
+    from dsv4_kernels.fused_swiglu.reference import fused_swiglu_ref, split_gate_up
     _force(monkeypatch, "kernel")
     h = (torch.randn(rows, 2 * inter, device="cuda") * 12).bfloat16()
     _poison(rows * inter * 2)

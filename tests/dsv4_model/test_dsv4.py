@@ -20,8 +20,8 @@ from dsv4_model.generate import sample
 from dsv4_model.moe import swiglu
 from dsv4_model.precision import DEFAULT_POLICY, parse_overrides, resolve
 from dsv4_model.rope import apply_rope
-from kernels.compressor_reduce import compressor_reduce
-from kernels.fused_swiglu.reference import fused_swiglu_ref
+from dsv4_kernels.compressor_reduce import compressor_reduce
+from dsv4_kernels.fused_swiglu.reference import fused_swiglu_ref
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +194,7 @@ def test_nvfp4_weight_round_trip_and_grid():
 
 
 def test_kvcache_dequant_wrapper_rejects_bad_inputs():
-    from kernels.nvfp4_kvcache import dequantize_nvfp4_kvcache
+    from dsv4_kernels.nvfp4_kvcache import dequantize_nvfp4_kvcache
     M, N = 4, 64
     fp4 = torch.randint(0, 255, (M, N // 2), dtype=torch.uint8)
     sf = torch.rand(M, N // 16).to(torch.float8_e4m3fn)

@@ -103,8 +103,9 @@ def _check(messages, where: str) -> None:
         if role in ("user", "developer", "latest_reminder", "tool") and "content" not in m:
             raise ValueError(f"{at}: missing 'content'")
         if role == "tool":
-            if not isinstance(content, (str, list)):
-                raise ValueError(f"{at}: 'content' must be a string or a list of blocks, found {type(content).__name__}")
+            blocks_ok = isinstance(content, list) and all(isinstance(b, dict) for b in content)
+            if not (isinstance(content, str) or blocks_ok):
+                raise ValueError(f"{at}: 'content' must be a string or a list of block dicts, found {content!r:.60}")
         elif content is not None and not isinstance(content, str):
             raise ValueError(f"{at}: 'content' must be a string, found {type(content).__name__}")
         elif content is None and role in ("user", "developer", "latest_reminder"):
@@ -156,7 +157,8 @@ def _merge(messages: list[dict]) -> list[dict]:
         role = m["role"]
         prev = out[-1] if out and out[-1]["role"] == "user" and "blocks" in out[-1] else None
         if role == "tool":
-            block = {"tool_use_id": m.get("tool_call_id") or "", "text": f"<tool_result>{_tool_text(m['content'])}</tool_result>"}
+            text = f"<tool_result>{_tool_text(m['content'])}</tool_result>"
+            block = {"tool_use_id": m.get("tool_call_id") or "", "text": text}
             if prev is not None:                     # no task check here: the official joins a result to any user turn
                 prev["blocks"].append(block)
             else:
@@ -166,7 +168,8 @@ def _merge(messages: list[dict]) -> list[dict]:
             if prev is not None and prev.get("task") is None:
                 prev["blocks"].append(block)
             else:
-                out.append({"role": "user", "blocks": [block], **{k: m[k] for k in ("task", "wo_eos", "mask") if k in m}})
+                kept = {k: m[k] for k in ("task", "wo_eos", "mask") if k in m}   # the official keeps these only
+                out.append({"role": "user", "blocks": [block], **kept})
         else:
             out.append(dict(m))
     return out
@@ -229,7 +232,8 @@ def render_tool_calls(tool_calls: list[dict]) -> str:
         fn = tc["function"]
         params = "\n".join(
             f'<{DSML}parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
-            f'{v if isinstance(v, str) else _json(v)}</{DSML}parameter>' for k, v in _arguments(fn.get("arguments")).items())
+            f'{v if isinstance(v, str) else _json(v)}</{DSML}parameter>'
+            for k, v in _arguments(fn.get("arguments")).items())
         invokes.append(f'<{DSML}invoke name="{fn["name"]}">\n{params}\n</{DSML}invoke>')
     return "\n\n" + TOOL_CALLS_OPEN + "\n" + "\n".join(invokes) + "\n" + TOOL_CALLS_CLOSE
 
@@ -259,7 +263,8 @@ def _render(i: int, msgs: list[dict], thinking: bool, drop: bool, effort: str | 
         reasoning = m.get("reasoning_content", m.get("reasoning")) or ""
         keep = thinking and not after_task and (not drop or i > last_user)
         calls = render_tool_calls(m["tool_calls"]) if m.get("tool_calls") else ""
-        out += (reasoning + END_THINK if keep else "") + (m.get("content") or "") + calls + ("" if m.get("wo_eos") else EOS)
+        out += (reasoning + END_THINK if keep else "") + (m.get("content") or "") + calls
+        out += "" if m.get("wo_eos") else EOS
     # What comes after: nothing when another user/system/developer turn follows, else the task token or the opener.
     if i + 1 < len(msgs) and msgs[i + 1]["role"] not in ("assistant", "latest_reminder"):
         return out
@@ -298,7 +303,9 @@ def encode_messages(messages: list[dict], thinking_mode: str = "chat", drop_thin
         start = len(_drop_thinking(ctx))                                   # as the official counts it
     last_user = _last_user(full)
     prompt = BOS if add_default_bos_token and not ctx else ""
-    return prompt + "".join(_render(i, full, thinking, drop, reasoning_effort, last_user) for i in range(start, len(full)))
+    for i in range(start, len(full)):
+        prompt += _render(i, full, thinking, drop, reasoning_effort, last_user)
+    return prompt
 
 
 # ------------------------------------------------------------------------------------------------ parsing

@@ -296,6 +296,7 @@ def test_parse_errors_are_one_line(text, mode, match):
     ([SYS, {"content": "x"}], r"message 1: unknown role None"),
     ([SYS, {"role": "user", "content": "a"}, {"role": "user"}], r"message 2 \(role 'user'\): missing 'content'"),
     ([{"role": "tool"}], r"message 0 \(role 'tool'\): missing 'content'"),
+    ([{"role": "tool", "content": ["x"]}], r"message 0 \(role 'tool'\): 'content' must be a string or a list of block dicts"),
     ([{"role": "latest_reminder", "content": None}], r"message 0 \(role 'latest_reminder'\): 'content' is null"),
     ([{"role": "developer", "content": ""}], r"message 0 \(role 'developer'\): 'content' is empty"),
     ([{"role": "user", "content": ["a"]}], r"message 0 \(role 'user'\): 'content' must be a string, found list"),
@@ -322,6 +323,13 @@ def test_bad_arguments():
         encode_messages(msgs, "thinking", [SYS])                # the official's third positional is context
     with pytest.raises(ValueError, match=r"context message 0: unknown role"):
         encode_messages(msgs, "chat", context=[{"role": "bot", "content": "x"}])
+
+
+def test_tool_content_blocks():
+    msgs = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "", "tool_calls": [call("f", "{}", "c1")]},
+            {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}]}]
+    assert encode_messages(msgs, "chat").endswith(
+        f"{E}<｜User｜><tool_result>a\n\n[Unsupported image]\n\nb</tool_result><｜Assistant｜></think>")
 
 
 def test_input_messages_are_not_modified():

@@ -10,7 +10,7 @@ RULE = Rule(
     name='tensor-truthiness',
     message='`{op}` on a device value reads it back to the host',
     hint='use `torch.where`, `torch.logical_and/or` or `~mask`',
-    what='Flags `not t`, `t and u`, `t or u` and `a if t else b` on tensors.',
+    what='Flags `not t`, `t and u`, `t or u`, `a if t else b` and `v in t` on tensors.',
     why='Python must know the value to pick a branch, so it reads the device value back (a sync). Under capture the read fails; and even where it could be read, a graph records one path only and replays it whatever the data says next time.',
     example='y = a if flag_t else b',
     instead='y = torch.where(flag_t, a, b)',
@@ -36,3 +36,12 @@ def check_boolop(ctx, node: ast.BoolOp) -> None:
 def check_not(ctx, node: ast.UnaryOp) -> None:
     if isinstance(node.op, ast.Not) and ctx.dev(node.operand):
         ctx.report(RULE.code, node, op="not")
+
+
+@on(ast.Compare)
+def check_in(ctx, node: ast.Compare) -> None:
+    # `0.0 in mask` calls Tensor.__contains__: (mask == 0.0).any() read back as a bool
+    for op, right in zip(node.ops, node.comparators):
+        if isinstance(op, (ast.In, ast.NotIn)) and ctx.dev(right):
+            ctx.report(RULE.code, node, op="in")
+            return

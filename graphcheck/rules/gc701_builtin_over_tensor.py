@@ -27,5 +27,5 @@ _BUILTINS = {"sum", "min", "max", "any", "all", "sorted", "list", "tuple"}
 def check(ctx, node: ast.Call) -> None:
     f = node.func
     if isinstance(f, ast.Name) and f.id in _BUILTINS and len(node.args) == 1 and not ctx.is_shadowed(f.id) \
-            and ctx.dev(node.args[0]):
+            and not ctx.is_host_sequence(node.args[0]) and ctx.dev(node.args[0]):   # sum(list_of_tensors) adds on the device
         ctx.report(RULE.code, node, call=f.id)

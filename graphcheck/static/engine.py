@@ -180,7 +180,7 @@ class _Ctx:
     def is_host_sequence(self, node: ast.AST) -> bool:
         if isinstance(node, (ast.List, ast.Tuple, ast.ListComp)):
             return True
-        return isinstance(node, ast.Name) and node.id in self.a.host_seqs.get(id(self.func), ())
+        return isinstance(node, ast.Name) and (node.id in self.a.host_seqs.get(id(self.func), ()) or self.env.kind(node) == PY)
 
     def mentions_nan_guard(self, test: ast.AST) -> bool:
         for n in ast.walk(test):
@@ -260,7 +260,8 @@ class FileAnalyzer:
             kinds, mods = _class_kinds(self.imports, aliases, module_kinds, methods)
             class_kinds[cname] = (kinds, mods)
             class_info[cname] = {"line": cnode.lineno, "bases": [dotted(b) for b in cnode.bases if dotted(b)],
-                                 "attrs": _attr_types(methods, registries), "refs": _class_refs(cnode, methods)}
+                                 "attrs": _attr_types(methods, registries), "refs": _class_refs(cnode, methods),
+                                 "tensors": sorted(a for a, k in kinds.items() if k in TENSORS or k == NP)}
         ctx = _Ctx(self)
         functions: dict[str, dict] = {}
         for f in funcs:
@@ -534,6 +535,8 @@ def _ctor_symbols(v: ast.AST, local: dict[str, list]) -> list[str]:
         last = name.split(".")[-1]
         if last in _CONTAINERS:
             return [s for a in v.args for s in _ctor_symbols(a, local)]
+        if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name):   # ATTENTION_CLASSES[impl](config)
+            return [f"reg:{f.value.id}"]
         if isinstance(f, ast.Name) and f.id in local:
             return [e[4:] if e.startswith("ref:") else e for e in local[f.id] if e.startswith(("ref:", "reg:"))]
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":

@@ -350,8 +350,9 @@ class Env:
         last = rest.rsplit(".", 1)[-1]
         if first in TORCH_NON_TENSOR_MODULES and not rest.startswith("nn.functional."):
             return PY if first in ("cuda", "accelerator", "backends", "distributed") and last.startswith(("is_", "get_", "device_count")) else None
-        if last in TORCH_NON_TENSOR or last[:1].isupper() and last not in FACTORIES:
-            return PY
+        if last in TORCH_NON_TENSOR or last[:1].isupper() and last not in FACTORIES or (
+                last.startswith(("is_", "get_", "are_", "has_", "set_")) and last != "get_device"):
+            return PY       # predicates and getters (torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype())
         if last in FACTORIES:
             d = self._device_arg(node)
             if d is not None:

@@ -261,6 +261,8 @@ class Program:
             t = [m for c in insts for m in self._class_method(c, call[2])]
             if t:
                 return t, "resolved"
+            if any(call[1] in self.s[p]["classes"][c].get("tensors", ()) for p, c in self._mro(cls_ref)):
+                return [], "external"     # a method of a tensor attribute (self.inv_freq.float())
             if insts and call[2] != "__call__":
                 return [], "external"     # a container method (.append) or an inherited nn.Module method
             return [], "external" if ext else "unresolved"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import io
 import re
+import sys
 import tokenize
 from dataclasses import dataclass, field
 
@@ -724,6 +725,8 @@ def analyse_text(text: str) -> dict:
                               "source": lines[line - 1].strip() if 0 < line <= len(lines) else ""}]}
     if _too_deep(text):
         return parse_error(0, 0, "expression nested too deeply to analyse")
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 12000))   # what the parser accepts (~3,000 levels), the inference can follow
     try:
         return FileAnalyzer(text).run()
     except SyntaxError as e:
@@ -732,6 +735,8 @@ def analyse_text(text: str) -> dict:
         return parse_error(0, 0, "expression nested too deeply to analyse")
     except ValueError as e:     # source with NUL bytes
         return parse_error(0, 0, str(e)[:80])
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def is_readback(code: str) -> bool:

@@ -190,7 +190,7 @@ class Program:
                 known = True
                 got, x = self.instances((path, cname), path, e)
                 out += [g for g in got if g not in out]
-                ext |= x or not got
+                ext |= x
             for sym in info.get("refs", {}).get(attr, []):
                 known = True
                 ext |= self.resolve_symbol(path, sym) is None

@@ -29,12 +29,24 @@ for _m in MODULES:
     RULES[_m.RULE.code] = _m.RULE
 FAMILIES: list[Family] = [Family(title, [r for c, r in RULES.items() if c.startswith(prefix)])
                           for prefix, title in _TITLES.items()]
-# node type -> checkers of every rule, in code order; the engine calls them during its one walk of a file
+# node type -> checkers of every rule, in code order; the engine calls them during its one walk of a file.
+# Call checkers are further split: by call name, by qualified-name prefix, and those that see every call.
 CHECKERS: dict[type, list] = {}
+CALLS_BY_NAME: dict[str, list] = {}
+CALLS_BY_PREFIX: list[tuple[str, object]] = []
+CALLS_ANY: list = []
 for _m in MODULES:
     for _fn in vars(_m).values():
         for _t in getattr(_fn, "node_types", ()):
             CHECKERS.setdefault(_t, []).append(_fn)
+            if _t.__name__ == "Call":
+                if _fn.names:
+                    for _n in _fn.names:
+                        CALLS_BY_NAME.setdefault(_n, []).append(_fn)
+                elif _fn.prefixes:
+                    CALLS_BY_PREFIX.extend((_p, _fn) for _p in _fn.prefixes)
+                else:
+                    CALLS_ANY.append(_fn)
 
 
 def runtime_signatures() -> dict[str, str]:

@@ -20,7 +20,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ('torch.Tensor.item',)
 
 
-@on(ast.Call)
+@on(ast.Call, names=("item",))
 def check(ctx, node: ast.Call) -> None:
     if ctx.method(node) == "item" and not node.args and ctx.maybe_dev(node.func.value):
         ctx.report(RULE.code, node)

@@ -20,7 +20,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ('torch.Tensor.tolist',)
 
 
-@on(ast.Call)
+@on(ast.Call, names=("tolist",))
 def check(ctx, node: ast.Call) -> None:
     m = ctx.method(node)
     if m == "tolist" and not node.args and ctx.maybe_dev(node.func.value):

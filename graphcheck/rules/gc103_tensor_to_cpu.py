@@ -20,7 +20,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ('torch.Tensor.cpu', 'torch.Tensor.to')
 
 
-@on(ast.Call)
+@on(ast.Call, names=("cpu", "to"))
 def check(ctx, node: ast.Call) -> None:
     m = ctx.method(node)
     if m == "cpu" and not node.args and ctx.maybe_dev(node.func.value):

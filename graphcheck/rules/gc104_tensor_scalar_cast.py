@@ -27,7 +27,7 @@ RUNTIME: tuple[str, ...] = (
 )
 
 
-@on(ast.Call)
+@on(ast.Call, names=("int", "float", "bool", "complex"))
 def check(ctx, node: ast.Call) -> None:
     f = node.func
     if isinstance(f, ast.Name) and f.id in ("int", "float", "bool", "complex") and len(node.args) == 1 \

@@ -24,7 +24,7 @@ RUNTIME: tuple[str, ...] = ('torch.Tensor.__format__', 'torch.Tensor.__repr__', 
 _LOG_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
 
 
-@on(ast.Call)
+@on(ast.Call, names=("print", "str", "repr", "format", *_LOG_METHODS))
 def check_call(ctx, node: ast.Call) -> None:
     f = node.func
     if isinstance(f, ast.Name):

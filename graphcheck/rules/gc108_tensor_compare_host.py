@@ -27,7 +27,7 @@ RUNTIME: tuple[str, ...] = (
 )
 
 
-@on(ast.Call)
+@on(ast.Call, names=("equal", "allclose"))
 def check(ctx, node: ast.Call) -> None:
     t = ctx.torch(node)
     if t in ("equal", "allclose") and any(ctx.maybe_dev(a) for a in node.args[:2]):

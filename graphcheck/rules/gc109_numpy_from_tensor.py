@@ -21,7 +21,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ('torch.Tensor.numpy', 'torch.Tensor.__array__')
 
 
-@on(ast.Call)
+@on(ast.Call, names=("asarray", "array", "asanyarray", "ascontiguousarray", "numpy"))
 def check(ctx, node: ast.Call) -> None:
     q = ctx.qual(node.func)
     if q in ("numpy.asarray", "numpy.array", "numpy.asanyarray", "numpy.ascontiguousarray") and node.args \

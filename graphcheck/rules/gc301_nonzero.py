@@ -27,7 +27,7 @@ RUNTIME: tuple[str, ...] = (
 )
 
 
-@on(ast.Call)
+@on(ast.Call, names=("nonzero", "argwhere"))
 def check(ctx, node: ast.Call) -> None:
     t = ctx.torch(node)
     if t in ("nonzero", "argwhere") and node.args and ctx.maybe_dev(node.args[0]):

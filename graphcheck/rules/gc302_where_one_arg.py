@@ -20,7 +20,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ('torch.where',)
 
 
-@on(ast.Call)
+@on(ast.Call, names=("where",))
 def check(ctx, node: ast.Call) -> None:
     if ctx.torch(node) == "where" and len(node.args) == 1 and not node.keywords and ctx.maybe_dev(node.args[0]):
         ctx.report(RULE.code, node)

@@ -29,7 +29,7 @@ RUNTIME: tuple[str, ...] = (
 )
 
 
-@on(ast.Call)
+@on(ast.Call, names=("unique", "unique_consecutive"))
 def check(ctx, node: ast.Call) -> None:
     t = ctx.torch(node)
     if t in ("unique", "unique_consecutive") and node.args and ctx.maybe_dev(node.args[0]):

@@ -20,7 +20,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ('torch.bincount', 'torch.Tensor.bincount', 'aten::bincount')
 
 
-@on(ast.Call)
+@on(ast.Call, names=("bincount",))
 def check(ctx, node: ast.Call) -> None:
     if ctx.torch(node) == "bincount" and node.args and ctx.maybe_dev(node.args[0]):
         ctx.report(RULE.code, node, call="torch.bincount")

@@ -20,7 +20,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ('torch.masked_select', 'torch.Tensor.masked_select', 'aten::masked_select')
 
 
-@on(ast.Call)
+@on(ast.Call, names=("masked_select",))
 def check(ctx, node: ast.Call) -> None:
     if ctx.torch(node) == "masked_select" and node.args and ctx.maybe_dev(node.args[0]):
         ctx.report(RULE.code, node)

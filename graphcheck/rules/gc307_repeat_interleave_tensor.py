@@ -24,7 +24,7 @@ RUNTIME: tuple[str, ...] = (
 )
 
 
-@on(ast.Call)
+@on(ast.Call, names=("repeat_interleave",))
 def check(ctx, node: ast.Call) -> None:
     t = ctx.torch(node)
     if t != "repeat_interleave" and ctx.method(node) != "repeat_interleave":

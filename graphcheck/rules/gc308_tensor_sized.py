@@ -25,7 +25,7 @@ _SIZE_METHODS = {"view", "reshape", "expand", "repeat", "narrow", "new_zeros", "
                  "unflatten", "resize_"}
 
 
-@on(ast.Call)
+@on(ast.Call, names=(*_SIZED, *_SIZE_METHODS, "topk", "kthvalue"))
 def check_call(ctx, node: ast.Call) -> None:
     t = ctx.torch(node)
     m = ctx.method(node)

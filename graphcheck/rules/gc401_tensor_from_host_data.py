@@ -31,7 +31,7 @@ _FROM_HOST = {"tensor", "as_tensor", "LongTensor", "FloatTensor", "IntTensor", "
               "BFloat16Tensor", "DoubleTensor", "ByteTensor"}
 
 
-@on(ast.Call)
+@on(ast.Call, names=(*_FROM_HOST, "new_tensor"))
 def check(ctx, node: ast.Call) -> None:
     t = ctx.torch(node)
     data = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "data"), None)

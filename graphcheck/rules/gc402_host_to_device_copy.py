@@ -26,7 +26,7 @@ RUNTIME: tuple[str, ...] = (
 )
 
 
-@on(ast.Call)
+@on(ast.Call, names=("cuda", "to", "pin_memory", "copy_"))
 def check(ctx, node: ast.Call) -> None:
     m = ctx.method(node)
     if not m:

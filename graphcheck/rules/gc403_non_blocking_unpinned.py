@@ -20,7 +20,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ('torch.Tensor.copy_',)
 
 
-@on(ast.Call)
+@on(ast.Call, names=("copy_", "to", "cuda"))
 def check(ctx, node: ast.Call) -> None:
     m = ctx.method(node)
     if not m or not ctx.non_blocking(node):

@@ -21,7 +21,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ()
 
 
-@on(ast.Call)
+@on(ast.Call, prefixes=("numpy.",))
 def check(ctx, node: ast.Call) -> None:
     q = ctx.qual(node.func)
     if not q.startswith("numpy.") or q.startswith("numpy.random.") or q in (

@@ -31,7 +31,7 @@ def check(ctx, node: ast.Assign) -> None:
             ctx.report(RULE.code, t, attr=t.attr)
 
 
-@on(ast.Call)
+@on(ast.Call, names=("register_buffer",))
 def check_register(ctx, node: ast.Call) -> None:
     # self.register_buffer("inv_freq", t) inside the step swaps the buffer object the graph captured
     f = node.func

@@ -21,7 +21,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ()
 
 
-@on(ast.Call)
+@on(ast.Call, prefixes=("random.",))
 def check(ctx, node: ast.Call) -> None:
     q = ctx.qual(node.func)
     if q.startswith("random.") and q.count(".") == 1:

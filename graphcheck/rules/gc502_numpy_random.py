@@ -21,7 +21,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ()
 
 
-@on(ast.Call)
+@on(ast.Call, prefixes=("numpy.random.",))
 def check(ctx, node: ast.Call) -> None:
     if ctx.qual(node.func).startswith("numpy.random."):
         ctx.report(RULE.code, node, call=(dotted(node.func) or "numpy.random") + "(...)")

@@ -28,7 +28,7 @@ RUNTIME: tuple[str, ...] = (
 _DEVICE_MODULES = ("cuda", "accelerator", "xpu", "mps", "npu")
 
 
-@on(ast.Call)
+@on(ast.Call, names=("synchronize",))
 def check(ctx, node: ast.Call) -> None:
     q = ctx.qual(node.func)
     head, _, last = q.rpartition(".")

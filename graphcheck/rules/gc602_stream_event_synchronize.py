@@ -20,7 +20,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ('torch.cuda.Stream.synchronize', 'torch.cuda.Event.synchronize')
 
 
-@on(ast.Call)
+@on(ast.Call, names=("synchronize",))
 def check(ctx, node: ast.Call) -> None:
     f = node.func
     if ctx.method(node) == "synchronize" and not node.args and (ctx.is_stream_or_event(f.value) or isinstance(f.value, ast.Call)):

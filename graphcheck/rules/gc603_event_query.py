@@ -20,7 +20,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ('torch.cuda.Event.query', 'torch.cuda.Stream.query')
 
 
-@on(ast.Call)
+@on(ast.Call, names=("query",))
 def check(ctx, node: ast.Call) -> None:
     if ctx.method(node) == "query" and not node.args and ctx.is_stream_or_event(node.func.value):
         ctx.report(RULE.code, node, call=".query()")

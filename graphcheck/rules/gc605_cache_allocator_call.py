@@ -25,7 +25,7 @@ _MEM = {"empty_cache", "memory_allocated", "max_memory_allocated", "memory_reser
         "reset_peak_memory_stats", "ipc_collect"}
 
 
-@on(ast.Call)
+@on(ast.Call, names=tuple(_MEM))
 def check(ctx, node: ast.Call) -> None:
     q = ctx.qual(node.func)
     parts = q.split(".")

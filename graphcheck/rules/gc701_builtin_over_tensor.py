@@ -23,7 +23,7 @@ RUNTIME: tuple[str, ...] = ()
 _BUILTINS = {"sum", "min", "max", "any", "all", "sorted", "list", "tuple"}
 
 
-@on(ast.Call)
+@on(ast.Call, names=tuple(_BUILTINS))
 def check(ctx, node: ast.Call) -> None:
     f = node.func
     if isinstance(f, ast.Name) and f.id in _BUILTINS and len(node.args) == 1 and not ctx.is_shadowed(f.id) \

@@ -20,7 +20,7 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = ()
 
 
-@on(ast.Call)
+@on(ast.Call, names=("rearrange", "repeat", "reduce", "pack", "unpack"))
 def check(ctx, node: ast.Call) -> None:
     q = ctx.qual(node.func)
     if q.startswith("einops.") and q.rsplit(".", 1)[-1] in ("rearrange", "repeat", "reduce", "pack", "unpack") \

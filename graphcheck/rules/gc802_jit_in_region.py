@@ -26,7 +26,7 @@ _JIT = {"cutlass.cute.compile", "torch.utils.cpp_extension.load", "torch.utils.c
         "torch.compile", "triton.compile"}
 
 
-@on(ast.Call)
+@on(ast.Call, names=("compile", "load", "load_inline"))
 def check(ctx, node: ast.Call) -> None:
     q = ctx.qual(node.func)
     name = dotted(node.func)

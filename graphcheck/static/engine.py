@@ -13,6 +13,9 @@ import sys
 import tokenize
 from dataclasses import dataclass, field
 
+from ..rules import CALLS_ANY as _CALLS_ANY
+from ..rules import CALLS_BY_NAME as _CALLS_BY_NAME
+from ..rules import CALLS_BY_PREFIX as _CALLS_BY_PREFIX
 from ..rules import CHECKERS, RULES, format_message
 from ..rules._base import dotted
 from .inference import DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSORS, Env, infer, join, name_hint
@@ -91,6 +94,7 @@ class _Ctx:
         self.env: Env | None = None
         self.func: _Func | None = None
         self.in_kernel = False
+        self._nan: dict[int, bool] = {}
         self._deps: set[str] = set()
         self._mode = "dev"
 
@@ -184,12 +188,13 @@ class _Ctx:
         return isinstance(node, ast.Name) and (node.id in self.a.host_seqs.get(id(self.func), ()) or self.env.kind(node) == PY)
 
     def mentions_nan_guard(self, test: ast.AST) -> bool:
-        for n in ast.walk(test):
-            if isinstance(n, ast.Call):
-                name = dotted(n.func)
-                if name.split(".")[-1] in ("isnan", "isinf", "isfinite", "isneginf", "isposinf"):
-                    return True
-        return False
+        hit = self._nan.get(id(test))
+        if hit is None:
+            lines = self.a.lines[test.lineno - 1:(test.end_lineno or test.lineno)]
+            hit = any(g in ln for ln in lines for g in _NAN_GUARDS) and any(   # walk only when the text says so
+                isinstance(n, ast.Call) and dotted(n.func).split(".")[-1] in _NAN_GUARDS for n in ast.walk(test))
+            self._nan[id(test)] = hit
+        return hit
 
     def is_stream_or_event(self, node: ast.AST) -> bool:
         if isinstance(node, ast.Name) and node.id in self.a.stream_names:
@@ -223,6 +228,7 @@ class _Ctx:
         self.a.findings.append(d)
 
 
+_NAN_GUARDS = ("isnan", "isinf", "isfinite", "isneginf", "isposinf")
 _STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "ExternalStream")
 _KERNEL_DECORATORS = ("cute.jit", "cute.kernel", "triton.jit", "jit")
 
@@ -270,7 +276,7 @@ class FileAnalyzer:
             is_def = isinstance(node, _FUNCS)
             kinds, mods = class_kinds.get(f.cls or "", ({}, set()))
             local_types: dict[str, list] = {}
-            local_ctors = _local_ctors(f, registries)
+            local_ctors = _LazyCtors(f, registries)
             calls: list[list] = []
             call_nodes: list[ast.Call] = []
             index: dict[int, int] = {}
@@ -301,8 +307,24 @@ class FileAnalyzer:
             ctx.func, ctx.env = f, env
             ctx.in_kernel = is_def and any(dotted(d.func if isinstance(d, ast.Call) else d).endswith(_KERNEL_DECORATORS)
                                            for d in node.decorator_list)
+            checkers = _CHECKERS
+            qual = env.qual
             for n in f.nodes:
-                for chk in _CHECKERS.get(type(n), ()):
+                t = type(n)
+                if t is ast.Call:
+                    fn = n.func
+                    q = qual(fn)
+                    name = fn.attr if type(fn) is ast.Attribute else fn.id if type(fn) is ast.Name else ""
+                    todo = list(_CALLS_ANY)
+                    todo += _CALLS_BY_NAME.get(name, ())
+                    last = q.rsplit(".", 1)[-1] if q else ""
+                    if last and last != name:
+                        todo += [c for c in _CALLS_BY_NAME.get(last, ()) if c not in todo]
+                    if q:
+                        todo += [c for p, c in _CALLS_BY_PREFIX if q.startswith(p) and c not in todo]
+                else:
+                    todo = checkers.get(t, ())
+                for chk in todo:
                     ctx._deps = set()
                     ctx._mode = "dev"
                     chk(ctx, n)
@@ -378,7 +400,8 @@ class FileAnalyzer:
                     continue
                 if type(v) is list:
                     for c in reversed(v):
-                        if isinstance(c, ast.AST) and type(c) not in _LEAVES:
+                        tc = type(c)
+                        if tc not in _LEAVES and tc is not str and c is not None:
                             push((c, owner, prefix, cls))
                 elif isinstance(v, ast.AST) and type(v) not in _LEAVES:
                     push((v, owner, prefix, cls))
@@ -475,6 +498,9 @@ def _class_kinds(imports: dict, aliases: dict, module_kinds: dict, methods: list
                     and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
                 kinds[n.args[0].value] = DEV
     for fn in methods:
+        if not any((type(n) is ast.Assign and any(_self_attr(t) for t in n.targets)) or
+                   (type(n) is ast.AnnAssign and _self_attr(n.target)) for n in fn.nodes):
+            continue      # assigns no attribute: nothing to learn about the class
         env = Env(imports, aliases, module_kinds, kinds, mods, {})
         infer(env, fn.node, fn.nodes)
         for n in fn.nodes:
@@ -566,6 +592,27 @@ def _ctor_symbols(v: ast.AST, local: dict[str, list]) -> list[str]:
     if t is ast.Lambda:
         return _ctor_symbols(v.body, local)
     return []
+
+
+class _LazyCtors:
+    """A function's local constructor map, computed only when a returned name needs it."""
+
+    def __init__(self, f: _Func, registries: dict):
+        self.f, self.registries, self.d = f, registries, None
+
+    def _load(self) -> dict:
+        if self.d is None:
+            self.d = _local_ctors(self.f, self.registries)
+        return self.d
+
+    def __contains__(self, k) -> bool:
+        return k in self._load()
+
+    def __getitem__(self, k):
+        return self._load()[k]
+
+    def get(self, k, default=None):
+        return self._load().get(k, default)
 
 
 def _local_ctors(f: _Func, registries: dict) -> dict[str, list]:

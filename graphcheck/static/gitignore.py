@@ -74,6 +74,7 @@ class GitIgnore:
     def __init__(self, top: Path):
         self.top = Path(os.path.abspath(top))
         self._by_dir: dict[Path, _Rules | None] = {}
+        self._chains: dict[str, list] = {}
         self.parents: list[Path] = []
         d = self.top
         while True:
@@ -92,19 +93,26 @@ class GitIgnore:
                 self._by_dir[d] = None
         return self._by_dir[d]
 
+    def _chain(self, d: str) -> list[tuple[str, _Rules]]:
+        """The rules that apply inside directory ``d`` (absolute), outermost first."""
+        hit = self._chains.get(d)
+        if hit is None:
+            if d == str(self.top) or not d.startswith(str(self.top) + os.sep):
+                hit = [(str(p), r) for p in self.parents if (r := self._rules(p)) is not None]
+            else:
+                hit = list(self._chain(os.path.dirname(d)))
+                r = self._rules(Path(d))
+                if r is not None:
+                    hit.append((d, r))
+            self._chains[d] = hit
+        return hit
+
     def ignored(self, path: Path, is_dir: bool) -> bool:
-        ap = Path(os.path.abspath(path))
+        ap = os.path.abspath(path)
         verdict = False
-        dirs = list(self.parents) + [p for p in reversed(ap.parents) if self.top in p.parents]
-        for d in dirs:
-            r = self._rules(d)
-            if r is None:
-                continue
-            try:
-                rel = ap.relative_to(d).as_posix()
-            except ValueError:
-                continue
-            v = r.match(rel, is_dir)
+        for base, rules in self._chain(os.path.dirname(ap)):
+            rel = ap[len(base) + 1:].replace(os.sep, "/")
+            v = rules.match(rel, is_dir)
             if v is not None:
                 verdict = v
         return verdict

@@ -14,6 +14,7 @@ hazard. Nothing here imports torch.
 from __future__ import annotations
 
 import ast
+import functools
 
 from ..rules._base import dotted
 
@@ -97,14 +98,19 @@ def join(a, b):
     return a
 
 
+@functools.lru_cache(maxsize=4096)
+def _string_annotation(text: str):
+    try:
+        return annotation_kind(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
 def annotation_kind(ann: ast.AST | None):
     if ann is None:
         return None
     if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-        try:
-            ann = ast.parse(ann.value, mode="eval").body
-        except SyntaxError:
-            return None
+        return _string_annotation(ann.value) if len(ann.value) < 200 else None
     if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):   # X | None; a `dtype | Tensor` union is not a tensor
         kinds = {annotation_kind(x) for x in (ann.left, ann.right)} - {"none"}
         return kinds.pop() if len(kinds) == 1 else None
@@ -155,12 +161,19 @@ class Env:
         self.module_attrs = module_attrs    # self.X holding a constructed module (calling it returns a tensor)
         self.call_index = call_index
         self.module_calls: set[int] = set()
+        self.quals: dict[int, str] = {}
         self.names: dict[str, object] = {}
         self.bools: set[str] = set()
         self.memo: dict[int, object] | None = None
 
     # -- names -----------------------------------------------------------------------------------------
     def qual(self, node: ast.AST) -> str:
+        hit = self.quals.get(id(node))
+        if hit is None:
+            hit = self.quals[id(node)] = self._qual(node)
+        return hit
+
+    def _qual(self, node: ast.AST) -> str:
         if isinstance(node, ast.Name):
             a = self.aliases.get(node.id)
             if a is not None:
@@ -447,6 +460,7 @@ def _arith(a, b):
     return None
 
 
+_LOOPS = (ast.For, ast.While, ast.comprehension, ast.AsyncFor)
 _BINDERS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr, ast.comprehension)
 
 
@@ -472,7 +486,10 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
             if k is not None:
                 env.names[a.arg] = k
     body = [n for n in nodes if isinstance(n, _BINDERS)]
-    for _ in range(2):  # two passes settle chains like a = torch.x(); b = a + 1; c = b.view(...)
+    # straight-line code settles in one pass (source order); a loop can feed a later assignment back to an
+    # earlier one, so a function with loops gets a second pass
+    loops = any(type(n) in _LOOPS for n in nodes)
+    for _ in range(2 if loops else 1):
         for n in body:
             t = type(n)
             if t is ast.Assign:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import io
-import json
+import marshal
 import os
+import re
+import sys
 import signal
 import stat
 import tempfile
@@ -26,7 +28,8 @@ DEFAULT_EXCLUDE = [".git", "__pycache__", ".venv", "venv", ".tox", ".nox", "buil
 
 
 def _rules_digest() -> str:
-    h = hashlib.sha256(ENGINE_VERSION.encode())
+    # the cache format is marshal's, which is specific to the Python version
+    h = hashlib.sha256(f"{ENGINE_VERSION} {sys.version_info[:2]}".encode())
     for code in sorted(RULES):
         h.update(code.encode() + RULES[code].message.encode())
     return h.hexdigest()[:12]
@@ -75,13 +78,18 @@ def discover(paths: list[str], exclude: list[str] | None = None, root: Path | No
     root = root or Path.cwd()
     out: list[Path] = []
     errors: list[Finding] = []
+    # names match any component below the scanned directory (the walk prunes excluded directories, so only the
+    # new component needs checking); paths match relative to the project root
+    name_rx = re.compile("|".join(fnmatch.translate(p) for p in pats))
+    path_rx = re.compile("|".join(fnmatch.translate(p) + "|" + fnmatch.translate(p.rstrip("/") + "/*") for p in pats))
+    aroot = os.path.abspath(root)
 
     def excluded(p: Path, top: Path) -> bool:
-        # names match any component below the scanned directory; paths match relative to the project root
-        parts = p.relative_to(top).parts
-        rel = _rel(p, root)
-        return any(fnmatch.fnmatch(part, pat) for part in parts for pat in pats) or any(
-            fnmatch.fnmatch(rel, pat) or fnmatch.fnmatch(rel, pat.rstrip("/") + "/*") for pat in pats)
+        if name_rx.match(p.name):
+            return True
+        ap = os.path.abspath(p)
+        rel = ap[len(aroot) + 1:].replace(os.sep, "/") if ap.startswith(aroot + os.sep) else Path(p).as_posix()
+        return bool(path_rx.match(rel))
 
     for raw in paths:
         p = Path(raw)
@@ -213,15 +221,22 @@ def _analyse_one(args: tuple[str, str | None, str]) -> tuple[dict, bool]:
     return _analyse_text_cached(text, cache_dir, tag)
 
 
+def _analyse_one_packed(args: tuple[str, str | None, str]) -> tuple[bytes, bool]:
+    # workers hand summaries back as marshal bytes: several times cheaper to move between processes than pickle
+    summ, cached = _analyse_one(args)
+    return marshal.dumps(summ), cached
+
+
 def _analyse_text_cached(text: str, cache_dir: str | None, tag: str) -> tuple[dict, bool]:
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    cfile = Path(cache_dir) / digest[:2] / f"{digest}.json" if cache_dir else None
+    cfile = Path(cache_dir) / digest[:2] / f"{digest}.bin" if cache_dir else None
     if cfile is not None:
         try:
-            hit = json.loads(cfile.read_text())
+            # marshal: the summary is plain dicts/lists/strings, and loads several times faster than JSON
+            hit = marshal.loads(cfile.read_bytes())
             if _valid_summary(hit):
                 return hit, True
-        except (OSError, ValueError, RecursionError):
+        except (OSError, ValueError, EOFError, TypeError, RecursionError):
             pass
     summary = analyse_text(text)
     if cfile is not None:
@@ -229,8 +244,8 @@ def _analyse_text_cached(text: str, cache_dir: str | None, tag: str) -> tuple[di
         try:
             cfile.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=cfile.parent, prefix=f".{tag}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(summary, fh, separators=(",", ":"))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(marshal.dumps(summary))
             os.replace(tmp, cfile)
         except (OSError, ValueError, RecursionError):
             if tmp is not None:
@@ -270,7 +285,8 @@ def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None
         if jobs > 1 and len(files) >= 24:
             ex = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init)
             try:
-                results = list(ex.map(_analyse_one, args, chunksize=max(1, len(args) // (jobs * 8))))
+                results = [(marshal.loads(b), c) for b, c in
+                           ex.map(_analyse_one_packed, args, chunksize=max(1, len(args) // (jobs * 8)))]
             except BaseException:
                 for p in list(getattr(ex, "_processes", {}).values()):
                     p.terminate()

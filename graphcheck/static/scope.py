@@ -32,7 +32,7 @@ class Program:
         self.path_of = {m: p for p, m in modules.items()}
         self._memo: dict[str, tuple[str, str] | None] = {}
         self._callees: dict[tuple[str, str], list] = {}
-        self._callers: dict[tuple[str, str], list] | None = None
+        self._callers: dict[str, list] | None = None
         self._kinds: dict = {}
 
     # -- symbol resolution --------------------------------------------------------------------------
@@ -369,20 +369,58 @@ class Program:
         return out
 
     # -- kinds across calls -------------------------------------------------------------------------
-    def _caller_index(self, within: set | None) -> dict:
+    def _call_key(self, call: list) -> str:
+        k = call[0]
+        if k == "name":
+            return call[1]
+        if k == "attr":
+            return call[2].rsplit(".", 1)[-1]
+        if k in ("self", "super"):
+            return call[1]
+        return call[2]          # selfattr, inst, reg: the method called
+
+    def _by_key(self) -> dict[str, list]:
+        """Call sites that pass arguments, keyed by the name they call, without resolving them: a parameter's
+        callers are then found by resolving only the sites that could reach it."""
         if self._callers is None:
-            idx: dict[tuple[str, str], list] = {}
+            idx: dict[str, list] = {}
             for path, summ in self.s.items():
                 for q, fn in summ["functions"].items():
-                    if within is not None and (path, q) not in within:
-                        continue
                     for call in fn["calls"]:
-                        if call[0] == "ref" or len(call) < 5 or not isinstance(call[-1], dict):
-                            continue
-                        for t in self.callees_of(path, q, call):
-                            idx.setdefault(t, []).append((path, q, call))
+                        if call[0] != "ref" and isinstance(call[-1], dict):
+                            site = (path, q, call)
+                            idx.setdefault(self._call_key(call), []).append(site)
+                            if call[0] == "self" and f"{fn.get('cls')}.{call[1]}" not in summ["functions"]:
+                                idx.setdefault("__call__", []).append(site)   # likely a submodule: runs forward
             self._callers = idx
         return self._callers
+
+    def callers(self, path: str, q: str, within: set | None) -> list[tuple[str, str, list]]:
+        """Resolved call sites (with argument kinds) of one function, restricted to the scope when there is one."""
+        key = (path, q, "callers")
+        hit = self._kinds.get(key)
+        if hit is not None:
+            return hit
+        idx = self._by_key()
+        name = q.rsplit(".", 1)[-1]
+        cands = list(idx.get(name, ()))
+        if name in ("forward", "__call__", "forward_cuda", "forward_native"):
+            cands += idx.get("__call__", []) + idx.get("forward", [])
+        if name == "__init__":
+            cls = q.rsplit(".", 2)[-2] if "." in q else ""
+            cands += idx.get(cls, ())
+        out = []
+        seen = set()
+        for cpath, cq, call in cands:
+            if within is not None and (cpath, cq) not in within:
+                continue
+            if id(call) in seen:
+                continue
+            seen.add(id(call))
+            if (path, q) in self.resolve_call(cpath, cq, call)[0]:
+                out.append((cpath, cq, call))
+        self._kinds[key] = out
+        return out
 
     def callees_of(self, path: str, q: str, call: list) -> list[tuple[str, str]]:
         return self.resolve_call(path, q, call)[0]
@@ -404,7 +442,7 @@ class Program:
             name = dep[2:]
             params = fn.get("params", [])
             pos = params.index(name) if name in params else -1
-            for cpath, cq, call in self._caller_index(within).get((path, q), []):
+            for cpath, cq, call in self.callers(path, q, within):
                 args, kw = call[-2], call[-1]
                 # a bound call (self.m(x), obj.m(x), Cls(x) -> __init__) does not pass self; `mod.f(x)` and
                 # `Cls.m(obj, x)` pass every argument

@@ -247,10 +247,12 @@ def test_cache_entries_of_the_wrong_shape_are_ignored(tmp_path, monkeypatch):
     src = tmp_path / "m.py"
     src.write_text("import torch\ndef f(t: torch.Tensor):\n    return t.item()\n")
     first, _ = analyse_files([src], cache=True, jobs=1)
-    entries = list((tmp_path / "cache").rglob("*.json"))
+    entries = list((tmp_path / "cache").rglob("*.bin"))
     assert len(entries) == 1
-    for bad in ('{"functions": []}', "[1, 2]", '{"v": "0"}', "not json"):
-        entries[0].write_text(bad)
+    import marshal
+    for bad in (marshal.dumps({"functions": []}), marshal.dumps([1, 2]), marshal.dumps({"v": "0"}), b"not marshal",
+                marshal.dumps({**first[0], "findings": [{"rule": 3}]})):
+        entries[0].write_bytes(bad)
         again, cached = analyse_files([src], cache=True, jobs=1)
         assert cached == 0 and again[0]["findings"] == first[0]["findings"]
 
@@ -280,8 +282,8 @@ def test_keyboard_interrupt_leaves_no_partial_cache(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         sc.analyse_files(files, cache=True, jobs=1)
     assert not list((tmp_path / "cache").rglob("*.tmp"))
-    for entry in (tmp_path / "cache").rglob("*.json"):
-        assert sc._valid_summary(__import__("json").loads(entry.read_text()))
+    for entry in (tmp_path / "cache").rglob("*.bin"):
+        assert sc._valid_summary(__import__("marshal").loads(entry.read_bytes()))
 
 
 def test_source_from_stdin_with_a_display_name(tmp_path):

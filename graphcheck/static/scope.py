@@ -34,6 +34,11 @@ class Program:
         self._callees: dict[tuple[str, str], list] = {}
         self._callers: dict[str, list] | None = None
         self._kinds: dict = {}
+        self.roots: set[tuple[str, str]] = set()
+        self._rev: dict[str, dict] = {}
+        self._calls: dict[int, tuple] = {}
+        self._mros: dict[tuple[str, str], list] = {}
+        self._syms: dict[tuple[str, str], tuple[str, str] | None] = {}
 
     # -- symbol resolution --------------------------------------------------------------------------
     def _import_target(self, path: str, alias: str) -> str:
@@ -81,6 +86,13 @@ class Program:
         return None
 
     def resolve_symbol(self, path: str, sym: str) -> tuple[str, str] | None:
+        key = (path, sym)
+        if key in self._syms:
+            return self._syms[key]
+        hit = self._syms[key] = self._resolve_symbol(path, sym)
+        return hit
+
+    def _resolve_symbol(self, path: str, sym: str) -> tuple[str, str] | None:
         head, _, rest = sym.partition(".")
         summ = self.s[path]
         if head in summ["functions"] or head in summ["classes"]:
@@ -96,6 +108,14 @@ class Program:
         return bool(self.s[path]["imports"].get(head)) or head in _BUILTINS
 
     def _mro(self, cls_ref: tuple[str, str], depth: int = 0) -> list[tuple[str, str]]:
+        if depth == 0:
+            hit = self._mros.get(cls_ref)
+            if hit is None:
+                hit = self._mros[cls_ref] = self._mro_walk(cls_ref, 0)
+            return hit
+        return self._mro_walk(cls_ref, depth)
+
+    def _mro_walk(self, cls_ref: tuple[str, str], depth: int) -> list[tuple[str, str]]:
         path, cname = cls_ref
         summ = self.s.get(path)
         if summ is None or cname not in summ["classes"] or depth > 8:
@@ -206,13 +226,20 @@ class Program:
 
     def resolve_call(self, path: str, qname: str, call: list) -> tuple[list[tuple[str, str]], str]:
         """Targets of one call record and its status: 'resolved', 'external' (outside the tree) or 'unresolved'."""
+        key = id(call)       # call records live as long as the program: their identity names the site
+        hit = self._calls.get(key)
+        if hit is None:
+            hit = self._calls[key] = self._resolve_call(path, qname, call)
+        return hit
+
+    def _resolve_call(self, path: str, qname: str, call: list) -> tuple[list[tuple[str, str]], str]:
         summ = self.s[path]
         fn = summ["functions"][qname]
         cls = fn.get("cls")
         cls_ref = (path, cls) if cls else None
         kind = call[0]
         if kind == "ref":
-            t, st = self.resolve_call(path, qname, call[1:])
+            t, st = self._resolve_call(path, qname, call[1:])
             return t, st if t else "external"
         if kind == "name":
             nested = f"{qname}.{call[1]}"
@@ -323,6 +350,7 @@ class Program:
         roots = [self.entry(e) for e in entry_points]
         for path, summ in self.s.items():
             roots += [(path, q) for q, f in summ["functions"].items() if f.get("capturable")]
+        self.roots = set(roots)
         parent: dict[tuple[str, str], tuple | None] = {r: None for r in roots}
         unresolved: list[dict] = []
         todo = deque(roots)
@@ -395,31 +423,28 @@ class Program:
             self._callers = idx
         return self._callers
 
-    def callers(self, path: str, q: str, within: set | None) -> list[tuple[str, str, list]]:
-        """Resolved call sites (with argument kinds) of one function, restricted to the scope when there is one."""
-        key = (path, q, "callers")
-        hit = self._kinds.get(key)
-        if hit is not None:
-            return hit
-        idx = self._by_key()
+    def callers(self, path: str, q: str, within: set | None) -> list[tuple[str, str, list]]:  # noqa: C901
+        """Resolved call sites (with argument kinds) of one function, restricted to the scope when there is one.
+        The sites under one name are resolved once, into a reverse map, whatever number of callees asks."""
         name = q.rsplit(".", 1)[-1]
-        cands = list(idx.get(name, ()))
+        keys = [name]
         if name in ("forward", "__call__", "forward_cuda", "forward_native"):
-            cands += idx.get("__call__", []) + idx.get("forward", [])
-        if name == "__init__":
-            cls = q.rsplit(".", 2)[-2] if "." in q else ""
-            cands += idx.get(cls, ())
-        out = []
-        seen = set()
-        for cpath, cq, call in cands:
-            if within is not None and (cpath, cq) not in within:
-                continue
-            if id(call) in seen:
-                continue
-            seen.add(id(call))
-            if (path, q) in self.resolve_call(cpath, cq, call)[0]:
-                out.append((cpath, cq, call))
-        self._kinds[key] = out
+            keys += ["__call__", "forward"]
+        if name == "__init__" and "." in q:
+            keys.append(q.rsplit(".", 2)[-2])
+        out, seen = [], set()
+        for key in dict.fromkeys(keys):
+            rev = self._rev.get(key)
+            if rev is None:
+                rev = self._rev[key] = {}
+                for site in self._by_key().get(key, ()):
+                    cpath, cq, call = site
+                    for t in self.resolve_call(cpath, cq, call)[0]:
+                        rev.setdefault(t, []).append(site)
+            for site in rev.get((path, q), ()):
+                if (within is None or (site[0], site[1]) in within) and id(site[2]) not in seen:
+                    seen.add(id(site[2]))
+                    out.append(site)
         return out
 
     def callees_of(self, path: str, q: str, call: list) -> list[tuple[str, str]]:
@@ -442,7 +467,10 @@ class Program:
             name = dep[2:]
             params = fn.get("params", [])
             pos = params.index(name) if name in params else -1
-            for cpath, cq, call in self.callers(path, q, within):
+            sites = self.callers(path, q, within)
+            if not sites and (path, q) in self.roots:
+                k = TENSOR     # an entry point's un-annotated inputs are the step's tensors: likely on the device
+            for cpath, cq, call in sites:
                 args, kw = call[-2], call[-1]
                 # a bound call (self.m(x), obj.m(x), Cls(x) -> __init__) does not pass self; `mod.f(x)` and
                 # `Cls.m(obj, x)` pass every argument

@@ -292,3 +292,30 @@ def test_source_from_stdin_with_a_display_name(tmp_path):
     assert [(f.rule, f.path, f.line) for f in res.findings] == [("GC101", "pkg/hot.py", 3)]
     with pytest.raises(ValueError, match="display filename"):
         scan([], root=tmp_path, source="x = 1\n")
+
+
+def test_entry_point_inputs_are_device_tensors_and_ints_stay_host(tmp_path):
+    root = _pkg(tmp_path, {"step.py": '''
+        import torch
+
+        def step(tokens, n: int):
+            if tokens.any():
+                pass
+            if n > 3:
+                pass
+            return tokens
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.step:step"], root=root, cache=False, jobs=1)
+    assert [(f.rule, f.line) for f in res.findings] == [("GC201", 5)]
+
+
+def test_sarif_carries_the_call_chain(tmp_path):
+    from graphcheck.report.sarif import to_sarif
+    d = tmp_path / "ds"
+    d.mkdir()
+    (d / "model.py").write_text((FIXTURES / "deepseek_model.py").read_text())
+    res = scan([str(d)], entry_points=["model:Transformer.forward"], root=d, cache=False, jobs=1)
+    doc = to_sarif(res.findings, "0")
+    r = next(x for x in doc["runs"][0]["results"] if x["ruleId"] == "GC302")
+    assert [loc["physicalLocation"]["region"]["startLine"] for loc in r["relatedLocations"]] == [72, 56]
+    assert len(r["codeFlows"][0]["threadFlows"][0]["locations"]) == 3

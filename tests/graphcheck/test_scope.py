@@ -319,3 +319,31 @@ def test_sarif_carries_the_call_chain(tmp_path):
     r = next(x for x in doc["runs"][0]["results"] if x["ruleId"] == "GC302")
     assert [loc["physicalLocation"]["region"]["startLine"] for loc in r["relatedLocations"]] == [72, 56]
     assert len(r["codeFlows"][0]["threadFlows"][0]["locations"]) == 3
+
+
+def test_ctrl_c_in_the_worker_pool_exits_130_and_leaves_no_partial_cache(tmp_path):
+    import marshal
+    import signal
+    import subprocess
+    import sys
+    import time
+    body = "".join(f"def f{i}(t: torch.Tensor):\n    y = t * {i}\n    return y.sum().item()\n\n" for i in range(300))
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(400):
+        (src / f"m{i}.py").write_text(f"import torch\n# {i}\n" + body)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "GRAPHCHECK_CACHE_DIR": str(cache)}
+    p = subprocess.Popen([sys.executable, "-m", "graphcheck", "scan", str(src), "--jobs", "2"], cwd=tmp_path, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(cache.rglob("*.bin")) and p.poll() is None:
+        time.sleep(0.05)
+    assert p.poll() is None, "the scan finished before it could be interrupted"
+    os.killpg(p.pid, signal.SIGINT)       # what a terminal's Ctrl-C does: the whole process group
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, (p.returncode, err.decode()[-2000:])
+    assert b"Traceback" not in err, err.decode()[-2000:]
+    assert not list(cache.rglob("*.tmp"))
+    entries = list(cache.rglob("*.bin"))
+    assert entries and all(marshal.loads(e.read_bytes())["v"] for e in entries)

@@ -481,7 +481,8 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
             hint = name_hint(a.arg)
             if hint is not None:
                 k = hint
-            elif k is None and a is not args.vararg and a is not args.kwarg:
+            elif k is None and a.annotation is None and a is not args.vararg and a is not args.kwarg:
+                # un-annotated: its callers decide; an annotation that names no tensor (a Cache) is not one
                 k = frozenset((f"p:{a.arg}",))
             if k is not None:
                 env.names[a.arg] = k

@@ -10,7 +10,7 @@ RULE = Rule(
     name='tensor-tolist',
     message='`.{method}()` copies a tensor to host memory',
     hint='keep the data on the device, or move this out of the captured step',
-    what='Flags `.tolist()` and `.numpy()`.',
+    what='Flags `.tolist()` on a tensor not known to live on the host (NumPy arrays and CPU tensors are fine; `.numpy()` is GC109).',
     why='Reading a device value on the host blocks the CPU until every queued kernel has finished (a device-to-host sync). During CUDA-graph capture nothing has run yet, so the read fails with `operation failed due to a previous error during capture` — which names neither the op nor the line. `tolist()` is a blocking device-to-host copy.',
     example='for e in counts.tolist():\n    ...',
     instead='grouped = torch.ops.my.grouped_gemm(x, offsets)   # offsets stay on device',

@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore", help="comma-separated codes or prefixes to skip")
     p.add_argument("--entry-point", action="append", default=None, metavar="MOD:QUAL", help="capture entry point (repeatable)")
     p.add_argument("--all-functions", action="store_true", help="ignore configured entry points: scan every function")
+    p.add_argument("--show-scope", action="store_true", help="list the functions in the captured region and the calls that could not be resolved")
+    p.add_argument("--stdin-filename", metavar="PATH", help="read the source from stdin and report it as this file")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the per-file cache")
     p.add_argument("--jobs", type=int, help="worker processes (default: all cores)")
     _common(p)
@@ -121,18 +123,25 @@ def _scan(args) -> int:
     from .static.scanner import scan
     from .static.scope import ScopeError
     cfg = _config(args)
-    paths = args.paths or [str(cfg.root / p) for p in cfg.paths]
+    source = sys.stdin.read() if args.stdin_filename else None
+    paths = args.paths or ([] if source is not None else [str(cfg.root / p) for p in cfg.paths])
     entry = [] if args.all_functions else (args.entry_point if args.entry_point is not None else cfg.entry_points)
     try:
         res = scan(paths, entry_points=entry, exclude=cfg.exclude, select=_codes(args.select) or cfg.select,
-                   ignore=_codes(args.ignore) or cfg.ignore, root=cfg.root, cache=not args.no_cache, jobs=args.jobs)
+                   ignore=_codes(args.ignore) or cfg.ignore, root=cfg.root, cache=not args.no_cache, jobs=args.jobs,
+                   source=source, source_name=args.stdin_filename)
     except (ScopeError, ValueError) as e:
         raise ConfigError(str(e)) from None
     findings = assign_fingerprints(res.findings)
     fmt = args.format or cfg.format
-    scope = f", {res.in_scope_functions} functions in the captured region" if res.in_scope_functions is not None else ""
+    scope = f", {res.scope_line()}" if res.scope_line() else ""
+    # a scope with unresolved calls or gaps is never reported "clean": the scan did not see all of it
+    clean = "[bold green]clean[/]" if not (res.unresolved or res.warnings) else "no findings in the part it could resolve"
     summary = (f"{len(findings)} finding(s) in {res.files} file(s){scope}; {res.suppressed} suppressed"
-               if findings else f"[bold green]clean[/]: {res.files} file(s){scope}; {res.suppressed} suppressed")
+               if findings else f"{clean}: {res.files} file(s){scope}; {res.suppressed} suppressed")
+    summary += "".join(f"\nwarning: {w}" for w in res.warnings)
+    if args.show_scope:
+        print(res.scope_report(), file=sys.stderr)
     emit(findings, fmt, __version__, summary=summary if fmt == "text" else "")
     if args.output:
         from .io import write_atomic

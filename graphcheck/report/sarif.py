@@ -35,8 +35,23 @@ def to_sarif(findings: list[Finding], version: str) -> dict:
         }
         if f.fingerprint:
             res["partialFingerprints"] = {"graphcheck/v1": f.fingerprint}
+        chain = (f.evidence or {}).get("call_chain") or []
+        if chain:
+            # the static scan's path from the entry point: each call site is a related location, and the whole
+            # path a code flow ending at the finding
+            steps = [_loc(c["path"], c["line"], f"{c['function']} calls on", i) for i, c in enumerate(chain, 1)]
+            res["relatedLocations"] = steps
+            flow = [{"location": {k: v for k, v in s.items() if k != "id"}} for s in steps]
+            flow.append({"location": {"physicalLocation": res["locations"][0]["physicalLocation"],
+                                      "message": {"text": f.message}}})
+            res["codeFlows"] = [{"threadFlows": [{"locations": flow}]}]
         results.append(res)
     return {"$schema": SCHEMA, "version": "2.1.0",
             "runs": [{"tool": {"driver": {"name": "graphcheck", "version": version, "informationUri":
                                           "https://github.com/graphcheck/graphcheck", "rules": rules}},
                       "results": results}]}
+
+
+def _loc(path: str, line: int, text: str, i: int) -> dict:
+    return {"id": i, "physicalLocation": {"artifactLocation": {"uri": path or "unknown"}, "region": {"startLine": max(line, 1)}},
+            "message": {"text": text}}

@@ -6,7 +6,6 @@ Only audit, capture, run (without --no-runtime) and baseline import torch, and o
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 from .config import Config, ConfigError, load_config
 from .findings import UNCHECKED, Finding
-from .io import check_output, write_atomic
+from .io import OutputError, check_output, write_atomic
 from .result import Result, classify
 
 
@@ -55,7 +54,10 @@ def finish(result: Result, args, fmt: str) -> int:
     color = not to_file and fmt in ("full", "text") and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     text = render(result, fmt, statistics=args.statistics, quiet=args.quiet, color=color)
     if to_file:
-        write_atomic(args.output, text)
+        try:
+            write_atomic(args.output, text)
+        except OSError as e:
+            raise OutputError(f"-o {args.output}: cannot write it ({e.strerror or e})") from None
         if not args.quiet:
             print(f"wrote {args.output}: {summary_line(result)}")
     else:
@@ -145,7 +147,9 @@ def cmd_scan(args, cfg: Config) -> int:
 
 def need_torch(command: str) -> None:
     """The runtime layers run the user's PyTorch code; the static install has no torch."""
-    if importlib.util.find_spec("torch") is None:
+    try:
+        import torch  # noqa: F401  (the runtime layers import it anyway)
+    except ImportError:
         hint = "; or `graphcheck run --no-runtime` for the static layer only" if command == "run" else ""
         raise ConfigError(f"graphcheck {command} runs your code under PyTorch, which is not installed: "
                           f"pip install 'torch-graphcheck[runtime]' (torch>=2.7){hint}")
@@ -357,5 +361,9 @@ def _rules() -> int:
     for fam in FAMILIES:
         for r in fam.rules.values():
             t.add_row(r.code, r.name, fam.title, r.message.replace("{", "").replace("}", ""))
-    Console(width=160 if not sys.stdout.isatty() else None).print(t)
+    import io
+    buf = io.StringIO()   # rendered first, written here: a closed pipe is then ours to handle (rich exits 1 on it)
+    Console(file=buf, width=160, force_terminal=sys.stdout.isatty()).print(t)
+    sys.stdout.write(buf.getvalue())
+    sys.stdout.flush()
     return 0

@@ -84,7 +84,7 @@ def normalise_source(src: str) -> str:
     like `if x:` is completed with a body first); otherwise (a line inside a multi-line expression) its tokens
     without comments, with string literals in one quote style and trailing commas before a closer dropped."""
     line = src.strip()
-    for text in (line, line + " pass"):
+    for text in (line, line + "\n pass"):
         try:
             return ast.unparse(ast.parse(text))
         except (SyntaxError, ValueError, RecursionError):

@@ -64,9 +64,9 @@ def gc(cwd, *args):
 
 
 def test_run_links_static_and_runtime_and_gates(project):
-    r = gc(project, "run", "--no-progress", "-o", "inv.json")
+    r = gc(project, "run", "--no-progress", "--output-format", "json", "-o", "inv.json")
     assert r.returncode == 1, r.stderr
-    assert "new finding(s) not in the baseline" in r.stdout and "GC104" in r.stdout
+    assert "0 accepted, 1 new, 0 stale" in r.stdout
     doc = json.loads((project / "inv.json").read_text())
     row = next(d for d in doc["findings"] if d["rule"] == "GC104")
     # predicted by the scan, seen once per audited step, and the reason the frozen capture fails
@@ -81,10 +81,10 @@ def test_run_links_static_and_runtime_and_gates(project):
     assert b.returncode == 0, b.stderr
     base = json.loads((project / "graphcheck-baseline.json").read_text())
     assert base["version"] == 1 and all(e["reason"].startswith("host position") for e in base["entries"])
-    r2 = gc(project, "run", "--no-progress", "-o", "inv2.json")
+    r2 = gc(project, "run", "--no-progress", "--output-format", "json", "-o", "inv2.json")
     assert r2.returncode == 0, r2.stdout + r2.stderr
     assert "PASSED" in r2.stdout
-    r3 = gc(project, "run", "--no-progress", "-o", "inv3.json")
+    r3 = gc(project, "run", "--no-progress", "--output-format", "json", "-o", "inv3.json")
     assert (project / "inv2.json").read_bytes() == (project / "inv3.json").read_bytes()
 
     # an unrelated edit above the finding moves its line, not its fingerprint
@@ -151,11 +151,12 @@ def test_audit_and_capture_commands(project):
 
 
 def test_report_html_and_text(project):
-    gc(project, "run", "--no-progress", "-o", "inv.json")
+    gc(project, "run", "--no-progress", "--output-format", "json", "-o", "inv.json")
     h = gc(project, "report", "inv.json", "--format", "html", "-o", "inv.html")
-    assert h.returncode == 0
+    assert h.returncode == 1          # the saved run failed the gate: report says so too
     page = (project / "inv.html").read_text()
     assert "<h2>Static scan" in page and "<h2>Sync audit" in page and "<details>" in page and "GC104" in page
+    assert "<tr class='new'>" in page
     t = gc(project, "report", "inv.json")
     assert "GC104" in t.stdout
     same = gc(project, "report", "inv.json", "-o", "inv.json")

@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore", help="comma-separated codes or prefixes to skip")
     p.add_argument("--entry-point", action="append", default=None, metavar="MOD:QUAL", help="capture entry point (repeatable)")
     p.add_argument("--all-functions", action="store_true", help="ignore configured entry points: scan every function")
+    p.add_argument("--show-scope", action="store_true",
+                   help="list the functions in the captured region and the calls that could not be resolved (on stderr)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the per-file cache")
     p.add_argument("--jobs", type=_positive, help="worker processes (default: all cores)")
     _config_opt(p)

@@ -78,7 +78,7 @@ def _check_out(args, cfg: Config | None, *extra) -> None:
 
 def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: list[str] | None = None,
                  select: list[str], ignore: list[str], cache: bool = True, jobs: int | None = None,
-                 stdin: tuple[str, str] | None = None) -> tuple[list[Finding], dict, list[str]]:
+                 stdin: tuple[str, str] | None = None, show_scope: bool = False) -> tuple[list[Finding], dict, list[str]]:
     """Scan; returns (findings, layer summary, problems).
 
     Explicit `paths` with configured entry points (what the pre-commit hook passes: the staged files) are scanned
@@ -98,17 +98,20 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
         scan_paths = configured
     try:
         res = scan(scan_paths, entry_points=entry, exclude=cfg.exclude, select=select, ignore=ignore, root=cfg.root,
-                   cache=cache, jobs=jobs, **({"stdin": stdin} if stdin is not None else {}))
+                   cache=cache, jobs=jobs, **({"source_name": stdin[0], "source": stdin[1]} if stdin is not None else {}))
     except (ScopeError, ValueError) as e:
         raise ConfigError(str(e)) from None
     findings = list(res.findings)
     if keep is not None:
         findings = [f for f in findings if any(f.path == k or f.path.startswith(k.rstrip("/") + "/") or k == "."
                                                for k in keep)]
+    if show_scope:
+        print(res.scope_report(), file=sys.stderr)
+    # unresolved calls and scope gaps: the scan did not see all of the region, so no "all checks passed"
     layer = {"files": res.files, "functions_in_scope": res.in_scope_functions, "suppressed": res.suppressed,
-             "findings": len(findings)}
+             "findings": len(findings), "unresolved_calls": len(res.unresolved), "scope_warnings": list(res.warnings)}
     problems = []
-    if res.files == 0:
+    if res.files == 0 and stdin is None:
         where = ", ".join(paths or cfg.paths)
         problems.append(f"no Python file to check under {where} (root {cfg.root}); nothing was checked")
     return findings, layer, problems
@@ -127,7 +130,7 @@ def cmd_scan(args, cfg: Config) -> int:
     if "-" in paths:
         if paths != ["-"]:
             raise ConfigError("`-` (read the source from stdin) cannot be combined with other paths")
-        name = args.stdin_filename or "<stdin>"
+        name = args.stdin_filename or "stdin.py"
         stdin = (name, sys.stdin.read())
         paths = []
     elif args.stdin_filename:
@@ -136,7 +139,7 @@ def cmd_scan(args, cfg: Config) -> int:
     t0 = time.perf_counter()
     findings, layer, problems = static_layer(cfg, paths=paths, entry_points=entry, select=_codes(args.select) or cfg.select,
                                              ignore=_codes(args.ignore) or cfg.ignore, cache=not args.no_cache,
-                                             jobs=args.jobs, stdin=stdin)
+                                             jobs=args.jobs, stdin=stdin, show_scope=args.show_scope)
     result = classify("scan", findings, None, problems=problems, layers={"static": layer},
                       timing={"static": time.perf_counter() - t0})
     return finish(result, args, fmt)

@@ -69,11 +69,16 @@ def summary_line(result: Result) -> str:
     where = f" in {st['files']} file(s)" if st else ""
     targets = sum(1 for k in ("sync", "capture") if k in result.layers) and result.targets
     where += f", {len(result.targets)} target(s)" if targets else ""
+    partial = bool(st and (st.get("unresolved_calls") or st.get("scope_warnings")))
     if result.baseline is None:
-        head = f"Found {rep} finding(s){where}" if rep else f"All checks passed{where}"
+        head = (f"Found {rep} finding(s){where}" if rep else
+                f"No findings in the part of the scope it could resolve{where}" if partial else f"All checks passed{where}")
     else:
         head = (f"{len(result.findings)} row(s){where}; baseline {result.baseline}: {c['accepted']} accepted, "
                 f"{c['new']} new, {c['stale']} stale")
+    if partial:
+        n = st.get("unresolved_calls", 0)
+        head += f" ({n} call(s) in scope could not be resolved; --show-scope lists them)" if n else ""
     if c["unchecked"] or result.problems:
         head += f"; {len(result.problems)} thing(s) could not be checked"
     verdict = "NOT CHECKED" if result.problems else ("FAILED" if result.failed() else "PASSED")
@@ -116,6 +121,8 @@ def _full(result: Result, *, quiet: bool, color: bool) -> str:
                 lay = result.layers[kind]
                 t.add_row(kind, f"{lay['targets']} target(s)", str(lay["findings"]), f"{result.timing.get(kind, 0):.1f}s")
         con.print(t)
+    for w in (result.layers.get("static") or {}).get("scope_warnings", []):
+        con.print(f"[yellow]warning:[/] {escape(w)}")
     for e in result.stale:
         con.print(f"  [yellow]stale[/] {escape(str(e.get('rule')))} {escape(str(e.get('path')))} "
                   f"{escape(str(e.get('function')))}: {escape(str(e.get('source', '')))}")

@@ -72,7 +72,7 @@ def load_target(spec: str, root: Path | None = None) -> Target:
         except Exception as e:
             raise TargetError(f"target {spec!r}: the factory raised {type(e).__name__}: {_first(e)}") from None
     else:
-        raise TargetError(f"target {spec!r}: {attr!r} is a {type(obj).__name__}, expected a factory or a graphcheck.Target")
+        raise TargetError(f"target {spec!r}: {attr!r} is a {type(obj).__name__}, not a factory; expected graphcheck.Target or a factory returning one")
     if not isinstance(t, Target):
         raise TargetError(f"target {spec!r}: factory returned {type(t).__name__}, expected graphcheck.Target")
     if not t.name or t.name == "target":

@@ -96,7 +96,7 @@ def _full(result: Result, *, quiet: bool, color: bool) -> str:
                   color_system="auto" if color else None)
     for f in result.reported():
         kinds = "+".join(f.evidence.get("kinds", [f.kind]))
-        seen = f", seen {f.count}x" if f.count > 1 or f.kind != "static" else ""
+        seen = f", seen {f.count}x" if f.count > 1 else ""
         style = {"new": "bold red", "unchecked": "bold red", "exempt": "bold yellow"}[result.status[f.fingerprint]]
         con.print(f"[bold]{escape(location(f))}[/]: [{style}]{f.rule}[/] {escape(f.message)}{escape(_tag(f, result))}"
                   f"  [dim]{escape(f.function)} · {kinds}{seen}[/]")
@@ -105,6 +105,7 @@ def _full(result: Result, *, quiet: bool, color: bool) -> str:
         rule = RULES.get(f.rule)
         if rule:
             con.print(f"    [green]fix:[/] {escape(rule.hint.format_map(_hint_fmt(f)))}")
+        con.print()
     if quiet:
         return buf.getvalue()
     if result.command == "run" and result.layers:

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import DATA, ROOT
 from graphcheck.findings import normalise_source
+from graphcheck.inventory import SCHEMA_PATH
 from test_gate import PROJECT, STEP
 
 
@@ -103,6 +104,10 @@ def test_report_agrees_with_run_in_every_format(project, fmt):
     assert run.returncode == saved.returncode == rep.returncode == 1, run.stderr + rep.stderr
     timing = re.compile(r"\d+\.\ds")
     assert timing.sub("", rep.stdout) == timing.sub("", run.stdout)
+    if fmt in ("sarif", "json"):
+        jsonschema = pytest.importorskip("jsonschema")
+        schema = DATA / "sarif-schema-2.1.0-rtm.5.json" if fmt == "sarif" else SCHEMA_PATH
+        jsonschema.validate(json.loads(run.stdout), json.loads(schema.read_text()))
     if fmt == "sarif":
         res = json.loads(run.stdout)["runs"][0]["results"]
         acc = next(x for x in res if x["partialFingerprints"]["graphcheck/v1"] == fp)
@@ -273,3 +278,21 @@ def test_interrupt_signal_during_a_run(project):
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130 and "Traceback" not in err, err
     assert (project / "out.json").read_text() == "previous\n"
+
+
+def test_a_step_that_raises_is_never_a_pass(project):
+    """GC006 rows are 'unchecked': exit 2 in run and in report, and a baseline entry for them accepts nothing."""
+    (project / "demo" / "step.py").write_text(STEP.replace("        self.pos += 1", "        raise RuntimeError('cache not allocated')"))
+    r = gc(project, "run", "--output-format", "json", "-o", "inv.json")
+    assert r.returncode == 2 and "could not check demo/step.py:13: GC006" in r.stderr
+    doc = json.loads((project / "inv.json").read_text())
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text()))
+    unchecked = [d for d in doc["findings"] if d["status"] == "unchecked"]
+    assert {d["rule"] for d in unchecked} == {"GC006"} and doc["problems"]
+    entries = [{"fingerprint": d["fingerprint"], "rule": d["rule"], "path": d["path"], "reason": "hand-written"} for d in doc["findings"]]
+    (project / "graphcheck-baseline.json").write_text(json.dumps({"version": 1, "entries": entries}))
+    again = gc(project, "run", "--output-format", "concise")
+    assert again.returncode == 2 and "(not checked)" in again.stdout and "NOT CHECKED" in again.stdout
+    assert gc(project, "report", "inv.json", "--output-format", "github").returncode == 2
+    assert gc(project, "run", "--exit-zero").returncode == 2        # --exit-zero never hides what was not checked

@@ -118,6 +118,7 @@ ELSEWHERE = {
     "a stale baseline entry whose source contains `[/INST]`": "test_cli.py::test_report_agrees_with_run_in_every_format[full]",
     "a nested `pyproject.toml` without [tool.graphcheck]": "test_cli.py::test_config_is_the_nearest_pyproject_with_a_graphcheck_table",
     "`audit`/`capture`/`run` without torch installed": "test_cli.py::test_scan_imports_no_torch",
+    "an unreadable package directory": "test_badinput.py::test_unreadable_directory_is_not_a_pass",
 }
 
 
@@ -130,3 +131,22 @@ def test_readme_table_is_these_rows():
     for inp, _, _, code, fragment in CASES.values():
         row = rows[inputs.index(inp)]
         assert fragment in row and row.rstrip(" |").endswith(f" {code}"), row
+
+
+def test_unreadable_directory_is_not_a_pass(project, monkeypatch, capsys):
+    """As root every directory is readable, so the refusal is simulated where os.walk lists it."""
+    from graphcheck.cli import main
+    sub = project / "demo" / "private"
+    sub.mkdir()
+    (sub / "hidden.py").write_text("import torch\ndef f(x: torch.Tensor):\n    return x.item()\n")
+    real = os.scandir
+
+    def scandir(path="."):
+        if Path(path).resolve() == sub:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.chdir(project)
+    rc = main(["scan", "demo", "--all-functions", "--no-cache", "--jobs", "1", "--output-format", "concise"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("graphcheck: error: could not check demo/private: GC904") and err.count("\n") == 1

@@ -105,7 +105,10 @@ def discover(paths: list[str], exclude: list[str] | None = None, root: Path | No
             errors.append(Finding("GC904", "static", _rel(p, root), 0, message=format_message("GC904", error="not a regular file")))
         else:
             ignore = GitIgnore(p)
-            for dirpath, dirnames, filenames in os.walk(p):
+            # a directory that cannot be listed was not checked: a GC904 row (exit 2), never a silent "clean"
+            for dirpath, dirnames, filenames in os.walk(p, onerror=lambda e: errors.append(Finding(
+                    "GC904", "static", _rel(Path(e.filename or p), root), 0,
+                    message=format_message("GC904", error=e.strerror or str(e))))):
                 d = Path(dirpath)
                 dirnames[:] = sorted(n for n in dirnames if not excluded(d / n, p) and not ignore.ignored(d / n, True))
                 for f in sorted(filenames):

@@ -1,0 +1,189 @@
+"""FP4 (MXFP4 / NVFP4) weight-only GEMVs for decode, in Triton: the routed experts of a MoE layer and single
+projections. Hopper has no FP4 tensor cores, so the whole win is bytes: 0.53 (MXFP4) or 0.56 (NVFP4) bytes per
+weight instead of 2. The packed codes and block scales are read once, decoded in registers, and fed as bf16 to
+`tl.dot` against the (at most 16, zero-padded) token columns; the tensor cores make the padding free.
+
+Decoding an e2m1 code c without a table: placing its 3 magnitude bits at fp16 bits 11..9 and its sign at bit 15
+gives the fp16 number e2m1(c) * 2^-14 exactly (code 1 becomes the fp16 subnormal 2^-15), so one shift-and-or per
+nibble and a conversion; the 2^14 is folded into the block scale. Every dequantised weight (e2m1 x e8m0, or
+e2m1 x e4m3) has at most 6 significant bits, so the bf16 operand is exact; NVFP4's per-matrix global scale is
+applied to the fp32 accumulator.
+
+Routed experts, without sorting and without host reads: program (p, n-block) handles pair p = (token p // k,
+slot p % k) only if p is the first of the pairs that chose the same expert (in chunks of 16); it then reads that
+expert's rows once for all those pairs (a token-major loop would read an expert once per token that picked it).
+Stage 1 (w1, w3 together) ends in SwiGLU (clamp before SiLU) times the routing weight and writes h [P, inter] in
+x's dtype, as the reference rounds it before w2; stage 2 (w2) writes y2 [P, dim] fp32; a sum over k gives y.
+Fixed launch shapes; launched by Triton on torch's current stream, so it records into CUDA graphs.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+TP = 16          # token columns per program: the smallest tl.dot width; decode batches are at most 8
+
+
+@triton.jit
+def _run(idx_ptr, p, P, PP: tl.constexpr, TPC: tl.constexpr):
+    """Pair p's expert e, whether p leads a chunk of TPC pairs that chose e, and that chunk's pair indices."""
+    q = tl.arange(0, PP)
+    ids = tl.load(idx_ptr + q, mask=q < P, other=-1)
+    e = tl.load(idx_ptr + p)
+    same = (ids == e) & (q < P)
+    rank_p = tl.sum((same & (q < p)).to(tl.int32), axis=0)
+    rank_q = tl.cumsum(same.to(tl.int32), axis=0) - 1
+    r = tl.arange(0, TPC)
+    sel = same[None, :] & (rank_q[None, :] == (rank_p + r)[:, None])               # [TPC, PP]
+    member = tl.sum(tl.where(sel, q[None, :], 0), axis=1)
+    valid = tl.sum(sel.to(tl.int32), axis=1) > 0
+    return e, (rank_p % TPC) == 0, member, valid
+
+
+@triton.jit
+def _fp4_tile(w_ptr, s_ptr, rows, rmask, kb0, K, FMT: tl.constexpr, G: tl.constexpr, BN: tl.constexpr,
+              BK: tl.constexpr, DT: tl.constexpr):
+    """Rows `rows`, columns [2*kb0, 2*kb0 + BK) of one FP4 matrix -> (even, odd) columns [BN, BK/2] in DT."""
+    NB: tl.constexpr = BK // G            # scale blocks in the chunk
+    HB: tl.constexpr = G // 2             # packed bytes per scale block
+    half = K // 2
+    j = tl.arange(0, NB)
+    i = tl.arange(0, HB)
+    kb = kb0 + j[:, None] * HB + i[None, :]                                          # [NB, HB] byte columns
+    m = rmask[:, None, None] & (kb < half)[None, :, :]
+    b = tl.load(w_ptr + rows[:, None, None] * half + kb[None, :, :], mask=m, other=0).to(tl.int32)
+    sb = kb0 // HB + j
+    sr = tl.load(s_ptr + rows[:, None] * (K // G) + sb[None, :], mask=rmask[:, None] & (sb < K // G)[None, :], other=0)
+    if FMT == 0:   # e8m0: the byte is the fp32 exponent field
+        sc = (sr.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    else:          # e4m3
+        sc = sr.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    sc = (sc * 16384.0)[:, :, None]
+    lo = (((b & 7) << 9) | ((b & 8) << 12)).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32) * sc
+    hi = (((b & 0x70) << 5) | ((b & 0x80) << 8)).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32) * sc
+    return tl.reshape(lo.to(DT), (BN, BK // 2)), tl.reshape(hi.to(DT), (BN, BK // 2))
+
+
+@triton.jit
+def _x_cols(x_ptr, xrow, valid, kb0, K, BK: tl.constexpr, DT: tl.constexpr):
+    """Even and odd input columns of the chunk for the token rows `xrow` -> [BK/2, TP] each."""
+    kb = kb0 + tl.arange(0, BK // 2)
+    m = (kb < K // 2)[:, None] & valid[None, :]
+    base = x_ptr + xrow[None, :].to(tl.int64) * K + 2 * kb[:, None]
+    return tl.load(base, mask=m, other=0.0).to(DT), tl.load(base + 1, mask=m, other=0.0).to(DT)
+
+
+@triton.jit
+def _dot(a, b, acc, DT: tl.constexpr):
+    if DT == tl.float32:
+        return tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _fp4_rows_kernel(x_ptr, idx_ptr, wts_ptr, out_ptr, wa_ptr, sa_ptr, ga_ptr, wb_ptr, sb_ptr, gb_ptr,
+                     P, XDIV, N, K, limit,
+                     FMT: tl.constexpr, G: tl.constexpr, MODE: tl.constexpr, HAS_LIMIT: tl.constexpr,
+                     BN: tl.constexpr, BK: tl.constexpr, TPC: tl.constexpr, PP: tl.constexpr, DT: tl.constexpr):
+    """MODE 0: out[b, n] = x[b] . W[n] (one matrix). MODE 1: expert up, h = wts * swiglu(w1 x, w3 x).
+    MODE 2: expert down, y2 = w2 h. out rows are pairs (MODE 1, 2) or tokens (MODE 0)."""
+    pid = tl.program_id(0)
+    rows = tl.program_id(1) * BN + tl.arange(0, BN)
+    rmask = rows < N
+    if MODE == 0:
+        e64 = tl.full((), 0, tl.int64)
+        member = pid * TPC + tl.arange(0, TPC)
+        valid = member < P
+        lead = pid >= 0
+    else:
+        e, lead, member, valid = _run(idx_ptr, pid, P, PP, TPC)
+        e64 = e.to(tl.int64)
+    if lead:
+        half = K // 2
+        wa = wa_ptr + e64 * N * half
+        sa = sa_ptr + e64 * N * (K // G)
+        wb = wb_ptr + e64 * N * half
+        sbp = sb_ptr + e64 * N * (K // G)
+        xrow = member // XDIV
+        acc_a = tl.zeros((BN, TPC), tl.float32)
+        acc_b = tl.zeros((BN, TPC), tl.float32)
+        for kb0 in range(0, half, BK // 2):
+            xe, xo = _x_cols(x_ptr, xrow, valid, kb0, K, BK, DT)
+            lo, hi = _fp4_tile(wa, sa, rows, rmask, kb0, K, FMT, G, BN, BK, DT)
+            acc_a = _dot(lo, xe, acc_a, DT)
+            acc_a = _dot(hi, xo, acc_a, DT)
+            if MODE == 1:
+                lo, hi = _fp4_tile(wb, sbp, rows, rmask, kb0, K, FMT, G, BN, BK, DT)
+                acc_b = _dot(lo, xe, acc_b, DT)
+                acc_b = _dot(hi, xo, acc_b, DT)
+        if FMT == 1:
+            acc_a = acc_a * tl.load(ga_ptr + e64)
+            if MODE == 1:
+                acc_b = acc_b * tl.load(gb_ptr + e64)
+        if MODE == 1:
+            g = acc_a
+            u = acc_b
+            if HAS_LIMIT:   # clamp the raw gate before SiLU; the up projection both ways
+                g = tl.minimum(g, limit)
+                u = tl.minimum(tl.maximum(u, -limit), limit)
+            wt = tl.load(wts_ptr + member, mask=valid, other=0.0)
+            res = (g / (1.0 + tl.exp(-g)) * u) * wt[None, :]
+        else:
+            res = acc_a
+        optr = out_ptr + member[None, :].to(tl.int64) * N + rows[:, None]
+        tl.store(optr, res.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & valid[None, :])
+
+
+# (BN, BK, num_warps, num_stages): chosen by benchmarks/kernels.py --sweep on the H200
+CONFIG = {"gemv": (32, 256, 4, 3), "up": (32, 256, 4, 3), "down": (32, 256, 4, 3)}
+_DT = {torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+_FMT = {"mxfp4": (0, 32), "nvfp4": (1, 16)}
+
+
+def _parts(w):
+    """(data, scale, global scale) as the kernel reads them: raw bytes; fp32 global scales (a dummy for MXFP4)."""
+    fmt, data, scale, scale2, _ = w
+    for name, t in (("data", data), ("scale", scale)):
+        if not t.is_contiguous():
+            raise ValueError(f"FP4 kernel: the weight's {name} must be contiguous, found strides {t.stride()}")
+    d = data.view(torch.uint8)
+    g2 = scale2.reshape(-1) if fmt == "nvfp4" else d
+    if fmt == "nvfp4" and g2.dtype != torch.float32:
+        raise TypeError(f"FP4 kernel: nvfp4 scale2 must be float32 (converted once at load), found {scale2.dtype}")
+    return d, scale.view(torch.uint8), g2
+
+
+def _launch(grid, x, idx, wts, out, wa, wb, P, xdiv, N, K, limit, fmt, mode, cfg):
+    bn, bk, warps, stages = cfg
+    f, g = _FMT[fmt]
+    a, b = _parts(wa), _parts(wb if wb is not None else wa)
+    _fp4_rows_kernel[grid](x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0),
+                           FMT=f, G=g, MODE=mode, HAS_LIMIT=limit is not None, BN=bn, BK=max(bk, g), TPC=TP,
+                           PP=max(16, triton.next_power_of_2(P)), DT=_DT[x.dtype], num_warps=warps, num_stages=stages)
+
+
+def fp4_gemv_triton(x: torch.Tensor, w, cfg=None) -> torch.Tensor:
+    """x [B, K] bf16/fp32 contiguous, w an FP4 weight tuple [N, K/2] -> y [B, N] in x.dtype."""
+    B, K = x.shape
+    N = w[1].shape[0]
+    cfg = cfg or CONFIG["gemv"]
+    y = torch.empty(B, N, dtype=x.dtype, device=x.device)
+    _launch((triton.cdiv(B, TP), triton.cdiv(N, cfg[0])), x, x, x, y, w, None, B, 1, N, K, None, w[0], 0, cfg)
+    return y
+
+
+def routed_experts_triton(x, idx, wts, w1, w3, w2, limit, cfg_up=None, cfg_down=None) -> torch.Tensor:
+    T, k = idx.shape
+    P = T * k
+    dim = x.shape[1]
+    inter = w1[1].shape[1]
+    idx_flat = idx.reshape(-1)
+    wts_flat = wts.reshape(-1)
+    cu, cd = cfg_up or CONFIG["up"], cfg_down or CONFIG["down"]
+    h = torch.empty(P, inter, dtype=x.dtype, device=x.device)
+    _launch((P, triton.cdiv(inter, cu[0])), x, idx_flat, wts_flat, h, w1, w3, P, k, inter, dim, limit, w1[0], 1, cu)
+    y2 = torch.empty(P, dim, dtype=torch.float32, device=x.device)
+    _launch((P, triton.cdiv(dim, cd[0])), h, idx_flat, wts_flat, y2, w2, None, P, 1, dim, inter, None, w2[0], 2, cd)
+    return y2.view(T, k, dim).sum(1)

@@ -10,7 +10,8 @@ weight-only (W4A16); the activation simulation of a stored format is the caller'
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from ..fused_swiglu.reference import swiglu_ref as swiglu
 
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 FP4_FORMATS = ("mxfp4", "nvfp4")
@@ -48,6 +49,16 @@ def check_weight(w, name: str, n: int | None = None, k: int | None = None, stack
                              f"found {None if scale2 is None else tuple(scale2.shape)}")
 
 
+def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
+    """[.., n/2] bytes -> [.., n] fp32 values; low nibble = element 2j. Decoded arithmetically (no table tensor to
+    move to the device)."""
+    b = packed.view(torch.uint8)
+    codes = torch.stack([b & 0xF, b >> 4], -1).flatten(-2).to(torch.int32)
+    e, m = (codes >> 1) & 3, codes & 1
+    mag = torch.where(e == 0, m.float() * 0.5, (1.0 + 0.5 * m.float()) * torch.exp2((e - 1).float()))
+    return torch.where(codes >= 8, -mag, mag)
+
+
 def _e8m0(s: torch.Tensor) -> torch.Tensor:
     if s.dtype == torch.float8_e8m0fnu:
         return s.float()
@@ -63,9 +74,7 @@ def dequant(w, index: torch.Tensor | None = None, dtype: torch.dtype = torch.flo
         scale2 = scale2.reshape(-1)[index] if scale2 is not None else None
     if fmt == "plain":
         return data.to(dtype)
-    b = data.view(torch.uint8)
-    table = torch.tensor(E2M1, device=b.device)          # graphcheck: ignore[GC402] -- the reference, not the hot path
-    vals = torch.stack([table[(b & 0xF).long()], table[(b >> 4).long()]], -1).flatten(-2)   # [.., N, K]
+    vals = unpack_e2m1(data)                                                                # [.., N, K]
     g = GROUP[fmt]
     s = _e8m0(scale) if fmt == "mxfp4" else scale.float()
     w = (vals.unflatten(-1, (-1, g)) * s.unsqueeze(-1)).flatten(-2)
@@ -73,14 +82,6 @@ def dequant(w, index: torch.Tensor | None = None, dtype: torch.dtype = torch.flo
         s2 = scale2.float().reshape(-1)
         w = w * (s2.view(-1, 1, 1) if w.dim() == 3 else s2[0])
     return w.to(dtype)
-
-
-def swiglu(g: torch.Tensor, u: torch.Tensor, limit: float | None) -> torch.Tensor:
-    """silu(clamp(gate, max=L)) * clamp(up, -L, L), fp32; the raw gate is clamped before SiLU. None: no clamp."""
-    g, u = g.float(), u.float()
-    if limit is not None:
-        g, u = g.clamp(max=limit), u.clamp(-limit, limit)
-    return F.silu(g) * u
 
 
 def fp4_gemv_ref(x: torch.Tensor, w) -> torch.Tensor:
@@ -100,3 +101,20 @@ def routed_experts_ref(x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor, w1
     h = (wts.reshape(-1, 1).float() * swiglu(g, u, limit)).to(x.dtype)
     y = torch.bmm(dequant(w2, flat), h.float().unsqueeze(-1))[..., 0]                        # [P, dim]
     return y.view(T, k, -1).sum(1)
+
+
+def random_weight(fmt: str, n: int, k: int, experts: int | None = None, generator: torch.Generator | None = None,
+                  device: str | torch.device = "cpu"):
+    """A random FP4 weight tuple (packed codes and scales drawn directly, every code value present), for tests,
+    benchmarks and capture targets. Scales keep entries near unit size: dequantised |w| <= 6 * 2^-6."""
+    lead = () if experts is None else (experts,)
+    g = GROUP[fmt]
+    data = torch.randint(0, 256, (*lead, n, k // 2), generator=generator, dtype=torch.uint8)
+    if fmt == "mxfp4":
+        scale = torch.randint(118, 122, (*lead, n, k // g), generator=generator, dtype=torch.uint8)
+        scale2 = None
+    else:
+        scale = (torch.rand(*lead, n, k // g, generator=generator) * 400 + 8).to(torch.float8_e4m3fn)
+        scale2 = torch.rand(*lead, generator=generator) * 1e-4 + 5e-5 if lead else torch.tensor(1e-4)
+    t = lambda a: None if a is None else a.to(device)  # noqa: E731
+    return fmt, t(data), t(scale), t(scale2), None

@@ -106,15 +106,17 @@ def routed_experts_ref(x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor, w1
 def random_weight(fmt: str, n: int, k: int, experts: int | None = None, generator: torch.Generator | None = None,
                   device: str | torch.device = "cpu"):
     """A random FP4 weight tuple (packed codes and scales drawn directly, every code value present), for tests,
-    benchmarks and capture targets. Scales keep entries near unit size: dequantised |w| <= 6 * 2^-6."""
+    benchmarks and capture targets: drawn on `generator`'s device, then moved. Scales keep entries near unit
+    size: dequantised |w| <= 6 * 2^-5."""
     lead = () if experts is None else (experts,)
     g = GROUP[fmt]
-    data = torch.randint(0, 256, (*lead, n, k // 2), generator=generator, dtype=torch.uint8)
+    on = generator.device if generator is not None else torch.device(device)
+    data = torch.randint(0, 256, (*lead, n, k // 2), generator=generator, dtype=torch.uint8, device=on)
     if fmt == "mxfp4":
-        scale = torch.randint(118, 122, (*lead, n, k // g), generator=generator, dtype=torch.uint8)
+        scale = torch.randint(118, 123, (*lead, n, k // g), generator=generator, dtype=torch.uint8, device=on)
         scale2 = None
     else:
-        scale = (torch.rand(*lead, n, k // g, generator=generator) * 400 + 8).to(torch.float8_e4m3fn)
-        scale2 = torch.rand(*lead, generator=generator) * 1e-4 + 5e-5 if lead else torch.tensor(1e-4)
+        scale = (torch.rand(*lead, n, k // g, generator=generator, device=on) * 400 + 8).to(torch.float8_e4m3fn)
+        scale2 = torch.rand(lead, generator=generator, device=on) * 1e-4 + 5e-5
     t = lambda a: None if a is None else a.to(device)  # noqa: E731
     return fmt, t(data), t(scale), t(scale2), None

@@ -1,5 +1,5 @@
 """Each kernel vs its PyTorch reference and vs the HBM copy bandwidth measured in the same run, timed eagerly
-(one launch per call, CUDA events) and as a captured-graph replay (20 calls in one graph, so launch overhead is
+(one launch per call, CUDA events) and as a captured-graph replay (10 calls in one graph, so launch overhead is
 out); the FP4 GEMVs vs BF16 F.linear of the same matrix; the routed experts vs the reference expert loop (bf16
 weights dequantised at load, one F.linear per expert hit, tokens grouped per expert as the model does, host-known
 groups so no sync is timed) at B = 1, 4, 8 with top-6 of 256 experts at Flash sizes (dim 4096, inter 2048).
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def timed(fn, iters: int = 50, warmup: int = 5) -> float:
+def timed(fn, iters: int = 20, warmup: int = 3) -> float:
     """Median of 5 batches, mean seconds per call, CUDA events around `iters` eager calls."""
     for _ in range(warmup):
         fn()
@@ -39,7 +39,7 @@ def timed(fn, iters: int = 50, warmup: int = 5) -> float:
     return sorted(runs)[2]
 
 
-def graphed(fn, per_graph: int = 20) -> float:
+def graphed(fn, per_graph: int = 10) -> float:
     """Seconds per call when `per_graph` calls are captured into one CUDA graph and replayed."""
     fn()
     s = torch.cuda.Stream()
@@ -51,7 +51,7 @@ def graphed(fn, per_graph: int = 20) -> float:
     with torch.cuda.graph(g):
         for _ in range(per_graph):
             fn()
-    return timed(g.replay, iters=10, warmup=2) / per_graph
+    return timed(g.replay, iters=5, warmup=1) / per_graph
 
 
 def copy_bandwidth() -> float:
@@ -65,9 +65,9 @@ class Table:
     def __init__(self, bw: float):
         self.bw, self.rows = bw, []
 
-    def add(self, name, kernel, ref=None, nbytes=None, base=None, base_name=None):
-        """kernel/ref/base: (eager s, graph s) or None."""
-        r = {"kernel": name, "eager_us": kernel[0] * 1e6, "graph_us": kernel[1] * 1e6}
+    def add(self, name, kernel, ref=None, nbytes=None, base=None, base_name=None, err=None):
+        """kernel/ref/base: (eager s, graph s) or None; err: max |kernel - ref| / max |ref| on the timed data."""
+        r = {"kernel": name, "eager_us": kernel[0] * 1e6, "graph_us": kernel[1] * 1e6, "relerr": err}
         if ref:
             r.update(ref_eager_us=ref[0] * 1e6, ref_graph_us=ref[1] * 1e6 if ref[1] else None,
                      x_ref_eager=ref[0] / kernel[0], x_ref_graph=ref[1] / kernel[1] if ref[1] else None)
@@ -78,18 +78,22 @@ class Table:
                      x_base_eager=base[0] / kernel[0], x_base_graph=base[1] / kernel[1])
         self.rows.append(r)
         f = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
-        print(f"{name:44} {r['eager_us']:8.1f} {r['graph_us']:8.1f} {f(r.get('ref_eager_us'), '9.1f'):>9} "
+        print(f"{name:62} {r['eager_us']:8.1f} {r['graph_us']:8.1f} {f(r.get('ref_eager_us'), '9.1f'):>9} "
               f"{f(r.get('ref_graph_us'), '9.1f'):>9} {f(r.get('x_ref_graph') or r.get('x_ref_eager'), '6.1f'):>6} "
-              f"{f(r.get('pct_copy'), '5.0f'):>5}% {f(r.get('base_graph_us'), '8.1f'):>8} {f(r.get('x_base_graph'), '6.2f'):>6}",
+              f"{f(r.get('pct_copy'), '5.0f'):>5}% {f(r.get('base_graph_us'), '8.1f'):>8} {f(r.get('x_base_graph'), '6.2f'):>6} {f(err, '7.1e'):>7}",
               flush=True)
 
 
-HEADER = (f"{'kernel':44} {'eager':>8} {'graph':>8} {'ref eag':>9} {'ref grph':>9} {'x ref':>6} {'%copy':>6} "
-          f"{'base grph':>8} {'x base':>6}   (us per call; x = base/kernel, graph vs graph)")
+HEADER = (f"{'kernel':62} {'eager':>8} {'graph':>8} {'ref eag':>9} {'ref grph':>9} {'x ref':>6} {'%copy':>6} "
+          f"{'base grph':>8} {'x base':>6} {'relerr':>7}   (us per call; x = base/kernel, graph vs graph)")
 
 
-def both(fn, iters=50):
+def both(fn, iters=20):
     return timed(fn, iters), graphed(fn)
+
+
+def _relerr(got, ref) -> float:
+    return ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
 
 
 def bench_gemv(tab, sweep):
@@ -102,12 +106,12 @@ def bench_gemv(tab, sweep):
             w16 = torch.randn(N, K, device="cuda").bfloat16()
             nbytes = N * K // 2 + N * K // GROUP[fmt] + B * (K + N) * 2
             base = both(lambda: F.linear(x, w16))
-            cfgs = [None] + (SWEEP if sweep and B in (1, 8) and N == 8192 else [])
-            for cfg in cfgs:
-                tag = f" {cfg}" if cfg else ""
-                tab.add(f"fp4_gemv {fmt} B={B} {N}x{K}{tag}", both(lambda: tk.fp4_gemv_triton(x, w, cfg)),
-                        ref=(timed(lambda: fp4_gemv_ref(x, w), 5, 1), None) if not cfg else None, nbytes=nbytes,
-                        base=base, base_name="bf16 F.linear")
+            want = fp4_gemv_ref(x, w)
+            ref = (timed(lambda: fp4_gemv_ref(x, w), 5, 1), None)
+            for cfg in (SWEEP if sweep else [tk.CONFIG["gemv"]]):
+                err = _relerr(tk.fp4_gemv_triton(x, w, cfg), want)
+                tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {cfg}", both(lambda: tk.fp4_gemv_triton(x, w, cfg)), ref=ref,
+                        nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
 
 
 def bench_routed(tab, sweep):
@@ -143,14 +147,14 @@ def bench_routed(tab, sweep):
                 return y
 
             nbytes = len(hit) * per_expert
-            base = both(loop, 10)
-            cfgs = [None] + (SWEEP_ROUTED if sweep else [])
-            for cfg in cfgs:
-                tag = f" {cfg}" if cfg else ""
+            base = both(loop)
+            want = routed_experts_ref(x, idx, wts, w1, w3, w2, limit)
+            ref = (timed(lambda: routed_experts_ref(x, idx, wts, w1, w3, w2, limit), 2, 1), None)
+            for cfg in (SWEEP_ROUTED if sweep else [tk.CONFIG["up"]]):
                 run = lambda: tk.routed_experts_triton(x, idx, wts, w1, w3, w2, limit, cfg, cfg)  # noqa: E731
-                ref = (timed(lambda: routed_experts_ref(x, idx, wts, w1, w3, w2, limit), 3, 1), None) if not cfg else None
-                tab.add(f"routed {fmt} B={B} top-{k}/{E} ({len(hit)} hit){tag}", both(run), ref=ref, nbytes=nbytes,
-                        base=base, base_name="expert loop bf16")
+                err = _relerr(run(), want)
+                tab.add(f"routed {fmt} B={B} top-{k}/{E} ({len(hit)} hit) {cfg}", both(run), ref=ref, nbytes=nbytes,
+                        base=base, base_name="expert loop bf16", err=err)
 
 
 def bench_swiglu(tab):
@@ -168,8 +172,10 @@ def bench_compressor(tab):
     for n, s, d in ((4096, 8, 512), (256, 128, 512), (4, 8, 512)):
         kv, gate = torch.randn(n, s, d, device="cuda"), torch.randn(n, s, d, device="cuda")
         bias = torch.randn(s, d, device="cuda")
+        err = _relerr(compressor_reduce_triton(kv, gate, bias), compressor_reduce_ref(kv, gate, bias))
         tab.add(f"compressor_reduce N={n} S={s} D={d}", both(lambda: compressor_reduce_triton(kv, gate, bias)),
-                ref=both(lambda: compressor_reduce_ref(kv, gate, bias)), nbytes=(2 * kv.numel() + bias.numel() + n * d) * 4)
+                ref=both(lambda: compressor_reduce_ref(kv, gate, bias)), nbytes=(2 * kv.numel() + bias.numel() + n * d) * 4,
+                err=err)
 
 
 def bench_kvcache(tab):
@@ -183,9 +189,10 @@ def bench_kvcache(tab):
                 ref=both(lambda: dequantize_nvfp4_kvcache_ref(fp4, sf, gs, M, N)), nbytes=M * N // 2 + M * N // 16 + M * 4 + M * N * 2)
 
 
-# (BN, BK, num_warps, num_stages) tried with --sweep
-SWEEP = [(16, 256, 4, 3), (32, 256, 4, 3), (32, 512, 4, 3), (64, 256, 4, 3), (64, 512, 8, 3), (128, 256, 8, 3), (16, 512, 2, 4)]
-SWEEP_ROUTED = [(16, 256, 4, 3), (32, 256, 4, 3), (64, 256, 4, 3), (32, 512, 4, 3), (64, 512, 8, 3)]
+# (BN, BK, num_warps, num_stages, DECODE) tried with --sweep (the first session's sweep of DECODE 0 tiles found
+# BN=64, BK=256, 4 warps best: benchmarks/results/kernels-h200-1.txt)
+SWEEP = [(64, 256, 4, 3, 0), (32, 256, 4, 3, 1), (64, 256, 4, 3, 1), (32, 256, 4, 3, 2), (64, 256, 4, 3, 2), (64, 512, 4, 3, 2)]
+SWEEP_ROUTED = [(64, 256, 4, 3, 1), (64, 256, 4, 3, 2), (32, 256, 4, 3, 2)]
 
 
 def main() -> int:
@@ -200,6 +207,7 @@ def main() -> int:
     import triton
     from dsv4_kernels.moe_gemv.triton_kernel import CONFIG
     bw = copy_bandwidth()
+    torch.manual_seed(0)
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  {torch.cuda.get_device_name()}  torch {torch.__version__}  "
           f"triton {triton.__version__}  copy bandwidth {bw / 1e9:.0f} GB/s  FP4 configs {CONFIG}")
     print(HEADER)

@@ -74,6 +74,59 @@ def _x_cols(x_ptr, xrow, valid, kb0, K, BK: tl.constexpr, DT: tl.constexpr):
     return tl.load(base, mask=m, other=0.0).to(DT), tl.load(base + 1, mask=m, other=0.0).to(DT)
 
 
+# e2m1 pairs -> fp16 bits for 4 packed bytes at once: spread bytes 0,1 (then 2,3) into the two 16-bit halves
+# (prmt), then one shift-mask per field for both halves. Outputs: lo nibbles (elements 2j) of bytes 0..3 in
+# $0,$1 and hi nibbles (elements 2j+1) in $2,$3, each fp16 = e2m1 * 2^-14.
+_E2M1X4_ASM = """{
+.reg .b32 z, t0, t1, a, b;
+mov.b32 z, 0;
+prmt.b32 t0, $4, z, 0x4140;
+prmt.b32 t1, $4, z, 0x4342;
+shl.b32 a, t0, 9; and.b32 a, a, 0x0E000E00; shl.b32 b, t0, 12; and.b32 b, b, 0x80008000; or.b32 $0, a, b;
+shl.b32 a, t1, 9; and.b32 a, a, 0x0E000E00; shl.b32 b, t1, 12; and.b32 b, b, 0x80008000; or.b32 $1, a, b;
+shl.b32 a, t0, 5; and.b32 a, a, 0x0E000E00; shl.b32 b, t0, 8; and.b32 b, b, 0x80008000; or.b32 $2, a, b;
+shl.b32 a, t1, 5; and.b32 a, a, 0x0E000E00; shl.b32 b, t1, 8; and.b32 b, b, 0x80008000; or.b32 $3, a, b;
+}"""
+
+
+@triton.jit
+def _block_dot(w_ptr, s_ptr, rows, rmask, kk, K, xb, acc, FMT: tl.constexpr, G: tl.constexpr, BN: tl.constexpr,
+               ASM: tl.constexpr, DT: tl.constexpr):
+    """acc += (W[rows, kk:kk+G] . xb) * scale[rows, kk/G]: one scale block. The codes go to the tensor cores as
+    fp16 = e2m1 * 2^-14 (exact, no conversion per weight); the block scale (times 2^14) multiplies the [BN, TP]
+    partial product instead of every weight."""
+    HB: tl.constexpr = G // 2
+    i = tl.arange(0, HB)
+    inb = kk < K
+    b = tl.load(w_ptr + rows[:, None] * (K // 2) + kk // 2 + i[None, :], mask=rmask[:, None] & inb, other=0)
+    if ASM:
+        lo, hi = tl.inline_asm_elementwise(_E2M1X4_ASM, "=r,=r,=r,=r,r", [b], dtype=(tl.float16, tl.float16),
+                                           is_pure=True, pack=4)
+    else:
+        bi = b.to(tl.int16)
+        lo = (((bi & 7) << 9) | ((bi & 8) << 12)).to(tl.float16, bitcast=True)
+        hi = (((bi & 0x70) << 5) | ((bi & 0x80) << 8)).to(tl.float16, bitcast=True)
+    w = tl.reshape(tl.join(lo, hi), (BN, G))                                          # natural column order
+    sr = tl.load(s_ptr + rows * (K // G) + kk // G, mask=rmask & inb, other=0)
+    if FMT == 0:
+        sc = (sr.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    else:
+        sc = sr.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    if DT == tl.float32:
+        part = tl.dot(w.to(tl.float32), xb, input_precision="ieee")
+    else:
+        part = tl.dot(w, xb)
+    return acc + part * (sc * 16384.0)[:, None]
+
+
+@triton.jit
+def _x_block(x_ptr, xrow, valid, kk, K, G: tl.constexpr, DT: tl.constexpr):
+    """Input columns [kk, kk+G) for the token rows `xrow` -> [G, TP]."""
+    c = kk + tl.arange(0, G)
+    return tl.load(x_ptr + xrow[None, :].to(tl.int64) * K + c[:, None], mask=(c < K)[:, None] & valid[None, :],
+                   other=0.0).to(DT)
+
+
 @triton.jit
 def _dot(a, b, acc, DT: tl.constexpr):
     if DT == tl.float32:
@@ -86,7 +139,8 @@ def _dot(a, b, acc, DT: tl.constexpr):
 def _fp4_rows_kernel(x_ptr, idx_ptr, wts_ptr, out_ptr, wa_ptr, sa_ptr, ga_ptr, wb_ptr, sb_ptr, gb_ptr,
                      P, XDIV, N, K, limit,
                      FMT: tl.constexpr, G: tl.constexpr, MODE: tl.constexpr, HAS_LIMIT: tl.constexpr,
-                     BN: tl.constexpr, BK: tl.constexpr, TPC: tl.constexpr, PP: tl.constexpr, DT: tl.constexpr):
+                     BN: tl.constexpr, BK: tl.constexpr, TPC: tl.constexpr, PP: tl.constexpr, DT: tl.constexpr,
+                     DECODE: tl.constexpr, HROUND: tl.constexpr):
     """MODE 0: out[b, n] = x[b] . W[n] (one matrix). MODE 1: expert up, h = wts * swiglu(w1 x, w3 x).
     MODE 2: expert down, y2 = w2 h. out rows are pairs (MODE 1, 2) or tokens (MODE 0)."""
     pid = tl.program_id(0)
@@ -100,15 +154,17 @@ def _fp4_rows_kernel(x_ptr, idx_ptr, wts_ptr, out_ptr, wa_ptr, sa_ptr, ga_ptr, w
     else:
         e, lead, member, valid = _run(idx_ptr, pid, P, PP, TPC)
         e64 = e.to(tl.int64)
-    if lead:
-        half = K // 2
-        wa = wa_ptr + e64 * N * half
-        sa = sa_ptr + e64 * N * (K // G)
-        wb = wb_ptr + e64 * N * half
-        sbp = sb_ptr + e64 * N * (K // G)
-        xrow = member // XDIV
-        acc_a = tl.zeros((BN, TPC), tl.float32)
-        acc_b = tl.zeros((BN, TPC), tl.float32)
+    rmask = rmask & lead          # a non-leading pair's program reads nothing and writes nothing
+    valid = valid & lead
+    half = K // 2
+    wa = wa_ptr + e64 * N * half
+    sa = sa_ptr + e64 * N * (K // G)
+    wb = wb_ptr + e64 * N * half
+    sbp = sb_ptr + e64 * N * (K // G)
+    xrow = member // XDIV
+    acc_a = tl.zeros((BN, TPC), tl.float32)
+    acc_b = tl.zeros((BN, TPC), tl.float32)
+    if DECODE == 0:
         for kb0 in range(0, half, BK // 2):
             xe, xo = _x_cols(x_ptr, xrow, valid, kb0, K, BK, DT)
             lo, hi = _fp4_tile(wa, sa, rows, rmask, kb0, K, FMT, G, BN, BK, DT)
@@ -118,27 +174,38 @@ def _fp4_rows_kernel(x_ptr, idx_ptr, wts_ptr, out_ptr, wa_ptr, sa_ptr, ga_ptr, w
                 lo, hi = _fp4_tile(wb, sbp, rows, rmask, kb0, K, FMT, G, BN, BK, DT)
                 acc_b = _dot(lo, xe, acc_b, DT)
                 acc_b = _dot(hi, xo, acc_b, DT)
-        if FMT == 1:
-            acc_a = acc_a * tl.load(ga_ptr + e64)
-            if MODE == 1:
-                acc_b = acc_b * tl.load(gb_ptr + e64)
+    else:
+        for k0 in range(0, K, BK):
+            for j in tl.static_range(BK // G):
+                kk = k0 + j * G
+                xb = _x_block(x_ptr, xrow, valid, kk, K, G, DT)
+                acc_a = _block_dot(wa, sa, rows, rmask, kk, K, xb, acc_a, FMT, G, BN, DECODE == 2, DT)
+                if MODE == 1:
+                    acc_b = _block_dot(wb, sbp, rows, rmask, kk, K, xb, acc_b, FMT, G, BN, DECODE == 2, DT)
+    if FMT == 1:
+        acc_a = acc_a * tl.load(ga_ptr + e64)
         if MODE == 1:
-            g = acc_a
-            u = acc_b
-            if HAS_LIMIT:   # clamp the raw gate before SiLU; the up projection both ways
-                g = tl.minimum(g, limit)
-                u = tl.minimum(tl.maximum(u, -limit), limit)
-            wt = tl.load(wts_ptr + member, mask=valid, other=0.0)
-            res = (g / (1.0 + tl.exp(-g)) * u) * wt[None, :]
-        else:
-            res = acc_a
-        optr = out_ptr + member[None, :].to(tl.int64) * N + rows[:, None]
-        tl.store(optr, res.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & valid[None, :])
+            acc_b = acc_b * tl.load(gb_ptr + e64)
+    if MODE == 1:
+        g = acc_a
+        u = acc_b
+        if HAS_LIMIT:   # clamp the raw gate before SiLU; the up projection both ways
+            g = tl.minimum(g, limit)
+            u = tl.minimum(tl.maximum(u, -limit), limit)
+        wt = tl.load(wts_ptr + member, mask=valid, other=0.0)
+        res = (g / (1.0 + tl.exp(-g)) * u) * wt[None, :]
+    else:
+        res = acc_a
+    if HROUND:    # h goes to w2 rounded to bf16 (as the reference), carried in fp16 for the fp16 tensor-core path
+        res = res.to(tl.bfloat16).to(tl.float32)
+    optr = out_ptr + member[None, :].to(tl.int64) * N + rows[:, None]
+    tl.store(optr, res.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & valid[None, :])
 
 
-# (BN, BK, num_warps, num_stages): chosen by benchmarks/kernels.py --sweep on the H200
-CONFIG = {"gemv": (32, 256, 4, 3), "up": (32, 256, 4, 3), "down": (32, 256, 4, 3)}
-_DT = {torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+# (BN, BK, num_warps, num_stages, DECODE): chosen by benchmarks/kernels.py --sweep on the H200. DECODE 0 dequantises
+# whole tiles to bf16 in fp32 arithmetic; 1 feeds fp16 codes per scale block (scale on the partial product);
+# 2 is 1 with the packed-byte decode in PTX.
+CONFIG = {"gemv": (32, 256, 4, 3, 0), "up": (32, 256, 4, 3, 0), "down": (32, 256, 4, 3, 0)}
 _FMT = {"mxfp4": (0, 32), "nvfp4": (1, 16)}
 
 
@@ -155,13 +222,24 @@ def _parts(w):
     return d, scale.view(torch.uint8), g2
 
 
-def _launch(grid, x, idx, wts, out, wa, wb, P, xdiv, N, K, limit, fmt, mode, cfg):
-    bn, bk, warps, stages = cfg
+def _operand(x: torch.Tensor, decode: int) -> tuple[torch.Tensor, object]:
+    """The activation as the kernel's tensor cores take it. The fp16 paths (DECODE 1, 2) convert bf16 to fp16:
+    exact for 2^-14 <= |x| <= 65504 (decode activations and expert hiddens live well inside)."""
+    if x.dtype == torch.float32:
+        return x, tl.float32
+    if decode == 0:
+        return x, tl.bfloat16
+    return (x if x.dtype == torch.float16 else x.to(torch.float16)), tl.float16
+
+
+def _launch(grid, x, dt, idx, wts, out, wa, wb, P, xdiv, N, K, limit, fmt, mode, cfg, hround=False):
+    bn, bk, warps, stages, decode = cfg
     f, g = _FMT[fmt]
     a, b = _parts(wa), _parts(wb if wb is not None else wa)
     _fp4_rows_kernel[grid](x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0),
                            FMT=f, G=g, MODE=mode, HAS_LIMIT=limit is not None, BN=bn, BK=max(bk, g), TPC=TP,
-                           PP=max(16, triton.next_power_of_2(P)), DT=_DT[x.dtype], num_warps=warps, num_stages=stages)
+                           PP=max(16, triton.next_power_of_2(P)), DT=dt, DECODE=decode, HROUND=hround,
+                           num_warps=warps, num_stages=stages)
 
 
 def fp4_gemv_triton(x: torch.Tensor, w, cfg=None) -> torch.Tensor:
@@ -169,8 +247,9 @@ def fp4_gemv_triton(x: torch.Tensor, w, cfg=None) -> torch.Tensor:
     B, K = x.shape
     N = w[1].shape[0]
     cfg = cfg or CONFIG["gemv"]
+    xo, dt = _operand(x, cfg[4])
     y = torch.empty(B, N, dtype=x.dtype, device=x.device)
-    _launch((triton.cdiv(B, TP), triton.cdiv(N, cfg[0])), x, x, x, y, w, None, B, 1, N, K, None, w[0], 0, cfg)
+    _launch((triton.cdiv(B, TP), triton.cdiv(N, cfg[0])), xo, dt, xo, xo, y, w, None, B, 1, N, K, None, w[0], 0, cfg)
     return y
 
 
@@ -182,8 +261,13 @@ def routed_experts_triton(x, idx, wts, w1, w3, w2, limit, cfg_up=None, cfg_down=
     idx_flat = idx.reshape(-1)
     wts_flat = wts.reshape(-1)
     cu, cd = cfg_up or CONFIG["up"], cfg_down or CONFIG["down"]
-    h = torch.empty(P, inter, dtype=x.dtype, device=x.device)
-    _launch((P, triton.cdiv(inter, cu[0])), x, idx_flat, wts_flat, h, w1, w3, P, k, inter, dim, limit, w1[0], 1, cu)
+    xo, dt = _operand(x, cu[4])
+    # h in the dtype stage 2 reads (fp16 on its fp16 path), rounded to x.dtype's precision first
+    hdt = torch.float16 if (x.dtype == torch.bfloat16 and cd[4] != 0) else x.dtype
+    h = torch.empty(P, inter, dtype=hdt, device=x.device)
+    _launch((P, triton.cdiv(inter, cu[0])), xo, dt, idx_flat, wts_flat, h, w1, w3, P, k, inter, dim, limit, w1[0], 1, cu,
+            hround=hdt != x.dtype)
     y2 = torch.empty(P, dim, dtype=torch.float32, device=x.device)
-    _launch((P, triton.cdiv(dim, cd[0])), h, idx_flat, wts_flat, y2, w2, None, P, 1, dim, inter, None, w2[0], 2, cd)
+    hdt_tl = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[hdt]
+    _launch((P, triton.cdiv(dim, cd[0])), h, hdt_tl, idx_flat, wts_flat, y2, w2, None, P, 1, dim, inter, None, w2[0], 2, cd)
     return y2.view(T, k, dim).sum(1)

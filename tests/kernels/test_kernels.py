@@ -143,19 +143,21 @@ INTERPRET = textwrap.dedent("""
     for fmt in ("mxfp4", "nvfp4"):
         w = random_weight(fmt, 40, 96, generator=g)                          # rows and K not multiples of the tile
         x = torch.randn(3, 96, generator=g)
-        bad += [] if close(fp4_gemv_triton(x, w, cfg=(16, 64, 4, 1)), fp4_gemv_ref(x, w)) else [f"gemv {fmt}"]
+        for cfg in ((16, 64, 4, 1, 0), (16, 64, 4, 1, 1)):
+            bad += [] if close(fp4_gemv_triton(x, w, cfg=cfg), fp4_gemv_ref(x, w)) else [f"gemv {fmt} {cfg}"]
         E, dim, inter = 5, 96, 160
         w1, w3, w2 = (random_weight(fmt, n, kk, E, g) for n, kk in ((inter, dim), (inter, dim), (dim, inter)))
         idx = torch.tensor([[0, 3], [3, 1], [4, 0]])                         # experts 0 and 3 picked twice
         wts, x = torch.rand(3, 2, generator=g), torch.randn(3, dim, generator=g)
-        for lim in (None, 0.02):
-            got = routed_experts_triton(x, idx, wts, w1, w3, w2, lim, cfg_up=(16, 64, 4, 1), cfg_down=(16, 64, 4, 1))
-            bad += [] if close(got, routed_experts_ref(x, idx, wts, w1, w3, w2, lim)) else [f"routed {fmt} {lim}"]
+        for lim, cfg in ((None, (16, 64, 4, 1, 0)), (0.02, (16, 64, 4, 1, 0)), (0.02, (16, 64, 4, 1, 1))):
+            got = routed_experts_triton(x, idx, wts, w1, w3, w2, lim, cfg_up=cfg, cfg_down=cfg)
+            bad += [] if close(got, routed_experts_ref(x, idx, wts, w1, w3, w2, lim)) else [f"routed {fmt} {lim} {cfg}"]
     h = torch.randn(3, 74, generator=g) * 5
     for lay in ("split", "interleaved"):
         bad += [] if close(fused_swiglu_triton(h, 3.0, lay), fused_swiglu_ref(h, 3.0, lay)) else [f"swiglu {lay}"]
-    kv, z, b = torch.randn(3, 8, 40, generator=g), torch.randn(3, 8, 40, generator=g), torch.randn(8, 40, generator=g)
-    bad += [] if close(compressor_reduce_triton(kv, z, b), compressor_reduce_ref(kv, z, b)) else ["compressor"]
+    for S in (8, 6):
+        kv, z, b = torch.randn(3, S, 40, generator=g), torch.randn(3, S, 40, generator=g), torch.randn(S, 40, generator=g)
+        bad += [] if close(compressor_reduce_triton(kv, z, b), compressor_reduce_ref(kv, z, b)) else [f"compressor S={S}"]
     q = torch.randint(0, 256, (5, 48), dtype=torch.uint8, generator=g)
     sf, gs = (torch.rand(5, 6, generator=g) * 8).to(torch.float8_e4m3fn), torch.rand(5, generator=g) + 0.1
     if not torch.equal(dequantize_nvfp4_kvcache_triton(q, sf, gs, 5, 96, torch.float32),
@@ -292,3 +294,25 @@ def test_fused_swiglu_parity(layout, rows, inter):
     g, u = split_gate_up(h.float(), layout)
     wrong = (F.silu(g).clamp(max=10.0) * u.clamp(-10, 10)).bfloat16()       # clamping silu(gate): the wrong order
     assert not torch.allclose(got.float(), wrong.float(), atol=1e-1)
+
+
+@cuda
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
+@pytest.mark.parametrize("decode", [0, 1, 2])
+def test_fp4_decode_variants(fmt, decode):
+    """Every decode path of the FP4 kernel (not only the default configuration) against the reference."""
+    from dsv4_kernels.moe_gemv.triton_kernel import fp4_gemv_triton, routed_experts_triton
+    g = torch.Generator(device="cuda").manual_seed(decode)
+    cfg = (32, 256, 4, 3, decode)
+    w = random_weight(fmt, 300, 1056, generator=g, device="cuda")
+    x = torch.randn(3, 1056, device="cuda", generator=g).bfloat16()
+    _poison(3 * 300 * 4)
+    ref = fp4_gemv_ref(x, w).float()
+    torch.testing.assert_close(fp4_gemv_triton(x, w, cfg).float(), ref, rtol=2e-2, atol=2e-3 * ref.abs().max().item())
+    w1, w3, w2 = _flash_like(fmt, 10, 512, 96, g)
+    x = torch.randn(4, 512, device="cuda", generator=g).bfloat16()
+    idx = torch.rand(4, 10, device="cuda", generator=g).argsort(-1)[:, :6]
+    wts = torch.rand(4, 6, device="cuda", generator=g)
+    ref = routed_experts_ref(x, idx, wts, w1, w3, w2, 10.0)
+    got = routed_experts_triton(x, idx, wts, w1, w3, w2, 10.0, cfg, cfg)
+    torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-3 * ref.abs().max().item())

@@ -202,10 +202,11 @@ def _fp4_rows_kernel(x_ptr, idx_ptr, wts_ptr, out_ptr, wa_ptr, sa_ptr, ga_ptr, w
     tl.store(optr, res.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & valid[None, :])
 
 
-# (BN, BK, num_warps, num_stages, DECODE): chosen by benchmarks/kernels.py --sweep on the H200. DECODE 0 dequantises
-# whole tiles to bf16 in fp32 arithmetic; 1 feeds fp16 codes per scale block (scale on the partial product);
-# 2 is 1 with the packed-byte decode in PTX.
-CONFIG = {"gemv": (32, 256, 4, 3, 0), "up": (32, 256, 4, 3, 0), "down": (32, 256, 4, 3, 0)}
+# (BN, BK, num_warps, num_stages, DECODE). DECODE 0 dequantises whole tiles to bf16 in fp32 arithmetic; 1 feeds
+# fp16 codes per scale block (scale on the partial product); 2 is 1 with the packed-byte decode in PTX. The H200
+# sweep of DECODE 0 tiles (benchmarks/results/kernels-h200-1.txt) found BN=64, BK=256, 4 warps fastest for every
+# GEMV and routed shape; DECODE 1 and 2 have not been timed on a GPU yet (`benchmarks/kernels.py --sweep`).
+CONFIG = {"gemv": (64, 256, 4, 3, 0), "up": (64, 256, 4, 3, 0), "down": (64, 256, 4, 3, 0)}
 _FMT = {"mxfp4": (0, 32), "nvfp4": (1, 16)}
 
 

@@ -303,7 +303,7 @@ def test_fp4_decode_variants(fmt, decode):
     """Every decode path of the FP4 kernel (not only the default configuration) against the reference."""
     from dsv4_kernels.moe_gemv.triton_kernel import fp4_gemv_triton, routed_experts_triton
     g = torch.Generator(device="cuda").manual_seed(decode)
-    cfg = (32, 256, 4, 3, decode)
+    cfg = (64, 256, 4, 3, decode)
     w = random_weight(fmt, 300, 1056, generator=g, device="cuda")
     x = torch.randn(3, 1056, device="cuda", generator=g).bfloat16()
     _poison(3 * 300 * 4)

@@ -1,12 +1,12 @@
 """moe_gemv: FP4 weight-only GEMVs for decode — the routed experts of a MoE layer, and single projections.
 
-    routed_experts(x, idx, wts, w1, w3, w2, limit) -> y [T, dim] fp32
+    routed_experts(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> y [T, dim] fp32
     fp4_gemv(x, w) -> y [B, N] in x.dtype
 
 x [T, dim] bf16 or fp32; idx [T, k] device int (expert ids); wts [T, k] fp32 routing weights; each w a tuple
 (fmt, data, scale, scale2, input_scale) as in CONTRACTS §2 (stacked [E, ...] for the experts). limit None means no
-clamp. y = sum_j w2[idx_j]( wts_j * swiglu(w1[idx_j] x, w3[idx_j] x, limit) ), the weighted hidden rounded to
-x.dtype before w2. These are the kernel entry points (Triton, see triton_kernel.py); `routed_experts_ref` and
+clamp. y = sum_j w2[idx_j]( wts_j * swiglu(w1[idx_j] x, w3[idx_j] x, limit) ); each projection's output and the
+weighted hidden are rounded to x.dtype, as the reference expert's bf16 linears do. These are the kernel entry points (Triton, see triton_kernel.py); `routed_experts_ref` and
 `fp4_gemv_ref` are the PyTorch references beside them. `dsv4_kernels.select` picks one of the two once, at load.
 Inputs the kernel does not cover (non-FP4 formats, mixed formats, a device other than CUDA, more than MAX_PAIRS
 token-expert pairs) take the reference, which is also fixed-shape and capture-safe.
@@ -31,15 +31,19 @@ def _check_routed(x, idx, wts, w1, w3, w2) -> None:
     check_weight(w2, "routed_experts w2", n=dim, k=inter, stacked=True)
 
 
-def routed_experts(x, idx, wts, w1, w3, w2, limit: float | None) -> torch.Tensor:
-    """The kernel path (CUDA); what it cannot take goes to the reference (see the module docstring)."""
+def routed_experts(x, idx, wts, w1, w3, w2, limit: float | None, act_sim=None) -> torch.Tensor:
+    """The kernel path (CUDA); what it cannot take goes to the reference (see the module docstring).
+    act_sim: None (weight-only, W4A16) or the stored format's activation simulation `act_sim(x, fmt, input_scale)`
+    (pass dsv4_model.quant.act_sim), applied to x and to the weighted hidden, per pair, in PyTorch around the
+    two kernel launches."""
     _check_routed(x, idx, wts, w1, w3, w2)
     fmts = {w1[0], w3[0], w2[0]}
     if (x.is_cuda and len(fmts) == 1 and fmts <= set(FP4_FORMATS) and x.dtype in (torch.bfloat16, torch.float32)
             and idx.numel() <= MAX_PAIRS):
         from .triton_kernel import routed_experts_triton
-        return routed_experts_triton(x.contiguous(), idx.contiguous(), wts.float().contiguous(), w1, w3, w2, limit)
-    return routed_experts_ref(x, idx, wts, w1, w3, w2, limit)
+        return routed_experts_triton(x.contiguous(), idx.contiguous(), wts.float().contiguous(), w1, w3, w2, limit,
+                                     act_sim=act_sim)
+    return routed_experts_ref(x, idx, wts, w1, w3, w2, limit, act_sim)
 
 
 def fp4_gemv(x: torch.Tensor, w) -> torch.Tensor:

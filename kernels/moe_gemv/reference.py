@@ -89,17 +89,31 @@ def fp4_gemv_ref(x: torch.Tensor, w) -> torch.Tensor:
     return (x.float() @ dequant(w).T).to(x.dtype)
 
 
-def routed_experts_ref(x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor, w1, w3, w2, limit: float | None) -> torch.Tensor:
+def act_inputs(x: torch.Tensor, idx_flat: torch.Tensor, w, act_sim) -> torch.Tensor:
+    """The activation rows a projection of the chosen experts reads: x [P, in] (one row per token-expert pair),
+    passed through the caller's `act_sim(x, fmt, input_scale)` (dsv4_model.quant.act_sim) with each pair's
+    expert input_scale [P, 1] when the format has one. Identity when act_sim is None."""
+    if act_sim is None:
+        return x
+    s = None if w[4] is None else w[4].reshape(-1)[idx_flat].reshape(-1, 1)
+    return act_sim(x, w[0], s)
+
+
+def routed_experts_ref(x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor, w1, w3, w2, limit: float | None,
+                       act_sim=None) -> torch.Tensor:
     """y [T, dim] fp32 = sum_j w2[idx_j]( wts_j * swiglu(w1[idx_j] x, w3[idx_j] x) ), at fixed shape: gather the
-    T*k experts' weights by device index, then bmm. The weighted hidden is rounded to x.dtype before w2, as the
-    reference expert does (`(weight * h).to(bf16) @ w2.T`)."""
+    T*k experts' weights by device index, then bmm. As the reference expert does, each projection's output is
+    rounded to x.dtype, and the weighted hidden too (`(weight * h).to(bf16) @ w2.T`). `act_sim`: see act_inputs
+    (w1 and w3 share their input_scale, as ModelOpt writes them)."""
     T, k = idx.shape
     flat = idx.reshape(-1)
-    xr = x.float().unsqueeze(1).expand(T, k, x.shape[-1]).reshape(T * k, -1, 1)              # [P, dim, 1]
-    g = torch.bmm(dequant(w1, flat), xr)[..., 0]                                             # [P, inter]
-    u = torch.bmm(dequant(w3, flat), xr)[..., 0]
-    h = (wts.reshape(-1, 1).float() * swiglu(g, u, limit)).to(x.dtype)
-    y = torch.bmm(dequant(w2, flat), h.float().unsqueeze(-1))[..., 0]                        # [P, dim]
+    rnd = lambda t: t.to(x.dtype).float()  # noqa: E731
+    xr = act_inputs(x.unsqueeze(1).expand(T, k, x.shape[-1]).reshape(T * k, -1), flat, w1, act_sim)
+    xr = xr.float().unsqueeze(-1)                                                            # [P, dim, 1]
+    g = rnd(torch.bmm(dequant(w1, flat), xr)[..., 0])                                       # [P, inter]
+    u = rnd(torch.bmm(dequant(w3, flat), xr)[..., 0])
+    h = act_inputs((wts.reshape(-1, 1).float() * swiglu(g, u, limit)).to(x.dtype), flat, w2, act_sim)
+    y = rnd(torch.bmm(dequant(w2, flat), h.float().unsqueeze(-1))[..., 0])                  # [P, dim]
     return y.view(T, k, -1).sum(1)
 
 

@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .reference import act_inputs
+
 TP = 16          # token columns per program: the smallest tl.dot width; decode batches are at most 8
 
 
@@ -140,7 +142,7 @@ def _fp4_rows_kernel(x_ptr, idx_ptr, wts_ptr, out_ptr, wa_ptr, sa_ptr, ga_ptr, w
                      P, XDIV, N, K, limit,
                      FMT: tl.constexpr, G: tl.constexpr, MODE: tl.constexpr, HAS_LIMIT: tl.constexpr,
                      BN: tl.constexpr, BK: tl.constexpr, TPC: tl.constexpr, PP: tl.constexpr, DT: tl.constexpr,
-                     DECODE: tl.constexpr, HROUND: tl.constexpr):
+                     DECODE: tl.constexpr, HROUND: tl.constexpr, ROUND: tl.constexpr):
     """MODE 0: out[b, n] = x[b] . W[n] (one matrix). MODE 1: expert up, h = wts * swiglu(w1 x, w3 x).
     MODE 2: expert down, y2 = w2 h. out rows are pairs (MODE 1, 2) or tokens (MODE 0)."""
     pid = tl.program_id(0)
@@ -186,6 +188,9 @@ def _fp4_rows_kernel(x_ptr, idx_ptr, wts_ptr, out_ptr, wa_ptr, sa_ptr, ga_ptr, w
         acc_a = acc_a * tl.load(ga_ptr + e64)
         if MODE == 1:
             acc_b = acc_b * tl.load(gb_ptr + e64)
+    if ROUND:      # each projection's output in the activation dtype (bf16), as the reference's linear returns it
+        acc_a = acc_a.to(tl.bfloat16).to(tl.float32)
+        acc_b = acc_b.to(tl.bfloat16).to(tl.float32)
     if MODE == 1:
         g = acc_a
         u = acc_b
@@ -228,18 +233,18 @@ def _operand(x: torch.Tensor, decode: int) -> tuple[torch.Tensor, object]:
     exact for 2^-14 <= |x| <= 65504 (decode activations and expert hiddens live well inside)."""
     if x.dtype == torch.float32:
         return x, tl.float32
-    if decode == 0:
-        return x, tl.bfloat16
-    return (x if x.dtype == torch.float16 else x.to(torch.float16)), tl.float16
+    if decode == 0 or x.dtype == torch.float16:
+        return x, {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[x.dtype]
+    return x.to(torch.float16), tl.float16
 
 
-def _launch(grid, x, dt, idx, wts, out, wa, wb, P, xdiv, N, K, limit, fmt, mode, cfg, hround=False):
+def _launch(grid, x, dt, idx, wts, out, wa, wb, P, xdiv, N, K, limit, fmt, mode, cfg, hround=False, rnd=False):
     bn, bk, warps, stages, decode = cfg
     f, g = _FMT[fmt]
     a, b = _parts(wa), _parts(wb if wb is not None else wa)
     _fp4_rows_kernel[grid](x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0),
                            FMT=f, G=g, MODE=mode, HAS_LIMIT=limit is not None, BN=bn, BK=max(bk, g), TPC=TP,
-                           PP=max(16, triton.next_power_of_2(P)), DT=dt, DECODE=decode, HROUND=hround,
+                           PP=max(16, triton.next_power_of_2(P)), DT=dt, DECODE=decode, HROUND=hround, ROUND=rnd,
                            num_warps=warps, num_stages=stages)
 
 
@@ -254,7 +259,7 @@ def fp4_gemv_triton(x: torch.Tensor, w, cfg=None) -> torch.Tensor:
     return y
 
 
-def routed_experts_triton(x, idx, wts, w1, w3, w2, limit, cfg_up=None, cfg_down=None) -> torch.Tensor:
+def routed_experts_triton(x, idx, wts, w1, w3, w2, limit, cfg_up=None, cfg_down=None, act_sim=None) -> torch.Tensor:
     T, k = idx.shape
     P = T * k
     dim = x.shape[1]
@@ -262,13 +267,21 @@ def routed_experts_triton(x, idx, wts, w1, w3, w2, limit, cfg_up=None, cfg_down=
     idx_flat = idx.reshape(-1)
     wts_flat = wts.reshape(-1)
     cu, cd = cfg_up or CONFIG["up"], cfg_down or CONFIG["down"]
+    rnd = x.dtype == torch.bfloat16
+    xdiv = k
+    if act_sim is not None:      # one activation row per pair: NVFP4's input_scale is per expert
+        x = act_inputs(x.unsqueeze(1).expand(T, k, dim).reshape(P, dim), idx_flat, w1, act_sim).contiguous()
+        xdiv = 1
     xo, dt = _operand(x, cu[4])
     # h in the dtype stage 2 reads (fp16 on its fp16 path), rounded to x.dtype's precision first
-    hdt = torch.float16 if (x.dtype == torch.bfloat16 and cd[4] != 0) else x.dtype
+    hdt = torch.float16 if (x.dtype == torch.bfloat16 and cd[4] != 0 and act_sim is None) else x.dtype
     h = torch.empty(P, inter, dtype=hdt, device=x.device)
-    _launch((P, triton.cdiv(inter, cu[0])), xo, dt, idx_flat, wts_flat, h, w1, w3, P, k, inter, dim, limit, w1[0], 1, cu,
-            hround=hdt != x.dtype)
+    _launch((P, triton.cdiv(inter, cu[0])), xo, dt, idx_flat, wts_flat, h, w1, w3, P, xdiv, inter, dim, limit, w1[0], 1, cu,
+            hround=hdt != x.dtype, rnd=rnd)
+    if act_sim is not None:
+        h = act_inputs(h, idx_flat, w2, act_sim).contiguous()
+    h, hdt_tl = _operand(h, cd[4])
     y2 = torch.empty(P, dim, dtype=torch.float32, device=x.device)
-    hdt_tl = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}[hdt]
-    _launch((P, triton.cdiv(dim, cd[0])), h, hdt_tl, idx_flat, wts_flat, y2, w2, None, P, 1, dim, inter, None, w2[0], 2, cd)
+    _launch((P, triton.cdiv(dim, cd[0])), h, hdt_tl, idx_flat, wts_flat, y2, w2, None, P, 1, dim, inter, None, w2[0], 2, cd,
+            rnd=rnd)
     return y2.view(T, k, dim).sum(1)

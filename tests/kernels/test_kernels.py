@@ -67,35 +67,51 @@ def test_dequant_matches_the_model_formats(fmt):
     assert torch.equal(unpack_e2m1(b), quant.unpack_e2m1(b))
 
 
-def _expert_loop(x, idx, wts, w1, w3, w2, limit):
-    """The model's way: one expert at a time, weight before w2, hidden rounded to x.dtype."""
+def _sim(h, fmt, s):
+    """A stand-in activation simulation: rounds to quarters, times the per-pair input scale when there is one."""
+    out = h.float().mul(4).round().div(4)
+    return (out if s is None else out * (1 + s.float())).to(h.dtype)
+
+
+def _expert_loop(x, idx, wts, w1, w3, w2, limit, act_sim=None):
+    """The model's way: one expert at a time, weight before w2, outputs and hidden rounded to x.dtype."""
     y = torch.zeros(x.shape[0], w2[1].shape[1])
+    rnd = lambda t: t.to(x.dtype).float()  # noqa: E731
     for t in range(idx.shape[0]):
         for j in range(idx.shape[1]):
             e = int(idx[t, j])
             one = lambda w: dequant((w[0], w[1][e], w[2][e], None if w[3] is None else w[3][e], None))  # noqa: E731
-            g, u = F.linear(x[t].float(), one(w1)), F.linear(x[t].float(), one(w3))
+            sim = lambda h, w: h if act_sim is None else act_sim(h[None], w[0], None if w[4] is None else w[4][e].view(1, 1))[0]  # noqa: E731
+            xt = sim(x[t], w1).float()
+            g, u = rnd(F.linear(xt, one(w1))), rnd(F.linear(xt, one(w3)))
             if limit is not None:
                 g, u = g.clamp(max=limit), u.clamp(-limit, limit)
-            h = (wts[t, j] * F.silu(g) * u).to(x.dtype)
-            y[t] += F.linear(h.float(), one(w2))
+            h = sim((wts[t, j] * F.silu(g) * u).to(x.dtype), w2)
+            y[t] += rnd(F.linear(h.float(), one(w2)))
     return y
 
 
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
 @pytest.mark.parametrize("limit", [None, 0.05])
-def test_routed_reference_is_the_expert_loop(fmt, limit):
+@pytest.mark.parametrize("act", [False, True])
+def test_routed_reference_is_the_expert_loop(fmt, limit, act):
     g = torch.Generator().manual_seed(1)
     E, dim, inter, T, k = 7, 64, 96, 3, 3
     w1, w3 = random_weight(fmt, inter, dim, E, g), random_weight(fmt, inter, dim, E, g)
     w2 = random_weight(fmt, dim, inter, E, g)
+    if fmt == "nvfp4":   # per-expert activation scales, as ModelOpt writes them (w1 and w3 share theirs)
+        s = torch.rand(E, generator=g)
+        w1, w3, w2 = w1[:4] + (s,), w3[:4] + (s,), w2[:4] + (torch.rand(E, generator=g),)
     x = torch.randn(T, dim, generator=g)
     idx = torch.tensor([[0, 5, 2], [5, 1, 0], [6, 2, 3]])
     wts = torch.rand(T, k, generator=g)
-    got = routed_experts(x, idx, wts, w1, w3, w2, limit)             # CPU: the reference
-    torch.testing.assert_close(got, _expert_loop(x, idx, wts, w1, w3, w2, limit), rtol=1e-5, atol=1e-6)
+    sim = _sim if act else None
+    got = routed_experts(x, idx, wts, w1, w3, w2, limit, sim)        # CPU: the reference
+    torch.testing.assert_close(got, _expert_loop(x, idx, wts, w1, w3, w2, limit, sim), rtol=1e-5, atol=1e-6)
     if limit is not None:   # the clamp is live at this scale
-        assert not torch.allclose(got, routed_experts(x, idx, wts, w1, w3, w2, None), atol=1e-4)
+        assert not torch.allclose(got, routed_experts(x, idx, wts, w1, w3, w2, None, sim), atol=1e-4)
+    if act:                 # and the simulation is applied
+        assert not torch.allclose(got, routed_experts(x, idx, wts, w1, w3, w2, limit), atol=1e-4)
 
 
 def test_weight_checks_name_the_culprit():
@@ -149,9 +165,13 @@ INTERPRET = textwrap.dedent("""
         w1, w3, w2 = (random_weight(fmt, n, kk, E, g) for n, kk in ((inter, dim), (inter, dim), (dim, inter)))
         idx = torch.tensor([[0, 3], [3, 1], [4, 0]])                         # experts 0 and 3 picked twice
         wts, x = torch.rand(3, 2, generator=g), torch.randn(3, dim, generator=g)
-        for lim, cfg in ((None, (16, 64, 4, 1, 0)), (0.02, (16, 64, 4, 1, 0)), (0.02, (16, 64, 4, 1, 1))):
-            got = routed_experts_triton(x, idx, wts, w1, w3, w2, lim, cfg_up=cfg, cfg_down=cfg)
-            bad += [] if close(got, routed_experts_ref(x, idx, wts, w1, w3, w2, lim)) else [f"routed {fmt} {lim} {cfg}"]
+        sim = lambda h, fmt, s: (h * 4).round() / 4 if s is None else h * (1 + s)
+        if fmt == "nvfp4":
+            w1, w2 = w1[:4] + (torch.rand(E, generator=g),), w2[:4] + (torch.rand(E, generator=g),)
+        for lim, cfg, act in ((None, (16, 64, 4, 1, 0), None), (0.02, (16, 64, 4, 1, 0), sim), (0.02, (16, 64, 4, 1, 1), sim)):
+            got = routed_experts_triton(x, idx, wts, w1, w3, w2, lim, cfg_up=cfg, cfg_down=cfg, act_sim=act)
+            want = routed_experts_ref(x, idx, wts, w1, w3, w2, lim, act)
+            bad += [] if close(got, want) else [f"routed {fmt} {lim} {cfg} {act is not None}"]
     h = torch.randn(3, 74, generator=g) * 5
     for lay in ("split", "interleaved"):
         bad += [] if close(fused_swiglu_triton(h, 3.0, lay), fused_swiglu_ref(h, 3.0, lay)) else [f"swiglu {lay}"]
@@ -195,15 +215,16 @@ def _flash_like(fmt, E, dim, inter, g):
 @pytest.mark.parametrize("T,E,k,dim,inter", [(1, 16, 6, 256, 512), (3, 20, 6, 160, 96), (8, 12, 6, 512, 1056),
                                              (5, 4, 2, 96, 32)])
 def test_routed_experts_parity(fmt, T, E, k, dim, inter):
-    for trial, (dt, limit) in enumerate([(torch.bfloat16, 10.0), (torch.bfloat16, None), (torch.float32, 0.5)]):
+    for trial, (dt, limit, sim) in enumerate([(torch.bfloat16, 10.0, None), (torch.bfloat16, None, None),
+                                              (torch.float32, 0.5, None), (torch.bfloat16, 10.0, _sim)]):
         g = torch.Generator(device="cuda").manual_seed(100 * T + trial)
         w1, w3, w2 = _flash_like(fmt, E, dim, inter, g)
         x = torch.randn(T, dim, device="cuda", generator=g).to(dt)
         idx = torch.rand(T, E, device="cuda", generator=g).argsort(-1)[:, :k]     # distinct per token, shared across
         wts = torch.rand(T, k, device="cuda", generator=g)
         _poison(T * k * (dim + inter) * 4)
-        got = routed_experts(x, idx, wts, w1, w3, w2, limit)
-        ref = routed_experts_ref(x, idx, wts, w1, w3, w2, limit)
+        got = routed_experts(x, idx, wts, w1, w3, w2, limit, sim)
+        ref = routed_experts_ref(x, idx, wts, w1, w3, w2, limit, sim)
         assert got.dtype == torch.float32 and torch.isfinite(got).all()
         torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-3 * ref.abs().max().item())
 

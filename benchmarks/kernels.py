@@ -1,11 +1,18 @@
-"""Each kernel vs its PyTorch reference and vs measured HBM copy bandwidth (bytes moved / time); the NVFP4 GEMV
-vs a BF16 F.linear of the same matrix. Ratios are against baselines measured in the same run.
+"""Each kernel vs its PyTorch reference and vs the HBM copy bandwidth measured in the same run, timed eagerly
+(one launch per call, CUDA events) and as a captured-graph replay (10 calls in one graph, so launch overhead is
+out); the FP4 GEMVs vs BF16 F.linear of the same matrix; the routed experts vs the reference expert loop (bf16
+weights dequantised at load, one F.linear per expert hit, tokens grouped per expert as the model does, host-known
+groups so no sync is timed) at B = 1, 4, 8 with top-6 of 256 experts at Flash sizes (dim 4096, inter 2048).
 
-    python benchmarks/kernels.py [--json out.json]
+    python benchmarks/kernels.py [--json out.json] [--sweep] [--only gemv,routed,swiglu,compressor,kvcache]
+
+%copy = bytes the kernel must move / graph-replay time / copy bandwidth (copy: bytes read + written / time).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
 import json
 import os
 import sys
@@ -16,8 +23,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def timed(fn, iters: int = 200, warmup: int = 20) -> float:
-    """Median-of-5 mean time per call in seconds, CUDA events around a batch of launches."""
+def timed(fn, iters: int = 20, warmup: int = 3) -> float:
+    """Median of 5 batches, mean seconds per call, CUDA events around `iters` eager calls."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -33,102 +40,204 @@ def timed(fn, iters: int = 200, warmup: int = 20) -> float:
     return sorted(runs)[2]
 
 
+def graphed(fn, per_graph: int = 10) -> float:
+    """Seconds per call when `per_graph` calls are captured into one CUDA graph and replayed."""
+    fn()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(per_graph):
+            fn()
+    return timed(g.replay, iters=5, warmup=1) / per_graph
+
+
 def copy_bandwidth() -> float:
-    x = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)
-    t = timed(lambda: y.copy_(x), iters=20, warmup=3)
+    t = timed(lambda: y.copy_(x), iters=10, warmup=3)
     return 2 * x.numel() / t
+
+
+class Table:
+    def __init__(self, bw: float):
+        self.bw, self.rows = bw, []
+
+    def add(self, name, kernel, ref=None, nbytes=None, base=None, base_name=None, err=None):
+        """kernel/ref/base: (eager s, graph s) or None; err: max |kernel - ref| / max |ref| on the timed data."""
+        r = {"kernel": name, "eager_us": kernel[0] * 1e6, "graph_us": kernel[1] * 1e6, "relerr": err}
+        if ref:
+            r.update(ref_eager_us=ref[0] * 1e6, ref_graph_us=ref[1] * 1e6 if ref[1] else None,
+                     x_ref_eager=ref[0] / kernel[0], x_ref_graph=ref[1] / kernel[1] if ref[1] else None)
+        if nbytes:
+            r.update(bytes=nbytes, pct_copy=100 * nbytes / kernel[1] / self.bw)
+        if base:
+            r.update(base=base_name, base_eager_us=base[0] * 1e6, base_graph_us=base[1] * 1e6,
+                     x_base_eager=base[0] / kernel[0], x_base_graph=base[1] / kernel[1])
+        self.rows.append(r)
+        f = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+        print(f"{name:62} {r['eager_us']:8.1f} {r['graph_us']:8.1f} {f(r.get('ref_eager_us'), '9.1f'):>9} "
+              f"{f(r.get('ref_graph_us'), '9.1f'):>9} {f(r.get('x_ref_graph') or r.get('x_ref_eager'), '6.1f'):>6} "
+              f"{f(r.get('pct_copy'), '5.0f'):>5}% {f(r.get('base_graph_us'), '8.1f'):>8} {f(r.get('x_base_graph'), '6.2f'):>6} {f(err, '7.1e'):>7}",
+              flush=True)
+
+
+HEADER = (f"{'kernel':62} {'eager':>8} {'graph':>8} {'ref eag':>9} {'ref grph':>9} {'x ref':>6} {'%copy':>6} "
+          f"{'base grph':>8} {'x base':>6} {'relerr':>7}   (us per call; x = base/kernel, graph vs graph)")
+
+
+def both(fn, iters=20):
+    return timed(fn, iters), graphed(fn)
+
+
+@contextlib.contextmanager
+def guard(what: str):
+    """One failing variant prints a line and lets the other rows run."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001
+        print(f"{what}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", flush=True)
+
+
+def _relerr(got, ref) -> float:
+    return ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+
+
+def bench_gemv(tab, sweep):
+    from dsv4_kernels.moe_gemv import triton_kernel as tk
+    from dsv4_kernels.moe_gemv.reference import GROUP, fp4_gemv_ref, random_weight
+    for fmt in ("mxfp4", "nvfp4"):
+        for B, N, K in ((1, 8192, 8192), (8, 8192, 8192)) if sweep else ((1, 8192, 8192), (4, 8192, 8192), (8, 8192, 8192), (1, 4096, 4096)):
+            w = random_weight(fmt, N, K, device="cuda")
+            x = torch.randn(B, K, device="cuda").bfloat16()
+            w16 = torch.randn(N, K, device="cuda").bfloat16()
+            nbytes = N * K // 2 + N * K // GROUP[fmt] + B * (K + N) * 2
+            base = both(lambda: F.linear(x, w16))
+            want = fp4_gemv_ref(x, w)
+            ref = (timed(lambda: fp4_gemv_ref(x, w), 5, 1), None)
+            for cfg in (SWEEP if sweep else [tk.CONFIG["gemv"]]):
+                with guard(f"fp4_gemv {fmt} B={B} {cfg}"):
+                    err = _relerr(tk.fp4_gemv_triton(x, w, cfg), want)
+                    tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {cfg}", both(lambda: tk.fp4_gemv_triton(x, w, cfg)), ref=ref,
+                            nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
+
+
+def bench_routed(tab, sweep):
+    from dsv4_kernels.fused_swiglu.reference import swiglu_ref
+    from dsv4_kernels.moe_gemv import triton_kernel as tk
+    from dsv4_kernels.moe_gemv.reference import GROUP, dequant, random_weight, routed_experts_ref
+    E, dim, inter, k, limit = 256, 4096, 2048, 6, 10.0
+    for fmt in ("mxfp4", "nvfp4"):
+        w1, w3 = random_weight(fmt, inter, dim, E, device="cuda"), random_weight(fmt, inter, dim, E, device="cuda")
+        w2 = random_weight(fmt, dim, inter, E, device="cuda")
+        per_expert = 3 * (inter * dim // 2 + inter * dim // GROUP[fmt])
+        for B in (1, 4, 8):
+            g = torch.Generator(device="cuda").manual_seed(B)
+            x = torch.randn(B, dim, device="cuda", generator=g).bfloat16()
+            idx = torch.rand(B, E, device="cuda", generator=g).argsort(-1)[:, :k]
+            wts = torch.rand(B, k, device="cuda", generator=g)
+            hit = sorted(set(idx.flatten().tolist()))
+            # the reference expert loop: bf16 weights dequantised at load, tokens grouped per expert
+            one = lambda w, e: dequant((w[0], w[1][e], w[2][e], None if w[3] is None else w[3][e], None), dtype=torch.bfloat16)  # noqa: E731
+            W = {e: (one(w1, e), one(w3, e), one(w2, e)) for e in hit}
+            groups = []
+            for e in hit:
+                rows, slots = (idx == e).nonzero(as_tuple=True)
+                groups.append((e, rows, slots))
+
+            def loop():
+                y = torch.zeros(B, dim, device="cuda")
+                for e, rows, slots in groups:
+                    xe = x[rows]
+                    h = swiglu_ref(F.linear(xe, W[e][0]), F.linear(xe, W[e][1]), limit)
+                    h = (wts[rows, slots, None] * h).to(x.dtype)
+                    y.index_add_(0, rows, F.linear(h, W[e][2]).float())
+                return y
+
+            nbytes = len(hit) * per_expert
+            base = both(loop)
+            want = routed_experts_ref(x, idx, wts, w1, w3, w2, limit)
+            ref = (timed(lambda: routed_experts_ref(x, idx, wts, w1, w3, w2, limit), 2, 1), None)
+            for cfg in (SWEEP_ROUTED if sweep else [tk.CONFIG["up"]]):
+                run = lambda: tk.routed_experts_triton(x, idx, wts, w1, w3, w2, limit, cfg, cfg)  # noqa: E731
+                with guard(f"routed {fmt} B={B} {cfg}"):
+                    err = _relerr(run(), want)
+                    tab.add(f"routed {fmt} B={B} top-{k}/{E} ({len(hit)} hit) {cfg}", both(run), ref=ref, nbytes=nbytes,
+                            base=base, base_name="expert loop bf16", err=err)
+
+
+def bench_swiglu(tab):
+    from dsv4_kernels.fused_swiglu.reference import fused_swiglu_ref
+    from dsv4_kernels.fused_swiglu.triton_kernel import fused_swiglu_triton
+    for rows, inter in ((6, 2048), (48, 2048), (64, 4096)):
+        h = torch.randn(rows, 2 * inter, device="cuda").bfloat16()
+        tab.add(f"fused_swiglu {rows}x2x{inter} bf16", both(lambda: fused_swiglu_triton(h, 10.0)),
+                ref=both(lambda: fused_swiglu_ref(h, 10.0)), nbytes=rows * inter * 6)
+
+
+def bench_compressor(tab):
+    from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
+    from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
+    for n, s, d in ((4096, 8, 512), (256, 128, 512), (4, 8, 512)):
+        kv, gate = torch.randn(n, s, d, device="cuda"), torch.randn(n, s, d, device="cuda")
+        bias = torch.randn(s, d, device="cuda")
+        err = _relerr(compressor_reduce_triton(kv, gate, bias), compressor_reduce_ref(kv, gate, bias))
+        tab.add(f"compressor_reduce N={n} S={s} D={d}", both(lambda: compressor_reduce_triton(kv, gate, bias)),
+                ref=both(lambda: compressor_reduce_ref(kv, gate, bias)), nbytes=(2 * kv.numel() + bias.numel() + n * d) * 4,
+                err=err)
+
+
+def bench_kvcache(tab):
+    from dsv4_kernels.nvfp4_kvcache.reference import dequantize_nvfp4_kvcache_ref
+    from dsv4_kernels.nvfp4_kvcache.triton_kernel import dequantize_nvfp4_kvcache_triton
+    for M, N in ((16384, 512), (65536, 512)):
+        fp4 = torch.randint(0, 256, (M, N // 2), dtype=torch.uint8, device="cuda")
+        sf = torch.rand(M, N // 16, device="cuda").to(torch.float8_e4m3fn)
+        gs = torch.rand(M, device="cuda")
+        tab.add(f"nvfp4_kvcache M={M} N={N} -> bf16", both(lambda: dequantize_nvfp4_kvcache_triton(fp4, sf, gs, M, N)),
+                ref=both(lambda: dequantize_nvfp4_kvcache_ref(fp4, sf, gs, M, N)), nbytes=M * N // 2 + M * N // 16 + M * 4 + M * N * 2)
+
+
+# (BN, BK, num_warps, num_stages, DECODE) tried with --sweep (the first session's sweep of DECODE 0 tiles found
+# BN=64, BK=256, 4 warps best: benchmarks/results/kernels-h200-1.txt)
+SWEEP = [(64, 256, 4, 3, 2), (64, 256, 4, 3, 1), (64, 256, 4, 3, 0)]
+SWEEP_ROUTED = [(64, 256, 4, 3, 2), (64, 256, 4, 3, 1)]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
+    ap.add_argument("--sweep", action="store_true", help="also time the tile configurations in SWEEP")
+    ap.add_argument("--only", default="gemv,routed,swiglu,compressor,kvcache")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py: needs a CUDA GPU", file=sys.stderr)
         return 2
-    import dsv4_kernels as kernels
-    from dsv4_model.quant import quantize_nvfp4_weight
-    from dsv4_kernels.compressor_reduce.build import cuda_compressor_reduce
-    from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
-    from dsv4_kernels.fused_swiglu.reference import fused_swiglu_ref
-    from dsv4_kernels.nvfp4_gemv.reference import nvfp4_gemv_ref
-    from dsv4_kernels.nvfp4_kvcache.build import cuda_dequantize_nvfp4_kvcache
-    from dsv4_kernels.nvfp4_kvcache.reference import dequantize_nvfp4_kvcache_ref
-
+    import triton
+    from dsv4_kernels.moe_gemv.triton_kernel import CONFIG
     bw = copy_bandwidth()
-    rows = []
-
-    def guarded(name, fn):
-        try:
-            fn()
-        except Exception as e:  # noqa: BLE001 - one broken kernel must not hide the others' numbers
-            print(f"{name}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")
-
-    def row(name, t_kernel, t_ref, nbytes, extra=None):
-        rows.append({"kernel": name, "us": t_kernel * 1e6, "ref_us": t_ref * 1e6, "speedup_vs_ref": t_ref / t_kernel,
-                     "GBps": nbytes / t_kernel / 1e9, "frac_copy_bw": nbytes / t_kernel / bw, **(extra or {})})
-
-    def bench_compressor_reduce():
-        for n, slots, d in ((4096, 8, 512), (256, 128, 512)):
-            kv, gate = torch.randn(n, slots, d, device="cuda"), torch.randn(n, slots, d, device="cuda")
-            bias = torch.randn(slots, d, device="cuda")
-            nbytes = (2 * kv.numel() + bias.numel() + n * d) * 4
-            row(f"compressor_reduce N={n} S={slots} D={d}", timed(lambda: cuda_compressor_reduce(kv, gate, bias)),
-                timed(lambda: compressor_reduce_ref(kv, gate, bias)), nbytes)
-
-    guarded("compressor_reduce", bench_compressor_reduce)
-
-    def bench_nvfp4_kvcache():
-        M, N = 16384, 512
-        fp4 = torch.randint(0, 256, (M, N // 2), dtype=torch.uint8, device="cuda")
-        sf = torch.rand(M, N // 16, device="cuda").to(torch.float8_e4m3fn)
-        gs = torch.rand(M, device="cuda")
-        nbytes = fp4.numel() + sf.numel() + gs.numel() * 4 + M * N * 2
-        row(f"nvfp4_kvcache M={M} N={N} ->bf16", timed(lambda: cuda_dequantize_nvfp4_kvcache(fp4, sf, gs, M, N)),
-            timed(lambda: dequantize_nvfp4_kvcache_ref(fp4, sf, gs, M, N)), nbytes)
-
-    guarded("nvfp4_kvcache", bench_nvfp4_kvcache)
-
-    def bench_fused_swiglu():
-        ok, why = kernels.available("fused_swiglu")
-        if ok:
-            from dsv4_kernels.fused_swiglu.cute_kernel import fused_swiglu_cute
-            h = torch.randn(64, 2 * 4096, device="cuda").bfloat16()
-            nbytes = h.numel() * 2 + h.numel()
-            row("fused_swiglu 64x2x4096 bf16 (CuTeDSL)", timed(lambda: fused_swiglu_cute(h, 10.0)), timed(lambda: fused_swiglu_ref(h, 10.0)), nbytes)
-        else:
-            print(f"fused_swiglu skipped: {why}")
-
-    guarded("fused_swiglu", bench_fused_swiglu)
-
-    def bench_nvfp4_gemv():
-        ok, why = kernels.available("nvfp4_gemv")
-        if ok:
-            from dsv4_kernels.nvfp4_gemv.triton_kernel import nvfp4_gemv_triton
-            for b, n, k in ((1, 8192, 8192), (4, 8192, 8192), (1, 4096, 16384)):
-                q = {name: t.cuda() for name, t in quantize_nvfp4_weight(torch.randn(n, k)).items()}
-                w16 = torch.randn(n, k, device="cuda").bfloat16()
-                x = torch.randn(b, k, device="cuda").bfloat16()
-                nbytes = q["weight"].numel() + q["weight_scale"].numel() + x.numel() * 2 + b * n * 2
-                t_k = timed(lambda: nvfp4_gemv_triton(x, q["weight"], q["weight_scale"], q["weight_scale_2"]))
-                t_bf16 = timed(lambda: F.linear(x, w16))
-                row(f"nvfp4_gemv B={b} N={n} K={k} (Triton)", t_k,
-                    timed(lambda: nvfp4_gemv_ref(x, q["weight"], q["weight_scale"], q["weight_scale_2"]), iters=20), nbytes,
-                    {"bf16_linear_us": t_bf16 * 1e6, "speedup_vs_bf16": t_bf16 / t_k})
-        else:
-            print(f"nvfp4_gemv skipped: {why}")
-
-    guarded("nvfp4_gemv", bench_nvfp4_gemv)
-
-    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  copy bandwidth {bw / 1e9:.0f} GB/s")
-    print(f"{'kernel':46} {'us':>9} {'ref us':>9} {'x ref':>7} {'GB/s':>7} {'%copy':>6} {'x bf16':>7}")
-    for r in rows:
-        print(f"{r['kernel']:46} {r['us']:9.2f} {r['ref_us']:9.2f} {r['speedup_vs_ref']:7.1f} {r['GBps']:7.0f} "
-              f"{100 * r['frac_copy_bw']:5.0f}% {r.get('speedup_vs_bf16', float('nan')):7.2f}")
+    torch.manual_seed(0)
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  {torch.cuda.get_device_name()}  torch {torch.__version__}  "
+          f"triton {triton.__version__}  copy bandwidth {bw / 1e9:.0f} GB/s  FP4 configs {CONFIG}")
+    print(HEADER)
+    tab = Table(bw)
+    only = set(a.only.split(","))
+    for name, fn in (("compressor", lambda: bench_compressor(tab)), ("routed", lambda: bench_routed(tab, a.sweep)),
+                     ("gemv", lambda: bench_gemv(tab, a.sweep)), ("swiglu", lambda: bench_swiglu(tab)),
+                     ("kvcache", lambda: bench_kvcache(tab))):
+        if name in only:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - one broken kernel must not hide the others' numbers
+                print(f"{name}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:300]}", flush=True)
+            torch.cuda.empty_cache()
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_GBps": bw / 1e9, "rows": rows}, fh, indent=2)
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+                       "copy_GBps": bw / 1e9, "rows": tab.rows}, fh, indent=1)
     return 0
 
 

@@ -1,39 +1,53 @@
-"""Decide once per kernel whether the fast path can run; tests force either path with GRAPHCHECK_KERNELS."""
+"""Kernel or reference, decided once: `select(name, device, force_reference=False)` at model load.
+
+Every kernel here is Triton: it can run where the device is CUDA and Triton imports. CPU always gets the
+PyTorch reference. No environment variable and no per-step choice: the caller holds the returned function.
+"""
 from __future__ import annotations
 
 import functools
-import os
-import shutil
+import importlib
+from typing import Callable
 
 import torch
+
+# name -> (module, kernel function, reference function)
+KERNELS = {
+    "routed_experts": ("moe_gemv", "routed_experts", "routed_experts_ref"),
+    "fp4_gemv": ("moe_gemv", "fp4_gemv", "fp4_gemv_ref"),
+    "fused_swiglu": ("fused_swiglu", "fused_swiglu", "fused_swiglu_ref"),
+    "compressor_reduce": ("compressor_reduce", "compressor_reduce_kernel", "compressor_reduce_ref"),
+    "nvfp4_kvcache": ("nvfp4_kvcache", "dequantize_nvfp4_kvcache_kernel", "dequantize_nvfp4_kvcache_ref"),
+}
 
 
 @functools.lru_cache(maxsize=None)
 def available(name: str) -> tuple[bool, str]:
-    """(usable, reason). Cached: availability is decided once per process."""
+    """(usable, reason) for the kernel `name` on this machine's CUDA device. Cached: decided once per process."""
+    if name not in KERNELS:
+        raise KeyError(f"dsv4_kernels: no kernel named {name!r}; known: {', '.join(KERNELS)}")
     if not torch.cuda.is_available():
         return False, "no CUDA device"
-    if name in ("compressor_reduce", "nvfp4_kvcache") and not (shutil.which("nvcc") or os.environ.get("CUDA_HOME")):
-        return False, "nvcc not found (needed to JIT-build the CUDA extension)"
-    if name == "nvfp4_gemv":
-        try:
-            import triton  # noqa: F401
-        except Exception as e:  # noqa: BLE001
-            return False, f"triton not importable ({e.__class__.__name__})"
-    if name == "fused_swiglu":
-        try:
-            import cutlass  # noqa: F401
-            import cutlass.cute  # noqa: F401
-        except Exception as e:  # noqa: BLE001 - any import failure means no CuTeDSL
-            return False, f"nvidia-cutlass-dsl not importable ({e.__class__.__name__})"
+    try:
+        import triton  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - any import failure means no Triton
+        return False, f"triton not importable ({e.__class__.__name__}: {e})"
+    if torch.cuda.get_device_capability() < (8, 9):
+        return False, f"compute capability {torch.cuda.get_device_capability()} < 8.9 (e4m3 conversions)"
     return True, "ok"
 
 
-def use_kernel(name: str, t: torch.Tensor) -> bool:
-    mode = os.environ.get("GRAPHCHECK_KERNELS", "auto")
-    if mode == "reference" or not t.is_cuda:
-        return False
+def select(name: str, device: torch.device | str, force_reference: bool = False) -> Callable:
+    """The function to call for `name` on `device`: the kernel on CUDA, the reference on CPU or when forced.
+    Asking for the kernel on a CUDA device where it cannot run is an error that says why (not a silent fallback)."""
+    module, kern, ref = KERNELS.get(name) or (None, None, None)
+    if module is None:
+        raise KeyError(f"dsv4_kernels.select: no kernel named {name!r}; known: {', '.join(KERNELS)}")
+    mod = importlib.import_module(f"{__package__}.{module}")
+    if force_reference or torch.device(device).type != "cuda":
+        return getattr(mod, ref)
     ok, reason = available(name)
-    if mode == "kernel" and not ok:
-        raise RuntimeError(f"GRAPHCHECK_KERNELS=kernel but {name} is unavailable: {reason}")
-    return ok
+    if not ok:
+        raise RuntimeError(f"dsv4_kernels.select({name!r}, {device!s}): the kernel cannot run: {reason} "
+                           "(pass force_reference=True for the PyTorch reference)")
+    return getattr(mod, kern)

@@ -65,15 +65,34 @@ def fused_swiglu(rows: int = 8, inter: int = 1024, layout: str = "split") -> Tar
     return Target(step=lambda h: fn(h, 10.0, layout), make_inputs=inputs, state=dict, name=f"fused_swiglu[{layout}]", device=dev)
 
 
-def nvfp4_gemv(batch: int = 1, n: int = 2048, k: int = 2048) -> Target:
-    from dsv4_model.quant import quantize_nvfp4_weight
-    from .nvfp4_gemv import nvfp4_gemv as fn
+def fp4_gemv(batch: int = 1, n: int = 2048, k: int = 2048, fmt: str = "nvfp4") -> Target:
+    from .moe_gemv import fp4_gemv as fn
+    from .moe_gemv.reference import random_weight
     dev = _dev()
-    q = {name: t.to(dev) for name, t in quantize_nvfp4_weight(torch.randn(n, k, generator=_gen(-1))).items()}
+    w = random_weight(fmt, n, k, generator=_gen(-1), device=dev)
     dt = torch.bfloat16 if dev == "cuda" else torch.float32
 
     def inputs(i):
         return torch.randn(batch, k, generator=_gen(i)).to(dev, dt)
 
-    return Target(step=lambda x: fn(x, q["weight"], q["weight_scale"], q["weight_scale_2"]), make_inputs=inputs, state=dict,
-                  name=f"nvfp4_gemv[b={batch}]", device=dev)
+    return Target(step=lambda x: fn(x, w), make_inputs=inputs, state=dict, name=f"fp4_gemv[{fmt}, b={batch}]", device=dev)
+
+
+def routed_experts(tokens: int = 4, experts: int = 16, topk: int = 6, dim: int = 512, inter: int = 256,
+                   fmt: str = "mxfp4") -> Target:
+    """Expert ids and routing weights are fresh device tensors each step: replay must follow them."""
+    from .moe_gemv import routed_experts as fn
+    from .moe_gemv.reference import random_weight
+    dev = _dev()
+    g = _gen(-1)
+    w1, w3 = (random_weight(fmt, inter, dim, experts, g, dev) for _ in range(2))
+    w2 = random_weight(fmt, dim, inter, experts, g, dev)
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32
+
+    def inputs(i):
+        gi = _gen(i)
+        idx = torch.rand(tokens, experts, generator=gi).argsort(-1)[:, :topk]
+        return (torch.randn(tokens, dim, generator=gi).to(dev, dt), idx.to(dev), torch.rand(tokens, topk, generator=gi).to(dev))
+
+    return Target(step=lambda a: fn(a[0], a[1], a[2], w1, w3, w2, 10.0), make_inputs=inputs, state=dict,
+                  name=f"routed_experts[{fmt}, T={tokens}]", device=dev)

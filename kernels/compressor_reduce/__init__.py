@@ -1,26 +1,31 @@
 """compressor_reduce: CSA (8 slots, two series) and HCA (128 slots) softmax-weighted reduction.
 
-Dispatch: the CUDA kernel (``kernel.cu``, JIT-built for sm_90 on first use) when the inputs are on a GPU and
-nvcc is present; the PyTorch reference otherwise. ``GRAPHCHECK_KERNELS=reference`` forces the reference.
+The Triton kernel (``triton_kernel.py``) for CUDA tensors, the PyTorch reference (``reference.py``) otherwise;
+``dsv4_kernels.select("compressor_reduce", device, force_reference)`` fixes the choice once at load.
 """
 from __future__ import annotations
 
 import torch
 
-from .._select import use_kernel
+from .._select import available
 from .reference import compressor_reduce_ref
 
 
-def _check(kv: torch.Tensor, gate: torch.Tensor, bias: torch.Tensor) -> None:
+def check_compressor_args(kv: torch.Tensor, gate: torch.Tensor, bias: torch.Tensor) -> None:
     if kv.shape != gate.shape or kv.dim() != 3:
         raise ValueError(f"compressor_reduce: kv {tuple(kv.shape)} and gate {tuple(gate.shape)} must both be [N, S, D]")
     if tuple(bias.shape) != tuple(kv.shape[1:]):
         raise ValueError(f"compressor_reduce: bias has shape {tuple(bias.shape)}, expected {tuple(kv.shape[1:])}")
 
 
+def compressor_reduce_kernel(kv: torch.Tensor, gate: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    check_compressor_args(kv, gate, bias)
+    from .triton_kernel import compressor_reduce_triton
+    return compressor_reduce_triton(kv, gate, bias)
+
+
 def compressor_reduce(kv: torch.Tensor, gate: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    _check(kv, gate, bias)
-    if use_kernel("compressor_reduce", kv):
-        from .build import cuda_compressor_reduce
-        return cuda_compressor_reduce(kv, gate, bias)
+    check_compressor_args(kv, gate, bias)
+    if kv.is_cuda and available("compressor_reduce")[0]:
+        return compressor_reduce_kernel(kv, gate, bias)
     return compressor_reduce_ref(kv, gate, bias)

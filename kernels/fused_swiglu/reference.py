@@ -17,12 +17,14 @@ def split_gate_up(h: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Ten
     raise ValueError(f"fused_swiglu: layout must be 'split' or 'interleaved', found {layout!r}")
 
 
-def swiglu_ref(gate: torch.Tensor, up: torch.Tensor, limit: float) -> torch.Tensor:
-    g = gate.float().clamp(max=limit)
-    u = up.float().clamp(-limit, limit)
+def swiglu_ref(gate: torch.Tensor, up: torch.Tensor, limit: float | None) -> torch.Tensor:
+    """limit None: no clamp (the official shared expert)."""
+    g, u = gate.float(), up.float()
+    if limit is not None:
+        g, u = g.clamp(max=limit), u.clamp(-limit, limit)
     return F.silu(g) * u
 
 
-def fused_swiglu_ref(h: torch.Tensor, limit: float, layout: str = "split") -> torch.Tensor:
+def fused_swiglu_ref(h: torch.Tensor, limit: float | None, layout: str = "split") -> torch.Tensor:
     g, u = split_gate_up(h, layout)
     return swiglu_ref(g, u, limit).to(h.dtype)

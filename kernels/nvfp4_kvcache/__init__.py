@@ -1,5 +1,9 @@
 """dequantize_nvfp4_kvcache: the KV-path NVFP4 dequant (not for weights: those use dequant_nvfp4_weight at load).
 
+Not on the decode's hot path: the graph-safe decode keeps its KV window and compressed entries in the compute
+dtype (the reference's FP8 simulation, dequantised at write time), so nothing reads an NVFP4 KV cache per step.
+It stays for NVFP4 KV caches written by other engines (Triton kernel on CUDA, reference elsewhere).
+
 The host wrapper checks contiguity, sizes, dtypes and device before any kernel runs, and names the sizes.
 Nothing here assumes N = 512.
 """
@@ -7,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .._select import use_kernel
+from .._select import available
 from .reference import dequantize_nvfp4_kvcache_ref
 
 
@@ -33,10 +37,16 @@ def check_kvcache_args(fp4: torch.Tensor, sf: torch.Tensor, global_scale: torch.
         raise ValueError(f"dequantize_nvfp4_kvcache: global_scale.numel()={global_scale.numel()} < M={M}")
 
 
+def dequantize_nvfp4_kvcache_kernel(fp4: torch.Tensor, sf: torch.Tensor, global_scale: torch.Tensor, M: int, N: int,
+                                    out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    check_kvcache_args(fp4, sf, global_scale, M, N)
+    from .triton_kernel import dequantize_nvfp4_kvcache_triton
+    return dequantize_nvfp4_kvcache_triton(fp4, sf, global_scale, M, N, out_dtype)
+
+
 def dequantize_nvfp4_kvcache(fp4: torch.Tensor, sf: torch.Tensor, global_scale: torch.Tensor, M: int, N: int,
                              out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     check_kvcache_args(fp4, sf, global_scale, M, N)
-    if use_kernel("nvfp4_kvcache", fp4):
-        from .build import cuda_dequantize_nvfp4_kvcache
-        return cuda_dequantize_nvfp4_kvcache(fp4, sf, global_scale, M, N, out_dtype)
+    if fp4.is_cuda and available("nvfp4_kvcache")[0]:
+        return dequantize_nvfp4_kvcache_kernel(fp4, sf, global_scale, M, N, out_dtype)
     return dequantize_nvfp4_kvcache_ref(fp4, sf, global_scale, M, N, out_dtype)

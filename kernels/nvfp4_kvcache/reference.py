@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from dsv4_model.quant import unpack_e2m1
+from ..moe_gemv.reference import unpack_e2m1
 
 
 def dequantize_nvfp4_kvcache_ref(fp4: torch.Tensor, sf: torch.Tensor, global_scale: torch.Tensor, M: int, N: int,

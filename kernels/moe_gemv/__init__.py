@@ -1,0 +1,55 @@
+"""moe_gemv: FP4 weight-only GEMVs for decode — the routed experts of a MoE layer, and single projections.
+
+    routed_experts(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> y [T, dim] fp32
+    fp4_gemv(x, w) -> y [B, N] in x.dtype
+
+x [T, dim] bf16 or fp32; idx [T, k] device int (expert ids); wts [T, k] fp32 routing weights; each w a tuple
+(fmt, data, scale, scale2, input_scale) as in CONTRACTS §2 (stacked [E, ...] for the experts). limit None means no
+clamp. y = sum_j w2[idx_j]( wts_j * swiglu(w1[idx_j] x, w3[idx_j] x, limit) ); each projection's output and the
+weighted hidden are rounded to x.dtype, as the reference expert's bf16 linears do. These are the kernel entry points (Triton, see triton_kernel.py); `routed_experts_ref` and
+`fp4_gemv_ref` are the PyTorch references beside them. `dsv4_kernels.select` picks one of the two once, at load.
+Inputs the kernel does not cover (non-FP4 formats, mixed formats, a device other than CUDA, more than MAX_PAIRS
+token-expert pairs) take the reference, which is also fixed-shape and capture-safe.
+"""
+from __future__ import annotations
+
+import torch
+
+from .reference import FP4_FORMATS, check_weight, fp4_gemv_ref, routed_experts_ref  # noqa: F401
+
+MAX_PAIRS = 256   # decode batches (T * k); the kernel's pair bookkeeping is O(P) per program
+
+
+def _check_routed(x, idx, wts, w1, w3, w2) -> None:
+    if x.dim() != 2 or idx.dim() != 2 or tuple(wts.shape) != tuple(idx.shape) or idx.shape[0] != x.shape[0]:
+        raise ValueError(f"routed_experts: x {tuple(x.shape)}, idx {tuple(idx.shape)}, wts {tuple(wts.shape)}: "
+                         "expected x [T, dim], idx and wts [T, k]")
+    dim = x.shape[1]
+    check_weight(w1, "routed_experts w1", k=dim, stacked=True)
+    inter = w1[1].shape[1]
+    check_weight(w3, "routed_experts w3", n=inter, k=dim, stacked=True)
+    check_weight(w2, "routed_experts w2", n=dim, k=inter, stacked=True)
+
+
+def routed_experts(x, idx, wts, w1, w3, w2, limit: float | None, act_sim=None) -> torch.Tensor:
+    """The kernel path (CUDA); what it cannot take goes to the reference (see the module docstring).
+    act_sim: None (weight-only, W4A16) or the stored format's activation simulation `act_sim(x, fmt, input_scale)`
+    (pass dsv4_model.quant.act_sim), applied to x and to the weighted hidden, per pair, in PyTorch around the
+    two kernel launches."""
+    _check_routed(x, idx, wts, w1, w3, w2)
+    fmts = {w1[0], w3[0], w2[0]}
+    if (x.is_cuda and len(fmts) == 1 and fmts <= set(FP4_FORMATS) and x.dtype in (torch.bfloat16, torch.float32)
+            and idx.numel() <= MAX_PAIRS):
+        from .triton_kernel import routed_experts_triton
+        return routed_experts_triton(x.contiguous(), idx.contiguous(), wts.float().contiguous(), w1, w3, w2, limit,
+                                     act_sim=act_sim)
+    return routed_experts_ref(x, idx, wts, w1, w3, w2, limit, act_sim)
+
+
+def fp4_gemv(x: torch.Tensor, w) -> torch.Tensor:
+    """y = x @ W^T for an FP4 weight tuple; x [B, K]. Kernel on CUDA for FP4, the reference otherwise."""
+    check_weight(w, "fp4_gemv", k=x.shape[-1])
+    if x.is_cuda and w[0] in FP4_FORMATS and x.dim() == 2 and x.dtype in (torch.bfloat16, torch.float32):
+        from .triton_kernel import fp4_gemv_triton
+        return fp4_gemv_triton(x.contiguous(), w)
+    return fp4_gemv_ref(x, w)

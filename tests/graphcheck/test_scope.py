@@ -311,11 +311,12 @@ def test_entry_point_inputs_are_device_tensors_and_ints_stay_host(tmp_path):
 
 def test_sarif_carries_the_call_chain(tmp_path):
     from graphcheck.report.sarif import to_sarif
+    from graphcheck.result import classify
     d = tmp_path / "ds"
     d.mkdir()
     (d / "model.py").write_text((FIXTURES / "deepseek_model.py").read_text())
     res = scan([str(d)], entry_points=["model:Transformer.forward"], root=d, cache=False, jobs=1)
-    doc = to_sarif(res.findings, "0")
+    doc = to_sarif(classify("scan", res.findings, None), "0")
     r = next(x for x in doc["runs"][0]["results"] if x["ruleId"] == "GC302")
     assert [loc["physicalLocation"]["region"]["startLine"] for loc in r["relatedLocations"]] == [72, 56]
     assert len(r["codeFlows"][0]["threadFlows"][0]["locations"]) == 3

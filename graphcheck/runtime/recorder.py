@@ -34,7 +34,8 @@ class Recorder:
     kind: str = "sync"
     raise_on_first: bool = False
     step: int | None = None                 # the audited step currently running (for evidence)
-    _rows: dict[tuple, Finding] = field(default_factory=dict)
+    _rows: dict[tuple, Finding] = field(default_factory=dict)   # insertion order = order first seen
+    events: list[tuple[str, str, Frame | None]] = field(default_factory=list)  # (rule, op, user frame), in order
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, rule: str, op: str, stack: list[Frame], **fmt: str) -> Finding | None:
@@ -55,6 +56,8 @@ class Recorder:
             return None
         path, line, fn = stack[0] if stack else ("<unknown>", 0, "")
         key = (rule, path, line)
+        if len(self.events) < 10_000:
+            self.events.append((rule, op, stack[0] if stack else None))
         with self._lock:
             f = self._rows.get(key)
             if f is None:
@@ -73,6 +76,10 @@ class Recorder:
 
     def findings(self) -> list[Finding]:
         return sorted(self._rows.values(), key=Finding.sort_key)
+
+    def in_order(self) -> list[Finding]:
+        """The findings in the order the step first reached each one (execution order, not path order)."""
+        return list(self._rows.values())
 
     def __len__(self) -> int:
         return len(self._rows)

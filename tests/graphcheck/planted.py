@@ -39,7 +39,7 @@ class Decoder:
     def step(self, x):
         h = torch.tanh(x @ self.w)
         self.cache.index_copy_(0, self.pos.view(1), h.unsqueeze(0))
-        valid = (torch.arange(self.cache.shape[0]) <= self.pos).view(-1, 1, 1)
+        valid = (torch.arange(self.cache.shape[0], device=self.cache.device) <= self.pos).view(-1, 1, 1)
         ctx = torch.where(valid, self.cache, 0.0).sum(0)
         self.out.copy_(ctx * 0.5 + h)
         self.pos += 1

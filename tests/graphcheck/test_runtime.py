@@ -130,8 +130,8 @@ def test_portable_layer_catalogue():
         x.unique()
         torch.bincount((x > 0).long())
         torch.masked_select(x, x > 0)
-        torch.repeat_interleave(x, torch.ones(6, dtype=torch.long))
-        torch.repeat_interleave(x, torch.ones(6, dtype=torch.long), output_size=6)
+        torch.repeat_interleave(x, torch.ones(6, dtype=torch.long, device=x.device))
+        torch.repeat_interleave(x, torch.ones(6, dtype=torch.long, device=x.device), output_size=6)
         torch.tensor([1.0, 2.0])
         x[0] = 1.0
         repr(x)

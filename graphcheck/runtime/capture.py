@@ -1,8 +1,8 @@
 """`graphcheck capture`: capture one step into a CUDA graph, replay it on fresh inputs, compare with eager.
 
 On CUDA: warm-up on a side stream (as torch.cuda.graphs requires), capture, then for k = 1..K copy fresh inputs
-into the static buffers, replay from a snapshot of the state, and run the same step eagerly from the same
-snapshot; outputs and every state tensor must be bit-identical. Without CUDA (or with device="cpu") the CPU
+into the static buffers, replay from a snapshot of the state and of the generator states, and run the same step eagerly from the same snapshots; outputs
+and every state tensor must be bit-identical. A failed capture is attributed by execution (`capture_failure`). Without CUDA (or with device="cpu") the CPU
 emulation in `emulate.py` checks the same properties.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from ..findings import Finding
 from ..target import Target
 from .audit import target_error
 from .emulate import _finding, capture_failure, check_state_identity, emulate
+from .rng import RngState
 from .tensors import clone_tree, copy_into, first_diff, flatten, restore, snapshot
 
 
@@ -80,11 +81,13 @@ def capture_cuda(target: Target, steps: int, warmup: int) -> list[Finding]:
         for k in range(2, steps + 2):
             copy_into(static_in, target.make_inputs(k))
             pre = snapshot(state)
+            rng = RngState()          # replay and eager draw from the same generator states
             graph.replay()
             torch.cuda.synchronize()
             out_r = {n: t.clone() for n, t in flatten(static_out).items()}
             st_r = snapshot(state)
             restore(state, pre)
+            rng.restore()
             out_e = {n: t.clone() for n, t in flatten(target.step(static_in)).items()}
             torch.cuda.synchronize()
             st_e = snapshot(target.state())

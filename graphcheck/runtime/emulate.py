@@ -1,12 +1,17 @@
 """Capture-under-test without a GPU: the three properties a CUDA graph relies on, checked on CPU.
 
+0. capture — the step runs once under the portable audit; every event that fails a CUDA capture (a readback, a
+   data-dependent shape, a host-to-device copy, an explicit sync) is listed in execution order, and GC001 names the
+   first. The other checks still run on the whole step (a frozen graph bakes what a capture could not record), so
+   one run gives the whole hunt-list;
 1. state identity — replay writes into the buffers captured at capture time, so a state tensor the step rebinds
-   (new object or new storage) is never updated by a replay (GC005);
+   (new object or new storage) is never updated by a replay (GC005, at the line whose op made the new tensor);
 2. graph stability — one graph serves every step only if the aten op trace (op, shapes, dtypes, which operands
    are state) is the same on different data (GC004, at the first differing op's line);
 3. frozen replay — the step traced once into a frozen FX graph (`make_fx`, real tensors: Python scalars, host
    ints and read-back values are baked in, exactly as capture bakes them) is replayed on later steps' inputs and
-   compared with eager bit for bit (GC003, at the first op whose result differs). A graph with no ops is GC002.
+   compared with eager bit for bit, both starting from the same generator states (GC003, at the first op whose
+   result differs, eager ops and graph nodes aligned by op, not by position). A graph with no ops is GC002.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from ..findings import Finding
 from ..rules import format_message
 from ..target import Target
 from .attribution import is_internal, relpath, source_line, user_stack
+from .rng import RngState, generators_in
 from .tensors import first_diff, flatten, restore, snapshot
 
 Frame = tuple[str, int, str]
@@ -48,6 +54,7 @@ class _OpTrace(TorchDispatchMode):
         self.ops: list[OpRecord] = []
         self.state_ptrs = state_ptrs
         self.keep = keep_outputs
+        self.creator: dict[int, Frame | None] = {}     # storage -> user frame of the op that first produced it
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -58,6 +65,8 @@ class _OpTrace(TorchDispatchMode):
                tuple((tuple(t.shape), str(t.dtype)) for t in outs))
         st = user_stack(sys._getframe(1))
         rec = OpRecord(str(func), sig, st[0] if st else None)
+        for t in outs:
+            self.creator.setdefault(_ptr(t), rec.frame)
         if self.keep:
             rec.outputs = [t.detach().clone() for t in outs]
         self.ops.append(rec)
@@ -80,7 +89,8 @@ def _finding(rule: str, target: Target, frame: Frame | None, evidence: dict, **f
 def check_state_identity(target: Target, k: int) -> tuple[list[Finding], Any]:
     before = target.state()
     ids = {n: (id(t), _ptr(t), tuple(t.shape)) for n, t in before.items()}
-    target.step(target.make_inputs(k))
+    with _OpTrace({p for _, p, _ in ids.values()}) as tr:
+        target.step(target.make_inputs(k))
     after = target.state()
     found = []
     for name, (oid, ptr, shape) in ids.items():
@@ -89,8 +99,10 @@ def check_state_identity(target: Target, k: int) -> tuple[list[Finding], Any]:
             found.append(_finding("GC005", target, None, {"check": "state identity", "detail": "state() no longer returns it"}, tensor=name))
         elif id(t) != oid or _ptr(t) != ptr:
             what = "a new tensor object" if id(t) != oid else "new storage"
-            found.append(_finding("GC005", target, None, {"check": "state identity", "detail": f"after one eager step `{name}` is {what}"
-                                  f" (shape {shape} -> {tuple(t.shape)})"}, tensor=name))
+            made_at = tr.creator.get(_ptr(t))          # the op that produced the new tensor: the rebinding line
+            found.append(_finding("GC005", target, made_at, {"check": "state identity", "detail": f"after one eager step `{name}` is {what}"
+                                  f" (shape {shape} -> {tuple(t.shape)})" + ("" if made_at else "; no torch op in the step made it")},
+                                  tensor=name))
     return found, after
 
 
@@ -141,7 +153,7 @@ class _NodeRecorder(torch.fx.Interpreter):
     def run_node(self, n):
         self.current = n
         out = super().run_node(n)
-        if n.op == "call_function":
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):   # not FX's getitem nodes
             self.ops.append((str(n.target), [t.detach().clone() for t in _tensors(out)]))
         return out
 
@@ -157,11 +169,15 @@ def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
     state = target.state()
     snap = snapshot(state)
     try:
-        gm = make_fx(fn, tracing_mode="real", record_stack_traces=True)(*leaves)
+        # Like a capture, the frozen graph keeps the value a data-dependent op had at trace time; the capture pass has
+        # already reported those ops, so tracing goes on past them to check the rest of the step.
+        gm = make_fx(fn, tracing_mode="real", record_stack_traces=True, _error_on_data_dependent_ops=False)(*leaves)
     except Exception as e:
         restore(state, snap)
-        return [capture_failure(target, e, inputs_k=k + 1)]
+        err = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
+        return [_finding("GC006", target, None, {"check": "frozen replay", "error": err}, error=f"tracing the step: {err}")]
     restore(state, snap)
+    gens = generators_in(a for n in gm.graph.nodes for a in (*n.args, *n.kwargs.values()))
     if not any(_does_work(n) for n in gm.graph.nodes):
         return [_finding("GC002", target, None, {"check": "frozen replay", "detail": "the traced step contains no torch op that "
                                                  "computes anything; its work happens outside torch and replay would skip it"})]
@@ -171,6 +187,7 @@ def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
         fleaves = pytree.tree_leaves(fresh)
         state = target.state()
         pre = snapshot(state)
+        rng = RngState(gens)
         interp = _NodeRecorder(gm)
         try:
             out_r = {n: t.clone() for n, t in flatten(interp.run(*fleaves)).items()}
@@ -184,6 +201,7 @@ def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
             return [f]
         st_r = snapshot(state)
         restore(state, pre)
+        rng.restore()
         ptrs = {_ptr(t) for t in state.values()}
         with _OpTrace(ptrs, keep_outputs=True) as tr:
             out_e = flatten(target.step(fresh))
@@ -212,40 +230,85 @@ def _node_frame(node) -> Frame | None:
     return None
 
 
-def _first_differing_op(eager: list[OpRecord], replay: list[tuple[str, list[torch.Tensor]]]) -> tuple[Frame | None, str]:
-    """Align eager's op trace with the frozen graph's nodes and name the first op whose result differs:
-    that is where a baked value entered the computation."""
-    for i, (e, (rop, routs)) in enumerate(zip(eager, replay)):
+def _first_differing_op(eager: list[OpRecord], replay: list[tuple[str, list[torch.Tensor]]],
+                        window: int = 64) -> tuple[Frame | None, str]:
+    """Align eager's aten ops with the frozen graph's aten nodes by op (a node is the op eager ran; FX's own
+    `getitem` nodes are not in the list) and name the first op whose result differs: that is where a baked value
+    entered the computation. Where the two sequences part (the eager step took another branch), the first op that
+    eager ran and the graph did not is the answer."""
+    i = j = 0
+    while i < len(eager) and j < len(replay):
+        e, (rop, routs) = eager[i], replay[j]
         if e.op != rop:
-            return e.frame, f"op #{i}: eager ran {e.op}, the frozen graph ran {rop}"
-        if first_diff({str(j): t for j, t in enumerate(e.outputs or [])}, {str(j): t for j, t in enumerate(routs)}):
-            return e.frame, f"op #{i} {e.op} is the first whose result differs"
+            ahead = next((d for d in range(1, window) if j + d < len(replay) and replay[j + d][0] == e.op), None)
+            if ahead is None:
+                return e.frame, f"eager op #{i} {e.op} is not in the frozen graph (it ran {rop} there)"
+            j += ahead
+            continue
+        if first_diff({str(n): t for n, t in enumerate(e.outputs or [])}, {str(n): t for n, t in enumerate(routs)}):
+            return e.frame, f"eager op #{i} {e.op} is the first whose result differs"
+        i += 1
+        j += 1
     return None, "no single op differs; the difference is in how results are returned"
 
 
 def capture_failure(target: Target, err: BaseException, inputs_k: int) -> Finding:
-    """GC001 naming the culprit: re-run the step under the portable audit and blame its first hazard."""
+    """GC001 for a failed CUDA capture: the op that failed (the innermost user frame of the error, when the error
+    is raised at the op) and the hazards of one audited eager step in execution order (the first is the culprit
+    when CUDA only reports the failure at the end of capture)."""
+    from .attribution import stack_from_traceback
+    text = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"[:300]
+    st = stack_from_traceback(err.__traceback__)
+    hunt = _capture_hazards(target, target.make_inputs(inputs_k))
+    failed_at = st[0] if st else None
+    frame = failed_at or (hunt[0][2] if hunt else None)
+    return _gc001(target, frame, text, hunt, failed_at)
+
+
+def _gc001(target: Target, frame: Frame | None, text: str, hunt: list, failed_at: Frame | None) -> Finding:
+    first = hunt[0] if hunt else None
+    culprit = f" — first hazard {first[0]} {first[1]}" if first else ""
+    where = lambda fr: f"{relpath(fr[0])}:{fr[1]}" if fr else "?"  # noqa: E731
+    return _finding("GC001", target, frame, {
+        "error": text, "failed_at": where(failed_at) if failed_at else None,
+        "first_hazard": f"{where(first[2])} {first[0]} {first[1]}" if first else None,
+        "hunt_list": [f"{where(fr)} {rule} {op}" for rule, op, fr in hunt[:20]]}, error=text + culprit)
+
+
+def _capture_hazards(target: Target, inputs) -> list[tuple[str, str, Frame | None]]:
+    """(rule, op, frame) of each distinct capture-breaking event of one audited step, in execution order."""
     from .portable import PortableAudit
     from .recorder import Recorder
     rec = Recorder(kind="capture")
+    state = target.state()
+    snap = snapshot(state)
     try:
-        with PortableAudit(rec):
-            target.step(target.make_inputs(inputs_k))
+        with PortableAudit(rec, device=target.device or _device_of(inputs)):
+            target.step(inputs)
     except Exception:
         pass
-    suspects = rec.findings()
-    text = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"[:300]
-    frame = None
-    if suspects:
-        s = suspects[0]
-        frame = (s.path, s.line, s.function)
-    else:
-        from .attribution import stack_from_traceback
-        st = stack_from_traceback(err.__traceback__)
-        frame = st[0] if st else None
-    culprit = f" — culprit {suspects[0].rule} {suspects[0].evidence.get('op', '')}" if suspects else ""
-    return _finding("GC001", target, frame, {"error": text, "suspects": [f"{s.path}:{s.line} {s.rule} {s.evidence.get('op', '')}"
-                                                                       for s in suspects[:10]]}, error=text + culprit)
+    restore(state, snap)
+    seen, out = set(), []
+    for rule, op, frame, breaks in rec.events:
+        if breaks and (rule, frame) not in seen:
+            seen.add((rule, frame))
+            out.append((rule, op, frame))
+    return out
+
+
+def _device_of(inputs) -> str:
+    ts = list(flatten(inputs).values())
+    return ts[0].device.type if ts else "cpu"
+
+
+def check_capture(target: Target, k: int) -> list[Finding]:
+    """The CPU stand-in for a capture: GC001 at the first capture-breaking event in execution order."""
+    hunt = _capture_hazards(target, target.make_inputs(k))
+    if not hunt:
+        return []
+    rule, op, frame = hunt[0]
+    text = f"{op} ({rule}) fails a CUDA capture"
+    return [_gc001(target, frame, text, hunt, None)]
 
 
 def emulate(target: Target, steps: int = 3, warmup: int = 1) -> list[Finding]:
@@ -255,7 +318,10 @@ def emulate(target: Target, steps: int = 3, warmup: int = 1) -> list[Finding]:
         for k in range(warmup):
             target.step(target.make_inputs(k))
         k = warmup
-        found, _ = check_state_identity(target, k)
+        found = check_capture(target, k)
+        k += 1
+        ident, _ = check_state_identity(target, k)
+        found += ident
         k += 1
         found += check_stability(target, k)
         k += 2

@@ -24,6 +24,7 @@ import warnings
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .. import rules as _rules
@@ -62,6 +63,12 @@ def _codes() -> dict[str, str]:
 
 
 CODES = _codes()
+# What fails a CUDA capture (measured on an H200, design/gpu-facts.md): every readback, data-dependent shape,
+# host-to-device copy and explicit sync. Host RNG, a `non_blocking` copy and a CPU-side `torch.tensor` capture (and
+# are frozen or race); `torch.tensor(data, device=...)` is marked per event.
+BREAKS_CAPTURE = {"GC101", "GC102", "GC103", "GC104", "GC105", "GC106", "GC107", "GC108", "GC109", "GC301", "GC302",
+                  "GC303", "GC304", "GC305", "GC306", "GC307", "GC308", "GC402", "GC404", "GC601", "GC602", "GC603",
+                  "GC604", "GC605"}
 # Codes the runtime decides itself where one callable is two hazards (`.to` is a readback to the host or a copy to
 # the device; `x[i] = v` is an index write or a host tensor written into device memory).
 _H2D = "aten::_to_copy"
@@ -97,6 +104,9 @@ _FMT = {"torch.Tensor.tolist": {"method": "tolist"}, "torch.Tensor.numpy": {"cal
         "torch.Tensor.__format__": {"call": "format"}, "torch.Tensor.__repr__": {"call": "repr"},
         "torch.Tensor.__str__": {"call": "str"}}
 _TAG = "_graphcheck_host"
+# A readback the CPU kernel of a call performs and its CUDA kernel does not (one_hot checks its index range on the
+# host on CPU only): on a CPU tensor it is not reported, so the CPU verdict is the CUDA one.
+_CPU_ONLY_READBACK = {F.one_hot}
 
 
 def _is_tensor(x) -> bool:
@@ -175,6 +185,12 @@ class _FunctionLayer(TorchFunctionMode):
             return func(*args, **kwargs)
         if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) and _custom(func):
             return a.enter_custom_op(self, func, args, kwargs)
+        if func in _CPU_ONLY_READBACK and args and _is_tensor(args[0]) and args[0].device.type == "cpu":
+            a.depth += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                a.depth -= 1
         name = _SIMPLE.get(func)
         hit = (name, _FMT.get(name, {})) if name is not None else None
         if hit is None and (func in _SPECIAL or func in _FROM_HOST):
@@ -197,7 +213,10 @@ class _FunctionLayer(TorchFunctionMode):
             data = args[1] if func is _T.new_tensor and len(args) > 1 else (args[0] if args else kwargs.get("data"))
             if _is_tensor(data):
                 return None          # tensor-in, tensor-out: no host data crosses
-            return _name(func), {"call": _name(func)}
+            d = kwargs.get("device")
+            on_device = d is not None and not (isinstance(d, str) and d.startswith("cpu")) and not (
+                isinstance(d, torch.device) and d.type == "cpu" and not a.tagging)
+            return _name(func), {"call": _name(func), "_breaks": on_device}
         if func is torch.where:
             return ("torch.where", {}) if len(args) + len(kwargs) == 1 else None
         if func in (torch.repeat_interleave, _T.repeat_interleave):
@@ -238,11 +257,7 @@ def _out_tensors(out) -> list[torch.Tensor]:
 
 
 _NET_OPS = ("_local_scalar_dense", "nonzero", "_unique", "_unique2", "unique_dim", "unique_consecutive", "bincount",
-            "masked_select", "repeat_interleave.Tensor", "index.Tensor", "equal", "lift_fresh", "_to_copy", "copy_",
-            "one_hot")
-# A readback the CPU kernel of an op performs and its CUDA kernel does not (one_hot checks its index range on the
-# host on CPU only): on a CPU run it is not reported, so the CPU verdict is the CUDA one.
-_CPU_ONLY_READBACK = {"one_hot"}
+            "masked_select", "repeat_interleave.Tensor", "index.Tensor", "equal", "lift_fresh", "_to_copy", "copy_")
 
 
 class _KernelNet:
@@ -273,16 +288,9 @@ class _KernelNet:
         audit = self.audit
         below = torch._C._after_autograd_keyset
         sig = f"aten::{name}"
-        cpu_only = name in _CPU_ONLY_READBACK
 
         def kernel(ks, *args, **kwargs):
             if audit.depth == 0 and audit.enabled and threading.get_ident() == audit.thread:
-                if cpu_only and args and _is_tensor(args[0]) and args[0].device.type == "cpu":
-                    audit.depth += 1
-                    try:
-                        return op.redispatch(ks & below, *args, **kwargs)
-                    finally:
-                        audit.depth -= 1
                 hit = audit.classify_aten(name, sig, args, kwargs)
                 if hit is not None:
                     audit.event(hit[0], sys._getframe(1), hit[1])
@@ -333,8 +341,9 @@ class PortableAudit:
         stack = user_stack(frame)
         if stack:
             nvtx.mark(f"graphcheck {rule} {name}")
-        fmt = {"call": name, "method": name, **{k: v for k, v in fmt.items() if k != "_rule"}}
-        self.recorder.record(rule, name, stack, **fmt)
+        breaks = fmt.get("_breaks", rule in BREAKS_CAPTURE)
+        fmt = {"call": name, "method": name, **{k: v for k, v in fmt.items() if k not in ("_rule", "_breaks")}}
+        self.recorder.record(rule, name, stack, breaks_capture=breaks, **fmt)
 
     # -- device awareness -------------------------------------------------------------------------------
     def is_host(self, t: torch.Tensor) -> bool:

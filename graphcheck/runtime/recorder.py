@@ -35,10 +35,13 @@ class Recorder:
     raise_on_first: bool = False
     step: int | None = None                 # the audited step currently running (for evidence)
     _rows: dict[tuple, Finding] = field(default_factory=dict)   # insertion order = order first seen
-    events: list[tuple[str, str, Frame | None]] = field(default_factory=list)  # (rule, op, user frame), in order
+    # (rule, op, user frame, whether it breaks a CUDA capture) of every event, in execution order
+    events: list[tuple[str, str, Frame | None, bool]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def record(self, rule: str, op: str, stack: list[Frame], **fmt: str) -> Finding | None:
+    def record(self, rule: str, op: str, stack: list[Frame], breaks_capture: bool = False, **fmt: str) -> Finding | None:
+        if len(self.events) < 10_000:      # before exemptions: an allowed sync still breaks a capture
+            self.events.append((rule, op, stack[0] if stack else None, breaks_capture))
         ex = exemptions()
         if ex:
             reason, site = ex[-1]
@@ -56,8 +59,6 @@ class Recorder:
             return None
         path, line, fn = stack[0] if stack else ("<unknown>", 0, "")
         key = (rule, path, line)
-        if len(self.events) < 10_000:
-            self.events.append((rule, op, stack[0] if stack else None))
         with self._lock:
             f = self._rows.get(key)
             if f is None:

@@ -177,7 +177,9 @@ def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
         err = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
         return [_finding("GC006", target, None, {"check": "frozen replay", "error": err}, error=f"tracing the step: {err}")]
     restore(state, snap)
-    gens = generators_in(a for n in gm.graph.nodes for a in (*n.args, *n.kwargs.values()))
+    # generators the graph draws from: node arguments, or graph attributes (make_fx keeps them as opaque objects)
+    gens = generators_in([a for n in gm.graph.nodes for a in (*n.args, *n.kwargs.values())]
+                         + [getattr(gm, n.target, None) for n in gm.graph.nodes if n.op == "get_attr"])
     if not any(_does_work(n) for n in gm.graph.nodes):
         return [_finding("GC002", target, None, {"check": "frozen replay", "detail": "the traced step contains no torch op that "
                                                  "computes anything; its work happens outside torch and replay would skip it"})]

@@ -39,7 +39,7 @@ def audit(target: Target, steps: int = 3, warmup: int = 1, strict: bool = False)
             inputs = target.make_inputs(k)
             rec.step = cuda_rec.step = k
             with nvtx.range_(f"graphcheck audit {target.name} step {k}"):
-                with PortableAudit(rec), CudaSyncAudit(cuda_rec, strict=strict, claimed=_claimed_by(rec)):
+                with PortableAudit(rec, device=_device(target, inputs)), CudaSyncAudit(cuda_rec, strict=strict, claimed=_claimed_by(rec)):
                     target.step(inputs)
             if strict and len(cuda_rec):
                 break
@@ -48,6 +48,15 @@ def audit(target: Target, steps: int = 3, warmup: int = 1, strict: bool = False)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return rec.findings() + cuda_rec.findings()
+
+
+def _device(target: Target, inputs) -> str:
+    """Where the target lives: its declared device, else its inputs' (tags host tensors on a CPU target)."""
+    if target.device is not None:
+        return target.device
+    from .tensors import flatten
+    ts = list(flatten(inputs).values())
+    return ts[0].device.type if ts else "cpu"
 
 
 def _claimed_by(rec: Recorder):

@@ -118,7 +118,7 @@ def test_portable_layer_catalogue():
     """Each hazard class, once, at its own line; look-alikes silent."""
     x = torch.randn(6)
     rec = Recorder()
-    with PortableAudit(rec):
+    with PortableAudit(rec, device="cpu"):
         x.shape, x.size(0), x.numel(), x.dim(), x.dtype, len(x)
         torch.where(x > 0, x, 0); x.topk(2); x.argmax(); x.sort()
         f"{x.shape}"
@@ -183,7 +183,7 @@ def test_index_writes_copy_only_where_torch_copies():
     x = torch.zeros(4, 6)
     v = torch.zeros(6)
     rec = Recorder()
-    with PortableAudit(rec):
+    with PortableAudit(rec, device="cpu"):
         x[..., -2:] = 0                      # fill_
         x[1] = 1.0                           # a row: fill_
         x[:, 0] = 2.0                        # fill_

@@ -29,7 +29,7 @@ from ..rules import format_message
 from ..target import Target
 from .attribution import is_internal, relpath, source_line, user_stack
 from .rng import RngState, generators_in
-from .tensors import first_diff, flatten, restore, snapshot
+from .tensors import device_of, first_diff, flatten, restore, snapshot
 
 Frame = tuple[str, int, str]
 
@@ -285,7 +285,7 @@ def _capture_hazards(target: Target, inputs) -> list[tuple[str, str, Frame | Non
     state = target.state()
     snap = snapshot(state)
     try:
-        with PortableAudit(rec, device=target.device or _device_of(inputs)):
+        with PortableAudit(rec, device=device_of(target.device, inputs)):
             target.step(inputs)
     except Exception:
         pass
@@ -296,11 +296,6 @@ def _capture_hazards(target: Target, inputs) -> list[tuple[str, str, Frame | Non
             seen.add((rule, frame))
             out.append((rule, op, frame))
     return out
-
-
-def _device_of(inputs) -> str:
-    ts = list(flatten(inputs).values())
-    return ts[0].device.type if ts else "cpu"
 
 
 def check_capture(target: Target, k: int) -> list[Finding]:

@@ -226,11 +226,13 @@ def test_sampling_is_judged_from_equal_generator_states():
 
 
 def test_capture_failure_names_the_first_hazard_in_execution_order(tmp_path, monkeypatch):
-    """Not the first by path: aa_helpers.py sorts first and runs first, but its host tensor is capture-legal."""
-    (tmp_path / "aa_helpers.py").write_text("import torch\n\n\ndef scale_table():\n    return torch.tensor(2.0)\n")
+    """Not the first by path: aa_helpers.py sorts first and runs first (a capture-legal host scalar) and last
+    (a nonzero); the capture fails at zz_step.py:8, which runs in between."""
+    (tmp_path / "aa_helpers.py").write_text("import torch\n\n\ndef scale_table():\n    return torch.tensor(2.0)\n\n\n"
+                                            "def hits(y):\n    return torch.nonzero(y)\n")
     (tmp_path / "zz_step.py").write_text(
-        "import torch\n\nfrom aa_helpers import scale_table\n\n\ndef step(x, out):\n    y = x * scale_table()\n"
-        "    out.copy_(y * int(y.sum() > 0))\n    out.add_(torch.nonzero(y).sum())\n    return out\n")
+        "import torch\n\nfrom aa_helpers import hits, scale_table\n\n\ndef step(x, out):\n    y = x * scale_table()\n"
+        "    out.copy_(y * int(y.sum() > 0))\n    out.add_(hits(y).sum())\n    return out\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import zz_step
     out = torch.zeros(2, planted.D)

@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore", help="comma-separated codes or prefixes to skip")
     p.add_argument("--entry-point", action="append", default=None, metavar="MOD:QUAL", help="capture entry point (repeatable)")
     p.add_argument("--all-functions", action="store_true", help="ignore configured entry points: scan every function")
+    p.add_argument("--show-scope", action="store_true", help="list the functions in the captured region and the calls that could not be resolved")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the per-file cache")
     p.add_argument("--jobs", type=int, help="worker processes (default: all cores)")
     _common(p)
@@ -130,9 +131,14 @@ def _scan(args) -> int:
         raise ConfigError(str(e)) from None
     findings = assign_fingerprints(res.findings)
     fmt = args.format or cfg.format
-    scope = f", {res.in_scope_functions} functions in the captured region" if res.in_scope_functions is not None else ""
+    scope = f", {res.scope_line()}" if res.scope_line() else ""
+    # a scope with unresolved calls or gaps is never reported "clean": the scan did not see all of it
+    clean = "[bold green]clean[/]" if not (res.unresolved or res.warnings) else "no findings in the part it could resolve"
     summary = (f"{len(findings)} finding(s) in {res.files} file(s){scope}; {res.suppressed} suppressed"
-               if findings else f"[bold green]clean[/]: {res.files} file(s){scope}; {res.suppressed} suppressed")
+               if findings else f"{clean}: {res.files} file(s){scope}; {res.suppressed} suppressed")
+    summary += "".join(f"\nwarning: {w}" for w in res.warnings)
+    if args.show_scope:
+        print(res.scope_report(), file=sys.stderr)
     emit(findings, fmt, __version__, summary=summary if fmt == "text" else "")
     if args.output:
         from .io import write_atomic

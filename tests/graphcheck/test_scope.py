@@ -1,0 +1,292 @@
+"""Scope that follows real models, the device lattice across calls, and robustness of the scan."""
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from graphcheck.static.scanner import analyse_files, discover, scan
+
+FIXTURES = Path(__file__).with_name("fixtures")
+
+
+def _pkg(tmp_path: Path, files: dict[str, str]) -> Path:
+    d = tmp_path / "pkg"
+    d.mkdir()
+    (d / "__init__.py").write_text("")
+    for name, src in files.items():
+        (d / name).write_text(textwrap.dedent(src))
+    return tmp_path
+
+
+def test_deepseek_blocks_appended_in_a_loop_are_in_scope(tmp_path):
+    d = tmp_path / "ds"
+    d.mkdir()
+    (d / "model.py").write_text((FIXTURES / "deepseek_model.py").read_text())
+    res = scan([str(d)], entry_points=["model:Transformer.forward"], root=d, cache=False, jobs=1)
+    got = {(f.rule, f.function, f.line) for f in res.findings}
+    assert got == {("GC304", "MoE.forward", 39), ("GC102", "MoE.forward", 39), ("GC302", "MoE.forward", 44)}
+    moe = next(f for f in res.findings if f.rule == "GC302")
+    assert [c["function"] for c in moe.evidence["call_chain"]] == ["Transformer.forward", "Block.forward"]
+    assert {"model.py:MoE.forward", "model.py:Gate.forward", "model.py:Expert.forward"} <= set(res.scope)
+    assert res.unresolved == [] and res.warnings == []
+
+
+SERVING = {
+    "ops.py": '''
+        import torch
+
+        class CustomOp(torch.nn.Module):
+            def forward(self, *a):
+                return self._forward_method(*a)
+
+        class RMSNorm(CustomOp):
+            def forward_native(self, x):
+                return x
+
+            def forward_cuda(self, x):
+                if x.isnan().any():
+                    raise ValueError("nan")
+                return x
+    ''',
+    "models.py": '''
+        import torch
+        from .ops import RMSNorm
+
+        def make_layers(n, layer_fn):
+            return torch.nn.ModuleList([layer_fn(i) for i in range(n)])
+
+        class Layer(torch.nn.Module):
+            def __init__(self, i):
+                super().__init__()
+                self.norm = RMSNorm()
+
+            def forward(self, x):
+                return self.norm(x)
+
+        class Inner(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = make_layers(2, lambda i: Layer(i))
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+
+        class Base(torch.nn.Module):
+            def step(self, x):
+                return self.finish(x)
+
+            def finish(self, x):
+                return x
+
+        class ForCausalLM(Base):
+            model_cls = Inner
+
+            def __init__(self):
+                super().__init__()
+                self.model = self.model_cls()
+
+            def forward(self, x: torch.Tensor):
+                h = self.model(x)
+                h = super().step(h)
+                return apply(self._sample, h)
+
+            def finish(self, x):
+                return x
+
+            def _sample(self, h):
+                return h.argmax(-1).item()
+
+        def apply(fn, h):
+            return fn(h)
+    ''',
+}
+
+
+def test_factories_helpers_class_variables_customop_and_callbacks(tmp_path):
+    root = _pkg(tmp_path, SERVING)
+    res = scan([str(root / "pkg")], entry_points=["pkg.models:ForCausalLM.forward"], root=root, cache=False, jobs=1)
+    got = {(f.rule, f.function) for f in res.findings}
+    assert ("GC604", "RMSNorm.forward_cuda") in got          # forward -> forward_cuda dispatch
+    assert ("GC101", "ForCausalLM._sample") in got           # passed by reference to apply()
+    scope = set(res.scope)
+    assert {"pkg/models.py:Inner.forward", "pkg/models.py:Layer.forward", "pkg/models.py:Base.step",
+            "pkg/ops.py:RMSNorm.forward_native"} <= scope
+
+
+def test_unresolved_calls_are_reported_and_gaps_warned(tmp_path):
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        class Block(torch.nn.Module):
+            def forward(self, x):
+                return x.sum().item()
+
+        class Model(torch.nn.Module):
+            def __init__(self, build):
+                super().__init__()
+                self.blocks = build()
+                self.extra = Block()
+
+            def forward(self, x: torch.Tensor):
+                for b in self.blocks:
+                    x = b(x)
+                return x
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Model.forward"], root=root, cache=False, jobs=1)
+    assert [u["call"] for u in res.unresolved] == ["self.blocks()"]
+    assert "could not be resolved" in res.scope_line()
+    assert any("self.extra (Block.forward)" in w for w in res.warnings)
+    assert "unresolved call(s) in scope" in res.scope_report()
+
+
+def test_device_lattice_across_calls(tmp_path):
+    root = _pkg(tmp_path, {"eng.py": '''
+        import logging
+        import numpy as np
+        import torch
+        from torch import nonzero
+        from torch.cuda import synchronize
+        import torch.cuda as tc
+
+        log = logging.getLogger(__name__)
+
+        def valid_rows(block):
+            valid = block.abs().sum(-1) > 0
+            if valid.any():
+                return block
+            return block
+
+        def count(host_ids):
+            return host_ids.sum().item()
+
+        class Engine:
+            def __init__(self, n, device):
+                self.ids_cpu = torch.zeros(n, dtype=torch.long, device="cpu")
+                self.pinned = torch.zeros(n, pin_memory=True)
+                self.ids_np = np.zeros(n)
+                self.buf = torch.zeros(n, device=device)
+
+            def _attend(self, q: torch.Tensor):
+                return q * 2
+
+            def step(self, x: torch.Tensor):
+                sync = torch.cuda.synchronize
+                sync()
+                synchronize()
+                tc.synchronize()
+                torch.accelerator.synchronize()
+                n = self.ids_cpu.sum().item()
+                m = self.ids_np.tolist()
+                k = count(self.ids_cpu)
+                self.buf.copy_(self.pinned, non_blocking=True)
+                self.buf[n:] = 0
+                rows = valid_rows(x)
+                out = self._attend(rows)
+                log.info("out %s", out)
+                return nonzero(out), np.exp(self.ids_np), m, k
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.eng:Engine.step"], root=root, cache=False, jobs=1)
+    got = sorted((f.rule, f.line) for f in res.findings)
+    # not flagged: .item() on the CPU shadow (also through count()'s parameter), .tolist() and np.exp on NumPy,
+    # the pinned non_blocking copy, the slice fill; the tensor-ness of valid_rows' parameter comes from the caller
+    assert got == [("GC106", 43), ("GC201", 13), ("GC301", 44), ("GC601", 32), ("GC601", 33), ("GC601", 34),
+                   ("GC601", 35)], got
+
+
+def test_package_dir_mapping_resolves_installed_names(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.setuptools]\npackage-dir = {"" = ".", "my_kernels" = "kernels"}\n')
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "__init__.py").write_text("")
+    (tmp_path / "kernels" / "op.py").write_text("import torch\ndef run(x: torch.Tensor):\n    return x.item()\n")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "step.py").write_text("import torch\nfrom my_kernels.op import run\n"
+                                             "def step(x: torch.Tensor):\n    return run(x)\n")
+    res = scan([str(tmp_path / "app"), str(tmp_path / "kernels")], entry_points=["app.step:step"], root=tmp_path,
+               cache=False, jobs=1)
+    assert [(f.rule, f.path) for f in res.findings] == [("GC101", "kernels/op.py")]
+
+
+# -- robustness -------------------------------------------------------------------------------------------------
+
+def test_huge_and_deep_expressions_are_one_finding_for_that_file(tmp_path):
+    (tmp_path / "deep.py").write_text("x = " + "-" * 200_000 + "1\n")
+    (tmp_path / "ok1000.py").write_text("import torch\ndef f(t: torch.Tensor):\n    x = " + "-" * 1000 + "1\n"
+                                        "    return t.item()\n")
+    (tmp_path / "nested.py").write_text("x = " + "(" * 5000 + "1" + ")" * 5000 + "\n")
+    res = scan([str(tmp_path)], root=tmp_path, cache=False, jobs=1)
+    got = sorted((f.path, f.rule) for f in res.findings)
+    assert got == [("deep.py", "GC903"), ("nested.py", "GC903"), ("ok1000.py", "GC101")], got
+
+
+def test_non_regular_files_are_skipped(tmp_path):
+    os.mkfifo(tmp_path / "pipe.py")
+    (tmp_path / "real.py").write_text("x = 1\n")
+    files, errors = discover([str(tmp_path)], root=tmp_path)
+    assert [f.name for f in files] == ["real.py"] and errors == []
+    _, errors = discover([str(tmp_path / "pipe.py")], root=tmp_path)
+    assert [e.rule for e in errors] == ["GC904"] and "regular" in errors[0].message
+
+
+def test_gitignore_is_respected(tmp_path):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gitignore").write_text("generated/\n*_pb2.py\n!keep_pb2.py\n/top_only.py\n")
+    for rel in ("a.py", "generated/g.py", "x_pb2.py", "keep_pb2.py", "top_only.py", "sub/top_only.py"):
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x = 1\n")
+    files, _ = discover([str(tmp_path)], root=tmp_path)
+    assert sorted(f.relative_to(tmp_path).as_posix() for f in files) == ["a.py", "keep_pb2.py", "sub/top_only.py"]
+
+
+def test_cache_entries_of_the_wrong_shape_are_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "m.py"
+    src.write_text("import torch\ndef f(t: torch.Tensor):\n    return t.item()\n")
+    first, _ = analyse_files([src], cache=True, jobs=1)
+    entries = list((tmp_path / "cache").rglob("*.json"))
+    assert len(entries) == 1
+    for bad in ('{"functions": []}', "[1, 2]", '{"v": "0"}', "not json"):
+        entries[0].write_text(bad)
+        again, cached = analyse_files([src], cache=True, jobs=1)
+        assert cached == 0 and again[0]["findings"] == first[0]["findings"]
+
+
+def test_keyboard_interrupt_leaves_no_partial_cache(tmp_path, monkeypatch):
+    import graphcheck.static.scanner as sc
+    monkeypatch.setenv("GRAPHCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    files = []
+    for i in range(30):
+        p = tmp_path / f"m{i}.py"
+        p.write_text(f"import torch\ndef f{i}(t: torch.Tensor):\n    return t.item()\n")
+        files.append(p)
+    real = sc._analyse_one
+    calls = {"n": 0}
+
+    def interrupted(args):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            # a half-written temp file of this run, as a worker killed mid-write would leave it
+            d = Path(args[1]) / "ab"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f".{args[2]}.x.tmp").write_text("{")
+            raise KeyboardInterrupt
+        return real(args)
+
+    monkeypatch.setattr(sc, "_analyse_one", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sc.analyse_files(files, cache=True, jobs=1)
+    assert not list((tmp_path / "cache").rglob("*.tmp"))
+    for entry in (tmp_path / "cache").rglob("*.json"):
+        assert sc._valid_summary(__import__("json").loads(entry.read_text()))
+
+
+def test_source_from_stdin_with_a_display_name(tmp_path):
+    res = scan([], root=tmp_path, cache=False, jobs=1, source="import torch\ndef f(t: torch.Tensor):\n    return t.item()\n",
+               source_name="pkg/hot.py")
+    assert [(f.rule, f.path, f.line) for f in res.findings] == [("GC101", "pkg/hot.py", 3)]
+    with pytest.raises(ValueError, match="display filename"):
+        scan([], root=tmp_path, source="x = 1\n")

@@ -52,6 +52,8 @@ _OWN_CODES = {
     "aten::_local_scalar_dense": "GC104", "aten::nonzero": "GC301", "aten::_unique": "GC303", "aten::_unique2": "GC303",
     "aten::unique_dim": "GC303", "aten::unique_consecutive": "GC303", "aten::bincount": "GC304", "aten::index": "GC305",
     "aten::masked_select": "GC306", "aten::repeat_interleave": "GC307", "aten::equal": "GC108", "aten::lift_fresh": "GC401",
+    "aten::lift_fresh_copy": "GC401", "aten::is_nonzero": "GC104", "torch.accelerator.synchronize": "GC601",
+    "torch.accelerator.empty_cache": "GC605",
     "aten::_to_copy": "GC402", "aten::copy_": "GC402",
 }
 
@@ -257,7 +259,8 @@ def _out_tensors(out) -> list[torch.Tensor]:
 
 
 _NET_OPS = ("_local_scalar_dense", "nonzero", "_unique", "_unique2", "unique_dim", "unique_consecutive", "bincount",
-            "masked_select", "repeat_interleave.Tensor", "index.Tensor", "equal", "lift_fresh", "_to_copy", "copy_")
+            "masked_select", "repeat_interleave.Tensor", "index.Tensor", "equal", "lift_fresh", "lift_fresh_copy",
+            "is_nonzero", "_to_copy", "copy_")
 
 
 class _KernelNet:
@@ -302,6 +305,10 @@ def _patch_targets() -> list[tuple[Any, str, str, dict]]:
     """(owner, attribute, catalogue name, fmt) of the non-torch-op hazards wrapped during an audit."""
     out: list[tuple[Any, str, str, dict]] = [(torch.cuda, "synchronize", "torch.cuda.synchronize", {"call": "torch.cuda.synchronize()"}),
                                              (torch.cuda, "empty_cache", "torch.cuda.empty_cache", {"call": "torch.cuda.empty_cache()"})]
+    acc = getattr(torch, "accelerator", None)
+    for attr in ("synchronize", "empty_cache"):
+        if acc is not None and hasattr(acc, attr):
+            out.append((acc, attr, f"torch.accelerator.{attr}", {"call": f"torch.accelerator.{attr}()"}))
     for cls in (torch.cuda.Stream, torch.cuda.Event):
         out.append((cls, "synchronize", f"torch.cuda.{cls.__name__}.synchronize", {"call": f"{cls.__name__}.synchronize()"}))
         out.append((cls, "query", f"torch.cuda.{cls.__name__}.query", {"call": f"{cls.__name__}.query()"}))
@@ -398,7 +405,7 @@ class PortableAudit:
 
     # -- the kernel net -------------------------------------------------------------------------------------
     def classify_aten(self, name: str, sig: str, args, kwargs) -> tuple[str, dict] | None:
-        if name == "_local_scalar_dense":
+        if name in ("_local_scalar_dense", "is_nonzero"):
             return sig, {"call": name}
         if name == "index":
             idx = args[1] if len(args) > 1 else []
@@ -415,7 +422,7 @@ class PortableAudit:
             if src.device.type == "cpu":
                 return sig, {"call": name}
             return "torch.Tensor.cpu", {"call": name}
-        if name == "lift_fresh":
+        if name in ("lift_fresh", "lift_fresh_copy"):
             return sig, {"call": "torch.tensor"}
         if name == "equal":
             return sig, {"call": "torch.equal"}
@@ -441,7 +448,7 @@ class PortableAudit:
         if orig is None:
             return
         audit = self
-        is_cuda = owner is torch.cuda or owner in (torch.cuda.Stream, torch.cuda.Event)
+        is_cuda = owner in (torch.cuda, torch.cuda.Stream, torch.cuda.Event, getattr(torch, "accelerator", None))
 
         def wrapper(*a, **k):
             if audit.active() and audit.depth == 0:

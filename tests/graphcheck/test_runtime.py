@@ -291,3 +291,12 @@ def _cuda(factory):
     t.make_inputs = lambda k: make(k).cuda()
     t.device = "cuda"
     return t
+
+
+def test_runtime_codes_come_from_the_rule_catalogue():
+    """Every callable the runtime reports is listed in the catalogue, and the code it reports is the catalogue's."""
+    from graphcheck.rules import runtime_signatures
+    from graphcheck.runtime import portable
+    sig = runtime_signatures()
+    assert set(portable._OWN_CODES) <= set(sig), sorted(set(portable._OWN_CODES) - set(sig))
+    assert all(portable.CODES[n] == sig[n] for n in sig)

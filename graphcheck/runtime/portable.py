@@ -349,8 +349,9 @@ class PortableAudit:
         if stack:
             nvtx.mark(f"graphcheck {rule} {name}")
         breaks = fmt.get("_breaks", rule in BREAKS_CAPTURE)
-        fmt = {"call": name, "method": name, **{k: v for k, v in fmt.items() if k not in ("_rule", "_breaks")}}
-        self.recorder.record(rule, name, stack, breaks_capture=breaks, **fmt)
+        op = name[len("torch."):] if name.startswith("torch.Tensor.") else name   # shown as `Tensor.item`
+        fmt = {"call": op, "method": op, **{k: v for k, v in fmt.items() if k not in ("_rule", "_breaks")}}
+        self.recorder.record(rule, op, stack, breaks_capture=breaks, **fmt)
 
     # -- device awareness -------------------------------------------------------------------------------
     def is_host(self, t: torch.Tensor) -> bool:

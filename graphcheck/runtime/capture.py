@@ -15,7 +15,7 @@ import torch
 from ..findings import Finding
 from ..target import Target
 from .audit import target_error
-from .emulate import _finding, capture_failure, check_state_identity, emulate
+from .emulate import _finding, capture_failure, check_frozen_replay, check_stability, check_state_identity, emulate
 from .rng import RngState
 from .tensors import clone_tree, copy_into, first_diff, flatten, restore, snapshot
 
@@ -74,7 +74,10 @@ def capture_cuda(target: Target, steps: int, warmup: int) -> list[Finding]:
     except Exception as e:
         _recover()
         restore(target.state(), pre_capture)
-        return found + [capture_failure(target, e, inputs_k=2)]
+        # The rest of the step is still checked (as the CPU emulation does), so one run gives the whole hunt-list.
+        with torch.no_grad():
+            rest = check_stability(target, 3) + check_frozen_replay(target, 5, steps)
+        return found + [capture_failure(target, e, inputs_k=2)] + rest
     if any("empty" in str(w.message).lower() for w in caught):
         return found + [_finding("GC002", target, None, {"check": "capture", "detail": "; ".join(str(w.message) for w in caught)[:300]})]
     with _deterministic():
@@ -109,10 +112,10 @@ def _suspects(target: Target, k: int) -> list[str]:
     rec = Recorder(kind="capture")
     state = target.state()
     snap = snapshot(state)
-    with contextlib.suppress(Exception), PortableAudit(rec):
+    with contextlib.suppress(Exception), PortableAudit(rec, device="cuda"):
         target.step(target.make_inputs(k))
     restore(state, snap)
-    return [f"{f.path}:{f.line} {f.rule} {f.evidence.get('op', '')}" for f in rec.findings()[:10]]
+    return [f"{f.path}:{f.line} {f.rule} {f.evidence.get('op', '')}" for f in rec.in_order()[:10]]
 
 
 def _recover() -> None:

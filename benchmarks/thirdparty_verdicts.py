@@ -61,7 +61,7 @@ def main() -> int:
             got, ok, shown = "error", False, [f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"]
         wrong += not ok
         lines.append(f"| {name} | {exp.verdict} {'+'.join(exp.rules)} | {got} | {'yes' if ok else 'NO'} | "
-                     f"{', '.join(shown[:6]) or '-'} | {time.perf_counter() - t0:.1f} |")
+                     f"{', '.join(shown[:10]) or '-'} | {time.perf_counter() - t0:.1f} |")
         print(lines[-1], flush=True)
     lines.append(f"# {len(names) - wrong} of {len(names)} verdicts right")
     text = "\n".join(lines) + "\n"

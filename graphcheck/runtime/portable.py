@@ -162,6 +162,11 @@ def _index_rule(idx, value_is_host: bool, target: torch.Tensor | None) -> tuple[
     return None
 
 
+_OP_TYPES = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+# What the function layer does with a callable, decided once: "simple" (a hazard by name), "special" (decided by its
+# arguments), "factory" (builds a tensor; followed on CPU targets), "quiet_on_cpu"; absent: nothing.
+_KIND: dict = {**{f: "factory" for f in _FACTORIES}, **{f: "special" for f in (*_SPECIAL, *_FROM_HOST)},
+               **{f: "simple" for f in _SIMPLE}, **{f: "quiet_on_cpu" for f in _CPU_ONLY_READBACK}}
 _BUILTIN_NS = {"aten", "prims", "_c10d_functional", "c10d", "profiler", "quantized", "_quantized", "rngprims"}
 
 
@@ -183,24 +188,32 @@ class _FunctionLayer(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         a = self.audit
+        kind = _KIND.get(func)
+        if kind is None and not a.host_seen:           # the common case: one dict lookup and a flag
+            if type(func) in _OP_TYPES and _custom(func) and threading.get_ident() == a.thread:
+                return a.enter_custom_op(self, func, args, kwargs)
+            return func(*args, **kwargs)
         if a.depth or threading.get_ident() != a.thread:
             return func(*args, **kwargs)
-        if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) and _custom(func):
-            return a.enter_custom_op(self, func, args, kwargs)
-        if func in _CPU_ONLY_READBACK and args and _is_tensor(args[0]) and args[0].device.type == "cpu":
+        if kind == "quiet_on_cpu" and args and _is_tensor(args[0]) and args[0].device.type == "cpu":
             a.depth += 1
             try:
                 return func(*args, **kwargs)
             finally:
                 a.depth -= 1
-        name = _SIMPLE.get(func)
-        hit = (name, _FMT.get(name, {})) if name is not None else None
-        if hit is None and (func in _SPECIAL or func in _FROM_HOST):
+        if kind == "simple":
+            name = _SIMPLE[func]
+            hit = (name, _FMT.get(name, {}))
+        elif kind == "special":
             hit = self._special(func, args, kwargs)
+        else:
+            hit = None
         if hit is not None:
             a.event(hit[0], sys._getframe(1), hit[1])
-        if a.tagging and (a.host_seen or func in _FACTORIES or func in _FROM_HOST):
+        if a.tagging and (a.host_seen or kind == "factory" or func in _FROM_HOST):
             return a.follow(func, args, kwargs, hit is not None)
+        if type(func) in _OP_TYPES and _custom(func):
+            return a.enter_custom_op(self, func, args, kwargs)
         if hit is None:
             return func(*args, **kwargs)
         a.depth += 1

@@ -8,14 +8,13 @@
    (new object or new storage) is never updated by a replay (GC005, at the line whose op made the new tensor);
 2. graph stability — one graph serves every step only if the aten op trace (op, shapes, dtypes, which operands
    are state) is the same on different data (GC004, at the first differing op's line);
-3. frozen replay — the step traced once into a frozen FX graph (`make_fx`, real tensors: Python scalars, host
-   ints and read-back values are baked in, exactly as capture bakes them) is replayed on later steps' inputs and
+3. frozen replay — the step recorded once as the aten ops it ran (`frozen.FrozenStep`: Python scalars, host ints
+   and read-back values are baked in, exactly as capture bakes them) is replayed on later steps' inputs and
    compared with eager bit for bit, both starting from the same generator states (GC003, at the first op whose
    result differs, eager ops and graph nodes aligned by op, not by position). A graph with no ops is GC002.
 """
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..findings import Finding
 from ..rules import format_message
 from ..target import Target
-from .attribution import is_internal, relpath, source_line, user_stack
+from .attribution import first_user_frame, relpath, source_line
+from .frozen import FrozenStep
 from .rng import RngState, generators_in
 from .tensors import device_of, first_diff, flatten, restore, snapshot
 
@@ -43,7 +43,16 @@ class OpRecord:
 
 
 def _tensors(x) -> list[torch.Tensor]:
-    return [t for t in pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
+    """Tensors among args/kwargs/results, two levels deep (aten arguments are tensors or lists of them)."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    out = []
+    for v in (x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()):
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple, dict)):
+            out.extend(_tensors(v))
+    return out
 
 
 class _OpTrace(TorchDispatchMode):
@@ -61,10 +70,9 @@ class _OpTrace(TorchDispatchMode):
         out = func(*args, **kwargs)
         ins = _tensors((args, kwargs))
         outs = _tensors(out)
-        sig = (tuple((tuple(t.shape), str(t.dtype), _ptr(t) in self.state_ptrs) for t in ins),
-               tuple((tuple(t.shape), str(t.dtype)) for t in outs))
-        st = user_stack(sys._getframe(1))
-        rec = OpRecord(str(func), sig, st[0] if st else None)
+        sig = (tuple((tuple(t.shape), t.dtype, _ptr(t) in self.state_ptrs) for t in ins),
+               tuple((tuple(t.shape), t.dtype) for t in outs))
+        rec = OpRecord(str(func), sig, first_user_frame(sys._getframe(1)))
         for t in outs:
             self.creator.setdefault(_ptr(t), rec.frame)
         if self.keep:
@@ -87,23 +95,37 @@ def _finding(rule: str, target: Target, frame: Frame | None, evidence: dict, **f
 
 
 def check_state_identity(target: Target, k: int) -> tuple[list[Finding], Any]:
-    before = target.state()
-    ids = {n: (id(t), _ptr(t), tuple(t.shape)) for n, t in before.items()}
-    with _OpTrace({p for _, p, _ in ids.values()}) as tr:
-        target.step(target.make_inputs(k))
-    after = target.state()
+    rebound = _rebound(target, target.make_inputs(k))
+    if not rebound:
+        return [], target.state()
+    # Only now pay for a trace: one more step under it names the op (and line) that makes each new tensor.
+    with _OpTrace({_ptr(t) for t in target.state().values()}) as tr:
+        again = _rebound(target, target.make_inputs(k + 1))
+    made = {name: tr.creator.get(ptr) for name, (_, ptr, _) in again.items()}
     found = []
-    for name, (oid, ptr, shape) in ids.items():
+    for name, (what, _, shapes) in rebound.items():
+        if what == "missing":
+            found.append(_finding("GC005", target, None, {"check": "state identity", "detail": "state() no longer returns it"}, tensor=name))
+            continue
+        made_at = made.get(name)
+        found.append(_finding("GC005", target, made_at, {"check": "state identity", "detail": f"after one eager step `{name}` is {what}"
+                              f" (shape {shapes})" + ("" if made_at else "; no torch op in the step made it")}, tensor=name))
+    return found, target.state()
+
+
+def _rebound(target: Target, inputs) -> dict[str, tuple[str, int, str]]:
+    """name -> (what changed, storage of the new tensor, shapes) for each state tensor one eager step replaces."""
+    before = {n: (id(t), _ptr(t), tuple(t.shape)) for n, t in target.state().items()}
+    target.step(inputs)
+    after = target.state()
+    out = {}
+    for name, (oid, ptr, shape) in before.items():
         t = after.get(name)
         if t is None:
-            found.append(_finding("GC005", target, None, {"check": "state identity", "detail": "state() no longer returns it"}, tensor=name))
+            out[name] = ("missing", -1, "")
         elif id(t) != oid or _ptr(t) != ptr:
-            what = "a new tensor object" if id(t) != oid else "new storage"
-            made_at = tr.creator.get(_ptr(t))          # the op that produced the new tensor: the rebinding line
-            found.append(_finding("GC005", target, made_at, {"check": "state identity", "detail": f"after one eager step `{name}` is {what}"
-                                  f" (shape {shape} -> {tuple(t.shape)})" + ("" if made_at else "; no torch op in the step made it")},
-                                  tensor=name))
-    return found, after
+            out[name] = ("a new tensor object" if id(t) != oid else "new storage", _ptr(t), f"{shape} -> {tuple(t.shape)}")
+    return out
 
 
 def _trace(target: Target, inputs, keep: bool = False) -> list[OpRecord]:
@@ -138,28 +160,12 @@ def _describe(r: OpRecord | None) -> str:
 _NO_WORK = {"detach", "alias", "lift_fresh", "lift_fresh_copy", "_local_scalar_dense"}
 
 
-def _does_work(n) -> bool:
-    if n.op != "call_function":
-        return False
-    name = getattr(getattr(n.target, "_schema", None), "name", str(n.target)).split("::")[-1]
-    return not (getattr(n.target, "is_view", False) or name in _NO_WORK)
-
-
-class _NodeRecorder(torch.fx.Interpreter):
-    def __init__(self, gm):
-        super().__init__(gm)
-        self.ops: list[tuple[str, list[torch.Tensor]]] = []
-
-    def run_node(self, n):
-        self.current = n
-        out = super().run_node(n)
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):   # not FX's getitem nodes
-            self.ops.append((str(n.target), [t.detach().clone() for t in _tensors(out)]))
-        return out
+def _does_work(func) -> bool:
+    name = getattr(getattr(func, "_schema", None), "name", str(func)).split("::")[-1]
+    return not (getattr(func, "is_view", False) or name in _NO_WORK)
 
 
 def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
-    from torch.fx.experimental.proxy_tensor import make_fx
     inputs = target.make_inputs(k)
     leaves, spec = pytree.tree_flatten(inputs)
 
@@ -168,19 +174,19 @@ def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
 
     state = target.state()
     snap = snapshot(state)
+    rng0 = RngState()
     try:
-        # Like a capture, the frozen graph keeps the value a data-dependent op had at trace time; the capture pass has
-        # already reported those ops, so tracing goes on past them to check the rest of the step.
-        gm = make_fx(fn, tracing_mode="real", record_stack_traces=True, _error_on_data_dependent_ops=False)(*leaves)
+        # Like a capture, the frozen step keeps the value a data-dependent op had when it was recorded; the capture
+        # pass has already reported those ops, so recording goes on past them to check the rest of the step.
+        gm = FrozenStep.record(fn, leaves)
     except Exception as e:
         restore(state, snap)
         err = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
-        return [_finding("GC006", target, None, {"check": "frozen replay", "error": err}, error=f"tracing the step: {err}")]
+        return [_finding("GC006", target, None, {"check": "frozen replay", "error": err}, error=f"recording the step: {err}")]
     restore(state, snap)
-    # generators the graph draws from: node arguments, or graph attributes (make_fx keeps them as opaque objects)
-    gens = generators_in([a for n in gm.graph.nodes for a in (*n.args, *n.kwargs.values())]
-                         + [getattr(gm, n.target, None) for n in gm.graph.nodes if n.op == "get_attr"])
-    if not any(_does_work(n) for n in gm.graph.nodes):
+    rng0.restore()
+    gens = generators_in(gm.constants())        # named generators the frozen step draws from
+    if not any(_does_work(f) for f, _, _, _ in gm.ops):
         return [_finding("GC002", target, None, {"check": "frozen replay", "detail": "the traced step contains no torch op that "
                                                  "computes anything; its work happens outside torch and replay would skip it"})]
     for j in range(1, steps + 1):
@@ -190,46 +196,71 @@ def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
         state = target.state()
         pre = snapshot(state)
         rng = RngState(gens)
-        interp = _NodeRecorder(gm)
         try:
-            out_r = {n: t.clone() for n, t in flatten(interp.run(*fleaves)).items()}
-        except Exception as e:
+            diff = _replay_vs_eager(target, gm, fresh, fleaves, pre, rng)
+        except _ReplayRaised as e:
             restore(state, pre)
-            frame = _node_frame(getattr(interp, "current", None))
-            err = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"[:200]
+            frame = _eager_frame_of(target, gm, e.node, fresh)
+            restore(state, pre)
             f = _finding("GC003", target, frame, {"check": "frozen replay", "step": step_k, "tensor": "<replay raised>",
-                                                  "diff": err, "detail": f"the frozen graph cannot run step {step_k}'s inputs: {err}"})
-            f.message = f"the graph captured at step {k} cannot replay step {step_k}: {err}"
+                                                  "diff": e.err, "detail": f"the frozen graph cannot run step {step_k}'s inputs: {e.err}"})
+            f.message = f"the graph captured at step {k} cannot replay step {step_k}: {e.err}"
             return [f]
-        st_r = snapshot(state)
-        restore(state, pre)
-        rng.restore()
-        ptrs = {_ptr(t) for t in state.values()}
-        with _OpTrace(ptrs, keep_outputs=True) as tr:
-            out_e = flatten(target.step(fresh))
-        st_e = snapshot(target.state())
-        diff = first_diff(out_e, out_r) or first_diff({f"state.{n}": t for n, t in st_e.items()},
-                                                     {f"state.{n}": t for n, t in st_r.items()})
         if diff is None:
             continue
+        # Only a mismatch pays for op-by-op records: replay and eager again from the same state and generators.
+        restore(state, pre)
+        rng.restore()
+        recorded: dict = {}
+        _replay_vs_eager(target, gm, fresh, fleaves, pre, rng, recorded)
         tensor, desc = diff
-        frame, op_detail = _first_differing_op(tr.ops, interp.ops)
+        frame, op_detail = _first_differing_op(recorded["eager"], recorded["replay"])
         return [_finding("GC003", target, frame, {"check": "frozen replay", "step": step_k, "tensor": tensor, "diff": desc,
                                                   "detail": op_detail}, step=str(step_k), tensor=tensor, diff=desc)]
     return []
 
 
-_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+def _eager_frame_of(target: Target, gm: FrozenStep, index: int | None, inputs) -> Frame | None:
+    """The user line of the eager op that frozen op `index` recorded: the eager step runs the same ops in order."""
+    if index is None:
+        return None
+    with _OpTrace(set()) as tr:
+        try:
+            target.step(inputs)
+        except Exception:
+            pass
+    ok = index < len(tr.ops) and tr.ops[index].op == str(gm.ops[index][0])
+    return tr.ops[index].frame if ok else None
 
 
-def _node_frame(node) -> Frame | None:
-    """The innermost user frame of an FX node's recorded stack trace."""
-    trace = (getattr(node, "meta", None) or {}).get("stack_trace") or ""
-    frames = [(p, int(ln), fn) for p, ln, fn in _FILE_LINE.findall(trace)]
-    for p, ln, fn in reversed(frames):
-        if not is_internal(p):
-            return p, ln, fn
-    return None
+class _ReplayRaised(Exception):
+    def __init__(self, node, err: str):
+        super().__init__(err)
+        self.node, self.err = node, err
+
+
+def _replay_vs_eager(target: Target, gm: FrozenStep, fresh, fleaves, pre, rng: RngState, recorded: dict | None = None):
+    """Replay the frozen step, then eager, from the same state and generator states; the first difference or
+    None. With `recorded`, every op's results on both sides are kept there ("eager", "replay")."""
+    state = target.state()
+    keep: list | None = [] if recorded is not None else None
+    try:
+        out_r = {n: t.clone() for n, t in flatten(gm.run(fleaves, keep)).items()}
+    except Exception as e:
+        err = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
+        raise _ReplayRaised(gm.current, err) from None
+    st_r = snapshot(state)
+    restore(state, pre)
+    rng.restore()
+    if recorded is not None:
+        with _OpTrace({_ptr(t) for t in state.values()}, keep_outputs=True) as tr:
+            out_e = flatten(target.step(fresh))
+        recorded["eager"], recorded["replay"] = tr.ops, keep
+    else:
+        out_e = flatten(target.step(fresh))
+    st_e = snapshot(target.state())
+    return first_diff(out_e, out_r) or first_diff({f"state.{n}": t for n, t in st_e.items()},
+                                                 {f"state.{n}": t for n, t in st_r.items()})
 
 
 def _first_differing_op(eager: list[OpRecord], replay: list[tuple[str, list[torch.Tensor]]],

@@ -31,7 +31,10 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5, help="interleaved rounds; the fastest of each kind is kept")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", help="also write the table to this file")
+    ap.add_argument("--threads", type=int, help="torch intra-op threads (1 keeps a shared machine's noise down)")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     t = reference_decode(device=a.device, max_seq_len=2 * a.steps * a.reps + 64)
     with torch.no_grad():
         t.step(t.make_inputs(0))
@@ -69,7 +72,8 @@ def main() -> int:
     lines = [
         f"# audit_overhead: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, "
         f"python {platform.python_version()}, device {a.device}, {os.cpu_count()} cpus",
-        f"# command: python benchmarks/audit_overhead.py --steps {a.steps} --reps {a.reps} --device {a.device}",
+        f"# command: python benchmarks/audit_overhead.py --steps {a.steps} --reps {a.reps} --device {a.device}"
+        + (f" --threads {a.threads}" if a.threads else ""),
         f"eager            {e * 1e3:9.2f} ms/step   1.00x   (fastest of {a.reps} rounds of {a.steps} steps)",
         f"portable audit   {au * 1e3:9.2f} ms/step   {au / e:5.2f}x   ({len(rec)} distinct findings)",
         f"emulation        {emu * 1e3:9.2f} ms total  {emu / (execs * e):5.2f}x the eager time of its {execs} step "

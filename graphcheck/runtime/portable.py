@@ -288,6 +288,8 @@ class _KernelNet:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")          # "overriding a previously registered kernel": that is the point
             for spec in _NET_OPS:
+                if self.audit.tagging and spec in ("_to_copy", "copy_"):
+                    continue     # on a CPU target no copy crosses a device; the function layer follows host tensors
                 name, _, overload = spec.partition(".")
                 packet = getattr(torch.ops.aten, name, None)
                 op = getattr(packet, overload or "default", None) if packet is not None else None

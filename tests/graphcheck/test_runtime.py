@@ -284,7 +284,8 @@ def test_cuda_capture_catalogue():
 def _cuda(factory):
     """The same planted target with its tensors on the GPU."""
     t = factory()
-    dec = t.step.__closure__[0].cell_contents if t.step.__closure__ else t.step.__self__
+    cells = [c.cell_contents for c in (t.step.__closure__ or ())]
+    dec = next((c for c in cells if isinstance(c, planted.Decoder)), None) or t.step.__self__
     for name in ("w", "cache", "pos", "out"):
         setattr(dec, name, getattr(dec, name).cuda())
     make = t.make_inputs

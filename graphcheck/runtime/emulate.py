@@ -200,8 +200,7 @@ def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
             diff = _replay_vs_eager(target, gm, fresh, fleaves, pre, rng)
         except _ReplayRaised as e:
             restore(state, pre)
-            frame = _eager_frame_of(target, gm, e.node, fresh)
-            restore(state, pre)
+            frame = gm.frames[e.node] if e.node is not None else None
             f = _finding("GC003", target, frame, {"check": "frozen replay", "step": step_k, "tensor": "<replay raised>",
                                                   "diff": e.err, "detail": f"the frozen graph cannot run step {step_k}'s inputs: {e.err}"})
             f.message = f"the graph captured at step {k} cannot replay step {step_k}: {e.err}"
@@ -223,19 +222,6 @@ def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
         return [_finding("GC003", target, frame, {"check": "frozen replay", "step": step_k, "tensor": tensor, "diff": desc,
                                                   "detail": op_detail}, step=str(step_k), tensor=tensor, diff=desc)]
     return []
-
-
-def _eager_frame_of(target: Target, gm: FrozenStep, index: int | None, inputs) -> Frame | None:
-    """The user line of the eager op that frozen op `index` recorded: the eager step runs the same ops in order."""
-    if index is None:
-        return None
-    with _OpTrace(set()) as tr:
-        try:
-            target.step(inputs)
-        except Exception:
-            pass
-    ok = index < len(tr.ops) and tr.ops[index].op == str(gm.ops[index][0])
-    return tr.ops[index].frame if ok else None
 
 
 class _ReplayRaised(Exception):

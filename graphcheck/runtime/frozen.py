@@ -9,11 +9,14 @@ is the eager op it recorded, so results line up op for op.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from .attribution import first_user_frame
 
 
 class _Ref:
@@ -29,6 +32,7 @@ class _Rec(TorchDispatchMode):
         self.slot: dict[int, int] = {}
         self.keep: list[Any] = []            # holds every tensor seen, so no id is reused while recording
         self.ops: list[tuple] = []
+        self.frames: list = []               # the user line of each op (where a replay that raises points)
         self.n = 0
         for t in leaves:
             self._new(t)
@@ -53,6 +57,7 @@ class _Rec(TorchDispatchMode):
         a, kw = pytree.tree_map(self._ref, (args, kwargs))
         outs = [self._new(t) if isinstance(t, torch.Tensor) else None for t in _flat(out)]
         self.ops.append((func, a, kw, outs))
+        self.frames.append(first_user_frame(sys._getframe(1)))
         return out
 
 
@@ -65,8 +70,9 @@ def _flat(out) -> list:
 class FrozenStep:
     """`record(fn, leaves)` runs `fn(*leaves)` once; `run(leaves)` replays its ops on other leaves."""
 
-    def __init__(self, ops: list[tuple], n_in: int, n_slots: int, out_template: Any):
+    def __init__(self, ops: list[tuple], n_in: int, n_slots: int, out_template: Any, frames: list | None = None):
         self.ops = ops
+        self.frames = frames or [None] * len(ops)
         self.n_in = n_in
         self.n_slots = n_slots
         self.out_template = out_template
@@ -78,7 +84,7 @@ class FrozenStep:
         with rec:
             out = fn(*leaves)
         template = pytree.tree_map(rec._ref, out)
-        return cls(rec.ops, len(leaves), rec.n, template)
+        return cls(rec.ops, len(leaves), rec.n, template, rec.frames)
 
     def op_names(self) -> list[str]:
         return [str(f) for f, _, _, _ in self.ops]

@@ -54,6 +54,17 @@ def user_stack(frame: types.FrameType | None = None) -> list[tuple[str, int, str
     return out
 
 
+def first_user_frame(frame: types.FrameType | None) -> tuple[str, int, str] | None:
+    """The innermost user frame only (what per-op records need), without walking the rest of the stack."""
+    f = frame
+    while f is not None:
+        co = f.f_code
+        if not is_internal(co.co_filename):
+            return co.co_filename, f.f_lineno, getattr(co, "co_qualname", co.co_name)
+        f = f.f_back
+    return None
+
+
 def stack_from_traceback(tb: types.TracebackType | None) -> list[tuple[str, int, str]]:
     """Innermost-first user frames of an exception's traceback (where a strict-mode sync raised)."""
     frames = []

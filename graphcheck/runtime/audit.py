@@ -11,6 +11,7 @@ from .attribution import relpath, source_line, stack_from_traceback
 from .cuda_sync import CudaSyncAudit
 from .portable import PortableAudit, cuda_shims
 from .recorder import Recorder
+from .tensors import device_of
 
 
 def target_error(target: Target, err: BaseException, kind: str, stage: str) -> Finding:
@@ -39,7 +40,7 @@ def audit(target: Target, steps: int = 3, warmup: int = 1, strict: bool = False)
             inputs = target.make_inputs(k)
             rec.step = cuda_rec.step = k
             with nvtx.range_(f"graphcheck audit {target.name} step {k}"):
-                with PortableAudit(rec), CudaSyncAudit(cuda_rec, strict=strict, claimed=_claimed_by(rec)):
+                with PortableAudit(rec, device=device_of(target.device, inputs)), CudaSyncAudit(cuda_rec, strict=strict, claimed=_claimed_by(rec)):
                     target.step(inputs)
             if strict and len(cuda_rec):
                 break

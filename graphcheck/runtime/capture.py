@@ -1,8 +1,8 @@
 """`graphcheck capture`: capture one step into a CUDA graph, replay it on fresh inputs, compare with eager.
 
 On CUDA: warm-up on a side stream (as torch.cuda.graphs requires), capture, then for k = 1..K copy fresh inputs
-into the static buffers, replay from a snapshot of the state, and run the same step eagerly from the same
-snapshot; outputs and every state tensor must be bit-identical. Without CUDA (or with device="cpu") the CPU
+into the static buffers, replay from a snapshot of the state and of the generator states, and run the same step eagerly from the same snapshots; outputs
+and every state tensor must be bit-identical. A failed capture is attributed by execution (`capture_failure`). Without CUDA (or with device="cpu") the CPU
 emulation in `emulate.py` checks the same properties.
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ import torch
 from ..findings import Finding
 from ..target import Target
 from .audit import target_error
-from .emulate import _finding, capture_failure, check_state_identity, emulate
+from .emulate import _finding, capture_failure, check_frozen_replay, check_stability, check_state_identity, emulate
+from .rng import RngState
 from .tensors import clone_tree, copy_into, first_diff, flatten, restore, snapshot
 
 
@@ -73,18 +74,23 @@ def capture_cuda(target: Target, steps: int, warmup: int) -> list[Finding]:
     except Exception as e:
         _recover()
         restore(target.state(), pre_capture)
-        return found + [capture_failure(target, e, inputs_k=2)]
+        # The rest of the step is still checked (as the CPU emulation does), so one run gives the whole hunt-list.
+        with torch.no_grad():
+            rest = check_stability(target, 3) + check_frozen_replay(target, 5, steps)
+        return found + [capture_failure(target, e, inputs_k=2)] + rest
     if any("empty" in str(w.message).lower() for w in caught):
         return found + [_finding("GC002", target, None, {"check": "capture", "detail": "; ".join(str(w.message) for w in caught)[:300]})]
     with _deterministic():
         for k in range(2, steps + 2):
             copy_into(static_in, target.make_inputs(k))
             pre = snapshot(state)
+            rng = RngState()          # replay and eager draw from the same generator states
             graph.replay()
             torch.cuda.synchronize()
             out_r = {n: t.clone() for n, t in flatten(static_out).items()}
             st_r = snapshot(state)
             restore(state, pre)
+            rng.restore()
             out_e = {n: t.clone() for n, t in flatten(target.step(static_in)).items()}
             torch.cuda.synchronize()
             st_e = snapshot(target.state())
@@ -106,10 +112,10 @@ def _suspects(target: Target, k: int) -> list[str]:
     rec = Recorder(kind="capture")
     state = target.state()
     snap = snapshot(state)
-    with contextlib.suppress(Exception), PortableAudit(rec):
+    with contextlib.suppress(Exception), PortableAudit(rec, device="cuda"):
         target.step(target.make_inputs(k))
     restore(state, snap)
-    return [f"{f.path}:{f.line} {f.rule} {f.evidence.get('op', '')}" for f in rec.findings()[:10]]
+    return [f"{f.path}:{f.line} {f.rule} {f.evidence.get('op', '')}" for f in rec.in_order()[:10]]
 
 
 def _recover() -> None:

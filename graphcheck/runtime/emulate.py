@@ -1,16 +1,20 @@
 """Capture-under-test without a GPU: the three properties a CUDA graph relies on, checked on CPU.
 
+0. capture — the step runs once under the portable audit; every event that fails a CUDA capture (a readback, a
+   data-dependent shape, a host-to-device copy, an explicit sync) is listed in execution order, and GC001 names the
+   first. The other checks still run on the whole step (a frozen graph bakes what a capture could not record), so
+   one run gives the whole hunt-list;
 1. state identity — replay writes into the buffers captured at capture time, so a state tensor the step rebinds
-   (new object or new storage) is never updated by a replay (GC005);
+   (new object or new storage) is never updated by a replay (GC005, at the line whose op made the new tensor);
 2. graph stability — one graph serves every step only if the aten op trace (op, shapes, dtypes, which operands
    are state) is the same on different data (GC004, at the first differing op's line);
-3. frozen replay — the step traced once into a frozen FX graph (`make_fx`, real tensors: Python scalars, host
-   ints and read-back values are baked in, exactly as capture bakes them) is replayed on later steps' inputs and
-   compared with eager bit for bit (GC003, at the first op whose result differs). A graph with no ops is GC002.
+3. frozen replay — the step recorded once as the aten ops it ran (`frozen.FrozenStep`: Python scalars, host ints
+   and read-back values are baked in, exactly as capture bakes them) is replayed on later steps' inputs and
+   compared with eager bit for bit, both starting from the same generator states (GC003, at the first op whose
+   result differs, eager ops and graph nodes aligned by op, not by position). A graph with no ops is GC002.
 """
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +26,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..findings import Finding
 from ..rules import format_message
 from ..target import Target
-from .attribution import is_internal, relpath, source_line, user_stack
-from .tensors import first_diff, flatten, restore, snapshot
+from .attribution import first_user_frame, relpath, source_line
+from .frozen import FrozenStep
+from .rng import RngState, generators_in
+from .tensors import device_of, first_diff, flatten, restore, snapshot
 
 Frame = tuple[str, int, str]
 
@@ -37,7 +43,16 @@ class OpRecord:
 
 
 def _tensors(x) -> list[torch.Tensor]:
-    return [t for t in pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
+    """Tensors among args/kwargs/results, two levels deep (aten arguments are tensors or lists of them)."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    out = []
+    for v in (x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()):
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple, dict)):
+            out.extend(_tensors(v))
+    return out
 
 
 class _OpTrace(TorchDispatchMode):
@@ -48,16 +63,18 @@ class _OpTrace(TorchDispatchMode):
         self.ops: list[OpRecord] = []
         self.state_ptrs = state_ptrs
         self.keep = keep_outputs
+        self.creator: dict[int, Frame | None] = {}     # storage -> user frame of the op that first produced it
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         ins = _tensors((args, kwargs))
         outs = _tensors(out)
-        sig = (tuple((tuple(t.shape), str(t.dtype), _ptr(t) in self.state_ptrs) for t in ins),
-               tuple((tuple(t.shape), str(t.dtype)) for t in outs))
-        st = user_stack(sys._getframe(1))
-        rec = OpRecord(str(func), sig, st[0] if st else None)
+        sig = (tuple((tuple(t.shape), t.dtype, _ptr(t) in self.state_ptrs) for t in ins),
+               tuple((tuple(t.shape), t.dtype) for t in outs))
+        rec = OpRecord(str(func), sig, first_user_frame(sys._getframe(1)))
+        for t in outs:
+            self.creator.setdefault(_ptr(t), rec.frame)
         if self.keep:
             rec.outputs = [t.detach().clone() for t in outs]
         self.ops.append(rec)
@@ -78,20 +95,37 @@ def _finding(rule: str, target: Target, frame: Frame | None, evidence: dict, **f
 
 
 def check_state_identity(target: Target, k: int) -> tuple[list[Finding], Any]:
-    before = target.state()
-    ids = {n: (id(t), _ptr(t), tuple(t.shape)) for n, t in before.items()}
-    target.step(target.make_inputs(k))
-    after = target.state()
+    rebound = _rebound(target, target.make_inputs(k))
+    if not rebound:
+        return [], target.state()
+    # Only now pay for a trace: one more step under it names the op (and line) that makes each new tensor.
+    with _OpTrace({_ptr(t) for t in target.state().values()}) as tr:
+        again = _rebound(target, target.make_inputs(k + 1))
+    made = {name: tr.creator.get(ptr) for name, (_, ptr, _) in again.items()}
     found = []
-    for name, (oid, ptr, shape) in ids.items():
+    for name, (what, _, shapes) in rebound.items():
+        if what == "missing":
+            found.append(_finding("GC005", target, None, {"check": "state identity", "detail": "state() no longer returns it"}, tensor=name))
+            continue
+        made_at = made.get(name)
+        found.append(_finding("GC005", target, made_at, {"check": "state identity", "detail": f"after one eager step `{name}` is {what}"
+                              f" (shape {shapes})" + ("" if made_at else "; no torch op in the step made it")}, tensor=name))
+    return found, target.state()
+
+
+def _rebound(target: Target, inputs) -> dict[str, tuple[str, int, str]]:
+    """name -> (what changed, storage of the new tensor, shapes) for each state tensor one eager step replaces."""
+    before = {n: (id(t), _ptr(t), tuple(t.shape)) for n, t in target.state().items()}
+    target.step(inputs)
+    after = target.state()
+    out = {}
+    for name, (oid, ptr, shape) in before.items():
         t = after.get(name)
         if t is None:
-            found.append(_finding("GC005", target, None, {"check": "state identity", "detail": "state() no longer returns it"}, tensor=name))
+            out[name] = ("missing", -1, "")
         elif id(t) != oid or _ptr(t) != ptr:
-            what = "a new tensor object" if id(t) != oid else "new storage"
-            found.append(_finding("GC005", target, None, {"check": "state identity", "detail": f"after one eager step `{name}` is {what}"
-                                  f" (shape {shape} -> {tuple(t.shape)})"}, tensor=name))
-    return found, after
+            out[name] = ("a new tensor object" if id(t) != oid else "new storage", _ptr(t), f"{shape} -> {tuple(t.shape)}")
+    return out
 
 
 def _trace(target: Target, inputs, keep: bool = False) -> list[OpRecord]:
@@ -126,28 +160,12 @@ def _describe(r: OpRecord | None) -> str:
 _NO_WORK = {"detach", "alias", "lift_fresh", "lift_fresh_copy", "_local_scalar_dense"}
 
 
-def _does_work(n) -> bool:
-    if n.op != "call_function":
-        return False
-    name = getattr(getattr(n.target, "_schema", None), "name", str(n.target)).split("::")[-1]
-    return not (getattr(n.target, "is_view", False) or name in _NO_WORK)
-
-
-class _NodeRecorder(torch.fx.Interpreter):
-    def __init__(self, gm):
-        super().__init__(gm)
-        self.ops: list[tuple[str, list[torch.Tensor]]] = []
-
-    def run_node(self, n):
-        self.current = n
-        out = super().run_node(n)
-        if n.op == "call_function":
-            self.ops.append((str(n.target), [t.detach().clone() for t in _tensors(out)]))
-        return out
+def _does_work(func) -> bool:
+    name = getattr(getattr(func, "_schema", None), "name", str(func)).split("::")[-1]
+    return not (getattr(func, "is_view", False) or name in _NO_WORK)
 
 
 def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
-    from torch.fx.experimental.proxy_tensor import make_fx
     inputs = target.make_inputs(k)
     leaves, spec = pytree.tree_flatten(inputs)
 
@@ -156,13 +174,19 @@ def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
 
     state = target.state()
     snap = snapshot(state)
+    rng0 = RngState()
     try:
-        gm = make_fx(fn, tracing_mode="real", record_stack_traces=True)(*leaves)
+        # Like a capture, the frozen step keeps the value a data-dependent op had when it was recorded; the capture
+        # pass has already reported those ops, so recording goes on past them to check the rest of the step.
+        gm = FrozenStep.record(fn, leaves)
     except Exception as e:
         restore(state, snap)
-        return [capture_failure(target, e, inputs_k=k + 1)]
+        err = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
+        return [_finding("GC006", target, None, {"check": "frozen replay", "error": err}, error=f"recording the step: {err}")]
     restore(state, snap)
-    if not any(_does_work(n) for n in gm.graph.nodes):
+    rng0.restore()
+    gens = generators_in(gm.constants())        # named generators the frozen step draws from
+    if not any(_does_work(f) for f, _, _, _ in gm.ops):
         return [_finding("GC002", target, None, {"check": "frozen replay", "detail": "the traced step contains no torch op that "
                                                  "computes anything; its work happens outside torch and replay would skip it"})]
     for j in range(1, steps + 1):
@@ -171,81 +195,139 @@ def check_frozen_replay(target: Target, k: int, steps: int) -> list[Finding]:
         fleaves = pytree.tree_leaves(fresh)
         state = target.state()
         pre = snapshot(state)
-        interp = _NodeRecorder(gm)
+        rng = RngState(gens)
         try:
-            out_r = {n: t.clone() for n, t in flatten(interp.run(*fleaves)).items()}
-        except Exception as e:
+            diff = _replay_vs_eager(target, gm, fresh, fleaves, pre, rng)
+        except _ReplayRaised as e:
             restore(state, pre)
-            frame = _node_frame(getattr(interp, "current", None))
-            err = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"[:200]
+            frame = gm.frames[e.node] if e.node is not None else None
             f = _finding("GC003", target, frame, {"check": "frozen replay", "step": step_k, "tensor": "<replay raised>",
-                                                  "diff": err, "detail": f"the frozen graph cannot run step {step_k}'s inputs: {err}"})
-            f.message = f"the graph captured at step {k} cannot replay step {step_k}: {err}"
+                                                  "diff": e.err, "detail": f"the frozen graph cannot run step {step_k}'s inputs: {e.err}"})
+            f.message = f"the graph captured at step {k} cannot replay step {step_k}: {e.err}"
             return [f]
-        st_r = snapshot(state)
-        restore(state, pre)
-        ptrs = {_ptr(t) for t in state.values()}
-        with _OpTrace(ptrs, keep_outputs=True) as tr:
-            out_e = flatten(target.step(fresh))
-        st_e = snapshot(target.state())
-        diff = first_diff(out_e, out_r) or first_diff({f"state.{n}": t for n, t in st_e.items()},
-                                                     {f"state.{n}": t for n, t in st_r.items()})
         if diff is None:
             continue
+        # Only a mismatch pays for op-by-op records: replay and eager again from the same state and generators
+        # (not possible when the step rebinds its state: GC005 reports that, and the step's line stands here).
         tensor, desc = diff
-        frame, op_detail = _first_differing_op(tr.ops, interp.ops)
+        frame, op_detail = None, "the step rebinds its state, so it cannot be replayed again from the same state"
+        try:
+            restore(target.state(), pre)
+            rng.restore()
+            recorded: dict = {}
+            _replay_vs_eager(target, gm, fresh, fleaves, pre, rng, recorded)
+            frame, op_detail = _first_differing_op(recorded["eager"], recorded["replay"])
+        except (RuntimeError, KeyError, _ReplayRaised):
+            pass
         return [_finding("GC003", target, frame, {"check": "frozen replay", "step": step_k, "tensor": tensor, "diff": desc,
                                                   "detail": op_detail}, step=str(step_k), tensor=tensor, diff=desc)]
     return []
 
 
-_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+class _ReplayRaised(Exception):
+    def __init__(self, node, err: str):
+        super().__init__(err)
+        self.node, self.err = node, err
 
 
-def _node_frame(node) -> Frame | None:
-    """The innermost user frame of an FX node's recorded stack trace."""
-    trace = (getattr(node, "meta", None) or {}).get("stack_trace") or ""
-    frames = [(p, int(ln), fn) for p, ln, fn in _FILE_LINE.findall(trace)]
-    for p, ln, fn in reversed(frames):
-        if not is_internal(p):
-            return p, ln, fn
-    return None
+def _replay_vs_eager(target: Target, gm: FrozenStep, fresh, fleaves, pre, rng: RngState, recorded: dict | None = None):
+    """Replay the frozen step, then eager, from the same state and generator states; the first difference or
+    None. With `recorded`, every op's results on both sides are kept there ("eager", "replay")."""
+    state = target.state()
+    keep: list | None = [] if recorded is not None else None
+    try:
+        out_r = {n: t.clone() for n, t in flatten(gm.run(fleaves, keep)).items()}
+    except Exception as e:
+        err = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
+        raise _ReplayRaised(gm.current, err) from None
+    st_r = snapshot(state)
+    restore(state, pre)
+    rng.restore()
+    if recorded is not None:
+        with _OpTrace({_ptr(t) for t in state.values()}, keep_outputs=True) as tr:
+            out_e = flatten(target.step(fresh))
+        recorded["eager"], recorded["replay"] = tr.ops, keep
+    else:
+        out_e = flatten(target.step(fresh))
+    st_e = snapshot(target.state())
+    return first_diff(out_e, out_r) or first_diff({f"state.{n}": t for n, t in st_e.items()},
+                                                 {f"state.{n}": t for n, t in st_r.items()})
 
 
-def _first_differing_op(eager: list[OpRecord], replay: list[tuple[str, list[torch.Tensor]]]) -> tuple[Frame | None, str]:
-    """Align eager's op trace with the frozen graph's nodes and name the first op whose result differs:
-    that is where a baked value entered the computation."""
-    for i, (e, (rop, routs)) in enumerate(zip(eager, replay)):
+def _first_differing_op(eager: list[OpRecord], replay: list[tuple[str, list[torch.Tensor]]],
+                        window: int = 64) -> tuple[Frame | None, str]:
+    """Align eager's aten ops with the frozen graph's aten nodes by op (a node is the op eager ran; FX's own
+    `getitem` nodes are not in the list) and name the first op whose result differs: that is where a baked value
+    entered the computation. Where the two sequences part (the eager step took another branch), the first op that
+    eager ran and the graph did not is the answer."""
+    i = j = 0
+    while i < len(eager) and j < len(replay):
+        e, (rop, routs) = eager[i], replay[j]
         if e.op != rop:
-            return e.frame, f"op #{i}: eager ran {e.op}, the frozen graph ran {rop}"
-        if first_diff({str(j): t for j, t in enumerate(e.outputs or [])}, {str(j): t for j, t in enumerate(routs)}):
-            return e.frame, f"op #{i} {e.op} is the first whose result differs"
+            ahead = next((d for d in range(1, window) if j + d < len(replay) and replay[j + d][0] == e.op), None)
+            if ahead is None:
+                return e.frame, f"eager op #{i} {e.op} is not in the frozen graph (it ran {rop} there)"
+            j += ahead
+            continue
+        if first_diff({str(n): t for n, t in enumerate(e.outputs or [])}, {str(n): t for n, t in enumerate(routs)}):
+            return e.frame, f"eager op #{i} {e.op} is the first whose result differs"
+        i += 1
+        j += 1
     return None, "no single op differs; the difference is in how results are returned"
 
 
 def capture_failure(target: Target, err: BaseException, inputs_k: int) -> Finding:
-    """GC001 naming the culprit: re-run the step under the portable audit and blame its first hazard."""
+    """GC001 for a failed CUDA capture: the op that failed (the innermost user frame of the error, when the error
+    is raised at the op) and the hazards of one audited eager step in execution order (the first is the culprit
+    when CUDA only reports the failure at the end of capture)."""
+    from .attribution import stack_from_traceback
+    text = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"[:300]
+    st = stack_from_traceback(err.__traceback__)
+    hunt = _capture_hazards(target, target.make_inputs(inputs_k))
+    failed_at = st[0] if st else None
+    frame = failed_at or (hunt[0][2] if hunt else None)
+    return _gc001(target, frame, text, hunt, failed_at)
+
+
+def _gc001(target: Target, frame: Frame | None, text: str, hunt: list, failed_at: Frame | None) -> Finding:
+    first = hunt[0] if hunt else None
+    culprit = f" — first hazard {first[0]} {first[1]}" if first else ""
+    where = lambda fr: f"{relpath(fr[0])}:{fr[1]}" if fr else "?"  # noqa: E731
+    return _finding("GC001", target, frame, {
+        "error": text, "failed_at": where(failed_at) if failed_at else None,
+        "first_hazard": f"{where(first[2])} {first[0]} {first[1]}" if first else None,
+        "hunt_list": [f"{where(fr)} {rule} {op}" for rule, op, fr in hunt[:20]]}, error=text + culprit)
+
+
+def _capture_hazards(target: Target, inputs) -> list[tuple[str, str, Frame | None]]:
+    """(rule, op, frame) of each distinct capture-breaking event of one audited step, in execution order."""
     from .portable import PortableAudit
     from .recorder import Recorder
     rec = Recorder(kind="capture")
+    state = target.state()
+    snap = snapshot(state)
     try:
-        with PortableAudit(rec):
-            target.step(target.make_inputs(inputs_k))
+        with PortableAudit(rec, device=device_of(target.device, inputs)):
+            target.step(inputs)
     except Exception:
         pass
-    suspects = rec.findings()
-    text = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"[:300]
-    frame = None
-    if suspects:
-        s = suspects[0]
-        frame = (s.path, s.line, s.function)
-    else:
-        from .attribution import stack_from_traceback
-        st = stack_from_traceback(err.__traceback__)
-        frame = st[0] if st else None
-    culprit = f" — culprit {suspects[0].rule} {suspects[0].evidence.get('op', '')}" if suspects else ""
-    return _finding("GC001", target, frame, {"error": text, "suspects": [f"{s.path}:{s.line} {s.rule} {s.evidence.get('op', '')}"
-                                                                       for s in suspects[:10]]}, error=text + culprit)
+    restore(state, snap)
+    seen, out = set(), []
+    for rule, op, frame, breaks in rec.events:
+        if breaks and (rule, frame) not in seen:
+            seen.add((rule, frame))
+            out.append((rule, op, frame))
+    return out
+
+
+def check_capture(target: Target, k: int) -> list[Finding]:
+    """The CPU stand-in for a capture: GC001 at the first capture-breaking event in execution order."""
+    hunt = _capture_hazards(target, target.make_inputs(k))
+    if not hunt:
+        return []
+    rule, op, frame = hunt[0]
+    text = f"{op} ({rule}) fails a CUDA capture"
+    return [_gc001(target, frame, text, hunt, None)]
 
 
 def emulate(target: Target, steps: int = 3, warmup: int = 1) -> list[Finding]:
@@ -255,7 +337,10 @@ def emulate(target: Target, steps: int = 3, warmup: int = 1) -> list[Finding]:
         for k in range(warmup):
             target.step(target.make_inputs(k))
         k = warmup
-        found, _ = check_state_identity(target, k)
+        found = check_capture(target, k)
+        k += 1
+        ident, _ = check_state_identity(target, k)
+        found += ident
         k += 1
         found += check_stability(target, k)
         k += 2

@@ -1,10 +1,18 @@
 """The portable audit: what the step does on the host, seen from inside torch (works on CPU and GPU).
 
-A TorchFunctionMode classifies the Python-level call (`t.item()`, `bool(t)`, `torch.tensor([...])`), which names
-the user's intent; a TorchDispatchMode underneath is the safety net for what reaches aten without a Python-level
-call (a readback inside a torch helper, a data-dependent-shape op). While a classified call runs, the dispatch
-layer stays quiet so one hazard is one event. Explicit syncs and host RNG are not torch ops, so they are wrapped
-for the duration of the audit, on the auditing thread only.
+Two layers, both cheap on the common path:
+- a TorchFunctionMode classifies the Python-level call (`t.item()`, `bool(t)`, `torch.tensor([...])`, `x[i] = 1.0`),
+  which names the user's intent. It also follows where tensors live: on a CPU-only run every tensor is on the CPU, so
+  tensors the step builds from Python data or without a device are tagged "host", and a host tensor moved to or
+  combined with state/inputs is reported as the host-to-device copy it is on a GPU.
+- a kernel net: Python kernels registered at the Autograd key of the few aten ops that can be a hazard
+  (`_local_scalar_dense`, `nonzero`, `index.Tensor`, ...), for the duration of the audit. They see what reaches aten
+  without a Python-level call (a readback inside a C++ op) while every other op runs at full speed. While a classified
+  call runs, the net stays quiet so one hazard is one event.
+Custom ops (`torch.library`) are entered with the function mode still active, so a `.tolist()` inside one is seen
+at its own line. Explicit syncs and host RNG are not torch ops, so they are wrapped for the duration of the audit,
+on the auditing thread only. Which rule an event is reported under comes from the rule catalogue
+(`graphcheck.rules.runtime_signatures()`), keyed by the callable's name.
 """
 from __future__ import annotations
 
@@ -12,115 +20,164 @@ import contextlib
 import random
 import sys
 import threading
+import warnings
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from .. import rules as _rules
 from . import nvtx
 from .attribution import user_stack
 from .recorder import Recorder
 
 _T = torch.Tensor
-# Python-level calls: name -> (rule, placeholder values).
-_METHODS: dict[Any, tuple[str, dict]] = {
-    _T.item: ("GC101", {}),
-    _T.tolist: ("GC102", {"method": "tolist"}),
-    _T.numpy: ("GC109", {"call": ".numpy()"}),
-    _T.__array__: ("GC109", {"call": "numpy.asarray(tensor)"}),
-    _T.cpu: ("GC103", {"call": ".cpu()"}),
-    _T.__bool__: ("GC104", {"call": "bool"}),
-    _T.__int__: ("GC104", {"call": "int"}),
-    _T.__float__: ("GC104", {"call": "float"}),
-    _T.__complex__: ("GC104", {"call": "complex"}),
-    _T.__index__: ("GC105", {"call": "__index__"}),
-    _T.__format__: ("GC106", {"call": "format"}),
-    _T.__repr__: ("GC106", {"call": "repr"}),
-    _T.__str__: ("GC106", {"call": "str"}) if hasattr(_T, "__str__") else ("GC106", {}),
-    _T.nonzero: ("GC301", {"call": ".nonzero()"}),
-    torch.nonzero: ("GC301", {"call": "torch.nonzero"}),
-    torch.argwhere: ("GC301", {"call": "torch.argwhere"}),
-    _T.unique: ("GC303", {"call": ".unique()"}),
-    torch.unique: ("GC303", {"call": "torch.unique"}),
-    torch.unique_consecutive: ("GC303", {"call": "torch.unique_consecutive"}),
-    _T.unique_consecutive: ("GC303", {"call": ".unique_consecutive()"}),
-    torch.bincount: ("GC304", {"call": "torch.bincount"}),
-    _T.bincount: ("GC304", {"call": ".bincount()"}),
-    torch.masked_select: ("GC306", {"call": "torch.masked_select"}),
-    _T.masked_select: ("GC306", {"call": ".masked_select()"}),
-    torch.equal: ("GC108", {"call": "torch.equal"}),
-    _T.equal: ("GC108", {"call": ".equal()"}),
-    torch.allclose: ("GC108", {"call": "torch.allclose"}),
-    _T.allclose: ("GC108", {"call": ".allclose()"}),
-    torch.tensor: ("GC401", {"call": "torch.tensor"}),
-    torch.as_tensor: ("GC401", {"call": "torch.as_tensor"}),
-    torch.from_numpy: ("GC401", {"call": "torch.from_numpy"}),
-    _T.new_tensor: ("GC401", {"call": ".new_tensor"}),
+_OWN_CODES = {
+    "torch.Tensor.item": "GC101", "torch.Tensor.tolist": "GC102", "torch.Tensor.numpy": "GC109",
+    "torch.Tensor.__array__": "GC109", "torch.Tensor.cpu": "GC103", "torch.Tensor.to": "GC103",
+    "torch.Tensor.__bool__": "GC104", "torch.Tensor.__int__": "GC104", "torch.Tensor.__float__": "GC104",
+    "torch.Tensor.__complex__": "GC104", "torch.Tensor.__index__": "GC105", "torch.Tensor.__format__": "GC106",
+    "torch.Tensor.__repr__": "GC106", "torch.Tensor.__str__": "GC106", "torch.equal": "GC108", "torch.allclose": "GC108",
+    "torch.Tensor.equal": "GC108", "torch.Tensor.allclose": "GC108", "torch.nonzero": "GC301",
+    "torch.Tensor.nonzero": "GC301", "torch.argwhere": "GC301", "torch.where": "GC302", "torch.unique": "GC303",
+    "torch.Tensor.unique": "GC303", "torch.unique_consecutive": "GC303", "torch.Tensor.unique_consecutive": "GC303",
+    "torch.bincount": "GC304", "torch.Tensor.bincount": "GC304", "torch.Tensor.__getitem__": "GC305",
+    "torch.masked_select": "GC306", "torch.Tensor.masked_select": "GC306", "torch.repeat_interleave": "GC307",
+    "torch.Tensor.repeat_interleave": "GC307", "torch.tensor": "GC401", "torch.as_tensor": "GC401",
+    "torch.from_numpy": "GC401", "torch.Tensor.new_tensor": "GC401", "torch.Tensor.__setitem__": "GC404",
+    "torch.Tensor.copy_": "GC402", "torch.cuda.synchronize": "GC601", "torch.cuda.Stream.synchronize": "GC602",
+    "torch.cuda.Event.synchronize": "GC602", "torch.cuda.Stream.query": "GC603", "torch.cuda.Event.query": "GC603",
+    "torch.cuda.empty_cache": "GC605",
+    "aten::_local_scalar_dense": "GC104", "aten::nonzero": "GC301", "aten::_unique": "GC303", "aten::_unique2": "GC303",
+    "aten::unique_dim": "GC303", "aten::unique_consecutive": "GC303", "aten::bincount": "GC304", "aten::index": "GC305",
+    "aten::masked_select": "GC306", "aten::repeat_interleave": "GC307", "aten::equal": "GC108", "aten::lift_fresh": "GC401",
+    "aten::lift_fresh_copy": "GC401", "aten::is_nonzero": "GC104", "torch.accelerator.synchronize": "GC601",
+    "torch.accelerator.empty_cache": "GC605",
+    "aten::_to_copy": "GC402", "aten::copy_": "GC402",
 }
-_METHODS = {k: v for k, v in _METHODS.items() if k is not None}
-_DEVICE_MOVES = {_T.to, _T.cuda, _T.copy_}
+
+
+def _codes() -> dict[str, str]:
+    """The catalogue's assignment wins; names it does not list keep the runtime's own code."""
+    sig = getattr(_rules, "runtime_signatures", None)
+    return {**_OWN_CODES, **(sig() if sig is not None else {})}
+
+
+CODES = _codes()
+# What fails a CUDA capture (measured on an H200, design/gpu-facts.md): every readback, data-dependent shape,
+# host-to-device copy and explicit sync. Host RNG, a `non_blocking` copy and a CPU-side `torch.tensor` capture (and
+# are frozen or race); `torch.tensor(data, device=...)` is marked per event.
+BREAKS_CAPTURE = {"GC101", "GC102", "GC103", "GC104", "GC105", "GC106", "GC107", "GC108", "GC109", "GC301", "GC302",
+                  "GC303", "GC304", "GC305", "GC306", "GC307", "GC308", "GC402", "GC404", "GC601", "GC602", "GC603",
+                  "GC604", "GC605"}
+# Codes the runtime decides itself where one callable is two hazards (`.to` is a readback to the host or a copy to
+# the device; `x[i] = v` is an index write or a host tensor written into device memory).
+_H2D = "aten::_to_copy"
+
+
+def _name(func) -> str:
+    """`torch.Tensor.item`, `torch.nonzero`: the catalogue's spelling of a Python-level callable."""
+    q = getattr(func, "__qualname__", getattr(func, "__name__", str(func)))
+    owner, _, name = q.rpartition(".")
+    if owner in ("TensorBase", "Tensor", "_TensorBase"):
+        return f"torch.Tensor.{name}"
+    if owner == "_VariableFunctionsClass" or getattr(torch, name, None) is func:
+        return f"torch.{name}"
+    return q
+
+
+_SIMPLE = {f: _name(f) for f in (
+    _T.item, _T.tolist, _T.numpy, _T.__array__, _T.cpu, _T.__bool__, _T.__int__, _T.__float__, _T.__complex__,
+    _T.__index__, _T.__format__, _T.__repr__, _T.__str__, _T.nonzero, torch.nonzero, torch.argwhere, _T.unique,
+    torch.unique, torch.unique_consecutive, _T.unique_consecutive, torch.bincount, _T.bincount, torch.masked_select,
+    _T.masked_select, torch.equal, _T.equal, torch.allclose, _T.allclose)}
+_FROM_HOST = {torch.tensor, torch.as_tensor, torch.from_numpy, _T.new_tensor}
+# Factories that, without a device argument, build a CPU tensor (a host tensor on a GPU machine).
+_FACTORIES = {torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.range, torch.linspace,
+              torch.logspace, torch.eye, torch.rand, torch.randn, torch.randint, torch.randperm, torch.tril_indices,
+              torch.triu_indices, torch.scalar_tensor}
+_SPECIAL = {torch.where, torch.repeat_interleave, _T.repeat_interleave, _T.__getitem__, _T.__setitem__, _T.to,
+            _T.cuda, _T.copy_}
+_FMT = {"torch.Tensor.tolist": {"method": "tolist"}, "torch.Tensor.numpy": {"call": ".numpy()"},
+        "torch.Tensor.__array__": {"call": "numpy.asarray(tensor)"}, "torch.Tensor.cpu": {"call": ".cpu()"},
+        "torch.Tensor.__bool__": {"call": "bool"}, "torch.Tensor.__int__": {"call": "int"},
+        "torch.Tensor.__float__": {"call": "float"}, "torch.Tensor.__complex__": {"call": "complex"},
+        "torch.Tensor.__format__": {"call": "format"}, "torch.Tensor.__repr__": {"call": "repr"},
+        "torch.Tensor.__str__": {"call": "str"}}
+_TAG = "_graphcheck_host"
+# A readback the CPU kernel of a call performs and its CUDA kernel does not (one_hot checks its index range on the
+# host on CPU only): on a CPU tensor it is not reported, so the CPU verdict is the CUDA one.
+_CPU_ONLY_READBACK = {F.one_hot}
 
 
 def _is_tensor(x) -> bool:
     return isinstance(x, torch.Tensor)
 
 
-def _classify(func, args, kwargs) -> tuple[str, dict] | None:
-    hit = _METHODS.get(func)
-    if hit is not None:
-        rule, fmt = hit
-        if func in (torch.where,):
-            return None
-        if func in (torch.tensor, torch.as_tensor, _T.new_tensor):
-            data = args[1] if func is _T.new_tensor and len(args) > 1 else (args[0] if args else kwargs.get("data"))
-            if _is_tensor(data):
-                return None          # tensor-in, tensor-out: no host data crosses
-        return rule, fmt
-    if func is torch.where and len(args) + len(kwargs) == 1:
-        return "GC302", {}
-    if func in (torch.repeat_interleave, _T.repeat_interleave):
-        repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
-        if _is_tensor(repeats) and kwargs.get("output_size") is None:
-            return "GC307", {"call": "repeat_interleave"}
-        return None
-    if func is _T.__getitem__ and len(args) == 2:
-        return _index_rule(args[1])
-    if func is _T.__setitem__ and len(args) == 3:
-        value = args[2]
-        if isinstance(value, (bool, int, float, complex)) or (
-                isinstance(value, (list, tuple)) and value and not any(_is_tensor(v) for v in value)):
-            return "GC404", {"call": "t[i] = scalar"}
-        return _index_rule(args[1])
-    if func is _T.to:
-        dev = kwargs.get("device", next((a for a in args[1:] if isinstance(a, (str, torch.device))), None))
-        if dev is not None and torch.device(dev).type == "cpu" and _is_tensor(args[0]) and args[0].device.type != "cpu":
-            return "GC103", {"call": ".to('cpu')"}
-    if func in _DEVICE_MOVES and kwargs.get("non_blocking"):
-        src = args[1] if func is _T.copy_ and len(args) > 1 else args[0]
-        if _is_tensor(src) and src.device.type == "cpu" and not src.is_pinned():
-            return "GC403", {"call": func.__name__}
-    return None
+def _tensors_in(args, kwargs) -> list[torch.Tensor]:
+    out = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(x for x in a if isinstance(x, torch.Tensor))
+    return out
 
 
-def _index_rule(idx) -> tuple[str, dict] | None:
+def _device_arg(func, args, kwargs):
+    dev = kwargs.get("device")
+    if dev is None and func in (_T.to, _T.cuda):
+        dev = next((a for a in args[1:] if isinstance(a, (str, torch.device))), None)
+        if dev is None and func is _T.cuda:
+            dev = "cuda"
+        if dev is None:
+            dev = next((a.device for a in args[1:] if isinstance(a, torch.Tensor)), None)
+    return dev
+
+
+def _index_rule(idx, value_is_host: bool, target: torch.Tensor | None) -> tuple[str, str] | None:
+    """(name, call) of the hazard in an index read (`value_is_host` False) or an index write of host data."""
     items = idx if isinstance(idx, tuple) else (idx,)
     for it in items:
-        if _is_tensor(it) and it.dtype == torch.bool:
-            return "GC305", {"call": "x[mask]"}
         if isinstance(it, slice) and any(_is_tensor(b) for b in (it.start, it.stop, it.step)):
-            return "GC308", {"call": "x[a:b]"}
+            return "torch.Tensor.__index__", "x[a:b]"
+    has_mask = any(_is_tensor(it) and it.dtype in (torch.bool, torch.uint8) for it in items)
+    if not value_is_host:
+        return ("torch.Tensor.__getitem__", "x[mask]") if has_mask else None
+    # A Python scalar or list written by index. Slices/ellipsis leave a non-0-d destination, which torch fills with
+    # `fill_` (no copy); a 0-d destination (every dim taken by an int), a list or tensor index (`index_put_`) copies
+    # the host value to the device. A boolean mask becomes `masked_fill_` (no copy).
+    if has_mask:
+        return None
+    if any(isinstance(it, list) or (_is_tensor(it) and it.dim() > 0) for it in items):
+        return "torch.Tensor.__setitem__", "x[[i, j]] = v"
+    if target is not None:
+        ints = sum(1 for it in items if isinstance(it, int) or (_is_tensor(it) and it.dim() == 0))
+        nones = sum(1 for it in items if it is None)
+        if not any(isinstance(it, slice) or it is Ellipsis for it in items) and ints - nones >= target.dim():
+            return "torch.Tensor.__setitem__", "x[i] = scalar"
+        if Ellipsis in items and ints >= target.dim():
+            return "torch.Tensor.__setitem__", "x[..., i] = scalar"
     return None
 
 
-def _op_name(func) -> str:
-    q = getattr(func, "__qualname__", getattr(func, "__name__", str(func)))
-    owner, _, name = q.rpartition(".")
-    if owner in ("TensorBase", "Tensor", "_TensorBase"):
-        return f"Tensor.{name}"
-    if owner == "_VariableFunctionsClass" or getattr(torch, name, None) is func:
-        return f"torch.{name}"
-    return q
+_OP_TYPES = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+# What the function layer does with a callable, decided once: "simple" (a hazard by name), "special" (decided by its
+# arguments), "factory" (builds a tensor; followed on CPU targets), "quiet_on_cpu"; absent: nothing.
+_KIND: dict = {**{f: "factory" for f in _FACTORIES}, **{f: "special" for f in (*_SPECIAL, *_FROM_HOST)},
+               **{f: "simple" for f in _SIMPLE}, **{f: "quiet_on_cpu" for f in _CPU_ONLY_READBACK}}
+_BUILTIN_NS = {"aten", "prims", "_c10d_functional", "c10d", "profiler", "quantized", "_quantized", "rngprims"}
+
+
+def _custom(func) -> bool:
+    ns = func.namespace if isinstance(func, torch._ops.OpOverload) else func._qualified_op_name.split("::")[0]
+    return ns not in _BUILTIN_NS
+
+
+def _host_value(v) -> bool:
+    return isinstance(v, (bool, int, float, complex)) or (
+        isinstance(v, (list, tuple)) and bool(v) and not any(_is_tensor(x) for x in v))
 
 
 class _FunctionLayer(TorchFunctionMode):
@@ -130,128 +187,288 @@ class _FunctionLayer(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        hit = _classify(func, args, kwargs) if self.audit.active() else None
+        a = self.audit
+        kind = _KIND.get(func)
+        if kind is None and not a.host_seen:           # the common case: one dict lookup and a flag
+            if type(func) in _OP_TYPES and _custom(func) and threading.get_ident() == a.thread:
+                return a.enter_custom_op(self, func, args, kwargs)
+            return func(*args, **kwargs)
+        if a.depth or threading.get_ident() != a.thread:
+            return func(*args, **kwargs)
+        if kind == "quiet_on_cpu" and args and _is_tensor(args[0]) and args[0].device.type == "cpu":
+            a.depth += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                a.depth -= 1
+        if kind == "simple":
+            name = _SIMPLE[func]
+            hit = (name, _FMT.get(name, {}))
+        elif kind == "special":
+            hit = self._special(func, args, kwargs)
+        else:
+            hit = None
+        if hit is not None:
+            a.event(hit[0], sys._getframe(1), hit[1])
+        if a.tagging and (a.host_seen or kind == "factory" or func in _FROM_HOST):
+            return a.follow(func, args, kwargs, hit is not None)
+        if type(func) in _OP_TYPES and _custom(func):
+            return a.enter_custom_op(self, func, args, kwargs)
         if hit is None:
             return func(*args, **kwargs)
-        rule, fmt = hit
-        self.audit.event(rule, _op_name(func), sys._getframe(1), fmt)
-        self.audit.depth += 1
+        a.depth += 1
         try:
             return func(*args, **kwargs)
         finally:
-            self.audit.depth -= 1
+            a.depth -= 1
 
-
-_DYN = {"nonzero": "GC301", "argwhere": "GC301", "_unique": "GC303", "_unique2": "GC303", "unique_dim": "GC303",
-        "unique_consecutive": "GC303", "bincount": "GC304", "masked_select": "GC306", "repeat_interleave": "GC307"}
-
-
-_INTERESTING: dict = {}
-_NAMED = {"_local_scalar_dense", "is_nonzero", "lift_fresh", "lift_fresh_copy", "equal", "allclose", "_to_copy", "copy_"}
-
-
-def _interesting(func) -> bool:
-    """Whether an aten op can ever be a hazard; decided once per op, so the common case costs one dict lookup."""
-    hit = _INTERESTING.get(func)
-    if hit is None:
-        tags = func.tags
-        hit = _INTERESTING[func] = (func._schema.name.split("::")[-1] in _NAMED or torch.Tag.dynamic_output_shape in tags
-                                    or torch.Tag.data_dependent_output in tags)
-    return hit
-
-
-class _DispatchLayer(TorchDispatchMode):
-    def __init__(self, audit: "PortableAudit"):
-        super().__init__()
-        self.audit = audit
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if self.audit.depth == 0 and _interesting(func) and self.audit.active():
-            hit = self._classify(func, args, kwargs)
-            if hit is not None:
-                self.audit.event(hit[0], str(func), sys._getframe(1), hit[1])
-        return func(*args, **kwargs)
-
-    @staticmethod
-    def _classify(func, args, kwargs) -> tuple[str, dict] | None:
-        name = func._schema.name.split("::")[-1]
-        tags = func.tags
-        if name in ("_local_scalar_dense", "is_nonzero"):
-            return "GC104", {"call": name}
-        if name == "lift_fresh" or name == "lift_fresh_copy":
-            return "GC401", {"call": name}
-        if name in ("equal", "allclose"):
-            return "GC108", {"call": f"torch.{name}"}
-        if torch.Tag.dynamic_output_shape in tags:
-            if name == "index":
-                idx = args[1] if len(args) > 1 else []
-                if not any(_is_tensor(i) and i.dtype in (torch.bool, torch.uint8) for i in idx if i is not None):
-                    return None
-                return "GC305", {"call": "x[mask]"}
-            if name == "repeat_interleave" and kwargs.get("output_size") is not None:
-                return None
-            return _DYN.get(name, "GC301"), {"call": name}
-        if name in ("_to_copy", "copy_") and len(args) >= 1:
-            src = args[1] if name == "copy_" and len(args) > 1 else args[0]
-            dst_dev = kwargs.get("device") if name == "_to_copy" else (args[0].device if _is_tensor(args[0]) else None)
-            if _is_tensor(src) and dst_dev is not None and torch.device(dst_dev).type != src.device.type:
-                if src.device.type == "cpu":
-                    return "GC402", {"call": name}
-                return "GC103", {"call": name}
-        if torch.Tag.data_dependent_output in tags:
-            return "GC108", {"call": name}
+    def _special(self, func, args, kwargs) -> tuple[str, dict] | None:
+        a = self.audit
+        if func in _FROM_HOST:
+            data = args[1] if func is _T.new_tensor and len(args) > 1 else (args[0] if args else kwargs.get("data"))
+            if _is_tensor(data):
+                return None          # tensor-in, tensor-out: no host data crosses
+            d = kwargs.get("device")
+            on_device = d is not None and not (isinstance(d, str) and d.startswith("cpu")) and not (
+                isinstance(d, torch.device) and d.type == "cpu" and not a.tagging)
+            return _name(func), {"call": _name(func), "_breaks": on_device}
+        if func is torch.where:
+            return ("torch.where", {}) if len(args) + len(kwargs) == 1 else None
+        if func in (torch.repeat_interleave, _T.repeat_interleave):
+            repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
+            if _is_tensor(repeats) and kwargs.get("output_size") is None:
+                return _name(func), {"call": "repeat_interleave"}
+            return None
+        if func is _T.__getitem__ and len(args) == 2:
+            hit = _index_rule(args[1], False, args[0])
+            return (hit[0], {"call": hit[1]}) if hit else None
+        if func is _T.__setitem__ and len(args) == 3:
+            if _host_value(args[2]):
+                hit = _index_rule(args[1], True, args[0])
+            else:
+                hit = _index_rule(args[1], False, args[0])
+                if hit is not None and hit[1] == "x[mask]":
+                    return None      # `x[mask] = v` is masked_fill_/index_put_ of a device mask: fixed shape
+            return (hit[0], {"call": hit[1]}) if hit else None
+        src = args[1] if func is _T.copy_ and len(args) > 1 else (args[0] if args else None)
+        if not _is_tensor(src):
+            return None
+        if func is _T.to:
+            dev = _device_arg(func, args, kwargs)
+            if dev is not None and torch.device(dev).type == "cpu" and src.device.type != "cpu":
+                return "torch.Tensor.to", {"call": ".to('cpu')"}
+        if kwargs.get("non_blocking") and a.is_host(src) and not src.is_pinned():
+            return "torch.Tensor.copy_" if func is _T.copy_ else _H2D, {"call": f"{func.__name__}(non_blocking=True)",
+                                                                       "_rule": "GC403"}
         return None
 
 
+def _out_tensors(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for t in out if isinstance(t, torch.Tensor)]
+    return []
+
+
+_NET_OPS = ("_local_scalar_dense", "nonzero", "_unique", "_unique2", "unique_dim", "unique_consecutive", "bincount",
+            "masked_select", "repeat_interleave.Tensor", "index.Tensor", "equal", "lift_fresh", "lift_fresh_copy",
+            "is_nonzero", "_to_copy", "copy_")
+
+
+class _KernelNet:
+    """Python kernels at the Autograd key of the hazard ops, registered for the audit and removed after it."""
+
+    def __init__(self, audit: "PortableAudit"):
+        self.audit = audit
+        self.lib: Any = None
+
+    def __enter__(self):
+        self.lib = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")          # "overriding a previously registered kernel": that is the point
+            for spec in _NET_OPS:
+                if self.audit.tagging and spec in ("_to_copy", "copy_"):
+                    continue     # on a CPU target no copy crosses a device; the function layer follows host tensors
+                name, _, overload = spec.partition(".")
+                packet = getattr(torch.ops.aten, name, None)
+                op = getattr(packet, overload or "default", None) if packet is not None else None
+                if op is not None:
+                    self.lib.impl(op, self._kernel(op, name), "Autograd", with_keyset=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.lib is not None:
+            self.lib._destroy()
+            self.lib = None
+
+    def _kernel(self, op, name: str):
+        audit = self.audit
+        below = torch._C._after_autograd_keyset
+        sig = f"aten::{name}"
+
+        def kernel(ks, *args, **kwargs):
+            if audit.depth == 0 and audit.enabled and threading.get_ident() == audit.thread:
+                hit = audit.classify_aten(name, sig, args, kwargs)
+                if hit is not None:
+                    audit.event(hit[0], sys._getframe(1), hit[1])
+            return op.redispatch(ks & below, *args, **kwargs)
+        return kernel
+
+
 def _patch_targets() -> list[tuple[Any, str, str, dict]]:
-    """(owner, attribute, rule, fmt) of the non-torch-op hazards wrapped during an audit."""
-    out: list[tuple[Any, str, str, dict]] = [(torch.cuda, "synchronize", "GC601", {"call": "torch.cuda.synchronize()"}),
-                                             (torch.cuda, "empty_cache", "GC605", {"call": "torch.cuda.empty_cache()"})]
+    """(owner, attribute, catalogue name, fmt) of the non-torch-op hazards wrapped during an audit."""
+    out: list[tuple[Any, str, str, dict]] = [(torch.cuda, "synchronize", "torch.cuda.synchronize", {"call": "torch.cuda.synchronize()"}),
+                                             (torch.cuda, "empty_cache", "torch.cuda.empty_cache", {"call": "torch.cuda.empty_cache()"})]
+    acc = getattr(torch, "accelerator", None)
+    for attr in ("synchronize", "empty_cache"):
+        if acc is not None and hasattr(acc, attr):
+            out.append((acc, attr, f"torch.accelerator.{attr}", {"call": f"torch.accelerator.{attr}()"}))
     for cls in (torch.cuda.Stream, torch.cuda.Event):
-        out.append((cls, "synchronize", "GC602", {"call": f"{cls.__name__}.synchronize()"}))
-        out.append((cls, "query", "GC603", {"call": f"{cls.__name__}.query()"}))
+        out.append((cls, "synchronize", f"torch.cuda.{cls.__name__}.synchronize", {"call": f"{cls.__name__}.synchronize()"}))
+        out.append((cls, "query", f"torch.cuda.{cls.__name__}.query", {"call": f"{cls.__name__}.query()"}))
     for name in ("random", "randint", "randrange", "uniform", "gauss", "normalvariate", "choice", "choices", "shuffle", "sample"):
-        out.append((random, name, "GC501", {"call": f"random.{name}"}))
+        out.append((random, name, f"random.{name}", {"call": f"random.{name}", "_rule": "GC501"}))
     np = sys.modules.get("numpy")
     if np is not None:
         for name in ("rand", "randn", "randint", "random", "random_sample", "choice", "normal", "uniform", "permutation", "shuffle"):
             if hasattr(np.random, name):
-                out.append((np.random, name, "GC502", {"call": f"numpy.random.{name}"}))
+                out.append((np.random, name, f"numpy.random.{name}", {"call": f"numpy.random.{name}", "_rule": "GC502"}))
     return out
 
 
 class PortableAudit:
-    """Context manager: every hazard the step performs while inside it is recorded in `recorder`."""
+    """Context manager: every hazard the step performs while inside it is recorded in `recorder`.
 
-    def __init__(self, recorder: Recorder | None = None):
+    `device` is where the target lives. On a CPU target ("cpu", the default without CUDA) tensors are tagged by
+    origin so host-to-device copies show as on a GPU; on a CUDA target the tensors' own devices say it.
+    """
+
+    def __init__(self, recorder: Recorder | None = None, device: str | None = None):
         self.recorder = recorder if recorder is not None else Recorder()
         self.depth = 0
-        self._thread = threading.get_ident()
+        self.thread = threading.get_ident()
         self._stack = contextlib.ExitStack()
-        self._enabled = False
+        self.enabled = False
         self.cuda_ok = torch.cuda.is_available()
+        dev = device if device is not None else ("cuda" if self.cuda_ok else "cpu")
+        self.tagging = torch.device(dev).type == "cpu"
+        self.host_seen = False           # whether the step has built a host tensor yet (then ops are followed)
 
     def active(self) -> bool:
-        return self._enabled and threading.get_ident() == self._thread
+        return self.enabled and threading.get_ident() == self.thread
 
-    def event(self, rule: str, op: str, frame, fmt: dict) -> None:
+    def event(self, name: str, frame, fmt: dict) -> None:
+        rule = fmt.get("_rule") or CODES.get(name) or _OWN_CODES[name]
         stack = user_stack(frame)
         if stack:
-            nvtx.mark(f"graphcheck {rule} {op}")
-        fmt = {"call": op, "method": op, **fmt}
-        self.recorder.record(rule, op, stack, **fmt)
+            nvtx.mark(f"graphcheck {rule} {name}")
+        breaks = fmt.get("_breaks", rule in BREAKS_CAPTURE)
+        op = name[len("torch."):] if name.startswith("torch.Tensor.") else name   # shown as `Tensor.item`
+        fmt = {"call": op, "method": op, **{k: v for k, v in fmt.items() if k not in ("_rule", "_breaks")}}
+        self.recorder.record(rule, op, stack, breaks_capture=breaks, **fmt)
 
-    def _wrap(self, owner, attr: str, rule: str, fmt: dict) -> None:
+    # -- device awareness -------------------------------------------------------------------------------
+    def is_host(self, t: torch.Tensor) -> bool:
+        if t.device.type != "cpu":
+            return False
+        return getattr(t, _TAG, False) if self.tagging else True
+
+    def _tag(self, ts) -> None:
+        for t in ts:
+            try:
+                setattr(t, _TAG, True)
+            except (AttributeError, RuntimeError):
+                pass
+        self.host_seen = True
+
+    def follow(self, func, args, kwargs, classified: bool):
+        """Run a call on a CPU target and keep track of host tensors: where one meets device memory, report the
+        host-to-device copy a GPU would make."""
+        ins = _tensors_in(args, kwargs)
+        host = [t for t in ins if getattr(t, _TAG, False)]
+        dev = [t for t in ins if not getattr(t, _TAG, False)]
+        out_is_host = False
+        if func in _FACTORIES or func in _FROM_HOST:
+            d = kwargs.get("device")
+            out_is_host = (d is None and not dev) or (isinstance(d, str) and d.startswith("cpu"))
+        elif host and func in (_T.to, _T.cuda):
+            d = _device_arg(func, args, kwargs)
+            if d is not None and not (isinstance(d, str) and d.startswith("cpu")):
+                self.event(_H2D, sys._getframe(2), {"call": f"{_name(func)} of a tensor built on the host",
+                                                   "_rule": CODES.get(_H2D, "GC402")})
+                self.depth += 1
+                try:
+                    return func(*args, **kwargs).clone()     # a copy, as on a GPU: the device tensor is new
+                finally:
+                    self.depth -= 1
+            out_is_host = True
+        elif host:
+            big = [t for t in host if t.dim() > 0]
+            if dev and (big or func is _T.copy_ or func is _T.__setitem__):
+                # A 0-d host tensor passed to a device op is a CPU scalar (allowed); anything else is a copy.
+                self.event(_H2D, sys._getframe(2), {"call": f"{_name(func)} mixing a host-built tensor into device memory",
+                                                   "_rule": CODES.get(_H2D, "GC402")})
+            out_is_host = not dev
+        self.depth += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self.depth -= 1
+        if out_is_host:
+            self._tag(_out_tensors(out))
+        return out
+
+    # -- the kernel net -------------------------------------------------------------------------------------
+    def classify_aten(self, name: str, sig: str, args, kwargs) -> tuple[str, dict] | None:
+        if name in ("_local_scalar_dense", "is_nonzero"):
+            return sig, {"call": name}
+        if name == "index":
+            idx = args[1] if len(args) > 1 else []
+            if any(_is_tensor(i) and i.dtype in (torch.bool, torch.uint8) for i in idx if i is not None):
+                return sig, {"call": "x[mask]"}
+            return None
+        if name == "repeat_interleave":
+            return None if kwargs.get("output_size") is not None else (sig, {"call": name})
+        if name in ("_to_copy", "copy_"):
+            src = args[1] if name == "copy_" and len(args) > 1 else (args[0] if args else None)
+            dst = kwargs.get("device") if name == "_to_copy" else (args[0].device if args and _is_tensor(args[0]) else None)
+            if not _is_tensor(src) or dst is None or torch.device(dst).type == src.device.type:
+                return None
+            if src.device.type == "cpu":
+                return sig, {"call": name}
+            return "torch.Tensor.cpu", {"call": name}
+        if name in ("lift_fresh", "lift_fresh_copy"):
+            return sig, {"call": "torch.tensor"}
+        if name == "equal":
+            return sig, {"call": "torch.equal"}
+        return sig, {"call": name}
+
+    # -- custom ops -----------------------------------------------------------------------------------------
+    def enter_custom_op(self, layer: TorchFunctionMode, func, args, kwargs):
+        """Run a custom op's kernel with the function mode pushed again, so its Python body is audited too."""
+        if isinstance(func, torch._ops.OpOverloadPacket):
+            func = getattr(func, "default", None) or func
+            if isinstance(func, torch._ops.OpOverloadPacket):
+                return func(*args, **kwargs)
+        dev = next((t.device.type for t in _tensors_in(args, kwargs)), "cpu")
+        key = getattr(torch._C.DispatchKey, {"cpu": "CPU", "cuda": "CUDA", "meta": "Meta"}.get(dev, "CPU"))
+        try:
+            with layer:
+                return func.redispatch(torch._C.DispatchKeySet(key), *args, **kwargs)
+        except NotImplementedError:
+            return func(*args, **kwargs)
+
+    def _wrap(self, owner, attr: str, name: str, fmt: dict) -> None:
         orig = getattr(owner, attr, None)
         if orig is None:
             return
         audit = self
-        is_cuda = owner is torch.cuda or owner in (torch.cuda.Stream, torch.cuda.Event)
+        is_cuda = owner in (torch.cuda, torch.cuda.Stream, torch.cuda.Event, getattr(torch, "accelerator", None))
 
         def wrapper(*a, **k):
             if audit.active() and audit.depth == 0:
-                audit.event(rule, fmt["call"], sys._getframe(1), fmt)
+                audit.event(name, sys._getframe(1), fmt)
                 if is_cuda and not audit.cuda_ok:
                     return True if attr == "query" else None   # no device: nothing to wait for
             return orig(*a, **k)
@@ -261,20 +478,20 @@ class PortableAudit:
         self._stack.callback(setattr, owner, attr, orig)
 
     def __enter__(self) -> "PortableAudit":
-        self._thread = threading.get_ident()
+        self.thread = threading.get_ident()
         try:
-            for owner, attr, rule, fmt in _patch_targets():
-                self._wrap(owner, attr, rule, fmt)
-            self._stack.enter_context(_DispatchLayer(self))
+            for owner, attr, name, fmt in _patch_targets():
+                self._wrap(owner, attr, name, fmt)
+            self._stack.enter_context(_KernelNet(self))
             self._stack.enter_context(_FunctionLayer(self))
         except BaseException:
             self._stack.close()
             raise
-        self._enabled = True
+        self.enabled = True
         return self
 
     def __exit__(self, *exc) -> None:
-        self._enabled = False
+        self.enabled = False
         self._stack.close()
 
 

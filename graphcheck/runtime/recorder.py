@@ -34,10 +34,14 @@ class Recorder:
     kind: str = "sync"
     raise_on_first: bool = False
     step: int | None = None                 # the audited step currently running (for evidence)
-    _rows: dict[tuple, Finding] = field(default_factory=dict)
+    _rows: dict[tuple, Finding] = field(default_factory=dict)   # insertion order = order first seen
+    # (rule, op, user frame, whether it breaks a CUDA capture) of every event, in execution order
+    events: list[tuple[str, str, Frame | None, bool]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def record(self, rule: str, op: str, stack: list[Frame], **fmt: str) -> Finding | None:
+    def record(self, rule: str, op: str, stack: list[Frame], breaks_capture: bool = False, **fmt: str) -> Finding | None:
+        if len(self.events) < 10_000:      # before exemptions: an allowed sync still breaks a capture
+            self.events.append((rule, op, stack[0] if stack else None, breaks_capture))
         ex = exemptions()
         if ex:
             reason, site = ex[-1]
@@ -73,6 +77,10 @@ class Recorder:
 
     def findings(self) -> list[Finding]:
         return sorted(self._rows.values(), key=Finding.sort_key)
+
+    def in_order(self) -> list[Finding]:
+        """The findings in the order the step first reached each one (execution order, not path order)."""
+        return list(self._rows.values())
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -20,6 +20,14 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, torch.Tensor]:
     return out
 
 
+def device_of(target_device: str | None, inputs: Any) -> str:
+    """Where a target lives: its declared device, else its first input tensor's, else the CPU."""
+    if target_device is not None:
+        return target_device
+    ts = list(flatten(inputs).values())
+    return ts[0].device.type if ts else "cpu"
+
+
 def copy_into(static: Any, fresh: Any, where: str = "inputs") -> None:
     """Copy a fresh input tree into the static one; shapes and dtypes must match (a graph's buffers are fixed)."""
     s, f = flatten(static, where), flatten(fresh, where)

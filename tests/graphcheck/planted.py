@@ -39,7 +39,7 @@ class Decoder:
     def step(self, x):
         h = torch.tanh(x @ self.w)
         self.cache.index_copy_(0, self.pos.view(1), h.unsqueeze(0))
-        valid = (torch.arange(self.cache.shape[0]) <= self.pos).view(-1, 1, 1)
+        valid = (torch.arange(self.cache.shape[0], device=self.cache.device) <= self.pos).view(-1, 1, 1)
         ctx = torch.where(valid, self.cache, 0.0).sum(0)
         self.out.copy_(ctx * 0.5 + h)
         self.pos += 1
@@ -93,7 +93,7 @@ def rebound_cache():
     d = Decoder()
 
     def step(x):
-        d.cache = torch.roll(d.cache, 1, 0)          # a new tensor every step
+        d.cache = torch.roll(d.cache, 1, 0)  # <- rebind
         d.cache[0] = torch.tanh(x)
         d.out.copy_(d.cache.sum(0))
         return d.out
@@ -160,3 +160,58 @@ def broken():
     def step(x):
         return d.step(x[:, :3])   # shape error
     return _target(d, step, "broken")
+
+
+def host_mask():
+    """A mask built on the host each step and moved to the device: an H2D copy on a GPU, even when run on CPU."""
+    d = Decoder()
+
+    def step(x):
+        mask = torch.tensor([1.0, 0.0]).to(x.device)  # <- host-mask
+        d.out.copy_(x * mask.view(2, 1))
+        return d.out
+    return _target(d, step, "host-mask")
+
+
+def sampling(named: bool = False, per_step: bool = False):
+    """Sampling on device RNG: graph-safe when replay and eager start from equal generator states. A generator
+    created inside the step is not: the graph keeps the one it was captured with."""
+    d = Decoder()
+    gen = torch.Generator().manual_seed(7)
+
+    def step(x):
+        g = torch.Generator().manual_seed(7) if per_step else (gen if named else None)
+        probs = torch.softmax(x @ d.w, dim=-1)
+        d.out.copy_(torch.multinomial(probs, 4, replacement=True, generator=g).float().repeat(1, 2))  # <- sample
+        return d.out
+    return _target(d, step, "sampling")
+
+
+@torch.library.custom_op("graphcheck_planted::count_rows", mutates_args=())
+def count_rows(x: torch.Tensor) -> torch.Tensor:
+    rows = x.tolist()  # <- custom-op-tolist
+    return x * len(rows)
+
+
+@count_rows.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class HostScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * float(x.abs().max())  # <- autograd-fn-float
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def custom_ops():
+    d = Decoder()
+
+    def step(x):
+        d.out.copy_(HostScale.apply(count_rows(x)))
+        return d.out
+    return _target(d, step, "custom-ops")

@@ -118,7 +118,7 @@ def test_portable_layer_catalogue():
     """Each hazard class, once, at its own line; look-alikes silent."""
     x = torch.randn(6)
     rec = Recorder()
-    with PortableAudit(rec):
+    with PortableAudit(rec, device="cpu"):
         x.shape, x.size(0), x.numel(), x.dim(), x.dtype, len(x)
         torch.where(x > 0, x, 0); x.topk(2); x.argmax(); x.sort()
         f"{x.shape}"
@@ -130,8 +130,8 @@ def test_portable_layer_catalogue():
         x.unique()
         torch.bincount((x > 0).long())
         torch.masked_select(x, x > 0)
-        torch.repeat_interleave(x, torch.ones(6, dtype=torch.long))
-        torch.repeat_interleave(x, torch.ones(6, dtype=torch.long), output_size=6)
+        torch.repeat_interleave(x, torch.ones(6, dtype=torch.long, device=x.device))
+        torch.repeat_interleave(x, torch.ones(6, dtype=torch.long, device=x.device), output_size=6)
         torch.tensor([1.0, 2.0])
         x[0] = 1.0
         repr(x)
@@ -151,16 +151,127 @@ def test_load_target_errors_name_the_spec():
     assert load_target("planted:clean").name == "clean"
 
 
-def test_warning_filters_restored():
-    before = list(warnings.filters)
-    audit(planted.clean())
-    assert warnings.filters == before
+def test_sync_warning_hook_counts_attributes_and_restores():
+    """The CUDA layer's warning hook, driven on CPU by the warning text torch emits: each sync counted at the user
+    line (the default filter would show it once), other warnings passed through, filters and hook restored."""
+    from graphcheck.runtime.cuda_sync import SyncWarningHook
+    before, show = list(warnings.filters), warnings.showwarning
+    rec = Recorder()
+    passed = []
+    warnings.showwarning = lambda *a, **k: passed.append(str(a[0]))
+    try:
+        with SyncWarningHook(rec):
+            for _ in range(3):
+                warnings.warn("called a synchronizing CUDA operation", UserWarning)  # <- hooked
+            warnings.warn("something else", UserWarning)
+        assert warnings.filters == before
+    finally:
+        warnings.showwarning = show
+    assert warnings.showwarning is show
+    fs = rec.findings()
+    assert [(f.rule, f.line, f.count) for f in fs] == [("GC008", _line_of_marker("hooked"), 3)]
+    assert passed == ["something else"]
+
+
+def _line_of_marker(name):
+    with open(__file__) as fh:
+        return next(i for i, t in enumerate(fh, 1) if t.rstrip().endswith(f"# <- {name}"))
+
+
+def test_index_writes_copy_only_where_torch_copies():
+    """GC404 where a Python scalar/list lands by int (0-d destination), list or tensor index; never for fills."""
+    x = torch.zeros(4, 6)
+    v = torch.zeros(6)
+    rec = Recorder()
+    with PortableAudit(rec, device="cpu"):
+        x[..., -2:] = 0                      # fill_
+        x[1] = 1.0                           # a row: fill_
+        x[:, 0] = 2.0                        # fill_
+        x[x > 5] = 0.0                       # masked_fill_
+        v[3] = 1.0                           # <- zero-d
+        x[1, 2] = 3.0                        # <- zero-d-2
+        x[[0, 1]] = 1.0                      # <- list-index
+        x[torch.tensor([0, 2])] = 1.0
+    got = sorted((f.rule, f.line) for f in rec.findings() if f.rule == "GC404")
+    assert got == sorted([("GC404", _line_of_marker("zero-d")), ("GC404", _line_of_marker("zero-d-2")),
+                          ("GC404", _line_of_marker("list-index")), ("GC404", _line_of_marker("list-index") + 1)])
+
+
+def test_host_built_tensor_meeting_device_state_is_an_h2d_copy_on_cpu():
+    fs = audit(planted.host_mask())
+    assert ("GC402", "planted.py", planted.line_of("host-mask")) in rows(fs)
+    cs = capture_test(planted.host_mask(), device="cpu")
+    assert ("GC001", "planted.py", planted.line_of("host-mask")) in rows(cs)
+    x, pos = torch.randn(4), torch.zeros((), dtype=torch.long)
+    rec = Recorder()
+    with PortableAudit(rec, device="cpu"):
+        x * torch.tensor(2.0)                                  # a 0-d CPU scalar is allowed next to device tensors
+        (torch.arange(4, device=x.device) <= pos).sum()        # built with a device: fine
+        torch.arange(4) <= pos                                 # <- mixed
+        torch.zeros(4).add_(1).mul(2)                          # host-only arithmetic stays on the host
+    assert [(f.rule, f.line) for f in rec.findings() if f.rule == "GC402"] == [("GC402", _line_of_marker("mixed"))]
+
+
+def test_hazards_inside_custom_ops_and_autograd_functions():
+    fs = audit(planted.custom_ops())
+    assert ("GC102", "planted.py", planted.line_of("custom-op-tolist")) in rows(fs)
+    assert ("GC104", "planted.py", planted.line_of("autograd-fn-float")) in rows(fs)
+
+
+def test_sampling_is_judged_from_equal_generator_states():
+    assert capture_test(planted.sampling(), device="cpu") == []
+    assert capture_test(planted.sampling(named=True), device="cpu") == []
+    fs = capture_test(planted.sampling(per_step=True), device="cpu")
+    assert ("GC003", "planted.py", planted.line_of("sample")) in rows(fs)
+
+
+def test_capture_failure_names_the_first_hazard_in_execution_order(tmp_path, monkeypatch):
+    """Not the first by path: aa_helpers.py sorts first and runs first (a capture-legal host scalar) and last
+    (a nonzero); the capture fails at zz_step.py:8, which runs in between."""
+    (tmp_path / "aa_helpers.py").write_text("import torch\n\n\ndef scale_table():\n    return torch.tensor(2.0)\n\n\n"
+                                            "def hits(y):\n    return torch.nonzero(y)\n")
+    (tmp_path / "zz_step.py").write_text(
+        "import torch\n\nfrom aa_helpers import hits, scale_table\n\n\ndef step(x, out):\n    y = x * scale_table()\n"
+        "    out.copy_(y * int(y.sum() > 0))\n    out.add_(hits(y).sum())\n    return out\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import zz_step
+    out = torch.zeros(2, planted.D)
+    t = graphcheck.Target(lambda x: zz_step.step(x, out), planted._inputs, lambda: {"out": out}, "order")
+    fs = capture_test(t, device="cpu")
+    g = next(f for f in fs if f.rule == "GC001")
+    assert (g.path.rsplit("/", 1)[-1], g.line) == ("zz_step.py", 8)
+    assert [h.split()[1] for h in g.evidence["hunt_list"]] == ["GC104", "GC301"]      # the whole list, in order
+    assert {f.rule for f in audit(t)} >= {"GC401", "GC104", "GC301"}
+
+
+def test_first_differing_op_is_found_after_ops_fx_splits():
+    """`topk`/`split` add getitem nodes to the FX graph; the culprit line must still be the baked one."""
+    d = planted.Decoder()
+
+    def step(x):
+        v, i = torch.topk(x, 3)
+        a, b = x.split(4, dim=-1)
+        d.scale = d.scale * 1.5
+        d.out.copy_(torch.cat([a * d.scale, b], -1) + v.sum())  # <- baked-after-split
+        return d.out
+    fs = capture_test(planted._target(d, step, "split"), device="cpu")
+    assert ("GC003", "test_runtime.py", _line_of_marker("baked-after-split")) in rows(fs)
+
+
+def test_rebound_state_names_the_rebinding_line():
+    fs = capture_test(planted.rebound_cache(), device="cpu")
+    f = next(f for f in fs if f.rule == "GC005")
+    assert f.line == planted.line_of("rebind")
 
 
 @pytest.mark.cuda
 def test_cuda_capture_catalogue():
-    """On a GPU: the planted hazards under real capture."""
+    """On a GPU: the planted hazards under real capture, and the same verdicts as the CPU run."""
     assert capture_test(_cuda(planted.clean), device="cuda") == []
+    assert audit(_cuda(planted.clean)) == []
+    fs = capture_test(_cuda(planted.host_mask), device="cuda")
+    assert ("GC001", "planted.py", planted.line_of("host-mask")) in rows(fs)
+    assert capture_test(_cuda(planted.sampling), device="cuda") == []
     fs = capture_test(_cuda(planted.readback_in_helper), device="cuda")
     assert [f.rule for f in fs] == ["GC001"] and fs[0].line == planted.line_of("helper-item")
     fs = capture_test(_cuda(planted.baked_scalar), device="cuda")
@@ -173,10 +284,20 @@ def test_cuda_capture_catalogue():
 def _cuda(factory):
     """The same planted target with its tensors on the GPU."""
     t = factory()
-    dec = t.step.__closure__[0].cell_contents if t.step.__closure__ else t.step.__self__
+    cells = [c.cell_contents for c in (t.step.__closure__ or ())]
+    dec = next((c for c in cells if isinstance(c, planted.Decoder)), None) or t.step.__self__
     for name in ("w", "cache", "pos", "out"):
         setattr(dec, name, getattr(dec, name).cuda())
     make = t.make_inputs
     t.make_inputs = lambda k: make(k).cuda()
     t.device = "cuda"
     return t
+
+
+def test_runtime_codes_come_from_the_rule_catalogue():
+    """Every callable the runtime reports is listed in the catalogue, and the code it reports is the catalogue's."""
+    from graphcheck.rules import runtime_signatures
+    from graphcheck.runtime import portable
+    sig = runtime_signatures()
+    assert set(portable._OWN_CODES) <= set(sig), sorted(set(portable._OWN_CODES) - set(sig))
+    assert all(portable.CODES[n] == sig[n] for n in sig)

@@ -1,0 +1,45 @@
+"""Verdicts on code nobody here wrote: tiny HF transformers models built from configs (no downloads) and a
+gpt-fast-style decoder. The expected verdict of each, with its justification from the third-party source, is in
+`thirdparty_targets.EXPECTED`; the same suite runs on the GPU with `benchmarks/thirdparty_verdicts.py --device cuda`."""
+import pytest
+
+pytest.importorskip("transformers")
+
+import thirdparty_targets as tt  # noqa: E402
+from graphcheck.runtime.audit import audit  # noqa: E402
+from graphcheck.runtime.capture import capture_test  # noqa: E402
+
+
+def verdict(name: str, device: str = "cpu"):
+    fs = audit(tt.FACTORIES[name](device)) + capture_test(tt.FACTORIES[name](device), device=device)
+    return ("unsafe" if fs else "safe"), fs
+
+
+@pytest.mark.parametrize("name", sorted(tt.EXPECTED))
+def test_cpu_verdict(name):
+    exp = tt.EXPECTED[name]
+    got, fs = verdict(name)
+    assert got == exp.verdict, [(f.rule, f.path, f.line, f.message) for f in fs]
+    assert set(exp.rules) <= {f.rule for f in fs}
+    assert "GC006" not in {f.rule for f in fs}          # a broken target is not a verdict
+
+
+def test_findings_point_into_the_third_party_source():
+    """The line named is the hazard's own line in the installed package, found by execution."""
+    _, fs = verdict("hf_suppress_tokens_per_step")
+    by_rule = {f.rule: f for f in fs}
+    assert by_rule["GC402"].path.endswith("generation/logits_process.py") and ".to(scores.device)" in by_rule["GC402"].source
+    assert by_rule["GC001"].line == by_rule["GC402"].line        # the capture fails at the copy, not at torch.tensor
+    _, fs = verdict("hf_llama_dynamic")
+    gc005 = [f for f in fs if f.rule == "GC005"]
+    assert gc005 and all(f.path.endswith("cache_utils.py") and "torch.cat" in f.source for f in gc005)
+    _, fs = verdict("hf_mixtral_moe_eager")
+    gc001 = next(f for f in fs if f.rule == "GC001")
+    assert "nonzero" in gc001.source and gc001.evidence["hunt_list"][0].split()[1] == "GC301"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(tt.EXPECTED))
+def test_cuda_verdict(name):
+    got, fs = verdict(name, "cuda")
+    assert got == tt.EXPECTED[name].verdict, [(f.rule, f.path, f.line, f.message) for f in fs]

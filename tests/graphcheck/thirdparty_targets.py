@@ -1,0 +1,325 @@
+"""graphcheck targets built from code nobody here wrote: tiny models from installed HF transformers (configs only,
+no hub downloads) and a gpt-fast-style decoder, each with the verdict a real CUDA capture gives and why.
+
+Each factory takes `device` and returns a `graphcheck.Target`. `EXPECTED[name]` is the verdict ("safe": graphcheck
+must report nothing; "unsafe": it must report at least the listed rules), justified from the third-party source
+(transformers 5.17.0; line numbers are that version's). `benchmarks/thirdparty_verdicts.py` runs them all.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from graphcheck import Target
+
+TRANSFORMERS_VERSION = "5.17.0"
+VOCAB, B = 96, 2
+
+
+@dataclass(frozen=True)
+class Expect:
+    verdict: str                  # "safe" | "unsafe"
+    rules: tuple[str, ...]        # rules an unsafe verdict must include
+    why: str
+
+
+EXPECTED: dict[str, Expect] = {
+    "hf_llama_static": Expect("safe", (), "StaticCache writes fixed-capacity buffers in place "
+                              "(cache_utils.StaticLayer.update: `index_copy_` at `arange(kv_length, device=...) + "
+                              "cumulative_length`, a device counter advanced with `add_`), positions come from that "
+                              "counter, the mask covers max_cache_len: same ops and shapes every step, no readback."),
+    "hf_llama_dynamic": Expect("unsafe", ("GC005",), "DynamicLayer.update rebinds `self.keys = torch.cat([self.keys, "
+                               "key_states], dim=-2)`: every step allocates a longer cache, so the captured graph "
+                               "writes into buffers the model no longer reads and its shapes grow."),
+    "hf_llama_dynamic_rope": Expect("unsafe", ("GC104",), "modeling_rope_utils.dynamic_frequency_update computes "
+                                    "`seq_len = torch.max(position_ids) + 1` and branches `if seq_len > "
+                                    "self.max_seq_len_cached` on the host: a device readback every step (capture "
+                                    "fails with 'operation not permitted when stream is capturing')."),
+    "hf_sampling": Expect("safe", (), "Temperature/TopK/TopP warpers are pure tensor ops (topk, sort, cumsum, scatter, "
+                          "masked_fill with fixed shapes); torch.multinomial draws on the device generator, which "
+                          "capture registers and replay advances: equal generator states give equal tokens."),
+    "hf_suppress_tokens_once": Expect("safe", (), "SuppressTokensLogitsProcessor built once with device=...: per step "
+                                      "only `torch.arange(V, device=scores.device)`, `isin`, 3-arg `where`."),
+    "hf_suppress_tokens_per_step": Expect("unsafe", ("GC401", "GC402"), "the processor built inside the step runs "
+                                          "`torch.tensor(list(suppress_tokens), device='cpu')` (logits_process.py:1899)"
+                                          " and `self.suppress_tokens.to(scores.device)` (:1904): a pageable "
+                                          "host-to-device copy every step, which capture refuses."),
+    "hf_mixtral_moe_eager": Expect("unsafe", ("GC301",), "MixtralExperts.forward (eager experts) runs "
+                                   "`torch.greater(expert_mask.sum(...), 0).nonzero()` and loops over the hit experts "
+                                   "with `torch.where(expert_mask[i])`: data-dependent shapes and a host loop."),
+    "hf_mixtral_moe_batched": Expect("safe", (), "integrations/moe.batched_mm_experts_forward gathers every token's "
+                                     "k expert weights by device index (`gate_up_proj[expert_ids]`) and sums with a "
+                                     "fixed reshape: fixed shapes, no readback."),
+    "gptfast_greedy": Expect("safe", (), "gpt-fast decode: KV cache written with index_put_ at a device input_pos, "
+                             "mask rows gathered by device index, argmax: nothing leaves the device."),
+    "gptfast_sampling": Expect("safe", (), "gpt-fast sampling: topk pivot + 3-arg where + softmax, then "
+                               "`argmax(probs / exponential_())` on the device generator (no multinomial sync)."),
+    "gptfast_host_pos": Expect("unsafe", ("GC003",), "the position kept as a Python int and written "
+                               "with `pos.fill_(host_pos)` every step: a capture bakes the int it saw, so every "
+                               "replay writes the same cache row and attends to the same prefix (no sync to see)."),
+}
+
+
+# ---------------------------------------------------------------- HF transformers
+
+def _llama_config(**kw):
+    from transformers import LlamaConfig
+    cfg = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False)
+    cfg.update(kw)
+    c = LlamaConfig(**cfg)
+    c._attn_implementation = "sdpa"
+    return c
+
+
+def _token_inputs(device: str):
+    def make_inputs(k: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(100 + k)
+        return torch.randint(0, VOCAB, (B, 1), generator=g).to(device)
+    return make_inputs
+
+
+def _llama(device: str, cache: str, **cfg) -> Target:
+    from transformers import DynamicCache, LlamaForCausalLM, StaticCache
+    torch.manual_seed(0)
+    config = _llama_config(**cfg)
+    model = LlamaForCausalLM(config).to(device).eval()
+    kv = StaticCache(config=config, max_cache_len=48) if cache == "static" else DynamicCache(config=config)
+    with torch.no_grad():                               # prefill outside the step: the step is one decode token
+        model(torch.arange(4, device=device).repeat(B, 1), past_key_values=kv, use_cache=True)
+
+    def step(ids: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=ids, past_key_values=kv, use_cache=True).logits
+
+    def state() -> dict[str, torch.Tensor]:
+        out = {}
+        for i, layer in enumerate(kv.layers):
+            out[f"layers[{i}].keys"], out[f"layers[{i}].values"] = layer.keys, layer.values
+            if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+                out[f"layers[{i}].cumulative_length"] = layer.cumulative_length
+        return out
+    return Target(step, _token_inputs(device), state, name=f"hf llama ({cache} cache)", device=device)
+
+
+def hf_llama_static(device: str = "cpu") -> Target:
+    return _llama(device, "static")
+
+
+def hf_llama_dynamic(device: str = "cpu") -> Target:
+    return _llama(device, "dynamic")
+
+
+def hf_llama_dynamic_rope(device: str = "cpu") -> Target:
+    return _llama(device, "static", rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
+
+
+def _scores(device: str):
+    def make_inputs(k: int):
+        g = torch.Generator().manual_seed(200 + k)
+        return {"input_ids": torch.randint(0, VOCAB, (B, 6), generator=g).to(device),
+                "scores": (torch.randn(B, VOCAB, generator=g) * 3).to(device)}
+    return make_inputs
+
+
+def hf_sampling(device: str = "cpu") -> Target:
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+    procs = LogitsProcessorList([TemperatureLogitsWarper(0.7), TopKLogitsWarper(8), TopPLogitsWarper(0.9)])
+    out = torch.zeros(B, 1, dtype=torch.long, device=device)
+
+    def step(inp):
+        scores = procs(inp["input_ids"], inp["scores"])
+        out.copy_(torch.multinomial(F.softmax(scores, dim=-1), num_samples=1))
+        return out
+    return Target(step, _scores(device), lambda: {"out": out}, name="hf logits warpers + multinomial", device=device)
+
+
+SUPPRESS = [3, 7, 11, 50]
+
+
+def hf_suppress_tokens_once(device: str = "cpu") -> Target:
+    from transformers import SuppressTokensLogitsProcessor
+    proc = SuppressTokensLogitsProcessor(SUPPRESS, device=device)
+    out = torch.zeros(B, dtype=torch.long, device=device)
+
+    def step(inp):
+        out.copy_(proc(inp["input_ids"], inp["scores"]).argmax(-1))
+        return out
+    return Target(step, _scores(device), lambda: {"out": out}, name="hf suppress-tokens (built once)", device=device)
+
+
+def hf_suppress_tokens_per_step(device: str = "cpu") -> Target:
+    from transformers import SuppressTokensLogitsProcessor
+    out = torch.zeros(B, dtype=torch.long, device=device)
+
+    def step(inp):
+        proc = SuppressTokensLogitsProcessor(SUPPRESS)       # the processor's default device: "cpu"
+        out.copy_(proc(inp["input_ids"], inp["scores"]).argmax(-1))
+        return out
+    return Target(step, _scores(device), lambda: {"out": out}, name="hf suppress-tokens (built per step)", device=device)
+
+
+def _mixtral(device: str, experts: str) -> Target:
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+    torch.manual_seed(0)
+    config = MixtralConfig(hidden_size=32, intermediate_size=48, num_local_experts=8, num_experts_per_tok=2,
+                           num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB)
+    config._experts_implementation = experts
+    block = MixtralSparseMoeBlock(config).to(device).eval()
+    for p in block.parameters():
+        nn.init.normal_(p, std=0.2)
+    out = torch.zeros(B, 1, 32, device=device)
+
+    def make_inputs(k: int) -> torch.Tensor:
+        return torch.randn(B, 1, 32, generator=torch.Generator().manual_seed(300 + k)).to(device)
+
+    def step(x):
+        y = block(x)
+        out.copy_(y[0] if isinstance(y, tuple) else y)
+        return out
+    return Target(step, make_inputs, lambda: {"out": out}, name=f"hf mixtral moe block ({experts} experts)", device=device)
+
+
+def hf_mixtral_moe_eager(device: str = "cpu") -> Target:
+    return _mixtral(device, "eager")
+
+
+def hf_mixtral_moe_batched(device: str = "cpu") -> Target:
+    return _mixtral(device, "batched_mm")
+
+
+# ---------------------------------------------------------------- a gpt-fast-style decoder (written here)
+
+@dataclass
+class Args:
+    dim: int = 32
+    n_layer: int = 2
+    n_head: int = 4
+    vocab: int = VOCAB
+    max_seq: int = 32
+    rope_base: float = 10000.0
+
+
+class KVCache(nn.Module):
+    def __init__(self, b: int, h: int, s: int, d: int):
+        super().__init__()
+        self.register_buffer("k", torch.zeros(b, h, s, d))
+        self.register_buffer("v", torch.zeros(b, h, s, d))
+
+    def update(self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        self.k.index_copy_(2, pos, k)          # [b, h, s, d] at device positions
+        self.v.index_copy_(2, pos, v)
+        return self.k, self.v
+
+
+class Attention(nn.Module):
+    def __init__(self, a: Args):
+        super().__init__()
+        self.h, self.hd = a.n_head, a.dim // a.n_head
+        self.wqkv = nn.Linear(a.dim, 3 * a.dim, bias=False)
+        self.wo = nn.Linear(a.dim, a.dim, bias=False)
+        self.cache: KVCache | None = None
+
+    def forward(self, x, freqs, mask, pos):
+        b, s, _ = x.shape
+        q, k, v = self.wqkv(x).split(self.h * self.hd, dim=-1)
+        q, k, v = (t.view(b, s, self.h, self.hd) for t in (q, k, v))
+        q, k = rope(q, freqs), rope(k, freqs)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))                     # [b, h, s, hd]
+        k, v = self.cache.update(pos, k, v)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.wo(y.transpose(1, 2).reshape(b, s, -1))
+
+
+def rope(x, freqs):
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))      # [b, s, h, hd/2]
+    return torch.view_as_real(xc * freqs[None, :, None]).flatten(3).type_as(x)
+
+
+class Block(nn.Module):
+    def __init__(self, a: Args):
+        super().__init__()
+        self.attn, self.n1, self.n2 = Attention(a), nn.RMSNorm(a.dim), nn.RMSNorm(a.dim)
+        self.w1, self.w2 = nn.Linear(a.dim, 2 * a.dim, bias=False), nn.Linear(2 * a.dim, a.dim, bias=False)
+
+    def forward(self, x, freqs, mask, pos):
+        x = x + self.attn(self.n1(x), freqs, mask, pos)
+        return x + self.w2(F.silu(self.w1(self.n2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, a: Args, batch: int):
+        super().__init__()
+        self.args = a
+        self.emb, self.out = nn.Embedding(a.vocab, a.dim), nn.Linear(a.dim, a.vocab, bias=False)
+        self.layers = nn.ModuleList(Block(a) for _ in range(a.n_layer))
+        self.norm = nn.RMSNorm(a.dim)
+        for layer in self.layers:
+            layer.attn.cache = KVCache(batch, a.n_head, a.max_seq, a.dim // a.n_head)
+        hd = a.dim // a.n_head
+        inv = 1.0 / a.rope_base ** (torch.arange(0, hd, 2).float() / hd)
+        self.register_buffer("freqs", torch.polar(torch.ones(a.max_seq, hd // 2), torch.outer(torch.arange(a.max_seq).float(), inv)))
+        self.register_buffer("causal", torch.tril(torch.ones(a.max_seq, a.max_seq, dtype=torch.bool)))
+
+    def forward(self, idx, pos):                                              # idx [b, s], pos [s] on the device
+        x = self.emb(idx)
+        freqs, mask = self.freqs[pos], self.causal[None, None, pos]
+        for layer in self.layers:
+            x = layer(x, freqs, mask, pos)
+        return self.out(self.norm(x))
+
+
+def sample(logits, temperature: float = 0.8, top_k: int = 8):
+    logits = logits / max(temperature, 1e-5)
+    pivot = torch.topk(logits, top_k)[0][..., -1, None]
+    logits = torch.where(logits < pivot, -float("inf"), logits)
+    probs = F.softmax(logits, dim=-1)
+    q = torch.empty_like(probs).exponential_(1)                              # multinomial without a sync
+    return torch.argmax(probs / q, dim=-1, keepdim=True)
+
+
+def _gptfast(device: str, sampling: bool, host_pos: bool = False) -> Target:
+    torch.manual_seed(0)
+    model = GPT(Args(), B).to(device).eval()
+    pos = torch.tensor([4], device=device)                                    # state: the next position, on device
+    tok = torch.zeros(B, 1, dtype=torch.long, device=device)
+    host = {"pos": 4}
+    with torch.no_grad():
+        model(torch.arange(4, device=device).repeat(B, 1), torch.arange(4, device=device))
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        p = pos
+        if host_pos:
+            p.fill_(host["pos"])                                              # a host int, baked by capture
+            host["pos"] += 1
+        logits = model(x, p)[:, -1]
+        tok.copy_(sample(logits) if sampling else logits.argmax(-1, keepdim=True))
+        if not host_pos:
+            pos.add_(1)
+        return tok
+
+    def state():
+        caches = {f"layers[{i}].k": m.attn.cache.k for i, m in enumerate(model.layers)}
+        caches.update({f"layers[{i}].v": m.attn.cache.v for i, m in enumerate(model.layers)})
+        return {**caches, "pos": pos, "tok": tok}
+    name = "gpt-fast decode" + (" (sampling)" if sampling else " (greedy)") + (" host position" if host_pos else "")
+    return Target(step, _token_inputs(device), state, name=name, device=device)
+
+
+def gptfast_greedy(device: str = "cpu") -> Target:
+    return _gptfast(device, sampling=False)
+
+
+def gptfast_sampling(device: str = "cpu") -> Target:
+    return _gptfast(device, sampling=True)
+
+
+def gptfast_host_pos(device: str = "cpu") -> Target:
+    return _gptfast(device, sampling=False, host_pos=True)
+
+
+FACTORIES = {name: globals()[name] for name in EXPECTED}

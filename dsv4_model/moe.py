@@ -9,6 +9,7 @@ from torch import nn
 from dsv4_kernels.fused_swiglu.reference import swiglu_ref
 
 from .linear import Linear
+from .quant import fp8_fake_quant, nvfp4_act_fake_quant
 
 
 # silu(clamp(gate, max=L)) * clamp(up, -L, L) in fp32: the raw gate is clamped before SiLU. One definition,
@@ -29,6 +30,36 @@ class Expert(nn.Module):
         if weight is not None:
             h = weight * h                     # the routing weight multiplies before w2
         return self.w2(h.to(x.dtype)).float()
+
+
+def _expert_linear(x: torch.Tensor, w: tuple, idx: torch.Tensor) -> torch.Tensor:
+    """x [T,k,in] through the experts idx [T,k] of the stack w -> [T,k,out]: the per-expert Linear, batched."""
+    fmt, data, _scale, _scale2, input_scale = w
+    if fmt == "fp8":
+        x = fp8_fake_quant(x, 128 if x.shape[-1] % 128 == 0 else x.shape[-1])
+    elif fmt == "fp4":
+        x = nvfp4_act_fake_quant(x, input_scale[idx].reshape(-1, 1, 1))   # each expert's own input scale
+    W = data[idx]                                                     # [T,k,out,in] gathered by device index
+    return (W @ x.to(W.dtype).unsqueeze(-1)).squeeze(-1)
+
+
+def routed_experts(x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor, w1: tuple, w3: tuple, w2: tuple,
+                   limit: float | None) -> torch.Tensor:
+    """y [T,d] fp32 = sum_k w2[idx]( wts * swiglu(w1[idx] x, w3[idx] x, limit) ): fixed shapes, device expert ids.
+
+    x [T,d], idx [T,k] device int, wts [T,k] fp32; each w is `(fmt, data [E,out,in], scale, scale2, input_scale [E])`
+    (CONTRACTS section 3). This is the PyTorch implementation (what CPU runs); the fused kernel shares the API.
+    """
+    idx, order = idx.sort(-1)                   # accumulate in expert order, as the per-expert dispatch does
+    wts = wts.gather(-1, order)
+    xk = x.unsqueeze(1).expand(-1, idx.shape[1], -1)                                 # [T,k,d]
+    h = swiglu(_expert_linear(xk, w1, idx), _expert_linear(xk, w3, idx), float("inf") if limit is None else limit)
+    h = wts.unsqueeze(-1) * h                                                         # the routing weight before w2
+    out = _expert_linear(h.to(x.dtype), w2, idx).float()                              # [T,k,d]
+    y = out[:, 0]
+    for j in range(1, out.shape[1]):            # k is fixed: a sequential sum, the same rounding as y[rows] += ...
+        y = y + out[:, j]
+    return y
 
 
 class Gate(nn.Module):
@@ -54,12 +85,30 @@ class Gate(nn.Module):
 class MoE(nn.Module):
     def __init__(self, args, layer: int, policy: dict[str, str], dtype):
         super().__init__()
-        self.dim, self.n_experts = args.dim, args.n_routed_experts
+        self.dim, self.n_experts, self.limit = args.dim, args.n_routed_experts, args.swiglu_limit
         self.gate = Gate(args, layer, policy["router_gate"], dtype)
         self.experts = nn.ModuleList(Expert(args.dim, args.moe_inter_dim, args.swiglu_limit, policy["routed_experts"], dtype)
                                      for _ in range(args.n_routed_experts))
         self.shared_experts = Expert(args.dim, args.moe_inter_dim * args.n_shared_experts, args.swiglu_limit,
                                      policy["shared_experts"], dtype)
+
+    def expert_stacks(self) -> tuple[tuple, tuple, tuple]:
+        """(w1, w3, w2) of all experts as stacks `(fmt, data [E,out,in], None, None, input_scale [E])`.
+
+        Built on first use; each expert's weight is then re-pointed at its row of the stack, so the stack costs no
+        memory and both dispatches read the same storage. fmt follows the experts' activation-simulation switch."""
+        if getattr(self, "_stacks", None) is None:
+            stacks = []
+            for name in ("w1", "w3", "w2"):
+                lins = [getattr(e, name) for e in self.experts]
+                data = torch.stack([lin.weight.data for lin in lins])
+                scales = torch.stack([lin.input_scale for lin in lins])
+                for i, lin in enumerate(lins):
+                    lin.weight.data = data[i]
+                    lin.input_scale.data = scales[i]
+                stacks.append((lins[0], data, scales))
+            self._stacks = tuple(stacks)
+        return tuple((lin.fmt if lin.act_sim else "bf16", data, None, None, scales) for lin, data, scales in self._stacks)
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         shape = x.shape

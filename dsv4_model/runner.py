@@ -45,11 +45,15 @@ class Runner:
         self.pool = None
 
     # -- host side, outside any graph -------------------------------------------------------------------------
-    def bucket(self, n: int) -> int:
-        for b in self.buckets:
+    @staticmethod
+    def bucket_for(n: int, buckets=BUCKETS) -> int:
+        for b in sorted(buckets):
             if b >= n:
                 return b
-        raise ValueError(f"runner: {n} rows exceed the largest bucket {self.buckets[-1]}")
+        raise ValueError(f"runner: {n} rows exceed the largest bucket {max(buckets)}")
+
+    def bucket(self, n: int) -> int:
+        return self.bucket_for(n, self.buckets)
 
     def start(self, row: int, prompt: list[int], **sampling) -> None:
         """Begin a fresh sequence in `row`: state cleared, prompt loaded, sampling settings set."""

@@ -46,7 +46,7 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
     noise [n,V] uniform. Gumbel-max: argmax p / Exp(1), the exponential drawn by inverse CDF from the noise."""
     V = logits.shape[-1]
     greedy = logits.argmax(-1)
-    srt, order = (logits / temperature.clamp(min=1e-6)[:, None]).sort(-1, descending=True, stable=True)
+    srt, order = (logits / temperature.clamp(min=1e-6)[:, None]).sort(dim=-1, descending=True, stable=True)
     rank = torch.arange(V, device=logits.device)[None, :]
     keep = rank < torch.where(top_k > 0, top_k, V)[:, None]
     p = srt.masked_fill(~keep, float("-inf")).softmax(-1)

@@ -129,7 +129,8 @@ def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     shape = x.shape
     x = x.reshape(-1, moe.dim)
     weights, idx = moe.gate(x, ids.reshape(-1))
-    y = routed_experts(x, idx, weights, *moe.expert_stacks(), moe.limit)
+    ex = moe.experts
+    y = routed_experts(x, idx, weights, ex.w1.astuple(), ex.w3.astuple(), ex.w2.astuple(), moe.limit, act=ex.act_sim)
     y = y + moe.shared_experts(x)
     return y.to(x.dtype).view(shape)
 

@@ -36,16 +36,20 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
 
 
 def bytes_per_step(model, dec, batch: int) -> int:
-    """Weights the step reads (routed experts: the ones hit, at most batch*k per layer; embedding: the rows fed)
-    plus the decode state it reads (window rings, compressor states and every compressed slot, masked or not)."""
+    """Weights the step reads in their stored formats (routed experts: the ones hit, at most batch*k per layer;
+    embedding: the rows fed) plus the decode state it reads (window rings, compressor states and every compressed
+    slot, masked or not). The reference model's own decode state and rope tables are not read by this step."""
     a = model.args
+    skip = ("kv_window", "kv_state", "gate_state", "entries", "pos", "rope_main", "rope_compress", "tid2eid")
     total = 0
-    for name, p in model.named_parameters():
-        if ".experts." in name or name == "embed.weight":
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if ".experts." in name or name == "embed.weight" or name.rsplit(".", 1)[-1] in skip:
             continue
-        total += p.numel() * p.element_size()
-    per_expert = sum(p.numel() * p.element_size() for p in model.layers[0].ffn.experts[0].parameters())
-    total += a.n_layers * min(a.n_routed_experts, batch * a.n_activated_experts) * per_expert
+        total += t.numel() * t.element_size()
+    for layer in model.layers:
+        ex = layer.ffn.experts
+        per_expert = sum(qw.nbytes for qw in (ex.w1, ex.w2, ex.w3)) // a.n_routed_experts
+        total += min(a.n_routed_experts, batch * a.n_activated_experts) * per_expert
     total += batch * a.dim * model.embed.weight.element_size()
     total += sum(b.numel() * b.element_size() for n, b in dec.named_buffers() if b.dim() >= 2)
     return total

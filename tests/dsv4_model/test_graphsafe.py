@@ -24,14 +24,16 @@ def model():
     return dsv4_model.load("tiny", max_seq_len=512)
 
 
-@pytest.fixture
-def exact(model):
-    """The structural comparison runs without the FP8/FP4 activation simulations: with them on, a last-ulp
-    difference (a different summation order) can move a value across a quantisation boundary and the logits then
-    differ by percents, as any two implementations' would (see test_greedy_tokens_match_with_simulation)."""
-    model.set_simulation(False)
-    yield model
-    model.set_simulation(True)
+@pytest.fixture(scope="module")
+def exact():
+    """The structural comparison runs on weights dequantised at load and without the FP8/FP4 activation
+    simulations: with them on, a last-ulp difference (a different summation order) can move a value across a
+    quantisation boundary and the logits then differ by percents, as any two implementations' would
+    (test_greedy_tokens_match_with_simulation covers the stored formats with simulation)."""
+    from dsv4_model.precision import COMPONENTS
+    m = dsv4_model.load("tiny", max_seq_len=512, precision=[f"{c}=plain" for c in COMPONENTS])
+    m.set_simulation(False)
+    return m
 
 
 def _reference(model, prompt, n_new):
@@ -119,6 +121,30 @@ def test_compressor_writes_only_on_block_close(exact):
             closes4, closes128 = int(p[r] + 1) % 4 == 0, int(p[r] + 1) % 128 == 0
             assert (not torch.equal(csa[r], before[0][r])) == closes4, (r, int(p[r]))
             assert (not torch.equal(hca[r], before[1][r])) == closes128, (r, int(p[r]))
+
+
+@pytest.mark.parametrize("fmt", ["plain", "mxfp4", "nvfp4"])
+def test_routed_experts_equals_the_per_expert_dispatch(fmt):
+    """The fixed-shape dispatch (gathered stacks, batched matmul) against the reference's loop over the experts hit,
+    with each format's activation simulation on (the MoE's own forward, shared expert included)."""
+    from dsv4_model.config import tiny
+    from dsv4_model.linear import set_qweight
+    from dsv4_model.decode import moe_step
+    from dsv4_model.moe import MoE
+    from dsv4_model.quant import quantize
+    torch.manual_seed(0)
+    a = tiny()
+    moe = MoE(a, 1, torch.float32)
+    for name, t in list(moe.named_buffers()) + list(moe.named_parameters()):
+        if t is not None and t.is_floating_point() and t.dim() >= 1:
+            t.copy_(torch.randn_like(t) / t.shape[-1] ** 0.5)
+    if fmt != "plain":
+        for p in ("w1", "w2", "w3"):
+            scale = torch.full((a.n_routed_experts,), 4.0 / 2688) if fmt == "nvfp4" else None
+            set_qweight(moe.experts, p, quantize(getattr(moe.experts, f"{p}_weight"), fmt, scale))
+    x, ids = torch.randn(5, 1, a.dim), torch.randint(0, a.vocab_size, (5, 1))
+    ref, got = moe(x, ids), moe_step(moe, x, ids)
+    assert (got - ref).abs().max() <= 1e-5 * ref.abs().max()
 
 
 # -- sampler --------------------------------------------------------------------------------------------------

@@ -468,3 +468,29 @@ def test_attention_sink_takes_mass_without_value(model):
                 assert torch.allclose(got, attn.wo_b(torch.einsum("gi,gri->gr", o2, wa).flatten().view(1, 1, -1)), atol=1e-5)
     finally:
         attn.attn_sink.data = old
+
+
+def test_score_cli_refuses_bad_outputs_and_inputs(tmp_path, capsys, monkeypatch):
+    from dsv4_model.__main__ import main
+    ck = _tiny_copy(tmp_path / "ck")
+    before = {p.name: p.read_bytes() for p in ck.iterdir()}
+    cases = [
+        (["--checkpoint", str(ck), "--tokens", "20,21", "--out", str(ck / "model.safetensors")], "checkpoint"),
+        (["--checkpoint", str(ck), "--tokens", "20,21", "--out", str(ck / "config.json")], "checkpoint"),
+        (["--checkpoint", str(ck), "--tokens", "20", "--out", str(tmp_path)], "is a directory"),
+        (["--checkpoint", str(ck), "--tokens", "20", "--out", str(tmp_path / "nope" / "l.pt")], "does not exist"),
+        (["--checkpoint", str(ck), "--tokens", " , ", "--out", str(tmp_path / "l.pt")], "empty"),
+        (["--checkpoint", str(ck), "--tokens", "1,x", "--out", str(tmp_path / "l.pt")], "--tokens"),
+        (["--checkpoint", str(ck), "--tokens", "99999", "--out", str(tmp_path / "l.pt")], "outside the vocabulary"),
+    ]
+    if not torch.cuda.is_available():
+        cases.append((["--checkpoint", str(ck), "--device", "cuda", "--tokens", "20", "--out", str(tmp_path / "l.pt")],
+                      "no CUDA device"))
+    for argv, match in cases:
+        assert main(["score", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert match in err and err.count("\n") == 1, (argv, err)
+    assert {p.name: p.read_bytes() for p in ck.iterdir()} == before
+    assert not (tmp_path / "l.pt").exists()
+    assert main(["score", "--checkpoint", str(ck), "--tokens", "20,21", "--out", str(tmp_path / "l.pt")]) == 0
+    assert torch.load(tmp_path / "l.pt").shape == (2, config.tiny().vocab_size)

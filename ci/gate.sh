@@ -6,3 +6,5 @@ cd "$(dirname "$0")/.."
 mkdir -p build
 graphcheck run --no-progress -o build/inventory.json
 graphcheck report build/inventory.json --format html -o build/inventory.html
+# the graph-safe decode has an EMPTY baseline: any hazard in its path fails here
+graphcheck run --no-progress --config graphcheck-graphsafe.toml -o build/inventory-graphsafe.json

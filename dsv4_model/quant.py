@@ -120,7 +120,7 @@ def quantize(w: torch.Tensor, fmt: str, input_scale: torch.Tensor | None = None)
             parts.append((q["weight"], q["weight_scale"], q["weight_scale_2"]))
         else:
             raise ValueError(f"unknown weight format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    cols = [torch.stack(c).reshape(*lead, *c[0].shape) for c in zip(*parts)]
+    cols = [torch.stack(c).reshape((*lead, *c[0].shape)) for c in zip(*parts)]
     return QWeight(fmt, cols[0], cols[1], cols[2] if len(cols) > 2 else None, input_scale if fmt == "nvfp4" else None)
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])

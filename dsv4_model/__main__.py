@@ -56,8 +56,7 @@ def cmd_generate(a) -> int:
         print("dsv4_model: --no-graph: running the graph-safe step eagerly", file=sys.stderr)
     generate_batch(model, prompts, max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k,
                    top_p=a.top_p, repetition_penalty=a.repetition_penalty, seed=a.seed, eos_id=tok.eos_id,
-                   graphs=not a.no_graph, check=a.check, on_token=stream,
-                   log=lambda s: print(s, file=sys.stderr) if not a.no_graph else None)
+                   graphs=not a.no_graph, check=a.check, on_token=stream)
     for i, (p, o) in enumerate(zip(prompts, outs)):
         if len(prompts) == 1:
             sys.stdout.write(tok.decode(o)[len(shown[0]):] + "\n")

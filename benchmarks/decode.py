@@ -80,9 +80,7 @@ def bench(name: str, model, batch: int, steps: int, compile_: bool, bw: float) -
             print(f"  torch.compile failed on {name} batch {batch}: {type(e).__name__}: {str(e).splitlines()[0][:120]}",
                   file=sys.stderr)
     row["floor"] = bytes_per_step(model, dec, batch) / bw * 1e3
-    del runner, dec
-    torch.cuda.empty_cache()
-    return row
+    return row                                  # the decoder's state and graphs are freed with this frame
 
 
 def main(argv=None) -> int:
@@ -104,6 +102,7 @@ def main(argv=None) -> int:
         model = dsv4_model.load("tiny", device="cuda", max_seq_len=512) if cfg == "tiny" else flash_layers()
         for b in (int(x) for x in a.batches.split(",")):
             rows.append(bench(cfg, model, b, a.steps, not a.no_compile, bw))
+            torch.cuda.empty_cache()
         del model
         torch.cuda.empty_cache()
     print(f"{'config':7} {'B':>2} {'eager ms':>9} {'graph ms':>9} {'compile ms':>10} {'floor ms':>9} "

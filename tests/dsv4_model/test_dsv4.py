@@ -1,5 +1,6 @@
 """dsv4_model: configuration, checkpoints and their validation, every layer's formula, the correctness fixes,
 prefill/decode agreement, precision policy, chat encoding, sampling and the CLI."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,7 +19,7 @@ from dsv4_model.compressor import Compressor
 from dsv4_model.encoding import encode_messages
 from dsv4_model.generate import sample
 from dsv4_model.moe import swiglu
-from dsv4_model.precision import DEFAULT_POLICY, parse_overrides, resolve
+from dsv4_model.precision import DEFAULT_POLICY, parse_overrides
 from dsv4_model.rope import apply_rope
 from dsv4_kernels.compressor_reduce import compressor_reduce
 from dsv4_kernels.fused_swiglu.reference import fused_swiglu_ref
@@ -92,9 +93,9 @@ def test_compressor_module_pools_with_ape_on_the_score(ratio):
     """A whole CSA/HCA block through Compressor.step vs the spec formula computed here."""
     torch.manual_seed(1)
     dim, D, rd = 32, 16, 8
-    comp = Compressor(dim, D, ratio, rd, 1e-6, "bf16", torch.float32, 1, 4 * ratio)
-    for p in comp.parameters():
-        p.data.normal_()
+    comp = Compressor(dim, D, ratio, rd, 1e-6, torch.float32, 1, 4 * ratio)
+    for t in [*comp.parameters(), comp.wkv.weight, comp.wgate.weight]:
+        t.data.normal_()
     cs = _cs(4 * ratio, rd // 2)
     xs = torch.randn(2 * ratio, 1, 1, dim)
     for pos in range(2 * ratio):
@@ -128,12 +129,49 @@ def test_swiglu_clamps_the_raw_gate_before_silu():
     assert torch.equal(fused_swiglu_ref(inter, L, "interleaved"), right.view(1, 3))
 
 
-def test_shared_expert_uses_the_same_clamp(model):
-    e = model.layers[0].ffn.shared_experts
-    x = torch.randn(3, model.args.dim) * 50
-    h = swiglu(e.w1(x), e.w3(x), e.limit)
-    assert torch.allclose(e(x), e.w2(h.to(x.dtype)).float())
-    assert e.limit == model.args.swiglu_limit
+def _moe_checkpoint(tmp_path, **overrides):
+    """A tiny checkpoint whose layer-0 shared and routed gates run far above swiglu_limit."""
+    args = dataclasses.replace(config.tiny(), **overrides)
+    st = random_state(args, seed=2)
+    st["layers.0.ffn.shared_experts.w1.weight"] *= 40
+    write_checkpoint(tmp_path, args, st, fmt="fp32", naming="native")
+    return dsv4_model.load(tmp_path), st
+
+
+def _swiglu_ffn(x, w1, w3, w2, limit):
+    g, u = x @ w1.T, x @ w3.T
+    if limit:
+        g, u = g.clamp(max=limit), u.clamp(-limit, limit)
+    return (F.silu(g) * u) @ w2.T
+
+
+@pytest.mark.parametrize("hf_clamp", [False, True])
+def test_shared_expert_is_unclamped_unless_configured(tmp_path, hf_clamp):
+    """The official shared expert has no swiglu_limit; shared_expert_clamp=True gives HF's clamped one."""
+    model, st = _moe_checkpoint(tmp_path, shared_expert_clamp=hf_clamp)
+    w = [st[f"layers.0.ffn.shared_experts.{n}.weight"] for n in ("w1", "w3", "w2")]
+    x = torch.randn(5, model.args.dim)
+    assert (x @ w[0].T).max() > model.args.swiglu_limit                      # the clamp would bite
+    got = model.layers[0].ffn.shared_experts(x)
+    unclamped = _swiglu_ffn(x, *w, None)
+    clamped = _swiglu_ffn(x, *w, model.args.swiglu_limit)
+    want, other = (clamped, unclamped) if hf_clamp else (unclamped, clamped)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-4) and not torch.allclose(got, other, rtol=1e-3, atol=1e-2)
+
+
+def test_routed_experts_clamp_and_swiglu_limit_zero_means_none(tmp_path):
+    """Routed experts clamp at swiglu_limit through the stacked weights; swiglu_limit=0 is the reference's 'no clamp'."""
+    for limit in (10.0, 0.0):
+        model, st = _moe_checkpoint(tmp_path / str(limit), swiglu_limit=limit)
+        ex = model.layers[0].ffn.experts
+        w = [st[f"layers.0.ffn.experts.3.{n}.weight"] * s for n, s in (("w1", 40), ("w3", 40), ("w2", 1))]
+        x = torch.randn(4, model.args.dim)
+        ex._buffers["w1_weight"][3] *= 40
+        ex._buffers["w3_weight"][3] *= 40
+        got = ex(x, 3)
+        want = _swiglu_ffn(x, *w, limit or None)
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-3), limit
+        assert not torch.allclose(got, _swiglu_ffn(x, *w, None if limit else 10.0), rtol=1e-3, atol=1e-2)
 
 
 def test_hash_routing_table_has_distinct_experts(model):
@@ -148,8 +186,8 @@ def test_hash_routing_table_has_distinct_experts(model):
 def test_router_bias_selects_but_does_not_weight():
     from dsv4_model.moe import Gate
     args = config.tiny()
-    g = Gate(args, layer=args.n_hash_layers, fmt="bf16", dtype=torch.float32)
-    g.weight.data.normal_()
+    g = Gate(args, layer=args.n_hash_layers, dtype=torch.float32)
+    g.weight.normal_()
     x = torch.randn(4, args.dim)
     w0, i0 = g(x, torch.zeros(4, dtype=torch.long))
     g.bias.data[:] = 0
@@ -281,20 +319,50 @@ def test_non_finite_scale_named(tmp_path):
         dsv4_model.load(tmp_path)
 
 
-def test_precision_policy_defaults_and_overrides():
-    assert DEFAULT_POLICY["lm_head"] == "bf16" and DEFAULT_POLICY["routed_experts"] == "fp4"
-    assert DEFAULT_POLICY["indexer_q_b_proj"] == "fp4" and DEFAULT_POLICY["router_gate"] == "bf16"
-    p = resolve(parse_overrides(["lm_head=fp4"]))
-    assert p["lm_head"] == "fp4" and p["router_gate"] == "bf16"
+def test_precision_policy_names_and_overrides():
+    assert DEFAULT_POLICY == "faithful"
+    p = parse_overrides(None)
+    assert set(p.values()) == {"stored"}
+    p = parse_overrides(["floor", "routed_experts=nvfp4"])
+    assert p["lm_head"] == p["router_gate"] == p["compressor"] == "bf16" and p["routed_experts"] == "nvfp4"
+    assert p["indexer_q_b_proj"] == "stored"                                     # the QAT-trained QK path stays
     with pytest.raises(ValueError, match="lm_headz"):
-        parse_overrides(["lm_headz=fp4"])
+        parse_overrides(["lm_headz=fp8"])
     with pytest.raises(ValueError, match="fp3"):
         parse_overrides(["lm_head=fp3"])
-    base = dsv4_model.load("tiny")
-    ab = dsv4_model.load("tiny", precision=["lm_head=fp4"])
-    assert base.head.fmt == "bf16" and ab.head.fmt == "fp4"
+    with pytest.raises(ValueError, match="flor"):
+        parse_overrides(["flor"])
+
+
+def test_default_is_format_faithful(tmp_path):
+    """Plain weights compute plain (no activation simulation); the tiny ModelOpt checkpoint computes as stored."""
+    args = config.tiny()
+    write_checkpoint(tmp_path, args, random_state(args, seed=2), fmt="fp32", naming="native")
+    m = dsv4_model.load(tmp_path)
+    fmts = {f for mod in m.modules() if hasattr(mod, "fmts") for f in mod.fmts.values()}
+    assert fmts == {"plain"}
+    x = torch.randn(3, args.dim)
+    lin = m.layers[1].attn.wq_a
+    assert torch.equal(lin(x), x @ lin.weight.T)                                  # no activation simulation
+    tiny = dsv4_model.load("tiny")
+    assert tiny.layers[1].ffn.experts.w1.fmt == "nvfp4" and tiny.layers[1].attn.wq_b.fmt == "fp8"
+    assert tiny.layers[1].attn.indexer.wq_b.fmt == "fp8" and tiny.head.fmt == "plain"
+    # a deployment format on plain weights only by explicit opt-in
+    sim = dsv4_model.load(tmp_path, precision=["routed_experts=nvfp4"])
+    assert sim.layers[1].ffn.experts.w2.fmt == "nvfp4" and sim.layers[1].attn.wq_a.fmt == "plain"
     t = torch.tensor([30])
-    assert not torch.equal(base.decode_step(t), ab.decode_step(t))
+    assert not torch.equal(m.decode_step(t), sim.decode_step(t))
+
+
+def test_floor_policy_dequantises_helpers_of_a_quantised_checkpoint(tmp_path):
+    args = config.tiny()
+    write_checkpoint(tmp_path, args, random_state(args, seed=2), fmt="nvfp4", naming="hf")
+    m = dsv4_model.load(tmp_path, precision="floor")
+    a = m.layers[1].attn
+    assert m.head.fmt == m.layers[3].ffn.gate.fmt == a.compressor.wkv.fmt == a.indexer.weights_proj.fmt == "plain"
+    assert a.indexer.compressor.wgate.qweight.data.dtype == torch.bfloat16
+    assert a.indexer.wq_b.fmt == "nvfp4" and m.layers[1].ffn.experts.w1.fmt == "nvfp4" and a.wq_a.fmt == "nvfp4"
+    assert a.wo_a.fmt == "plain"                                                  # dequantised, as the reference
 
 
 def test_chat_encoding_matches_the_spec_example():
@@ -373,28 +441,56 @@ def test_mhc_post_and_head_formulas(model):
 
 
 def test_attention_sink_takes_mass_without_value(model):
-    """softmax over [scores, sink] with the sink's column dropped: rows sum to < 1, exactly as the formula."""
+    """Attention._attend with a per-head sink vs the formula: p_j = e^s_j / (sum e^s + e^sink), o = sum p_j K_j,
+    de-rotated, then the grouped output projection. A huge sink leaves (almost) nothing; a tiny one is plain softmax."""
+    from dsv4_model.rope import rope_tail
     attn = model.layers[0].attn
-    H, D = attn.H, attn.D
-    s = torch.randn(1, 1, H, 5)
-    sink = attn.attn_sink.view(1, 1, H, 1)
-    p = torch.softmax(torch.cat([s, sink.expand(1, 1, H, 1)], -1), -1)[..., :-1]
-    want = torch.exp(s) / (torch.exp(s).sum(-1, keepdim=True) + torch.exp(sink))
-    assert torch.allclose(p, want, atol=1e-6) and (p.sum(-1) < 1).all()
+    H, D, rd = attn.H, attn.D, attn.rd
+    g = torch.Generator().manual_seed(0)
+    q, K = torch.randn(1, 1, H, D, generator=g), torch.randn(1, 1, 6, D, generator=g)
+    cs = model.rope_main[5:6]
+    old = attn.attn_sink.data.clone()
+    try:
+        for sink in (torch.tensor([0.3, -1.0]), torch.full((H,), 60.0), torch.full((H,), -60.0)):
+            attn.attn_sink.data = sink
+            s = torch.einsum("hd,nd->hn", q[0, 0], K[0, 0]) / D ** 0.5
+            p = s.exp() / (s.exp().sum(-1, keepdim=True) + sink.exp()[:, None])
+            o = rope_tail(p @ K[0, 0], cs[0], rd, inverse=True).reshape(attn.G, -1)
+            wa = dsv4_model.dequant(attn.wo_a.qweight).view(attn.G, attn.R, -1)
+            want = attn.wo_b(torch.einsum("gi,gri->gr", o, wa).flatten().view(1, 1, -1))
+            got = attn._attend(q, K, None, cs)
+            assert torch.allclose(got, want, atol=1e-5), sink
+            if sink[0] > 50:                                   # the sink takes all the mass and adds no value
+                assert got.abs().max() < 1e-6
+            if sink[0] < -50:
+                plain = torch.softmax(s, -1)
+                o2 = rope_tail(plain @ K[0, 0], cs[0], rd, inverse=True).reshape(attn.G, -1)
+                assert torch.allclose(got, attn.wo_b(torch.einsum("gi,gri->gr", o2, wa).flatten().view(1, 1, -1)), atol=1e-5)
+    finally:
+        attn.attn_sink.data = old
 
 
-def test_precision_policy_reaches_every_projection():
-    from dsv4_model.linear import Linear
-    from dsv4_model.moe import Gate
-    from dsv4_model.precision import component_of
-    for overrides in ([], ["lm_head=fp4", "routed_experts=bf16", "router_gate=fp8"]):
-        m = dsv4_model.load("tiny", precision=overrides)
-        policy = resolve(parse_overrides(overrides))
-        seen = set()
-        for name, mod in m.named_modules():
-            if isinstance(mod, (Linear, Gate)) and not name.endswith(".wo_a"):   # wo_a: bf16 by design (the reference's)
-                comp = component_of(name)
-                assert mod.fmt == policy[comp], (name, mod.fmt, policy[comp])
-                seen.add(comp)
-        assert {"lm_head", "router_gate", "routed_experts", "shared_experts", "attention", "compressor",
-                "indexer_q_b_proj"} <= seen
+def test_score_cli_refuses_bad_outputs_and_inputs(tmp_path, capsys, monkeypatch):
+    from dsv4_model.__main__ import main
+    ck = _tiny_copy(tmp_path / "ck")
+    before = {p.name: p.read_bytes() for p in ck.iterdir()}
+    cases = [
+        (["--checkpoint", str(ck), "--tokens", "20,21", "--out", str(ck / "model.safetensors")], "checkpoint"),
+        (["--checkpoint", str(ck), "--tokens", "20,21", "--out", str(ck / "config.json")], "checkpoint"),
+        (["--checkpoint", str(ck), "--tokens", "20", "--out", str(tmp_path)], "is a directory"),
+        (["--checkpoint", str(ck), "--tokens", "20", "--out", str(tmp_path / "nope" / "l.pt")], "does not exist"),
+        (["--checkpoint", str(ck), "--tokens", " , ", "--out", str(tmp_path / "l.pt")], "empty"),
+        (["--checkpoint", str(ck), "--tokens", "1,x", "--out", str(tmp_path / "l.pt")], "--tokens"),
+        (["--checkpoint", str(ck), "--tokens", "99999", "--out", str(tmp_path / "l.pt")], "outside the vocabulary"),
+    ]
+    if not torch.cuda.is_available():
+        cases.append((["--checkpoint", str(ck), "--device", "cuda", "--tokens", "20", "--out", str(tmp_path / "l.pt")],
+                      "no CUDA device"))
+    for argv, match in cases:
+        assert main(["score", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert match in err and err.count("\n") == 1, (argv, err)
+    assert {p.name: p.read_bytes() for p in ck.iterdir()} == before
+    assert not (tmp_path / "l.pt").exists()
+    assert main(["score", "--checkpoint", str(ck), "--tokens", "20,21", "--out", str(tmp_path / "l.pt")]) == 0
+    assert torch.load(tmp_path / "l.pt").shape == (2, config.tiny().vocab_size)

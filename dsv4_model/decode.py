@@ -32,9 +32,12 @@ from torch import nn
 
 from dsv4_kernels.compressor_reduce import compressor_reduce
 
+from .attention import Attention
+from .compressor import Compressor
 from .indexer import topk_blocks
 from .model import Transformer
 from .moe import routed_experts
+from .quant import act_sim
 
 # shapes: B bucket rows, W window, D head_dim, m ratio, N compressed slots per sequence, V vocab, d dim
 
@@ -71,7 +74,7 @@ class LayerState(nn.Module):
                 c.reset_rows(rows)
 
 
-def compressor_step(comp, st: CompressorState, n: int, x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
+def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
                     table: torch.Tensor, post) -> None:
     """Fold token x [n,1,d] at positions pos [n] into the open block; write the entry of every block that closes."""
     m = comp.m
@@ -91,7 +94,7 @@ def compressor_step(comp, st: CompressorState, n: int, x: torch.Tensor, pos: tor
         gate_state[:, :m] = torch.where(closes, gate_state[:, m:], gate_state[:, :m])
 
 
-def attention_step(attn, st: LayerState, n: int, x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
+def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
                    table: torch.Tensor) -> torch.Tensor:
     """x [n,1,d] -> [n,1,d]; the reference order: window write, indexer, compressor, attention."""
     cs = table[pos].unsqueeze(1)                                                     # [n,1,rd/2,2]
@@ -124,13 +127,34 @@ def attention_step(attn, st: LayerState, n: int, x: torch.Tensor, pos: torch.Ten
     return attn._attend(q, K, torch.cat(masks, 1).unsqueeze(1), cs)
 
 
-def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """The reference MoE with a fixed-shape expert dispatch: x [n,1,d], ids [n,1]."""
+def kernel_experts(device: torch.device, use_kernels: bool = True):
+    """The routed-expert compute for `device`, decided once at load: the fused Triton kernel
+    (`dsv4_kernels.moe_gemv`) where the device is CUDA and it is usable, else `moe.routed_experts`. Returns
+    (function, note); the note says which and why, for the runner's log line."""
+    if not use_kernels:
+        return routed_experts, "routed experts: PyTorch reference (kernels switched off)"
+    if torch.device(device).type != "cuda":
+        return routed_experts, "routed experts: PyTorch reference (no CUDA device)"
+    from dsv4_kernels import available, select
+    ok, why = available("routed_experts")
+    if not ok:
+        return routed_experts, f"routed experts: PyTorch reference ({why})"
+    kernel = select("routed_experts", device)
+
+    def run(x, idx, wts, w1, w3, w2, limit, act=True):
+        # the kernel is weight-only; the stored format's activation simulation runs around its launches
+        return kernel(x, idx, wts, w1, w3, w2, limit, act_sim=act_sim if act else None)
+    return run, "routed experts: fused Triton kernel"
+
+
+def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, experts=routed_experts) -> torch.Tensor:
+    """The reference MoE with a fixed-shape expert dispatch: x [n,1,d], ids [n,1]. `experts` is the routed-expert
+    compute chosen at load (`moe.routed_experts`, or the fused kernel on CUDA)."""
     shape = x.shape
     x = x.reshape(-1, moe.dim)
     weights, idx = moe.gate(x, ids.reshape(-1))
     ex = moe.experts
-    y = routed_experts(x, idx, weights, ex.w1.astuple(), ex.w3.astuple(), ex.w2.astuple(), moe.limit, act=ex.act_sim)
+    y = experts(x, idx, weights, ex.w1.astuple(), ex.w3.astuple(), ex.w2.astuple(), moe.limit, act=ex.act_sim)
     y = y + moe.shared_experts(x)
     return y.to(x.dtype).view(shape)
 
@@ -142,12 +166,13 @@ class GraphSafeDecoder(nn.Module):
     [batch, V] fp32. `step(n)` runs rows [0, n) (n a bucket size, a host integer) and advances their positions.
     """
 
-    def __init__(self, model: Transformer, batch: int = 8):
+    def __init__(self, model: Transformer, batch: int = 8, kernels: bool = True):
         super().__init__()
         self.__dict__["model"] = model              # not a submodule: the decoder owns state, not weights
         args = model.args
         self.batch, self.capacity = batch, args.max_seq_len
         dev, dtype = model.embed.weight.device, model.dtype
+        self.experts, self.kernel_note = kernel_experts(dev, kernels)     # once, never per step
         self.layers = nn.ModuleList(LayerState(layer.attn, batch, self.capacity, dtype) for layer in model.layers)
         self.register_buffer("tokens", torch.zeros(batch, dtype=torch.long), persistent=False)
         self.register_buffer("pos", torch.zeros(batch, dtype=torch.long), persistent=False)
@@ -175,7 +200,7 @@ class GraphSafeDecoder(nn.Module):
             x, post, comb = blk.hc_attn.pre(X)
             X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), pos, rows, table), X, post, comb)
             x, post, comb = blk.hc_ffn.pre(X)
-            X = blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids), X, post, comb)
+            X = blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids, self.experts), X, post, comb)
         return model._logits(X)[:, -1]
 
     @torch.inference_mode()

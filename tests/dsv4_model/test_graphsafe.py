@@ -217,8 +217,12 @@ def test_generate_several_prompts_cli():
 def test_static_scan_of_the_graphsafe_config_is_clean():
     r = subprocess.run([sys.executable, "-m", "graphcheck", "scan", "--config", "graphcheck-graphsafe.toml"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert r.returncode == 0 and "clean" in r.stdout, r.stdout + r.stderr
-    assert int(r.stdout.split("functions in the captured region")[0].split()[-1]) >= 30
+    # zero findings; the calls made through callables bound at load time (the compressor's post-processing, the
+    # routed-expert compute chosen once, the runner's decoder and sampler) are listed as unresolved, not hidden
+    assert r.returncode == 0 and "No findings" in r.stdout, r.stdout + r.stderr
+    s = subprocess.run([sys.executable, "-m", "graphcheck", "scan", "--config", "graphcheck-graphsafe.toml",
+                        "--show-scope"], capture_output=True, text=True, cwd=ROOT, timeout=300).stderr
+    assert int(s.split("function(s) in the captured region")[0].split()[-1]) >= 30, s
 
 
 def test_capture_emulation_of_the_graphsafe_target_is_clean(monkeypatch):
@@ -273,3 +277,34 @@ def test_cuda_replay_bitwise_tiny(batch):
 def test_cuda_replay_bitwise_flash_dims():
     from dsv4_model.synthetic import flash_layers
     _replay_equals_eager(flash_layers(device="cuda"), 8, STEPS)
+
+
+def test_kernel_choice_is_made_once_at_load(model):
+    """CPU always gets the PyTorch experts; switching kernels off is one argument, and the note says which ran."""
+    from dsv4_model.moe import routed_experts
+    dec = GraphSafeDecoder(model, batch=1)
+    assert dec.experts is routed_experts and "no CUDA device" in dec.kernel_note
+    assert "switched off" in GraphSafeDecoder(model, batch=1, kernels=False).kernel_note
+
+
+@pytest.mark.cuda
+def test_cuda_greedy_tokens_with_kernels_equal_without():
+    """300 greedy steps of the tiny preset (bf16) with the fused routed-expert kernel and with the PyTorch experts:
+    the same tokens; logits within bf16 tolerance (the kernel sums the k experts in slot order, the reference in
+    expert order, and rounds each projection once: last-bit differences, 2e-2 relative to the largest logit)."""
+    model = dsv4_model.load("tiny", device="cuda", max_seq_len=512, dtype=torch.bfloat16)
+    runs = []
+    for kernels in (True, False):
+        dec = GraphSafeDecoder(model, batch=1, kernels=kernels)
+        assert ("fused" in dec.kernel_note) == kernels, dec.kernel_note
+        dec.reset()
+        toks, logits = [], []
+        for _ in range(STEPS):
+            out = dec.step(1)
+            logits.append(out.clone())
+            dec.tokens[:1] = out.argmax(-1)
+            toks.append(dec.tokens[:1].clone())
+        runs.append((torch.cat(toks), torch.stack(logits)))
+    (t_k, l_k), (t_r, l_r) = runs
+    assert torch.equal(t_k, t_r)
+    assert ((l_k - l_r).abs().max() / l_r.abs().max()).item() < 2e-2

@@ -14,10 +14,10 @@ print(datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes")
       "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__,
       "transformers", transformers.__version__, torch.cuda.get_device_name())
 PY
-(timeout 330 python -m pytest -q -p no:cacheprovider -m cuda tests/ --deselect tests/kernels 2>&1 | tail -30 > "$OUT/pytest-cuda.txt") &
+(timeout 270 python -m pytest -q -p no:cacheprovider -m cuda tests/ --deselect tests/kernels 2>&1 | tail -30 > "$OUT/pytest-cuda.txt") &
 (timeout 200 python -m graphcheck capture dsv4_model.target:graphsafe_decode --device cuda --config graphcheck-graphsafe.toml \
    --output-format full > "$OUT/capture-graphsafe.txt" 2>&1; echo "exit $?" >> "$OUT/capture-graphsafe.txt") &
-(timeout 300 python benchmarks/thirdparty_verdicts.py --device cuda --out "$OUT/thirdparty-cuda.md" > "$OUT/thirdparty-cuda.log" 2>&1; echo "exit $?" >> "$OUT/thirdparty-cuda.log") &
+(timeout 260 python benchmarks/thirdparty_verdicts.py --device cuda --out "$OUT/thirdparty-cuda.md" > "$OUT/thirdparty-cuda.log" 2>&1; echo "exit $?" >> "$OUT/thirdparty-cuda.log") &
 wait
 tail -3 "$OUT/pytest-cuda.txt"; tail -4 "$OUT/capture-graphsafe.txt"; tail -15 "$OUT/thirdparty-cuda.md" 2>/dev/null || tail -5 "$OUT/thirdparty-cuda.log"
-timeout 240 python benchmarks/decode.py "$@" 2>&1 | tee "$OUT/decode.txt"
+timeout 200 python benchmarks/decode.py "$@" 2>&1 | tee "$OUT/decode.txt"

@@ -206,7 +206,8 @@ def nvfp4_act_fake_quant(x: torch.Tensor, input_scale: torch.Tensor | None) -> t
     if input_scale is None:
         s = (xf.abs().amax((-1, -2), keepdim=True) / (FP4_MAX * FP8_MAX)).clamp(min=1e-30)
     else:
-        s = input_scale.float().clamp(min=1e-30)
+        # a per-tensor scale, or one per row of x (experts gathered per token-expert pair): [rows, 1, 1]
+        s = input_scale.float().reshape(-1, 1, 1).clamp(min=1e-30)
     blk = (xf.abs().amax(-1, keepdim=True) / FP4_MAX / s).clamp(max=FP8_MAX).to(torch.float8_e4m3fn).float()
     denom = (blk * s).clamp(min=1e-30)
     q = e2m1_table(x.device)[quantize_e2m1(xf / denom).long()]

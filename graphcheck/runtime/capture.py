@@ -125,3 +125,10 @@ def _recover() -> None:
             torch.cuda.current_stream().synchronize()
     with contextlib.suppress(Exception):
         torch.cuda.synchronize()
+    # A capture that fails inside CUDA never reaches the generators' capture epilogue, so the default CUDA
+    # generators stay in "capturing" mode and every later random op outside capture raises "Offset increment
+    # outside graph capture encountered unexpectedly" (seen on the H200: one failed target broke the next
+    # target's sampling). A fresh state object with the same seed and offset is not capturing.
+    for g in torch.cuda.default_generators:
+        with contextlib.suppress(Exception):
+            g.graphsafe_set_state(g.clone_state())

@@ -152,6 +152,7 @@ class _Monitor:
     pending: dict[int, tuple[str, tuple]] = field(default_factory=dict)   # id(work) -> (call, frame)
     depth: int = 0
     step: int | None = None
+    remap: bool = False          # CPU capture emulation: in-place collectives in their traceable functional form
     thread: int = field(default_factory=threading.get_ident)
 
 
@@ -184,6 +185,21 @@ class _Trace(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _traceable() -> dict:
+    """torch's own map from the in-place collectives to their functional forms (the rewrite torch.compile applies
+    before tracing). The CPU capture emulation freezes the step with make_fx; an in-place `dist.all_reduce` would
+    trace as an un-waited c10d op (its `work.wait()` is Python, not an op), while the functional form traces as
+    the collective plus `wait_tensor` plus the in-place copy: what a CUDA graph records for an NCCL collective."""
+    try:
+        from torch.distributed._functional_collectives import traceable_collective_remaps
+    except ImportError:       # older torch: the emulation then traces the in-place ops as they are
+        return {}
+    return dict(traceable_collective_remaps)
+
+
+_TRACEABLE = _traceable()
+
+
 def _patched(mon: _Monitor, name: str, orig: Callable) -> Callable:
     @functools.wraps(orig)
     def call(*args, **kwargs):
@@ -209,7 +225,8 @@ def _patched(mon: _Monitor, name: str, orig: Callable) -> Callable:
                                detail="issued on a stream that is not capturing: it ran once, eagerly, and replay skips it")
         mon.depth += 1
         try:
-            out = orig(*args, **kwargs)
+            fn = _TRACEABLE.get(orig) if mon.remap and not kwargs.get("async_op") else None
+            out = (fn or orig)(*args, **kwargs)
         finally:
             mon.depth -= 1
         if kwargs.get("async_op") and out is not None and name in TENSOR_COLLECTIVES:
@@ -237,8 +254,8 @@ class CollectiveMonitor:
     """Wraps the torch.distributed collectives and the CUDA graph capture for the duration of a rank's run; call
     `begin_step(k)` / `end_step()` around each audited step (the warm-up is not recorded)."""
 
-    def __init__(self, kind: str = "sync"):
-        self.mon = _Monitor(Recorder(kind=kind))
+    def __init__(self, kind: str = "sync", remap: bool = False):
+        self.mon = _Monitor(Recorder(kind=kind), remap=remap)
         self._saved: list[tuple[Any, str, Any]] = []
         self._trace = _Trace(self.mon)
 
@@ -310,7 +327,8 @@ def rank_runtime(kind: str, spec: str, steps: int, warmup: int, device: str, roo
     if device and device != "auto":
         os.environ["GRAPHCHECK_DEVICE"] = device
     target = load_target(spec)
-    monitor = CollectiveMonitor(kind)
+    on_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    monitor = CollectiveMonitor(kind, remap=kind == "capture" and not on_cuda)
     with monitor:
         found = _run_monitored(kind, target, monitor, steps, warmup, device)
     rank = dist.get_rank() if dist.is_initialized() else 0

@@ -1,17 +1,52 @@
-"""The rule catalogue: one module per hazard family, each holding its rules' documentation and checks."""
+"""The rule catalogue: one module per rule (``gcNNN_name.py``), each with its documentation, its runtime
+signature and its checkers. This package never imports torch: the static scan must not pay for it."""
 from __future__ import annotations
 
-from . import custom_kernels, dynamic_shape, explicit_sync, host_branch, host_rng, host_transfer, meta, readback, sneaky
+import importlib
+import pkgutil
+from types import ModuleType
+
 from ._base import Family, Rule
 
-FAMILIES: list[Family] = [readback.FAMILY, host_branch.FAMILY, dynamic_shape.FAMILY, host_transfer.FAMILY,
-                          host_rng.FAMILY, explicit_sync.FAMILY, sneaky.FAMILY, custom_kernels.FAMILY, meta.FAMILY]
-RULES: dict[str, Rule] = {code: r for fam in FAMILIES for code, r in fam.rules.items()}
-# Runtime-only codes (the capture layer's own findings) are documented here too so `explain` knows every code.
-from .capture_rules import FAMILY as _CAPTURE  # noqa: E402
+_TITLES = {
+    "GC0": "Capture-under-test", "GC1": "Host readback", "GC2": "Host control flow on device values",
+    "GC3": "Data-dependent shapes", "GC4": "Host-to-device traffic and per-step allocation",
+    "GC5": "Host random number generators", "GC6": "Explicit syncs", "GC7": "Sneaky syncs", "GC8": "Custom kernels",
+    "GC9": "Scan hygiene",
+}
 
-FAMILIES.append(_CAPTURE)
-RULES.update(_CAPTURE.rules)
+
+def _load() -> list[ModuleType]:
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("gc") and m.name[2:5].isdigit())
+    return [importlib.import_module(f"{__name__}.{n}") for n in names]
+
+
+MODULES: list[ModuleType] = _load()
+RULES: dict[str, Rule] = {}
+for _m in MODULES:
+    if _m.RULE.code in RULES:
+        raise ImportError(f"rule code {_m.RULE.code} is declared by two modules ({RULES[_m.RULE.code].name}, {_m.__name__})")
+    RULES[_m.RULE.code] = _m.RULE
+FAMILIES: list[Family] = [Family(title, [r for c, r in RULES.items() if c.startswith(prefix)])
+                          for prefix, title in _TITLES.items()]
+# node type -> checkers of every rule, in code order; the engine calls them during its one walk of a file
+CHECKERS: dict[type, list] = {}
+for _m in MODULES:
+    for _fn in vars(_m).values():
+        for _t in getattr(_fn, "node_types", ()):
+            CHECKERS.setdefault(_t, []).append(_fn)
+
+
+def runtime_signatures() -> dict[str, str]:
+    """Each aten op (`aten::nonzero`) or torch callable (`torch.Tensor.item`) the runtime layers observe, mapped to
+    the code of the one rule that owns that hazard. A name claimed by two rules is an error."""
+    out: dict[str, str] = {}
+    for m in MODULES:
+        for name in m.RUNTIME:
+            if name in out:
+                raise ValueError(f"runtime signature {name!r} is claimed by both {out[name]} and {m.RULE.code}")
+            out[name] = m.RULE.code
+    return out
 
 
 def select_codes(select: list[str] | None, ignore: list[str] | None) -> set[str]:

@@ -1,8 +1,9 @@
-"""Rule metadata and the checker protocol shared by every rule family.
+"""Rule metadata and the checker registration every rule module uses.
 
-A family module (``readback.py``, ``host_branch.py``, ...) declares its ``RULES`` with their documentation in
-the house sections (what it does / why it breaks capture / example / use instead) and registers checkers
-per AST node type with ``@on(ast.Call)``. The engine walks each file once and calls the checkers.
+A rule module (``gc101_tensor_item.py``, ...) holds one rule: ``RULE`` with its documentation in the house
+sections (what it does / why it breaks capture / example / use instead), ``RUNTIME`` (the aten ops and torch
+callables the runtime layers attribute to the same hazard) and its checkers, registered per AST node type with
+``@on(ast.Call)``. The engine walks each file once and calls them. Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -29,25 +30,37 @@ class Rule:
 
     def doc(self) -> str:
         return (
-            f"{self.code} {self.name}\n\n## What it does\n{self.what}\n\n## Why it breaks capture\n{self.why}\n\n"
+            f"{self.code} {self.name}\n\n## What it does\n{self.what}\n\n## Why is this bad?\n{self.why}\n\n"
             f"## Example\n```python\n{self.example.strip()}\n```\n\n## Use instead\n```python\n{self.instead.strip()}\n```\n"
         )
 
 
-Checker = Callable[["object", ast.AST], None]
+Checker = Callable[[object, ast.AST], None]
+
+
+def on(*node_types: type) -> Callable[[Checker], Checker]:
+    """Mark a rule module's function as the checker for these node types."""
+    def mark(fn: Checker) -> Checker:
+        fn.node_types = node_types  # type: ignore[attr-defined]
+        return fn
+    return mark
+
+
+def dotted(node: ast.AST) -> str:
+    """'torch.cuda.synchronize' for an attribute chain, '' if it is not a plain chain."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
 
 
 class Family:
-    """Collects one family's rules and its node checkers."""
+    """A titled group of rules sharing a code prefix (GC1 = host readback, ...), for listings."""
 
     def __init__(self, title: str, rules: list[Rule]):
         self.title = title
         self.rules = {r.code: r for r in rules}
-        self.checkers: dict[type, list[Checker]] = {}
-
-    def on(self, *node_types: type) -> Callable[[Checker], Checker]:
-        def register(fn: Checker) -> Checker:
-            for t in node_types:
-                self.checkers.setdefault(t, []).append(fn)
-            return fn
-        return register

@@ -12,23 +12,21 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 
-from ..rules import FAMILIES, RULES, format_message
-from .inference import TensorScope, class_tensor_attrs, dotted, infer_function
+from ..rules import CHECKERS, RULES, format_message
+from ..rules._base import dotted
+from .inference import DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSORS, Env, infer, join, name_hint
 
-ENGINE_VERSION = "3"
+ENGINE_VERSION = "4"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
-_CHECKERS: dict[type, list] = {}
-for _fam in FAMILIES:
-    for _t, _fns in _fam.checkers.items():
-        _CHECKERS.setdefault(_t, []).extend(_fns)
+_CHECKERS = CHECKERS
 _SUPPRESS = re.compile(r"#\s*(?:graphcheck:\s*ignore\[(?P<codes>[^\]]*)\]|noqa:\s*(?P<noqa>GC\d+(?:\s*,\s*GC\d+)*))"
                        r"(?:\s*--\s*(?P<reason>.*\S))?")
 _LOGGER_NAMES = {"logger", "log", "logging", "_logger", "_log", "LOGGER", "LOG", "warnings", "wandb", "writer", "tb"}
 _READBACK_FAMILIES = ("GC1", "GC6")
 # Node types a checker, the tensor inference or the call graph looks at; everything else is only traversed.
 _KEEP = set(_CHECKERS) | {ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr, ast.Call, ast.Import,
-                          ast.ImportFrom}
+                          ast.ImportFrom, ast.Return, ast.comprehension, ast.Lambda}
 _LEAVES = {ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue, ast.Load, ast.Store, ast.Del}
 _SKIP_FIELDS = {"ctx", "op", "ops", "type_comment", "type_ignores", "type_params"}
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -80,12 +78,91 @@ def parse_suppressions(lines: list[str]) -> list[dict]:
 
 
 class _Ctx:
-    """What a rule checker sees: the current function's tensor scope, file facts, and ``report``."""
+    """What a rule checker sees: the current function's device lattice, file facts, and ``report``.
+
+    The kind queries (``dev``, ``maybe_dev``) may meet a value whose kind depends on a caller's argument or a
+    callee's return; they then answer yes *conditionally* and remember the dependency, and ``report`` stores the
+    finding with that condition for the cross-file pass to decide.
+    """
 
     def __init__(self, analyzer: "FileAnalyzer"):
         self.a = analyzer
-        self.scope: TensorScope | None = None
+        self.env: Env | None = None
         self.func: _Func | None = None
+        self.in_kernel = False
+        self._deps: set[str] = set()
+        self._mode = "dev"
+
+    # kinds -----------------------------------------------------------------------------------------
+    def kind(self, node: ast.AST):
+        return self.env.kind(node)
+
+    def dev(self, node: ast.AST) -> bool:
+        """A tensor on the device, or of unknown placement (likely the device)."""
+        k = self.env.kind(node)
+        if isinstance(k, frozenset):
+            self._deps |= k
+            return True
+        return k in ON_DEVICE
+
+    def maybe_dev(self, node: ast.AST) -> bool:
+        """Not known to live on the host: for the tensor-only methods (`.item()`, `.tolist()`, `.cpu()`)."""
+        k = self.env.kind(node)
+        if isinstance(k, frozenset):
+            self._deps |= k
+            self._mode = "maybe"
+            return True
+        return k not in (HOST, PINNED, NP, PY)
+
+    def tensor(self, node: ast.AST) -> bool:
+        k = self.env.kind(node)
+        return k in TENSORS or isinstance(k, frozenset)
+
+    def host(self, node: ast.AST) -> bool:
+        """A CPU tensor that is not pinned."""
+        return self.env.kind(node) == HOST
+
+    def py(self, node: ast.AST) -> bool:
+        return self.env.kind(node) == PY
+
+    def numpy(self, node: ast.AST) -> bool:
+        return self.env.kind(node) == NP
+
+    def bool_tensor(self, node: ast.AST) -> bool:
+        return self.env.is_bool(node)
+
+    def qual(self, node: ast.AST) -> str:
+        return self.env.qual(node)
+
+    def torch(self, call: ast.Call) -> str:
+        return self.env.torch(call)
+
+    def method(self, call: ast.Call) -> str:
+        """The method name of `value.m(...)` when `value` is a value, not a module path."""
+        f = call.func
+        if isinstance(f, ast.Attribute) and not self.env.qual(f):
+            return f.attr
+        return ""
+
+    def target_is_cpu(self, call: ast.Call) -> bool:
+        return self._to_target(call) in (HOST, PINNED)
+
+    def target_is_device(self, call: ast.Call) -> bool:
+        return self._to_target(call) == DEV
+
+    def target_is_cuda(self, call: ast.Call) -> bool:
+        vals = list(call.args[:1]) + [k.value for k in call.keywords if k.arg == "device"]
+        return any(isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value.startswith("cuda") for v in vals)
+
+    def _to_target(self, call: ast.Call):
+        dev = next((k.value for k in call.keywords if k.arg == "device"), None)
+        if dev is None and call.args:
+            dev = call.args[0]
+        return self.env.device_value(dev) if dev is not None else None
+
+    def non_blocking(self, call: ast.Call) -> bool:
+        return any(k.arg == "non_blocking" and isinstance(k.value, ast.Constant) and k.value.value is True
+                   for k in call.keywords)
 
     # file facts ------------------------------------------------------------------------------------
     @property
@@ -96,13 +173,6 @@ class _Ctx:
     def in_method(self) -> bool:
         return bool(self.func and self.func.cls and isinstance(self.func.node, _FUNCS))
 
-    def module_alias(self, name: str) -> str:
-        return self.a.imports.get(name, {}).get("target", "") if name else ""
-
-    def is_numpy_call(self, f: ast.AST) -> bool:
-        name = dotted(f)
-        return bool(name) and "." in name and self.module_alias(name.split(".")[0]).split(".")[0] == "numpy"
-
     def is_logger(self, node: ast.AST) -> bool:
         name = dotted(node)
         return bool(name) and (name.split(".")[-1] in _LOGGER_NAMES or name.lower().endswith("logger"))
@@ -110,7 +180,7 @@ class _Ctx:
     def is_host_sequence(self, node: ast.AST) -> bool:
         if isinstance(node, (ast.List, ast.Tuple, ast.ListComp)):
             return True
-        return isinstance(node, ast.Name) and node.id in self.a.host_seqs.get(id(self.func), set())
+        return isinstance(node, ast.Name) and (node.id in self.a.host_seqs.get(id(self.func), ()) or self.env.kind(node) == PY)
 
     def mentions_nan_guard(self, test: ast.AST) -> bool:
         for n in ast.walk(test):
@@ -120,23 +190,16 @@ class _Ctx:
                     return True
         return False
 
-    def is_host_tensor(self, node: ast.AST) -> bool:
-        """A module-level tensor built on the host (`TABLE = torch.tensor([...])`), or a slice of one."""
-        while isinstance(node, ast.Subscript):
-            node = node.value
-        return isinstance(node, ast.Name) and node.id in self.a.host_tensors and not (
-            self.func and node.id in self.scope.names)
-
     def is_stream_or_event(self, node: ast.AST) -> bool:
-        return isinstance(node, ast.Name) and node.id in self.a.stream_names
+        if isinstance(node, ast.Name) and node.id in self.a.stream_names:
+            return True
+        if isinstance(node, ast.Call):
+            return dotted(node.func).split(".")[-1] in _STREAM_CTORS
+        recv = dotted(node).lower().split(".")[-1]
+        return bool(recv) and any(w in recv for w in ("stream", "event")) or recv in ("ev", "done", "start", "end")
 
     def is_shadowed(self, name: str) -> bool:
         return name in self.a.module_defs
-
-    def from_einops(self, f: ast.AST) -> bool:
-        name = dotted(f)
-        head = name.split(".")[0]
-        return self.module_alias(head).startswith("einops")
 
     def is_kernel(self, f: ast.AST) -> bool:
         if isinstance(f, ast.Name):
@@ -151,11 +214,16 @@ class _Ctx:
         if key in self.a.seen:
             return
         self.a.seen.add(key)
-        self.a.findings.append({
-            "rule": code, "line": line, "col": getattr(node, "col_offset", 0),
-            "function": self.func.qname if self.func else "<module>",
-            "message": format_message(code, **fmt), "source": self.a.line(line),
-        })
+        d = {"rule": code, "line": line, "col": getattr(node, "col_offset", 0),
+             "function": self.func.qname if self.func else "<module>",
+             "message": format_message(code, **fmt), "source": self.a.line(line)}
+        if self._deps:
+            d["when"] = {"mode": self._mode, "deps": sorted(self._deps)}
+        self.a.findings.append(d)
+
+
+_STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "ExternalStream")
+_KERNEL_DECORATORS = ("cute.jit", "cute.kernel", "triton.jit", "jit")
 
 
 class FileAnalyzer:
@@ -170,19 +238,6 @@ class FileAnalyzer:
         self.kernel_names: set[str] = set()
         self.kernel_attrs: set[str] = set()
         self.module_defs: set[str] = set()
-        self.host_tensors: set[str] = set()     # module-level tensors built on the host (no device=)
-
-    _HOST_CTORS = {"tensor", "as_tensor", "arange", "zeros", "ones", "full", "empty", "linspace", "eye", "rand", "randn"}
-
-    def _host_tensors(self, tree: ast.Module, torch_names: set[str]) -> None:
-        for node in tree.body:
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
-                name = dotted(node.value.func)
-                head, _, last = name.partition(".")
-                if head in torch_names and last in self._HOST_CTORS and not any(k.arg == "device" for k in node.value.keywords):
-                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                        if isinstance(t, ast.Name):
-                            self.host_tensors.add(t.id)
 
     def line(self, n: int) -> str:
         return self.lines[n - 1].strip() if 0 < n <= len(self.lines) else ""
@@ -190,41 +245,85 @@ class FileAnalyzer:
     def run(self) -> dict:
         tree = ast.parse(self.text)
         funcs, classes = self._collect(tree)
-        torch_names = {a for a, v in self.imports.items() if v["target"] in ("torch", "torch.nn.functional")} | {"torch"}
         self._file_facts(funcs)
-        self._host_tensors(tree, torch_names)
+        module = funcs[0]
+        # the module body first: its aliases, host tensors and NumPy arrays are visible in every function
+        aliases: dict[str, str] = {}
+        menv = Env(self.imports, aliases, {}, {}, set(), {})
+        _aliases(menv, module.nodes, aliases)
+        infer(menv, None, module.nodes)
+        module_kinds = {k: v for k, v in menv.names.items() if not isinstance(v, frozenset) and k not in aliases}
+        registries = _registries(tree)
         class_info: dict[str, dict] = {}
-        class_scopes: dict[str, tuple[set, set, set]] = {}
+        class_kinds: dict[str, tuple[dict, set]] = {}
         for cname, (cnode, methods) in classes.items():
-            class_scopes[cname] = class_tensor_attrs([(f.node, f.nodes) for f in methods], torch_names)
+            kinds, mods = _class_kinds(self.imports, aliases, module_kinds, methods)
+            class_kinds[cname] = (kinds, mods)
             class_info[cname] = {"line": cnode.lineno, "bases": [dotted(b) for b in cnode.bases if dotted(b)],
-                                 "attrs": _attr_types(methods)}
+                                 "attrs": _attr_types(methods, registries), "refs": _class_refs(cnode, methods),
+                                 "tensors": sorted(a for a, k in kinds.items() if k in TENSORS or k == NP)}
         ctx = _Ctx(self)
         functions: dict[str, dict] = {}
         for f in funcs:
-            attrs, bools, mods = class_scopes.get(f.cls or "", (set(), set(), set()))
-            ctx.func = f
-            ctx.scope = infer_function(f.node if isinstance(f.node, _FUNCS) else ast.Pass(), f.nodes, attrs, bools, torch_names, mods)
-            calls = []
+            node = f.node
+            is_def = isinstance(node, _FUNCS)
+            kinds, mods = class_kinds.get(f.cls or "", ({}, set()))
             local_types: dict[str, list] = {}
+            local_ctors = _local_ctors(f, registries)
+            calls: list[list] = []
+            call_nodes: list[ast.Call] = []
+            index: dict[int, int] = {}
             for n in f.nodes:
-                for chk in _CHECKERS.get(type(n), ()):
-                    chk(ctx, n)
-                if isinstance(n, (ast.Assign, ast.For)):
-                    _bind_local_types(n, local_types)
-                elif isinstance(n, ast.Call):
+                t = type(n)
+                if t is ast.Assign or t is ast.For:
+                    _bind_local_types(n, local_types, registries)
+                elif t is ast.Call:
                     d = _call_descriptor(n.func, local_types)
                     if d:
+                        index[id(n)] = len(calls)
                         calls.append([*d, n.lineno, n.col_offset])
-            node = f.node
+                        call_nodes.append(n)
+                    for a in n.args:     # a function passed as an argument is (likely) called by the callee
+                        r = _ref_descriptor(a, local_types, self.module_defs, self.imports)
+                        if r:
+                            calls.append(["ref", *r, n.lineno, n.col_offset])
+                            call_nodes.append(None)
+            local_aliases = dict(aliases)
+            _aliases(Env(self.imports, aliases, module_kinds, kinds, mods, {}), f.nodes, local_aliases)
+            env = Env(self.imports, local_aliases, module_kinds, kinds, mods, index)
+            env.module_calls = {i for i, c in enumerate(calls) if (c[0] == "self" and c[1] in mods) or (
+                c[0] == "selfattr" and c[2] == "__call__") or (c[0] == "inst" and c[2] == "__call__")}
+            params = infer(env, node if is_def else None, f.nodes) if is_def or f.qname != "<module>" else []
+            if not is_def and f.qname == "<module>":
+                env.names = dict(menv.names)
+            env.memo = {}
+            ctx.func, ctx.env = f, env
+            ctx.in_kernel = is_def and any(dotted(d.func if isinstance(d, ast.Call) else d).endswith(_KERNEL_DECORATORS)
+                                           for d in node.decorator_list)
+            for n in f.nodes:
+                for chk in _CHECKERS.get(type(n), ()):
+                    ctx._deps = set()
+                    ctx._mode = "dev"
+                    chk(ctx, n)
+            for rec, cn in zip(calls, call_nodes):
+                if cn is not None and (cn.args or cn.keywords):
+                    rec.append([_enc(env.kind(a)) for a in cn.args])
+                    rec.append({k.arg: _enc(env.kind(k.value)) for k in cn.keywords if k.arg})
+            ret = None
+            ret_ctors: list[str] = []
+            for n in f.nodes:
+                if type(n) is ast.Return and n.value is not None:
+                    ret = join(ret, env.kind(n.value))
+                    ret_ctors += [s for s in _ctor_symbols(n.value, local_ctors) if s not in ret_ctors]
             functions[f.qname] = {
-                "line": getattr(node, "lineno", 0), "cls": f.cls, "calls": calls,
-                "capturable": isinstance(node, _FUNCS) and any(dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-1]
-                                                               == "capturable" for d in node.decorator_list),
+                "line": getattr(node, "lineno", 0), "cls": f.cls, "calls": calls, "params": params,
+                "ret": _enc(ret), "ret_ctors": ret_ctors,
+                "capturable": is_def and any(dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-1]
+                                             == "capturable" for d in node.decorator_list),
             }
         self.findings.sort(key=lambda d: (d["line"], d["col"], d["rule"]))
-        return {"imports": self.imports, "functions": functions, "classes": class_info, "findings": self.findings,
-                "suppressions": parse_suppressions(self.lines)}
+        return {"v": ENGINE_VERSION, "imports": self.imports, "functions": functions, "classes": class_info,
+                "registries": registries, "findings": self.findings, "suppressions": parse_suppressions(self.lines)}
 
     # -- collection ---------------------------------------------------------------------------------
     def _collect(self, tree: ast.Module):
@@ -312,9 +411,8 @@ class FileAnalyzer:
                             seqs.add(t.id)
                     fname = dotted(v.func) if isinstance(v, ast.Call) else ""
                     last = fname.split(".")[-1]
-                    if last in ("Event", "Stream", "current_stream", "default_stream", "ExternalStream"):
-                        if isinstance(t, ast.Name):
-                            self.stream_names.add(t.id)
+                    if last in _STREAM_CTORS and isinstance(t, ast.Name):
+                        self.stream_names.add(t.id)
                     if fname.endswith("cute.compile") or fname == "compile" and self.imports.get("compile", {}).get("target", "").startswith("cutlass"):
                         if isinstance(t, ast.Name):
                             self.kernel_names.add(t.id)
@@ -327,68 +425,245 @@ class FileAnalyzer:
                 self.kernel_names.add(node.name)
 
 
-def _ctor_symbols(v: ast.AST) -> list[str]:
-    """Class symbols constructed by an expression: C(...), [C(...) for ...], nn.ModuleList([...]), a if c else b."""
-    if isinstance(v, ast.Call):
-        name = dotted(v.func)
-        last = name.split(".")[-1]
-        if last in ("ModuleList", "Sequential", "ModuleDict", "list", "tuple"):
-            out = []
-            for a in v.args:
-                out += _ctor_symbols(a)
-            return out
-        return [name] if name and name[:1].isupper() or "." in name and last[:1].isupper() else []
-    if isinstance(v, (ast.List, ast.Tuple)):
-        return [s for e in v.elts for s in _ctor_symbols(e)]
-    if isinstance(v, (ast.ListComp, ast.GeneratorExp)):
-        return _ctor_symbols(v.elt)
-    if isinstance(v, ast.IfExp):
-        return _ctor_symbols(v.body) + _ctor_symbols(v.orelse)
-    if isinstance(v, ast.Dict):
-        return [s for e in v.values for s in _ctor_symbols(e)]
-    return []
+def _enc(k):
+    """A kind as JSON: its name, null, or the sorted list of its symbolic dependencies."""
+    return sorted(k) if isinstance(k, frozenset) else k
 
 
-def _attr_types(methods: list[_Func]) -> dict[str, list[str]]:
+def _aliases(env: Env, nodes: list, out: dict[str, str]) -> None:
+    """`name = torch.cuda.synchronize`: names bound to a module path stand for it (flow-insensitive)."""
+    for n in nodes:
+        if type(n) is ast.Assign and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and isinstance(n.value, (ast.Attribute, ast.Name)):
+            q = env.qual(n.value)
+            if q and q != n.targets[0].id:
+                out[n.targets[0].id] = q
+
+
+def _registries(tree: ast.Module) -> dict[str, list[str]]:
+    """Module-level dicts/lists/tuples of class or function names (`_MODELS = {"llama": Llama, ...}`)."""
     out: dict[str, list[str]] = {}
-    for f in methods:
-        for n in f.nodes:
-            if isinstance(n, ast.Assign):
-                syms = _ctor_symbols(n.value)
-                if not syms:
-                    continue
-                for t in n.targets:
-                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                        cur = out.setdefault(t.attr, [])
-                        cur.extend(s for s in syms if s not in cur)
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            v = node.value
+            elts = v.values if isinstance(v, ast.Dict) else v.elts if isinstance(v, (ast.List, ast.Tuple)) else None
+            if not elts:
+                continue
+            syms = []
+            for e in elts:
+                if isinstance(e, ast.Tuple) and e.elts:   # {"a": ("mod", "Cls")} is not resolvable; (Cls, cfg) is
+                    e = e.elts[0]
+                d = dotted(e)
+                if d:
+                    syms.append(d)
+            if syms:
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                    if isinstance(t, ast.Name):
+                        out[t.id] = syms
     return out
 
 
-def _bind_local_types(n: ast.AST, local: dict[str, list]) -> None:
-    """Remember what a local name holds: a constructed class, or an element/alias of a self attribute."""
+def _class_kinds(imports: dict, aliases: dict, module_kinds: dict, methods: list[_Func]) -> tuple[dict, set]:
+    """Kinds of `self.X` (the join of everything the methods assign; buffers and parameters live on the device),
+    and the attributes holding constructed modules (`self.gate = nn.Linear(...)`: calling them returns a tensor)."""
+    kinds: dict[str, object] = {}
+    mods: set[str] = set()
+    for fn in methods:
+        for n in fn.nodes:
+            if type(n) is ast.Call and isinstance(n.func, ast.Attribute) and n.func.attr == "register_buffer" \
+                    and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
+                kinds[n.args[0].value] = DEV
+    for fn in methods:
+        env = Env(imports, aliases, module_kinds, kinds, mods, {})
+        infer(env, fn.node, fn.nodes)
+        for n in fn.nodes:
+            if type(n) is ast.Assign:
+                targets, value = n.targets, n.value
+            elif type(n) is ast.AnnAssign and n.value is not None:
+                targets, value = [n.target], n.value
+            else:
+                continue
+            for t in targets:
+                if not (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"):
+                    continue
+                if isinstance(value, ast.Call) and "Parameter" in dotted(value.func):
+                    k = DEV
+                else:
+                    k = env.kind(value)
+                    if isinstance(k, frozenset):
+                        k = None
+                    hint = name_hint(t.attr)
+                    if hint is not None and k in (None, "tensor"):
+                        k = hint
+                if k is not None:
+                    kinds[t.attr] = join(kinds.get(t.attr), k) if t.attr in kinds and kinds[t.attr] != DEV else (kinds.get(t.attr) or k)
+                elif isinstance(value, ast.Call) and dotted(value.func).split(".")[-1][:1].isupper():
+                    mods.add(t.attr)
+    return kinds, mods - {a for a, k in kinds.items() if k in TENSORS}
+
+
+def _class_refs(cnode: ast.ClassDef, methods: list[_Func]) -> dict[str, list[str]]:
+    """Attributes holding a class or function itself: class variables (`model_cls = LlamaModel`) and
+    `self.model_cls = LlamaModel`; calling them constructs or calls what they name."""
+    out: dict[str, list[str]] = {}
+    for s in cnode.body:
+        if isinstance(s, (ast.Assign, ast.AnnAssign)) and s.value is not None and dotted(s.value):
+            for t in (s.targets if isinstance(s, ast.Assign) else [s.target]):
+                if isinstance(t, ast.Name):
+                    out.setdefault(t.id, []).append(dotted(s.value))
+    for f in methods:
+        for n in f.nodes:
+            if type(n) is ast.Assign and isinstance(n.value, (ast.Name, ast.Attribute)) and dotted(n.value) \
+                    and not dotted(n.value).startswith("self."):
+                for t in n.targets:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                        out.setdefault(t.attr, []).append(dotted(n.value))
+    return out
+
+
+_CONTAINERS = ("ModuleList", "Sequential", "ModuleDict", "list", "tuple", "ParameterList")
+
+
+def _ctor_symbols(v: ast.AST, local: dict[str, list]) -> list[str]:
+    """What an expression constructs, as scope entries: `Cls` (an instance of Cls), `self:m` (what `self.m(...)`
+    returns or constructs), `call:f` (what function `f` returns), `reg:R` (an instance of a class from registry R).
+    Sees through containers, comprehensions, conditionals, lambdas and locals filled by `.append` in a loop."""
+    t = type(v)
+    if t is ast.Call:
+        f = v.func
+        name = dotted(f)
+        last = name.split(".")[-1]
+        if last in _CONTAINERS:
+            return [s for a in v.args for s in _ctor_symbols(a, local)]
+        if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name):   # ATTENTION_CLASSES[impl](config)
+            return [f"reg:{f.value.id}"]
+        if isinstance(f, ast.Name) and f.id in local:
+            return [e[4:] if e.startswith("ref:") else e for e in local[f.id] if e.startswith(("ref:", "reg:"))]
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+            return [f"self:{f.attr}"]
+        if last[:1].isupper():
+            return [name]
+        out = [f"call:{name}"] if name else []
+        for a in [*v.args, *(k.value for k in v.keywords)]:   # make_layers(n, lambda prefix: Block(...)), build(Block)
+            if isinstance(a, ast.Lambda):
+                out += _ctor_symbols(a.body, local)
+            elif isinstance(a, (ast.Name, ast.Attribute)) and dotted(a).split(".")[-1][:1].isupper():
+                out.append(dotted(a))
+        return out
+    if t is ast.List or t is ast.Tuple:
+        return [s for e in v.elts for s in _ctor_symbols(e, local)]
+    if t is ast.ListComp or t is ast.GeneratorExp:
+        return _ctor_symbols(v.elt, local)
+    if t is ast.DictComp:
+        return _ctor_symbols(v.value, local)
+    if t is ast.IfExp:
+        return _ctor_symbols(v.body, local) + _ctor_symbols(v.orelse, local)
+    if t is ast.Dict:
+        return [s for e in v.values if e is not None for s in _ctor_symbols(e, local)]
+    if t is ast.Name:
+        return [e for e in local.get(v.id, ()) if not e.startswith("ref:")]
+    if t is ast.Lambda:
+        return _ctor_symbols(v.body, local)
+    return []
+
+
+def _local_ctors(f: _Func, registries: dict) -> dict[str, list]:
+    """Locals that hold constructed modules, lists filled with them, or classes taken from a registry."""
+    cached = getattr(f, "_ctors", None)
+    if cached is not None:
+        return cached
+    local: dict[str, list] = {}
+    for n in f.nodes:
+        t = type(n)
+        if t is ast.Assign and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            name, v = n.targets[0].id, n.value
+            if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name) and v.value.id in registries:
+                local[name] = [f"reg:{v.value.id}"]
+            elif isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "get" \
+                    and isinstance(v.func.value, ast.Name) and v.func.value.id in registries:
+                local[name] = [f"reg:{v.func.value.id}"]
+            else:
+                syms = _ctor_symbols(v, local)
+                if syms:
+                    cur = local.setdefault(name, [])
+                    cur.extend(s for s in syms if s not in cur)
+        elif t is ast.Call and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "extend", "insert") \
+                and isinstance(n.func.value, ast.Name) and n.args:
+            syms = _ctor_symbols(n.args[-1], local)
+            if syms:
+                cur = local.setdefault(n.func.value.id, [])
+                cur.extend(s for s in syms if s not in cur)
+    f._ctors = local  # type: ignore[attr-defined]
+    return local
+
+
+def _self_attr(t: ast.AST) -> str:
+    return t.attr if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" else ""
+
+
+def _attr_types(methods: list[_Func], registries: dict) -> dict[str, list[str]]:
+    """self.X -> scope entries: assigned in any method, appended to, extended, or set by key."""
+    out: dict[str, list[str]] = {}
+
+    def add(attr: str, syms: list[str]) -> None:
+        if attr and syms:
+            cur = out.setdefault(attr, [])
+            cur.extend(s for s in syms if s not in cur)
+
+    for f in methods:
+        local = _local_ctors(f, registries)
+        for n in f.nodes:
+            t = type(n)
+            if t is ast.Assign:
+                syms = _ctor_symbols(n.value, local)
+                for tgt in n.targets:
+                    add(_self_attr(tgt), syms)
+                    if isinstance(tgt, ast.Subscript):          # self.experts[str(i)] = Expert(...)
+                        add(_self_attr(tgt.value), syms)
+            elif t is ast.AugAssign:
+                add(_self_attr(n.target), _ctor_symbols(n.value, local))
+            elif t is ast.Call and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "extend", "insert") and n.args:
+                add(_self_attr(n.func.value), _ctor_symbols(n.args[-1], local))
+            elif t is ast.Call and isinstance(n.func, ast.Attribute) and n.func.attr == "add_module" and len(n.args) == 2 \
+                    and _self_attr(n.func) == "add_module" and isinstance(n.args[0], ast.Constant):
+                add(str(n.args[0].value), _ctor_symbols(n.args[1], local))
+    return out
+
+
+def _bind_local_types(n: ast.AST, local: dict[str, list], registries: dict) -> None:
+    """Remember what a local name holds: constructed instances, an element/alias of a self attribute, or a class
+    taken from a registry."""
     if isinstance(n, ast.For):
         tgt, v = n.target, n.iter
         if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in ("enumerate", "zip", "reversed") and v.args:
             v = v.args[0] if v.func.id != "zip" else v.args[0]
             if isinstance(tgt, ast.Tuple) and tgt.elts:
                 tgt = tgt.elts[-1] if n.iter.func.id == "enumerate" else tgt.elts[0]
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "items" \
+                and isinstance(tgt, ast.Tuple) and tgt.elts:
+            tgt = tgt.elts[-1]
     else:
         if len(n.targets) != 1:
             return
         tgt, v = n.targets[0], n.value
     if not isinstance(tgt, ast.Name):
         return
-    while isinstance(v, ast.Subscript):
+    while isinstance(v, ast.Subscript) and not (isinstance(v.value, ast.Name) and v.value.id in registries):
         v = v.value
     if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "self":
         local[tgt.id] = ["selfattr", v.attr]
-    elif isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in ("values", "items") \
-            and isinstance(v.func.value, ast.Attribute) and isinstance(v.func.value.value, ast.Name) and v.func.value.value.id == "self":
+    elif isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in ("values", "items", "children", "modules") \
+            and _self_attr(v.func.value):
         local[tgt.id] = ["selfattr", v.func.value.attr]
+    elif isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name):
+        local[tgt.id] = ["reg", v.value.id]
+    elif isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "get" \
+            and isinstance(v.func.value, ast.Name) and v.func.value.id in registries:
+        local[tgt.id] = ["reg", v.func.value.id]
     else:
-        syms = _ctor_symbols(v)
+        syms = [e for e in _ctor_symbols(v, {}) if not e.startswith("call:")] if isinstance(n, ast.Assign) else []
         if syms:
-            local[tgt.id] = ["class", syms[0]]
+            local[tgt.id] = ["inst", syms]
         else:
             local.pop(tgt.id, None)
 
@@ -406,38 +681,57 @@ def _call_descriptor(f: ast.AST, local: dict[str, list]) -> list | None:
             if v.id in local:
                 return [*local[v.id], f.attr]
             return ["attr", v.id, f.attr]
-        if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "self":
+        if _self_attr(v):
             return ["selfattr", v.attr, f.attr]
         if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super":
             return ["super", f.attr]
-        if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Attribute) and isinstance(v.value.value, ast.Name) \
-                and v.value.value.id == "self":
+        if isinstance(v, ast.Subscript) and _self_attr(v.value):
             return ["selfattr", v.value.attr, f.attr]
         name = dotted(f)
         if name:
             head, _, rest = name.partition(".")
             return ["attr", head, rest]
-    if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Attribute) and isinstance(f.value.value, ast.Name) \
-            and f.value.value.id == "self":
+    if isinstance(f, ast.Subscript) and _self_attr(f.value):
         return ["selfattr", f.value.attr, "__call__"]
     return None
 
 
+def _ref_descriptor(a: ast.AST, local: dict[str, list], defs: set[str], imports: dict) -> list | None:
+    """A function passed by reference (`run(self._step, x)`, `apply(helper)`): the callee will call it."""
+    if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id == "self":
+        return ["self", a.attr]
+    if isinstance(a, ast.Name) and a.id not in local and a.id[:1].islower() and (a.id in defs or a.id in imports):
+        return ["name", a.id]
+    return None
+
+
+def _too_deep(text: str) -> bool:
+    """Cheap guard before parsing: a run of thousands of prefix operators or brackets is what exhausts the parser."""
+    return bool(_DEEP.search(text))
+
+
+_DEEP = re.compile(r"[-+~(\[{]\s*(?:[-+~(\[{]\s*){2999}")
+
+
 def analyse_text(text: str) -> dict:
-    """Summary of one file; a syntax error becomes a GC903 finding rather than an exception."""
+    """Summary of one file; a syntax error, or input too deep or too large to analyse, becomes one GC903 finding
+    for the file rather than an exception."""
+    def parse_error(line: int, col: int, msg: str) -> dict:
+        lines = text.splitlines()
+        return {"v": ENGINE_VERSION, "imports": {}, "functions": {}, "classes": {}, "registries": {}, "suppressions": [],
+                "findings": [{"rule": "GC903", "line": line, "col": col, "function": "<module>",
+                              "message": format_message("GC903", error=msg),
+                              "source": lines[line - 1].strip() if 0 < line <= len(lines) else ""}]}
+    if _too_deep(text):
+        return parse_error(0, 0, "expression nested too deeply to analyse")
     try:
         return FileAnalyzer(text).run()
     except SyntaxError as e:
-        line = e.lineno or 0
-        lines = text.splitlines()
-        return {"imports": {}, "functions": {}, "classes": {}, "suppressions": [],
-                "findings": [{"rule": "GC903", "line": line, "col": max((e.offset or 1) - 1, 0), "function": "<module>",
-                              "message": format_message("GC903", error=e.msg),
-                              "source": lines[line - 1].strip() if 0 < line <= len(lines) else ""}]}
-    except RecursionError:
-        return {"imports": {}, "functions": {}, "classes": {}, "suppressions": [],
-                "findings": [{"rule": "GC903", "line": 0, "col": 0, "function": "<module>",
-                              "message": format_message("GC903", error="nesting too deep to analyse"), "source": ""}]}
+        return parse_error(e.lineno or 0, max((e.offset or 1) - 1, 0), e.msg)
+    except (RecursionError, MemoryError):
+        return parse_error(0, 0, "expression nested too deeply to analyse")
+    except ValueError as e:     # source with NUL bytes
+        return parse_error(0, 0, str(e)[:80])
 
 
 def is_readback(code: str) -> bool:

@@ -1,14 +1,25 @@
-"""A small, local "is this a tensor?" inference.
+"""Where each value lives: a small, local device lattice, evaluated per function.
 
-Flow-insensitive per function: a name is a tensor if it is a tensor-annotated parameter, or assigned from a
-torch call, a tensor method, arithmetic on a tensor, or indexing a tensor. Class attributes are tensors when
-any method of the class assigns them such a value, wraps them in ``nn.Parameter`` or registers them as a
-buffer. Host values derived from tensors (``.shape``, ``.size()``, ``.numel()``, ``.dim()``, ``len(t)``)
-are never tensors, so branching on them is never flagged.
+Kinds: ``DEV`` (a tensor on the accelerator), ``TENSOR`` (a tensor whose placement is unknown: treated as likely
+on the device), ``HOST`` (a CPU tensor), ``PINNED`` (a pinned CPU tensor), ``NP`` (a NumPy array), ``PY`` (a plain
+Python value) and ``None`` (unknown, not known to be a tensor). A value that depends on an un-annotated parameter
+or on the result of a call into the scanned tree is *symbolic*: a frozenset of dependencies (``"p:<param>"``,
+``"r:<call index>"``) that the cross-file pass (``scope.Program``) resolves through the call graph, in both
+directions (arguments at resolved call sites, returns of resolved callees).
+
+Flow-insensitive per function: a name's kind is the join of everything assigned to it. Host values derived from
+tensors (``.shape``, ``.size()``, ``.numel()``, ``len(t)``) are Python values, so branching on them is never a
+hazard. Nothing here imports torch.
 """
 from __future__ import annotations
 
 import ast
+
+from ..rules._base import dotted
+
+DEV, TENSOR, HOST, PINNED, NP, PY = "dev", "tensor", "host", "pinned", "numpy", "py"
+TENSORS = (DEV, TENSOR, HOST, PINNED)
+ON_DEVICE = (DEV, TENSOR)
 
 # torch.* callables that return something other than a tensor.
 TORCH_NON_TENSOR = {
@@ -16,147 +27,105 @@ TORCH_NON_TENSOR = {
     "is_grad_enabled", "no_grad", "inference_mode", "enable_grad", "manual_seed", "seed", "set_grad_enabled",
     "finfo", "iinfo", "get_device", "is_nonzero", "Generator", "typename", "compile", "jit", "set_printoptions",
     "use_deterministic_algorithms", "are_deterministic_algorithms_enabled", "autocast", "broadcast_shapes",
-    "is_inference_mode_enabled", "result_type", "promote_types", "can_cast", "load", "save", "from_file",
+    "is_inference_mode_enabled", "result_type", "promote_types", "can_cast", "load", "save", "from_file", "equal",
+    "allclose", "is_same_size", "get_rng_state", "set_default_device", "set_default_dtype",
 }
 TORCH_NON_TENSOR_MODULES = {"cuda", "backends", "distributed", "utils", "jit", "fx", "library", "profiler",
-                            "accelerator", "cpu", "mps", "overrides", "testing", "hub", "onnx", "export",
-                            "compiler", "_dynamo", "_C", "nn", "optim", "autograd", "version", "types"}
+                            "accelerator", "cpu", "mps", "overrides", "testing", "hub", "onnx", "export", "xpu",
+                            "compiler", "_dynamo", "_C", "nn", "optim", "autograd", "version", "types", "ops", "_ops"}
+FACTORIES = {"zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace", "eye", "rand", "randn",
+             "randint", "randperm", "tensor", "as_tensor", "empty_strided", "scalar_tensor", "LongTensor",
+             "FloatTensor", "IntTensor", "BoolTensor", "HalfTensor", "BFloat16Tensor", "DoubleTensor", "ByteTensor"}
+_FROM_HOST_DATA = {"tensor", "as_tensor", "LongTensor", "FloatTensor", "IntTensor", "BoolTensor", "HalfTensor",
+                   "BFloat16Tensor", "DoubleTensor", "ByteTensor", "scalar_tensor"}
+LIKE = {"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like"}
 # Tensor methods / attributes whose result lives on the host.
-HOST_METHODS = {"item", "tolist", "numpy", "size", "dim", "ndimension", "numel", "nelement", "element_size",
+HOST_METHODS = {"item", "tolist", "size", "dim", "ndimension", "numel", "nelement", "element_size",
                 "data_ptr", "stride", "storage_offset", "is_contiguous", "is_floating_point", "is_complex",
                 "get_device", "untyped_storage", "__len__", "equal", "allclose", "is_pinned", "is_shared",
-                "register_hook", "backward", "type", "is_set_to", "has_names", "nbytes", "itemsize", "dim_order",
-                "element_size", "is_nonzero"}
+                "register_hook", "backward", "type", "is_set_to", "has_names", "dim_order", "is_nonzero",
+                "keys", "items", "values", "get", "startswith", "endswith", "join", "split", "format", "count",
+                "index", "append", "extend", "pop", "insert", "copy", "update", "setdefault", "strip"}
+TENSOR_METHOD_ONLY_HOST = {"item", "tolist", "size", "dim", "numel", "element_size", "data_ptr", "stride",
+                           "is_contiguous", "is_floating_point", "get_device", "equal", "allclose", "is_pinned"}
 HOST_ATTRS = {"shape", "dtype", "device", "ndim", "layout", "is_cuda", "is_cpu", "is_sparse", "requires_grad",
-              "names", "itemsize", "nbytes", "is_leaf", "is_quantized", "is_meta", "grad_fn"}
-TENSOR_ATTRS = {"T", "mT", "H", "mH", "data", "grad", "real", "imag"}
-# Methods that, called on a tensor, give a tensor (everything not host-valued and not a known non-tensor).
-NON_TENSOR_METHODS = HOST_METHODS | {"chunk", "split", "unbind", "tensor_split", "hsplit", "vsplit", "max_pool"}
+              "names", "itemsize", "nbytes", "is_leaf", "is_quantized", "is_meta", "grad_fn", "size"}
+TENSOR_ATTRS = {"T", "mT", "H", "mH", "data", "grad", "real", "imag", "values", "indices"}
 BOOL_PRODUCERS = {"isnan", "isinf", "isfinite", "isneginf", "isposinf", "logical_and", "logical_or", "logical_not",
                   "logical_xor", "eq", "ne", "gt", "lt", "ge", "le", "greater", "less", "isin", "isclose", "bool",
                   "signbit", "greater_equal", "less_equal", "not_equal"}
 TENSOR_ANNOTATIONS = {"Tensor", "torch.Tensor", "FloatTensor", "LongTensor", "BoolTensor", "nn.Parameter",
-                      "Parameter", "torch.nn.Parameter"}
-MODULE_ALIASES_TORCH = {"torch"}
-FUNCTIONAL_ALIASES = {"F", "functional"}
+                      "Parameter", "torch.nn.Parameter", "torch.FloatTensor", "torch.LongTensor", "torch.BoolTensor"}
+NP_ANNOTATIONS = {"np.ndarray", "numpy.ndarray", "ndarray", "npt.NDArray", "NDArray"}
+PY_ANNOTATIONS = {"int", "float", "bool", "str", "list", "tuple", "dict", "set", "List", "Tuple", "Dict", "Set",
+                  "Sequence", "Iterable", "bytes", "torch.dtype", "dtype", "torch.device", "device", "Optional[int]",
+                  "typing.List", "typing.Dict", "typing.Tuple"}
+_PY_BUILTINS = {"int", "float", "bool", "str", "len", "repr", "isinstance", "hasattr", "getattr", "id", "hash",
+                "round", "abs", "divmod", "range", "enumerate", "zip", "list", "tuple", "dict", "set", "sorted",
+                "frozenset", "type", "format", "ord", "chr", "callable"}
 
 
-def dotted(node: ast.AST) -> str:
-    """'torch.cuda.synchronize' for an attribute chain, '' if it is not a plain chain."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
+def name_hint(name: str) -> str | None:
+    """What a name says about where it lives: serving engines name their host shadows `*_cpu`, `*_np`, `*_host`."""
+    low = name.lower()
+    if low.endswith(("_np", "_numpy")) or low.startswith(("np_", "numpy_")):
+        return NP
+    if "pinned" in low:
+        return PINNED
+    if "cpu" in low or low.endswith("_host") or low.startswith("host_"):
+        return HOST
+    return None
 
 
-class TensorScope:
-    """Tensor-valued names of one function, plus the enclosing class's tensor attributes."""
-
-    def __init__(self, tensor_names: set[str], bool_names: set[str], self_attrs: set[str],
-                 self_bool_attrs: set[str], torch_names: set[str], pinned: set[str]):
-        self.names = tensor_names
-        self.bool_names = bool_names
-        self.self_attrs = self_attrs
-        self.self_bool_attrs = self_bool_attrs
-        self.torch_names = torch_names    # local aliases of torch / torch.nn.functional
-        self.pinned = pinned
-        self.module_attrs: set[str] = set()   # self.X holding a constructed module/object: self.X(...) returns tensors
-
-    # -- queries ------------------------------------------------------------------------------------
-    def is_torch_call(self, func: ast.AST) -> str:
-        """Return the torch function name ('zeros', 'nn.functional.relu') if func is a torch callable."""
-        name = dotted(func)
-        if not name:
-            return ""
-        head, _, rest = name.partition(".")
-        if head in self.torch_names and rest:
-            return rest
-        return ""
-
-    def is_tensor(self, node: ast.AST | None) -> bool:
-        if node is None:
-            return False
-        if isinstance(node, ast.Name):
-            return node.id in self.names
-        if isinstance(node, ast.Attribute):
-            if isinstance(node.value, ast.Name) and node.value.id == "self":
-                return node.attr in self.self_attrs
-            if node.attr in HOST_ATTRS:
-                return False
-            if node.attr in TENSOR_ATTRS:
-                return self.is_tensor(node.value)
-            return False
-        if isinstance(node, ast.Subscript):
-            return self.is_tensor(node.value)
-        if isinstance(node, ast.BinOp):
-            return self.is_tensor(node.left) or self.is_tensor(node.right)
-        if isinstance(node, ast.UnaryOp):
-            return not isinstance(node.op, ast.Not) and self.is_tensor(node.operand)
-        if isinstance(node, ast.Compare):
-            return any(self.is_tensor(x) for x in [node.left, *node.comparators]) and not any(
-                isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops)
-        if isinstance(node, ast.Call):
-            return self._call_is_tensor(node)
-        if isinstance(node, ast.IfExp):
-            return self.is_tensor(node.body) and self.is_tensor(node.orelse)
-        return False
-
-    def _call_is_tensor(self, node: ast.Call) -> bool:
-        tname = self.is_torch_call(node.func)
-        if tname:
-            first = tname.split(".")[0]
-            if first in TORCH_NON_TENSOR_MODULES and not tname.startswith("nn.functional."):
-                return False
-            last = tname.split(".")[-1]
-            if last in TORCH_NON_TENSOR or last in {"chunk", "split", "unbind", "topk", "sort", "max", "min",
-                                                    "median", "mode", "kthvalue", "aminmax", "std_mean",
-                                                    "var_mean", "tensor_split", "meshgrid", "broadcast_tensors"}:
-                # tuple-returning ops are tensors once unpacked/indexed, handled by the assignment pass
-                return last in {"max", "min"} and len(node.args) == 1 and not node.keywords
-            return True
-        if isinstance(node.func, ast.Attribute):
-            m = node.func.attr
-            if isinstance(node.func.value, ast.Name) and node.func.value.id == "self" and m in self.module_attrs:
-                return True
-            if m in NON_TENSOR_METHODS or m in {"topk", "sort", "max", "min", "median", "mode", "aminmax"}:
-                return m in {"max", "min"} and not node.args and not node.keywords and self.is_tensor(node.func.value)
-            return self.is_tensor(node.func.value)
-        return False
-
-    def is_bool_tensor(self, node: ast.AST) -> bool:
-        if isinstance(node, ast.Name):
-            return node.id in self.bool_names
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-            return node.attr in self.self_bool_attrs
-        if isinstance(node, ast.Compare):
-            return self.is_tensor(node)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
-            return self.is_bool_tensor(node.operand)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
-            return self.is_bool_tensor(node.left) or self.is_bool_tensor(node.right)
-        if isinstance(node, ast.Call):
-            tname = self.is_torch_call(node.func)
-            if tname and tname.split(".")[-1] in BOOL_PRODUCERS:
-                return True
-            if isinstance(node.func, ast.Attribute) and node.func.attr in BOOL_PRODUCERS and self.is_tensor(node.func.value):
-                return True
-        return False
+def join(a, b):
+    """Least upper bound: the device wins (a value that is sometimes on the device can sync), symbols are kept."""
+    if a == b or b is None:
+        return a
+    if a is None:
+        return b
+    if isinstance(a, frozenset) or isinstance(b, frozenset):
+        if a in ON_DEVICE or b in ON_DEVICE:
+            return a if a in ON_DEVICE else b
+        sa = a if isinstance(a, frozenset) else frozenset()
+        sb = b if isinstance(b, frozenset) else frozenset()
+        return sa | sb
+    if a in ON_DEVICE or b in ON_DEVICE:
+        return DEV if a == DEV and b == DEV else TENSOR
+    for k in (HOST, PINNED, NP, PY):
+        if k in (a, b):
+            return HOST if k == PINNED and HOST in (a, b) else k
+    return a
 
 
-def annotation_is_tensor(ann: ast.AST | None) -> bool:
+def annotation_kind(ann: ast.AST | None):
     if ann is None:
-        return False
+        return None
     if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-        return ann.value in TENSOR_ANNOTATIONS
-    if isinstance(ann, ast.BinOp):  # Tensor | None
-        return annotation_is_tensor(ann.left) or annotation_is_tensor(ann.right)
-    if isinstance(ann, ast.Subscript) and dotted(ann.value) in {"Optional", "typing.Optional"}:
-        return annotation_is_tensor(ann.slice)
-    return dotted(ann) in TENSOR_ANNOTATIONS
+        try:
+            ann = ast.parse(ann.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):   # X | None; a `dtype | Tensor` union is not a tensor
+        kinds = {annotation_kind(x) for x in (ann.left, ann.right)} - {"none"}
+        return kinds.pop() if len(kinds) == 1 else None
+    if isinstance(ann, ast.Constant) and ann.value is None:
+        return "none"
+    if isinstance(ann, ast.Subscript):
+        head = dotted(ann.value)
+        if head in ("Optional", "typing.Optional"):
+            return annotation_kind(ann.slice)
+        if head in ("Union", "typing.Union") and isinstance(ann.slice, ast.Tuple):
+            kinds = {annotation_kind(x) for x in ann.slice.elts} - {"none"}
+            return kinds.pop() if len(kinds) == 1 else None
+        return PY if head.split(".")[-1] in PY_ANNOTATIONS else NP if head in NP_ANNOTATIONS else None
+    d = dotted(ann)
+    if d in TENSOR_ANNOTATIONS:
+        return TENSOR
+    if d in NP_ANNOTATIONS:
+        return NP
+    if d in PY_ANNOTATIONS:
+        return PY
+    return None
 
 
 def _targets(t: ast.AST):
@@ -169,97 +138,358 @@ def _targets(t: ast.AST):
         yield t
 
 
-def _tuple_of_tensors(scope: TensorScope, value: ast.AST) -> bool:
-    """Calls that return a tuple of tensors: unpacking them binds tensors."""
-    if not isinstance(value, ast.Call):
+class Env:
+    """The kinds of one function's names, plus what it sees from its class and module.
+
+    ``qual`` resolves a callable expression to its qualified name through the file's imports and aliases
+    (``from torch import nonzero`` -> ``torch.nonzero``; ``sync = torch.cuda.synchronize`` -> ``torch.cuda.synchronize``).
+    ``call_index`` maps a Call node (by id) to its index in the function's call list, for symbolic returns.
+    """
+
+    def __init__(self, imports: dict, aliases: dict[str, str], module_kinds: dict, attr_kinds: dict,
+                 module_attrs: set[str], call_index: dict[int, int]):
+        self.imports = imports
+        self.aliases = aliases              # this function's and the module's `name = dotted.path` bindings
+        self.module_kinds = module_kinds
+        self.attr_kinds = attr_kinds        # self.X -> kind
+        self.module_attrs = module_attrs    # self.X holding a constructed module (calling it returns a tensor)
+        self.call_index = call_index
+        self.module_calls: set[int] = set()
+        self.names: dict[str, object] = {}
+        self.bools: set[str] = set()
+        self.memo: dict[int, object] | None = None
+
+    # -- names -----------------------------------------------------------------------------------------
+    def qual(self, node: ast.AST) -> str:
+        if isinstance(node, ast.Name):
+            a = self.aliases.get(node.id)
+            if a is not None:
+                return a
+            imp = self.imports.get(node.id)
+            if imp is not None and not imp["level"]:
+                return imp["target"]
+            return ""
+        if isinstance(node, ast.Attribute):
+            base = self.qual(node.value)
+            return f"{base}.{node.attr}" if base else ""
+        return ""
+
+    def torch(self, call: ast.Call) -> str:
+        q = self.qual(call.func)
+        return q[6:] if q.startswith("torch.") else ""
+
+    # -- kinds -----------------------------------------------------------------------------------------
+    def kind(self, node: ast.AST | None):
+        if node is None:
+            return None
+        memo = self.memo
+        if memo is not None:
+            hit = memo.get(id(node), memo)
+            if hit is not memo:
+                return hit
+            k = memo[id(node)] = self._kind(node)
+            return k
+        return self._kind(node)
+
+    def _kind(self, node: ast.AST):
+        t = type(node)
+        if t is ast.Name:
+            if node.id in self.names:
+                return self.names[node.id]
+            if node.id in self.module_kinds:
+                return self.module_kinds[node.id]
+            return None
+        if t is ast.Constant or t is ast.JoinedStr or t is ast.List or t is ast.Dict or t is ast.Set \
+                or t is ast.ListComp or t is ast.DictComp or t is ast.SetComp:
+            return PY
+        if t is ast.Attribute:
+            v = node.value
+            if isinstance(v, ast.Name) and v.id == "self":
+                k = self.attr_kinds.get(node.attr)
+                return k if k is not None else name_hint(node.attr)
+            if node.attr in HOST_ATTRS:
+                return PY
+            if node.attr in TENSOR_ATTRS:
+                k = self.kind(v)
+                return k if k in TENSORS or isinstance(k, frozenset) else None
+            return None
+        if t is ast.Subscript:
+            k = self.kind(node.value)
+            return k if k in TENSORS or k == NP or isinstance(k, frozenset) else None
+        if t is ast.BinOp:
+            a, b = self.kind(node.left), self.kind(node.right)
+            if isinstance(node.op, ast.Mod) and a == PY:
+                return PY      # "%s" % x is a string
+            return _arith(a, b)
+        if t is ast.UnaryOp:
+            return PY if isinstance(node.op, ast.Not) else self.kind(node.operand)
+        if t is ast.Compare:
+            if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops):
+                return PY
+            k = self.kind(node.left)
+            for c in node.comparators:
+                k = _arith(k, self.kind(c))
+            return k
+        if t is ast.Call:
+            return self._call(node)
+        if t is ast.IfExp:
+            return join(self.kind(node.body), self.kind(node.orelse))
+        if t is ast.NamedExpr:
+            return self.kind(node.value)
+        if t is ast.Starred:
+            return self.kind(node.value)
+        return None
+
+    def _device_arg(self, call: ast.Call, pos: int | None = None):
+        """Kind of the tensor a factory or `.to()` makes, from its device/pin_memory arguments; None when absent."""
+        for k in call.keywords:
+            if k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value is True:
+                return PINNED
+        dev = next((k.value for k in call.keywords if k.arg == "device"), None)
+        if dev is None and pos is not None and len(call.args) > pos:
+            dev = call.args[pos]
+        if dev is None:
+            return None
+        return self.device_value(dev)
+
+    def device_value(self, dev: ast.AST):
+        """Where a device expression points: HOST for 'cpu', DEV otherwise (None when it is not a device)."""
+        if isinstance(dev, ast.Constant):
+            if isinstance(dev.value, str):
+                return HOST if dev.value.startswith("cpu") else DEV
+            if isinstance(dev.value, int) and not isinstance(dev.value, bool):
+                return DEV
+            return None
+        if isinstance(dev, ast.Call) and self.qual(dev.func) == "torch.device":
+            return self.device_value(dev.args[0]) if dev.args else None
+        if isinstance(dev, ast.Attribute) and dev.attr == "device":
+            k = self.kind(dev.value)
+            return HOST if k in (HOST, PINNED) else DEV if k in ON_DEVICE else k if isinstance(k, frozenset) else DEV
+        d = dotted(dev)
+        if d:
+            if self.qual(dev).startswith("torch.") and not self.qual(dev).startswith("torch.device"):
+                return None          # a dtype such as torch.float16
+            hint = name_hint(d.split(".")[-1])
+            if hint is not None:
+                return hint
+            low = d.lower()
+            return DEV if "dev" in low or "cuda" in low or "gpu" in low else None
+        return None
+
+    def _sym_call(self, node: ast.Call):
+        i = self.call_index.get(id(node))
+        if i is None:
+            return None
+        # calling a submodule returns a tensor even when its class is outside the tree (nn.Linear): "R:"
+        return frozenset((f"R:{i}" if i in self.module_calls else f"r:{i}",))
+
+    def _call(self, node: ast.Call):
+        f = node.func
+        q = self.qual(f)
+        if q:
+            if q.startswith("torch."):
+                return self._torch_call(node, q[6:])
+            if q.startswith("numpy."):
+                return NP
+            if q.startswith(("math.", "random.", "time.", "os.", "operator.")):
+                return PY
+            return self._sym_call(node)
+        if isinstance(f, ast.Name):
+            if f.id in _PY_BUILTINS and f.id not in self.names:
+                return PY
+            if f.id in ("max", "min", "sum", "abs"):
+                ks = [self.kind(a) for a in node.args]
+                return PY if ks and all(k == PY for k in ks) else None
+            return self._sym_call(node)
+        if not isinstance(f, ast.Attribute):
+            return None
+        m = f.attr
+        recv = f.value
+        if isinstance(recv, ast.Name) and recv.id == "self":
+            if m in self.module_attrs and self.call_index.get(id(node)) is None:
+                return TENSOR
+            return self._sym_call(node)
+        rk = self.kind(recv)
+        if m in ("item", "tolist"):
+            return PY
+        if m == "numpy":
+            return NP
+        if rk == NP or rk == PY:
+            return NP if rk == NP and m not in HOST_METHODS else PY
+        if m == "cpu":
+            return HOST
+        if m == "pin_memory":
+            return PINNED
+        if m == "cuda":
+            return DEV
+        if m == "to":
+            d = self._device_arg(node, 0)
+            if d is None and node.args and not isinstance(node.args[0], ast.Constant):
+                other = self.kind(node.args[0])     # .to(other_tensor) takes its device
+                if other in TENSORS:
+                    d = HOST if other == PINNED else other
+            if d is not None:
+                return d if rk is not None else (d if d != HOST else HOST)
+            return rk if rk is not None else None
+        if m in ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full"):
+            d = self._device_arg(node)
+            return d if d is not None else (HOST if rk == PINNED else rk)
+        if m in TENSOR_METHOD_ONLY_HOST or m in HOST_METHODS and rk not in TENSORS and not isinstance(rk, frozenset):
+            return PY
+        if rk in TENSORS:
+            return rk if rk != PINNED or m.endswith("_") or m in ("view", "reshape", "narrow") else HOST
+        if isinstance(rk, frozenset):
+            return rk
+        if m == "forward" or m == "__call__":
+            return self._sym_call(node)
+        return self._sym_call(node) if isinstance(recv, (ast.Name, ast.Attribute)) and self.call_index.get(id(node)) is not None \
+            and _looks_resolvable(recv) else None
+
+    def _torch_call(self, node: ast.Call, rest: str):
+        first, _, _ = rest.partition(".")
+        last = rest.rsplit(".", 1)[-1]
+        if first in TORCH_NON_TENSOR_MODULES and not rest.startswith("nn.functional."):
+            return PY if first in ("cuda", "accelerator", "backends", "distributed") and last.startswith(("is_", "get_", "device_count")) else None
+        if last in TORCH_NON_TENSOR or last[:1].isupper() and last not in FACTORIES or (
+                last.startswith(("is_", "get_", "are_", "has_", "set_")) and last != "get_device"):
+            return PY       # predicates and getters (torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype())
+        if last in FACTORIES:
+            d = self._device_arg(node)
+            if d is not None:
+                return d
+            if last in ("tensor", "as_tensor") and node.args:
+                k = self.kind(node.args[0])
+                if k in TENSORS or isinstance(k, frozenset):
+                    return k
+            # host data wrapped without a device stays on the CPU; an empty/zeros buffer without one is usually
+            # made under `with torch.device(...)` or a default device, so its placement is unknown
+            return HOST if last in _FROM_HOST_DATA else TENSOR
+        if last in LIKE:
+            d = self._device_arg(node)
+            return d if d is not None else (self.kind(node.args[0]) if node.args else TENSOR)
+        if last == "from_numpy":
+            return HOST
+        k = None
+        for a in [*node.args, *(kw.value for kw in node.keywords)]:
+            for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a]):
+                ek = self.kind(e)
+                if ek in TENSORS or isinstance(ek, frozenset):
+                    k = _arith(k, ek) if k is not None else ek
+        return k if k is not None else TENSOR
+
+    def is_bool(self, node: ast.AST) -> bool:
+        t = type(node)
+        if t is ast.Name:
+            return node.id in self.bools
+        if t is ast.Compare:
+            return not any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops) and (
+                self.kind(node) in TENSORS or isinstance(self.kind(node), frozenset))
+        if t is ast.UnaryOp and isinstance(node.op, ast.Invert):
+            return self.is_bool(node.operand)
+        if t is ast.BinOp and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+            return self.is_bool(node.left) or self.is_bool(node.right)
+        if t is ast.Call:
+            tname = self.torch(node)
+            if tname and tname.split(".")[-1] in BOOL_PRODUCERS:
+                return True
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr in BOOL_PRODUCERS and not tname:
+                k = self.kind(f.value)
+                return k in TENSORS or isinstance(k, frozenset)
         return False
-    tname = scope.is_torch_call(value.func)
-    method = value.func.attr if isinstance(value.func, ast.Attribute) else ""
-    tuple_ops = {"chunk", "split", "unbind", "topk", "sort", "max", "min", "median", "mode", "kthvalue",
-                 "aminmax", "std_mean", "var_mean", "tensor_split", "meshgrid", "broadcast_tensors"}
-    if tname and tname.split(".")[-1] in tuple_ops:
-        return True
-    return bool(method in tuple_ops and scope.is_tensor(value.func.value))
+
+    # -- binding ---------------------------------------------------------------------------------------
+    def bind(self, targets: list[ast.AST], value: ast.AST) -> None:
+        vk = self.kind(value)
+        vb = self.is_bool(value)
+        for tgt in targets:
+            if isinstance(tgt, (ast.Tuple, ast.List)):
+                elems = value.elts if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(tgt.elts) else None
+                for i, t in enumerate(tgt.elts):
+                    ek = self.kind(elems[i]) if elems is not None else (vk if vk in TENSORS or vk == NP or isinstance(vk, frozenset) else None)
+                    self._set(t, ek, False)
+            else:
+                self._set(tgt, vk, vb)
+
+    def _set(self, t: ast.AST, k, is_bool: bool) -> None:
+        if isinstance(t, ast.Starred):
+            t = t.value
+        if not isinstance(t, ast.Name):
+            return
+        hint = name_hint(t.id)
+        if hint is not None and (k is None or isinstance(k, frozenset) or k == TENSOR):
+            k = hint
+        self.names[t.id] = join(self.names.get(t.id), k) if t.id in self.names else k
+        if is_bool:
+            self.bools.add(t.id)
 
 
-_BINDERS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr)
+def _looks_resolvable(recv: ast.AST) -> bool:
+    while isinstance(recv, ast.Attribute):
+        recv = recv.value
+    return isinstance(recv, ast.Name)
 
 
-def infer_function(fn: ast.AST, nodes: list[ast.AST], self_attrs: set[str], self_bool_attrs: set[str],
-                   torch_names: set[str], module_attrs: set[str] | None = None) -> TensorScope:
-    """Tensor names of one function; ``nodes`` are the function's own nodes, collected by the engine."""
-    scope = TensorScope(set(), set(), self_attrs, self_bool_attrs, torch_names, set())
-    scope.module_attrs = module_attrs or set()
+def _arith(a, b):
+    """Kind of a binary op's result: a tensor operand decides; Python with Python stays Python."""
+    ta = a in TENSORS or isinstance(a, frozenset)
+    tb = b in TENSORS or isinstance(b, frozenset)
+    if ta and tb:
+        return join(a, b)
+    if ta:
+        return a
+    if tb:
+        return b
+    if a == NP or b == NP:
+        return NP
+    if a == PY and b == PY:
+        return PY
+    return None
+
+
+_BINDERS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr, ast.comprehension)
+
+
+def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
+    """Fill ``env`` with the kinds of the function's names; returns its parameter names (for call binding)."""
+    params: list[str] = []
     args = getattr(fn, "args", None)
     if args is not None:
         for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
-            if a is not None and annotation_is_tensor(a.annotation):
-                scope.names.add(a.arg)
-    body_nodes = [n for n in nodes if isinstance(n, _BINDERS)]
-    for _ in range(2):  # two passes settle chains like a = torch.x(); b = a + 1; c = b.view(...)
-        for n in body_nodes:
-            if isinstance(n, ast.Assign):
-                bind(scope, n.targets, n.value)
-            elif isinstance(n, ast.AnnAssign):
-                if annotation_is_tensor(n.annotation) and isinstance(n.target, ast.Name):
-                    scope.names.add(n.target.id)
-                if n.value is not None:
-                    bind(scope, [n.target], n.value)
-            elif isinstance(n, ast.NamedExpr):
-                bind(scope, [n.target], n.value)
-            elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and scope.is_tensor(n.value):
-                scope.names.add(n.target.id)
-            elif isinstance(n, ast.For) and scope.is_tensor(n.iter):
-                for t in _targets(n.target):  # iterating a tensor yields tensors
-                    if isinstance(t, ast.Name):
-                        scope.names.add(t.id)
-    return scope
-
-
-def bind(scope: TensorScope, targets: list[ast.AST], value: ast.AST) -> None:
-    multi = _tuple_of_tensors(scope, value)
-    for tgt in targets:
-        for t in _targets(tgt):
-            if not isinstance(t, ast.Name):
+            if a is None:
                 continue
-            if multi and isinstance(tgt, (ast.Tuple, ast.List)):
-                scope.names.add(t.id)
-            elif scope.is_tensor(value):
-                scope.names.add(t.id)
-                if scope.is_bool_tensor(value):
-                    scope.bool_names.add(t.id)
-            elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "pin_memory":
-                scope.names.add(t.id)
-                scope.pinned.add(t.id)
-        if isinstance(value, ast.Call) and any(
-                isinstance(k.value, ast.Constant) and k.arg == "pin_memory" and k.value.value is True
-                for k in value.keywords):
-            for t in _targets(tgt):
-                if isinstance(t, ast.Name):
-                    scope.pinned.add(t.id)
-
-
-def class_tensor_attrs(methods: list[tuple[ast.AST, list[ast.AST]]], torch_names: set[str]) -> tuple[set[str], set[str], set[str]]:
-    """self.X attributes that hold tensors (assigned a tensor, a Parameter, or registered as a buffer), their
-    boolean subset, and the attributes holding constructed modules (`self.gate = nn.Linear(...)`)."""
-    attrs: set[str] = set()
-    bools: set[str] = set()
-    modules: set[str] = set()
-    for fn, nodes in methods:
-        local = infer_function(fn, nodes, attrs, bools, torch_names)
-        for n in nodes:
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "register_buffer" \
-                    and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
-                attrs.add(n.args[0].value)
-            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
-            value = getattr(n, "value", None)
-            for t in targets:
-                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and value is not None:
-                    if local.is_tensor(value) or "Parameter" in dotted(getattr(value, "func", ast.Pass())) or (
-                            isinstance(n, ast.AnnAssign) and annotation_is_tensor(n.annotation)):
-                        attrs.add(t.attr)
-                        if local.is_bool_tensor(value):
-                            bools.add(t.attr)
-                    elif isinstance(value, ast.Call) and dotted(value.func).split(".")[-1][:1].isupper():
-                        modules.add(t.attr)
-    return attrs, bools, modules - attrs
+            params.append(a.arg)
+            if a.arg in ("self", "cls"):
+                continue
+            k = annotation_kind(a.annotation)
+            if k == "none":
+                k = None
+            hint = name_hint(a.arg)
+            if hint is not None:
+                k = hint
+            elif k is None and a is not args.vararg and a is not args.kwarg:
+                k = frozenset((f"p:{a.arg}",))
+            if k is not None:
+                env.names[a.arg] = k
+    body = [n for n in nodes if isinstance(n, _BINDERS)]
+    for _ in range(2):  # two passes settle chains like a = torch.x(); b = a + 1; c = b.view(...)
+        for n in body:
+            t = type(n)
+            if t is ast.Assign:
+                env.bind(n.targets, n.value)
+            elif t is ast.AnnAssign:
+                k = annotation_kind(n.annotation)
+                if k in TENSORS and isinstance(n.target, ast.Name):
+                    env._set(n.target, k, False)
+                if n.value is not None:
+                    env.bind([n.target], n.value)
+            elif t is ast.NamedExpr:
+                env.bind([n.target], n.value)
+            elif t is ast.AugAssign:
+                env._set(n.target, _arith(env.kind(n.target), env.kind(n.value)), False)
+            elif t is ast.For or t is ast.comprehension:
+                it = env.kind(n.iter)
+                if it in TENSORS or isinstance(it, frozenset):
+                    for x in _targets(n.target):   # iterating a tensor yields tensors
+                        env._set(x, it, False)
+    return params

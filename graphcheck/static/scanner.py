@@ -3,11 +3,12 @@ suppressions, and return findings. Never stops at a bad file: unreadable or unpa
 from __future__ import annotations
 
 import fnmatch
-import functools
 import hashlib
 import io
 import json
 import os
+import signal
+import stat
 import tempfile
 import tokenize
 from concurrent.futures import ProcessPoolExecutor
@@ -16,7 +17,8 @@ from pathlib import Path
 
 from ..findings import Finding
 from ..rules import RULES, format_message, select_codes
-from .engine import ENGINE_VERSION, analyse_text, is_readback
+from .engine import ENGINE_VERSION, analyse_text
+from .gitignore import GitIgnore
 from .scope import Program
 
 DEFAULT_EXCLUDE = [".git", "__pycache__", ".venv", "venv", ".tox", ".nox", "build", "dist", "node_modules", ".eggs",
@@ -44,10 +46,31 @@ class ScanResult:
     cached: int = 0
     in_scope_functions: int | None = None
     summaries: dict[str, dict] = field(default_factory=dict, repr=False)
+    unresolved: list[dict] = field(default_factory=list)   # calls in scope that resolve to nothing: path, line, call
+    scope: list[str] = field(default_factory=list)         # 'path:function' of every function in the captured region
+    warnings: list[str] = field(default_factory=list)      # entry points that reach less than their class constructs
+
+    def scope_report(self) -> str:
+        """What `--show-scope` prints: the functions in the captured region and the calls that could not be followed."""
+        out = [f"{len(self.scope)} function(s) in the captured region:"] + [f"  {s}" for s in self.scope]
+        out.append(f"{len(self.unresolved)} unresolved call(s) in scope:")
+        out += [f"  {u['path']}:{u['line']} {u['function']}: {u['call']}" for u in self.unresolved]
+        out += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(out)
+
+    def scope_line(self) -> str:
+        """One summary line about the scope, '' for an unscoped scan: never let a partial scope read as clean."""
+        if self.in_scope_functions is None:
+            return ""
+        line = f"{self.in_scope_functions} function(s) in the captured region"
+        if self.unresolved:
+            line += f", {len(self.unresolved)} call(s) in it could not be resolved (--show-scope lists them)"
+        return line
 
 
 def discover(paths: list[str], exclude: list[str] | None = None, root: Path | None = None) -> tuple[list[Path], list[Finding]]:
-    """Python files under paths; a path that does not exist is a finding, not a crash."""
+    """Python files under paths, minus excludes and what .gitignore ignores; a path that does not exist, or is
+    not a regular file, is a finding, not a crash (a FIFO named x.py would block the scan forever)."""
     pats = DEFAULT_EXCLUDE + list(exclude or [])
     root = root or Path.cwd()
     out: list[Path] = []
@@ -62,15 +85,32 @@ def discover(paths: list[str], exclude: list[str] | None = None, root: Path | No
 
     for raw in paths:
         p = Path(raw)
-        if not p.exists():
+        try:
+            st = os.stat(p)
+        except OSError:
             errors.append(Finding("GC904", "static", _rel(p, root), 0, message=format_message("GC904", error="no such file or directory")))
-        elif p.is_file():
+            continue
+        if stat.S_ISREG(st.st_mode):
             out.append(p)  # named explicitly: scanned even if it matches an exclude
+        elif not stat.S_ISDIR(st.st_mode):
+            errors.append(Finding("GC904", "static", _rel(p, root), 0, message=format_message("GC904", error="not a regular file")))
         else:
+            ignore = GitIgnore(p)
             for dirpath, dirnames, filenames in os.walk(p):
                 d = Path(dirpath)
-                dirnames[:] = sorted(n for n in dirnames if not excluded(d / n, p))
-                out.extend(d / f for f in sorted(filenames) if f.endswith(".py") and not excluded(d / f, p))
+                dirnames[:] = sorted(n for n in dirnames if not excluded(d / n, p) and not ignore.ignored(d / n, True))
+                for f in sorted(filenames):
+                    if not f.endswith(".py"):
+                        continue
+                    fp = d / f
+                    if excluded(fp, p) or ignore.ignored(fp, False):
+                        continue
+                    try:
+                        if not stat.S_ISREG(os.stat(fp).st_mode):
+                            continue       # FIFOs, sockets, devices, dangling links: never opened
+                    except OSError:
+                        continue
+                    out.append(fp)
     seen: set[str] = set()
     uniq = []
     for p in out:
@@ -86,23 +126,60 @@ def _rel(p: Path, root: Path) -> str:
     return Path(p).as_posix() if rel.startswith("..") else Path(rel).as_posix()
 
 
-@functools.lru_cache(maxsize=None)
-def _package_of(d: str) -> str:
-    """Dotted package name of a directory ('' when it is not a package)."""
-    if not os.path.isfile(os.path.join(d, "__init__.py")):
-        return ""
-    parent = _package_of(os.path.dirname(d)) if os.path.dirname(d) != d else ""
-    return f"{parent}.{os.path.basename(d)}" if parent else os.path.basename(d)
+def package_dirs(root: Path) -> dict[str, str]:
+    """`[tool.setuptools] package-dir` of the project's pyproject.toml as {absolute directory: package name}, so a
+    tree installed under another name (`kernels/` as `dsv4_kernels`) resolves imports of the installed name."""
+    try:
+        import tomllib
+        with open(root / "pyproject.toml", "rb") as fh:
+            data = tomllib.load(fh)
+    except (OSError, ValueError, ImportError):
+        return {}
+    mapping = data.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    if not isinstance(mapping, dict):
+        return {}
+    out = {}
+    for pkg, d in mapping.items():
+        if isinstance(pkg, str) and isinstance(d, str):
+            out[os.path.abspath(root / d)] = pkg
+    return out
+
+
+class ModuleNamer:
+    """Dotted module names by walking up through packages, honouring package-dir mappings."""
+
+    def __init__(self, mapping: dict[str, str] | None = None):
+        self.mapping = mapping or {}
+        self._pkg: dict[str, str] = {}
+
+    def package_of(self, d: str) -> str:
+        hit = self._pkg.get(d)
+        if hit is not None:
+            return hit
+        mapped = self.mapping.get(d)
+        if mapped is not None:
+            name = mapped       # "" maps the project root: packages directly below it are top level
+        elif not os.path.isfile(os.path.join(d, "__init__.py")):
+            name = ""
+        else:
+            up = os.path.dirname(d)
+            parent = self.package_of(up) if up != d else ""
+            name = f"{parent}.{os.path.basename(d)}" if parent else os.path.basename(d)
+        self._pkg[d] = name
+        return name
+
+    def __call__(self, p: Path) -> tuple[str, bool]:
+        ap = os.path.abspath(p)
+        pkg = self.package_of(os.path.dirname(ap))
+        stem = Path(ap).stem
+        if stem == "__init__":
+            return pkg or Path(ap).parent.name, True
+        return f"{pkg}.{stem}" if pkg else stem, False
 
 
 def module_name(p: Path) -> tuple[str, bool]:
     """Dotted module name by walking up through packages; and whether the file is a package __init__."""
-    ap = os.path.abspath(p)
-    pkg = _package_of(os.path.dirname(ap))
-    stem = Path(ap).stem
-    if stem == "__init__":
-        return pkg or Path(ap).parent.name, True
-    return f"{pkg}.{stem}" if pkg else stem, False
+    return ModuleNamer()(p)
 
 
 def _read(path: Path) -> tuple[str | None, str | None]:
@@ -117,87 +194,164 @@ def _read(path: Path) -> tuple[str | None, str | None]:
         return None, f"cannot decode ({e.__class__.__name__}: {str(e)[:80]})"
 
 
-def _analyse_one(args: tuple[str, str | None]) -> tuple[dict, bool]:
-    path, cache_dir = args
+_SUMMARY_KEYS = {"v": str, "imports": dict, "functions": dict, "classes": dict, "registries": dict, "findings": list,
+                 "suppressions": list}
+
+
+def _valid_summary(d) -> bool:
+    """A cache entry of the wrong shape (another version, a truncated or hand-edited file) is ignored."""
+    return isinstance(d, dict) and d.get("v") == ENGINE_VERSION and all(
+        isinstance(d.get(k), t) for k, t in _SUMMARY_KEYS.items()) and all(
+        isinstance(f, dict) and isinstance(f.get("rule"), str) and isinstance(f.get("line"), int) for f in d["findings"])
+
+
+def _analyse_one(args: tuple[str, str | None, str]) -> tuple[dict, bool]:
+    path, cache_dir, tag = args
     text, err = _read(Path(path))
     if text is None:
         return {"error": err}, False
+    return _analyse_text_cached(text, cache_dir, tag)
+
+
+def _analyse_text_cached(text: str, cache_dir: str | None, tag: str) -> tuple[dict, bool]:
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     cfile = Path(cache_dir) / digest[:2] / f"{digest}.json" if cache_dir else None
     if cfile is not None:
         try:
-            return json.loads(cfile.read_text()), True
-        except (OSError, ValueError):
+            hit = json.loads(cfile.read_text())
+            if _valid_summary(hit):
+                return hit, True
+        except (OSError, ValueError, RecursionError):
             pass
     summary = analyse_text(text)
     if cfile is not None:
+        tmp = None
         try:
             cfile.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=cfile.parent, suffix=".tmp")
+            fd, tmp = tempfile.mkstemp(dir=cfile.parent, prefix=f".{tag}.", suffix=".tmp")
             with os.fdopen(fd, "w") as fh:
                 json.dump(summary, fh, separators=(",", ":"))
             os.replace(tmp, cfile)
-        except OSError:
-            pass  # a read-only cache only costs speed
+        except (OSError, ValueError, RecursionError):
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass   # a read-only cache only costs speed
     return summary, False
 
 
+def _worker_init() -> None:
+    # Ctrl-C goes to the whole process group: the parent decides; workers must not die mid-write with a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _remove_partial(cache_dir: str | None, tag: str) -> None:
+    if not cache_dir or not os.path.isdir(cache_dir):
+        return
+    for sub in os.scandir(cache_dir):
+        if sub.is_dir():
+            for f in os.scandir(sub.path):
+                if f.name.startswith(f".{tag}.") and f.name.endswith(".tmp"):
+                    try:
+                        os.unlink(f.path)
+                    except OSError:
+                        pass
+
+
 def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None) -> tuple[list[dict], int]:
+    """Summaries of the files, in parallel with a content-hash cache. A KeyboardInterrupt stops the workers,
+    removes this run's half-written cache files and is re-raised (the CLI exits 130)."""
     cache_dir = str(default_cache_dir()) if cache else None
-    args = [(str(f), cache_dir) for f in files]
+    tag = f"{os.getpid()}"
+    args = [(str(f), cache_dir, tag) for f in files]
     jobs = jobs or os.cpu_count() or 1
-    if jobs > 1 and len(files) >= 24:
-        with ProcessPoolExecutor(max_workers=jobs) as ex:
-            results = list(ex.map(_analyse_one, args, chunksize=max(1, len(args) // (jobs * 8))))
-    else:
-        results = [_analyse_one(a) for a in args]
+    try:
+        if jobs > 1 and len(files) >= 24:
+            ex = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init)
+            try:
+                results = list(ex.map(_analyse_one, args, chunksize=max(1, len(args) // (jobs * 8))))
+            except BaseException:
+                for p in list(getattr(ex, "_processes", {}).values()):
+                    p.terminate()
+                ex.shutdown(wait=True, cancel_futures=True)
+                raise
+            ex.shutdown(wait=True)
+        else:
+            results = [_analyse_one(a) for a in args]
+    except KeyboardInterrupt:
+        _remove_partial(cache_dir, tag)
+        raise
     return [r for r, _ in results], sum(1 for _, c in results if c)
 
 
 def scan(paths: list[str], *, entry_points: list[str] | None = None, exclude: list[str] | None = None,
          select: list[str] | None = None, ignore: list[str] | None = None, root: Path | None = None,
-         cache: bool = True, jobs: int | None = None) -> ScanResult:
+         cache: bool = True, jobs: int | None = None, source: str | None = None,
+         source_name: str | None = None) -> ScanResult:
+    """Scan files under ``paths``; ``source`` (e.g. read from stdin) is scanned as if it were the file
+    ``source_name`` (relative to ``root``), in place of that file on disk if it exists."""
     root = root or Path.cwd()
     codes = select_codes(select, ignore)
-    files, findings = discover(paths, exclude, root)
+    files, findings = discover(paths, exclude, root) if paths else ([], [])
+    if source is not None:
+        if not source_name:
+            raise ValueError("a source given as text needs a display filename (source_name), e.g. pkg/mod.py")
+        sp = Path(source_name) if Path(source_name).is_absolute() else root / source_name
+        files = [f for f in files if os.path.abspath(f) != os.path.abspath(sp)]
     summaries, cached = analyse_files(files, cache=cache, jobs=jobs)
+    namer = ModuleNamer(package_dirs(root))
     rels = [_rel(f, root) for f in files]
+    if source is not None:
+        files.append(sp)
+        rels.append(_rel(sp, root))
+        summaries.append(_analyse_text_cached(source, str(default_cache_dir()) if cache else None, str(os.getpid()))[0])
     by_path: dict[str, dict] = {}
     modules: dict[str, str] = {}
+    texts: dict[str, list[str]] = {}
+    if source is not None:
+        texts[rels[-1]] = source.splitlines()
     for f, rel, summ in zip(files, rels, summaries):
         if "error" in summ:
             findings.append(Finding("GC904", "static", rel, 0, message=format_message("GC904", error=summ["error"])))
             continue
-        mod, is_pkg = module_name(f)
+        mod, is_pkg = namer(f)
         summ["is_package"] = is_pkg
         by_path[rel] = summ
         modules[rel] = mod
     prog = Program(by_path, modules)
     scoped = bool(entry_points) or any(f.get("capturable") for s in by_path.values() for f in s["functions"].values())
     reach = prog.reachable(entry_points or []) if scoped else None
-
-    def in_scope(path: str, function: str) -> bool:
-        return reach is None or (path, function) in reach
+    within = reach.functions if reach is not None else None
 
     suppressed = 0
     for rel, summ in by_path.items():
-        raw = [Finding(d["rule"], "static", rel, d["line"], d["col"], d["function"], d["message"], d["source"])
-               for d in summ["findings"]]
-        raw += _callee_findings(prog, rel, summ, reach, root)
         sups = summ["suppressions"]
         used = [False] * len(sups)
-        for f in raw:
+        for d in summ["findings"]:
+            f = Finding(d["rule"], "static", rel, d["line"], d["col"], d["function"], d["message"], d["source"])
             if f.rule == "GC903":
                 findings.append(f)
                 continue
             hit = _suppressing(sups, f)
             if hit is not None:
                 used[hit] = True
-            if not in_scope(rel, f.function) or f.rule not in codes:
+            if reach is not None and (rel, f.function) not in reach:
                 continue
-            if hit is not None and sups[hit]["reason"]:
-                suppressed += 1
+            if f.rule not in codes:
                 continue
+            when = d.get("when")
+            if when and not prog.holds(rel, f.function, when, within):
+                continue
+            if hit is not None:
+                if sups[hit]["reason"]:
+                    suppressed += 1
+                    continue
+            if reach is not None:
+                chain = reach.chain((rel, f.function))
+                if chain:
+                    f.evidence = {"call_chain": chain,
+                                  "reached_from": " -> ".join(c["function"] for c in chain) + f" -> {f.function}"}
             findings.append(f)
         for i, s in enumerate(sups):
             src = s["source"]
@@ -210,7 +364,12 @@ def scan(paths: list[str], *, entry_points: list[str] | None = None, exclude: li
                 findings.append(Finding("GC902", "static", rel, s["line"], message=format_message("GC902", codes=",".join(s["codes"])), source=src))
     findings = [f for f in findings if f.rule in codes or f.rule in ("GC903", "GC904")]
     findings.sort(key=Finding.sort_key)
-    return ScanResult(findings, len(files), suppressed, cached, len(reach) if reach is not None else None, by_path)
+    res = ScanResult(findings, len(files), suppressed, cached, len(reach) if reach is not None else None, by_path)
+    if reach is not None:
+        res.unresolved = sorted(reach.unresolved, key=lambda u: (u["path"], u["line"], u["call"]))
+        res.scope = sorted(f"{p}:{q}" for p, q in reach.functions)
+        res.warnings = reach.gaps
+    return res
 
 
 def _suppressing(sups: list[dict], f: Finding) -> int | None:
@@ -219,29 +378,3 @@ def _suppressing(sups: list[dict], f: Finding) -> int | None:
             if any(f.rule.startswith(c) for c in s["codes"]):
                 return i
     return None
-
-
-def _callee_findings(prog: Program, rel: str, summ: dict, reach, root: Path) -> list[Finding]:
-    """GC704: explicit helper calls whose callee reads back (the call site in the hot path gets a finding)."""
-    out: list[Finding] = []
-    lines: list[str] | None = None
-    for q in summ["functions"]:
-        if reach is not None and (rel, q) not in reach:
-            continue
-        for (tpath, tq), call in prog.callees(rel, q):
-            if call[0] not in ("name", "attr", "self") or (tpath, tq) == (rel, q):
-                continue
-            if call[0] == "self" and tq.rsplit(".", 1)[-1] != call[1]:
-                continue   # `self.ffn(x)` runs a submodule's forward: its findings are reported there, in scope
-            hits = [d for d in prog.s[tpath]["findings"] if d["function"] == tq and is_readback(d["rule"])]
-            if not hits:
-                continue
-            first = hits[0]
-            line, col = call[-2], call[-1]
-            if lines is None:
-                text, _ = _read(root / rel if not Path(rel).is_absolute() else Path(rel))
-                lines = (text or "").splitlines()
-            out.append(Finding("GC704", "static", rel, line, col, q,
-                               format_message("GC704", callee=tq, where=f"{tpath}:{first['line']} {first['rule']}"),
-                               lines[line - 1].strip() if 0 < line <= len(lines) else ""))
-    return out

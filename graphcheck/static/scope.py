@@ -1,12 +1,24 @@
-"""The captured region: functions reachable from the entry points through statically resolved calls.
+"""The captured region and the cross-file half of the device lattice.
 
-Resolution is deliberately modest: same-module names, imports within the scanned tree, ``self.method()``,
-``self.attr(...)`` where ``attr`` was assigned a class instance (also inside ``nn.ModuleList``), locals bound
-to such attributes or instances, and ``super().method()``. ``module(...)`` means ``forward``.
+Scope: the functions reachable from the entry points through calls resolved statically inside the scanned tree —
+same-module names, imports (also through package-dir mappings and re-exports), ``self.method()``, submodules held
+in attributes (assigned directly, in ``nn.ModuleList``/``ModuleDict``/``Sequential``, filled by ``.append`` in a
+loop, by a comprehension, by a helper or factory that returns them, by a class variable such as ``model_cls``, or
+taken from a module-level registry), ``CustomOp``-style dispatch (``forward`` -> ``forward_cuda`` /
+``forward_native``), ``super()``, and functions passed as arguments. ``module(...)`` means ``forward``.
+Whatever cannot be resolved is kept (``unresolved``), so a scan never calls a scope it could not build clean.
+
+Kinds: a finding whose value depends on a parameter or a callee's return (see ``inference``) is decided here by
+joining the kinds the resolved callers pass and the resolved callees return.
 """
 from __future__ import annotations
 
 from collections import deque
+
+from .inference import HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, join
+
+_DISPATCH = ("forward_cuda", "forward_native")     # CustomOp: forward() picks one of these per platform
+_BUILTINS = set(dir(__import__("builtins")))
 
 
 class ScopeError(ValueError):
@@ -20,6 +32,8 @@ class Program:
         self.path_of = {m: p for p, m in modules.items()}
         self._memo: dict[str, tuple[str, str] | None] = {}
         self._callees: dict[tuple[str, str], list] = {}
+        self._callers: dict[tuple[str, str], list] | None = None
+        self._kinds: dict = {}
 
     # -- symbol resolution --------------------------------------------------------------------------
     def _import_target(self, path: str, alias: str) -> str:
@@ -54,12 +68,15 @@ class Program:
                 path = self.path_of[mod]
                 if not rest:
                     return (path, "")
-                # re-exported names: follow the package's own import of it
                 head = parts[i]
-                if head not in self.s[path]["functions"] and head not in self.s[path]["classes"]:
-                    tgt = self._import_target(path, head)
+                summ = self.s[path]
+                if head not in summ["functions"] and head not in summ["classes"]:
+                    tgt = self._import_target(path, head)   # re-exported names: follow the package's own import
                     if tgt and tgt != full:
                         return self.resolve_dotted(".".join([tgt, *parts[i + 1:]]), depth + 1)
+                    if head in summ.get("registries", {}):
+                        return (path, rest)
+                    return None
                 return (path, rest)
         return None
 
@@ -73,82 +90,204 @@ class Program:
             return self.resolve_dotted(f"{tgt}.{rest}" if rest else tgt)
         return None
 
-    def _class_method(self, cls_ref: tuple[str, str], meth: str, depth: int = 0) -> list[tuple[str, str]]:
+    def _external(self, path: str, sym: str) -> bool:
+        """Whether a symbol names something outside the scanned tree (an import that does not resolve here)."""
+        head = sym.partition(".")[0]
+        return bool(self.s[path]["imports"].get(head)) or head in _BUILTINS
+
+    def _mro(self, cls_ref: tuple[str, str], depth: int = 0) -> list[tuple[str, str]]:
         path, cname = cls_ref
         summ = self.s.get(path)
         if summ is None or cname not in summ["classes"] or depth > 8:
             return []
-        names = ["forward", "__call__"] if meth == "__call__" else [meth]
-        for n in names:
-            q = f"{cname}.{n}"
-            if q in summ["functions"]:
-                return [(path, q)]
+        out = [cls_ref]
         for b in summ["classes"][cname]["bases"]:
             ref = self.resolve_symbol(path, b)
             if ref:
-                hit = self._class_method(ref, meth, depth + 1)
-                if hit:
-                    return hit
-        return []
-
-    def _attr_classes(self, cls_ref: tuple[str, str], attr: str, depth: int = 0) -> list[tuple[str, str]]:
-        path, cname = cls_ref
-        summ = self.s.get(path)
-        if summ is None or cname not in summ["classes"] or depth > 8:
-            return []
-        info = summ["classes"][cname]
-        out = [r for sym in info["attrs"].get(attr, []) if (r := self.resolve_symbol(path, sym))]
-        if not out:
-            for b in info["bases"]:
-                ref = self.resolve_symbol(path, b)
-                if ref:
-                    out += self._attr_classes(ref, attr, depth + 1)
+                out += [r for r in self._mro(ref, depth + 1) if r not in out]
         return out
 
+    def _has_external_base(self, cls_ref: tuple[str, str]) -> bool:
+        for path, cname in self._mro(cls_ref):
+            for b in self.s[path]["classes"][cname]["bases"]:
+                if not self.resolve_symbol(path, b):
+                    return True
+        return False
+
+    def _class_method(self, cls_ref: tuple[str, str], meth: str) -> list[tuple[str, str]]:
+        names = ["forward", "__call__"] if meth == "__call__" else [meth]
+        out: list[tuple[str, str]] = []
+        for path, cname in self._mro(cls_ref):
+            funcs = self.s[path]["functions"]
+            hit = next((f"{cname}.{n}" for n in names if f"{cname}.{n}" in funcs), None)
+            if hit:
+                out.append((path, hit))
+                break
+        if meth in ("__call__", "forward"):
+            for d in _DISPATCH:          # CustomOp: the platform's forward_* runs whatever forward() says
+                for path, cname in self._mro(cls_ref):
+                    if f"{cname}.{d}" in self.s[path]["functions"]:
+                        if (path, f"{cname}.{d}") not in out:
+                            out.append((path, f"{cname}.{d}"))
+                        break
+        return out
+
+    def instances(self, cls_ref: tuple[str, str] | None, path: str, entry: str, depth: int = 0) -> tuple[list, bool]:
+        """Classes an attribute entry constructs, and whether any part of it lies outside the scanned tree."""
+        if depth > 8:
+            return [], False
+        if entry.startswith("reg:"):
+            out = []
+            for sym in self.s[path].get("registries", {}).get(entry[4:], []):
+                ref = self.resolve_symbol(path, sym)
+                if ref and ref[1] in self.s[ref[0]]["classes"]:
+                    out.append(ref)
+            return out, False
+        if entry.startswith("self:"):
+            name = entry[5:]
+            out, ext = [], False
+            if cls_ref is None:
+                return [], False
+            for t in self._class_method(cls_ref, name):
+                for e in self.s[t[0]]["functions"][t[1]].get("ret_ctors", []):
+                    got, x = self.instances(self._cls_of(t), t[0], e, depth + 1)
+                    out += got
+                    ext |= x
+            for cpath, cname in self._mro(cls_ref):
+                for sym in self.s[cpath]["classes"][cname].get("refs", {}).get(name, []):
+                    got, x = self.instances(None, cpath, sym, depth + 1)
+                    out += got
+                    ext |= x
+            return out, ext
+        sym = entry[5:] if entry.startswith("call:") else entry
+        ref = self.resolve_symbol(path, sym)
+        if ref is None:
+            return [], self._external(path, sym)
+        rpath, q = ref
+        summ = self.s[rpath]
+        if q in summ["classes"]:
+            return [ref], False
+        if q in summ["functions"]:          # a factory or helper: what it returns
+            out, ext = [], False
+            for e in summ["functions"][q].get("ret_ctors", []):
+                got, x = self.instances(self._cls_of(ref), rpath, e, depth + 1)
+                out += got
+                ext |= x
+            return out, ext
+        return [], False
+
+    def _cls_of(self, ref: tuple[str, str]) -> tuple[str, str] | None:
+        cls = self.s[ref[0]]["functions"][ref[1]].get("cls")
+        return (ref[0], cls) if cls else None
+
+    def _attr_instances(self, cls_ref: tuple[str, str], attr: str) -> tuple[list, bool, bool]:
+        """Classes held by self.<attr>; whether some of it is outside the tree; whether the attribute is known."""
+        out: list[tuple[str, str]] = []
+        ext = known = False
+        for path, cname in self._mro(cls_ref):
+            info = self.s[path]["classes"][cname]
+            for e in info["attrs"].get(attr, []):
+                known = True
+                got, x = self.instances((path, cname), path, e)
+                out += [g for g in got if g not in out]
+                ext |= x or not got
+            for sym in info.get("refs", {}).get(attr, []):
+                known = True
+                ext |= self.resolve_symbol(path, sym) is None
+        return out, ext, known
+
+    # -- calls --------------------------------------------------------------------------------------
     def callees(self, path: str, qname: str) -> list[tuple[tuple[str, str], list]]:
-        """Resolved callees of one function, with the call record (for call-site findings)."""
+        """Resolved callees of one function, with the call record."""
         key = (path, qname)
         if key not in self._callees:
             self._callees[key] = self._resolve_callees(path, qname)
         return self._callees[key]
 
-    def _resolve_callees(self, path: str, qname: str) -> list[tuple[tuple[str, str], list]]:
+    def resolve_call(self, path: str, qname: str, call: list) -> tuple[list[tuple[str, str]], str]:
+        """Targets of one call record and its status: 'resolved', 'external' (outside the tree) or 'unresolved'."""
         summ = self.s[path]
         fn = summ["functions"][qname]
         cls = fn.get("cls")
         cls_ref = (path, cls) if cls else None
-        out = []
-        for call in fn["calls"]:
-            kind = call[0]
-            targets: list[tuple[str, str]] = []
-            if kind == "name":
-                # a nested function of this one shadows module-level names
-                nested = f"{qname}.{call[1]}"
-                if nested in summ["functions"]:
-                    targets = [(path, nested)]
-                else:
-                    ref = self.resolve_symbol(path, call[1])
-                    targets = self._callable(ref)
-            elif kind == "attr":
-                ref = self.resolve_symbol(path, f"{call[1]}.{call[2]}")
-                targets = self._callable(ref)
-            elif kind == "self" and cls_ref:
-                targets = self._class_method(cls_ref, call[1])
-                if not targets:   # `self.ffn(x)`: calling a submodule attribute runs its forward
-                    for cref in self._attr_classes(cls_ref, call[1]):
-                        targets += self._class_method(cref, "__call__")
-            elif kind == "super" and cls_ref:
-                for b in summ["classes"].get(cls, {}).get("bases", []):
-                    ref = self.resolve_symbol(path, b)
-                    if ref:
-                        targets += self._class_method(ref, call[1])
-            elif kind == "selfattr" and cls_ref:
-                for cref in self._attr_classes(cls_ref, call[1]):
-                    targets += self._class_method(cref, call[2])
-            elif kind == "class":
-                ref = self.resolve_symbol(path, call[1])
+        kind = call[0]
+        if kind == "ref":
+            t, st = self.resolve_call(path, qname, call[1:])
+            return t, st if t else "external"
+        if kind == "name":
+            nested = f"{qname}.{call[1]}"
+            if nested in summ["functions"]:
+                return [(path, nested)], "resolved"
+            ref = self.resolve_symbol(path, call[1])
+            if ref:
+                t = self._callable(ref)
+                return t, "resolved" if t else "external"
+            if self._external(path, call[1]) or call[1] in summ["classes"]:
+                return [], "external"
+            return [], "unresolved"
+        if kind == "attr":
+            ref = self.resolve_symbol(path, f"{call[1]}.{call[2]}")
+            if ref:
+                t = self._callable(ref)
+                return t, "resolved" if t else "external"
+            return [], "external"        # a module outside the tree, or a method on a value
+        if kind == "self":
+            if cls_ref is None:
+                return [], "external"
+            t = self._class_method(cls_ref, call[1])
+            if t:
+                return t, "resolved"
+            insts, ext, known = self._attr_instances(cls_ref, call[1])
+            for c in insts:      # `self.ffn(x)` runs a submodule's forward; `self.model_cls(cfg)` its __init__
+                t += self._class_method(c, "__call__") or self._class_method(c, "__init__")
+            if t:
+                return t, "resolved"
+            if ext or (not known and self._has_external_base(cls_ref)):
+                return [], "external"
+            return [], "unresolved"
+        if kind == "super":
+            if cls_ref is None:
+                return [], "external"
+            t = []
+            for b in self._mro(cls_ref)[1:]:
+                t = self._class_method(b, call[1])
+                if t:
+                    break
+            return t, "resolved" if t else "external"
+        if kind == "selfattr":
+            if cls_ref is None:
+                return [], "external"
+            insts, ext, known = self._attr_instances(cls_ref, call[1])
+            t = [m for c in insts for m in self._class_method(c, call[2])]
+            if t:
+                return t, "resolved"
+            if any(call[1] in self.s[p]["classes"][c].get("tensors", ()) for p, c in self._mro(cls_ref)):
+                return [], "external"     # a method of a tensor attribute (self.inv_freq.float())
+            if insts and call[2] != "__call__":
+                return [], "external"     # a container method (.append) or an inherited nn.Module method
+            return [], "external" if ext else "unresolved"
+        if kind == "inst":
+            t, ext = [], False
+            for e in call[1]:
+                insts, x = self.instances(cls_ref, path, e)
+                ext |= x
+                t += [m for c in insts for m in self._class_method(c, call[2])]
+            return t, "resolved" if t else "external"
+        if kind == "reg":
+            t = []
+            for sym in summ.get("registries", {}).get(call[1], []):
+                ref = self.resolve_symbol(path, sym)
                 if ref:
-                    targets = self._class_method(ref, call[2])
+                    meth = "__init__" if call[2] == "__call__" else call[2]
+                    t += self._callable(ref) if meth == "__init__" and ref[1] in self.s[ref[0]]["functions"] else \
+                        self._class_method(ref, meth) if ref[1] in self.s[ref[0]]["classes"] else []
+            return t, "resolved" if t else "unresolved"
+        return [], "external"
+
+    def _resolve_callees(self, path: str, qname: str) -> list[tuple[tuple[str, str], list]]:
+        out = []
+        for call in self.s[path]["functions"][qname]["calls"]:
+            targets, _ = self.resolve_call(path, qname, call)
             out.extend((t, call) for t in targets)
         return out
 
@@ -180,12 +319,14 @@ class Program:
                 return hit[0]
         raise ScopeError(f"entry point {spec!r}: no function {qual!r} in {path}")
 
-    def reachable(self, entry_points: list[str]) -> set[tuple[str, str]]:
+    def reachable(self, entry_points: list[str]) -> "Reach":
         roots = [self.entry(e) for e in entry_points]
         for path, summ in self.s.items():
             roots += [(path, q) for q, f in summ["functions"].items() if f.get("capturable")]
-        seen: set[tuple[str, str]] = set()
+        parent: dict[tuple[str, str], tuple | None] = {r: None for r in roots}
+        unresolved: list[dict] = []
         todo = deque(roots)
+        seen: set[tuple[str, str]] = set()
         while todo:
             node = todo.popleft()
             if node in seen:
@@ -194,9 +335,166 @@ class Program:
             path, q = node
             # nested functions of a reachable function are part of it
             for other in self.s[path]["functions"]:
-                if other.startswith(q + ".") and "." not in other[len(q) + 1:] and (path, other) not in seen:
+                if other.startswith(q + ".") and "." not in other[len(q) + 1:] and (path, other) not in parent:
+                    parent[(path, other)] = (node, self.s[path]["functions"][other]["line"])
                     todo.append((path, other))
-            for target, _ in self.callees(path, q):
-                if target not in seen:
-                    todo.append(target)
-        return seen
+            for call in self.s[path]["functions"][q]["calls"]:
+                targets, status = self.resolve_call(path, q, call)
+                if status == "unresolved" and call[0] != "ref":
+                    unresolved.append({"path": path, "function": q, "line": _call_line(call), "call": _describe(call)})
+                for t in targets:
+                    if t not in parent:
+                        parent[t] = (node, _call_line(call))
+                        todo.append(t)
+        return Reach(seen, parent, unresolved, self._gaps(roots, seen, entry_points))
+
+    def _gaps(self, roots: list, seen: set, specs: list[str]) -> list[str]:
+        """Entry points that reach fewer functions than their class obviously calls: submodules it constructs whose
+        forward is in the tree but was not reached."""
+        out = []
+        for spec, (path, q) in zip(specs, roots):
+            cls = self.s[path]["functions"][q].get("cls")
+            if not cls:
+                continue
+            missing = []
+            for attr in sorted(self.s[path]["classes"][cls]["attrs"]):
+                insts, _, _ = self._attr_instances((path, cls), attr)
+                for c in insts:
+                    fw = self._class_method(c, "__call__")
+                    if fw and not any(t in seen for t in fw):
+                        missing.append(f"self.{attr} ({c[1]}.forward)")
+            if missing:
+                out.append(f"entry point {spec} reaches {len(seen)} function(s) but not what {cls} constructs: "
+                           + ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else ""))
+        return out
+
+    # -- kinds across calls -------------------------------------------------------------------------
+    def _caller_index(self, within: set | None) -> dict:
+        if self._callers is None:
+            idx: dict[tuple[str, str], list] = {}
+            for path, summ in self.s.items():
+                for q, fn in summ["functions"].items():
+                    if within is not None and (path, q) not in within:
+                        continue
+                    for call in fn["calls"]:
+                        if call[0] == "ref" or len(call) < 5 or not isinstance(call[-1], dict):
+                            continue
+                        for t in self.callees_of(path, q, call):
+                            idx.setdefault(t, []).append((path, q, call))
+            self._callers = idx
+        return self._callers
+
+    def callees_of(self, path: str, q: str, call: list) -> list[tuple[str, str]]:
+        return self.resolve_call(path, q, call)[0]
+
+    def dep_kind(self, path: str, q: str, dep: str, within: set | None, depth: int = 0):
+        """The kind a symbolic dependency resolves to: 'p:x' from the resolved callers' arguments, 'r:i' from the
+        resolved callees' returns. Unknown (None) when nothing resolves or the chain is too long."""
+        key = (path, q, dep)
+        if key in self._kinds:
+            return self._kinds[key]
+        if depth > 12:
+            return None
+        self._kinds[key] = None          # cycles resolve to unknown
+        fn = self.s[path]["functions"].get(q)
+        k = None
+        if fn is None:
+            pass
+        elif dep.startswith("p:"):
+            name = dep[2:]
+            params = fn.get("params", [])
+            pos = params.index(name) if name in params else -1
+            for cpath, cq, call in self._caller_index(within).get((path, q), []):
+                args, kw = call[-2], call[-1]
+                # a bound call (self.m(x), obj.m(x), Cls(x) -> __init__) does not pass self; `mod.f(x)` and
+                # `Cls.m(obj, x)` pass every argument
+                shift = 1 if params[:1] in (["self"], ["cls"]) and (call[0] != "attr" or q.endswith(".__init__")) else 0
+                if name in kw:
+                    a = kw[name]
+                elif pos >= shift and pos - shift < len(args):
+                    a = args[pos - shift]
+                else:
+                    continue
+                k = join(k, self._decode(cpath, cq, a, within, depth + 1))
+        elif dep.startswith(("r:", "R:")):
+            i = int(dep[2:])
+            calls = fn["calls"]
+            if i < len(calls):
+                targets = [t for t in self.callees_of(path, q, calls[i]) if not t[1].endswith(".__init__")]
+                for t in targets:
+                    r = self.s[t[0]]["functions"][t[1]].get("ret")
+                    k = join(k, self._decode(t[0], t[1], r, within, depth + 1))
+                if not targets and dep[0] == "R":
+                    k = TENSOR       # a submodule outside the tree (nn.Linear): calling it returns a tensor
+        self._kinds[key] = k
+        return k
+
+    def _decode(self, path: str, q: str, enc, within, depth: int):
+        if isinstance(enc, list):
+            k = None
+            for d in enc:
+                k = join(k, self.dep_kind(path, q, d, within, depth))
+            return k
+        return enc
+
+    def holds(self, path: str, q: str, when: dict, within: set | None) -> bool:
+        """Whether a conditional finding holds once its dependencies are resolved."""
+        k = self._decode(path, q, when["deps"], within, 0)
+        if when.get("mode") == "maybe":
+            return k not in (HOST, PINNED, NP, PY)
+        return k in ON_DEVICE or k == TENSOR
+
+
+class Reach:
+    """The captured region: functions, how each was reached (for call chains), unresolved calls, scope gaps."""
+
+    def __init__(self, functions: set, parent: dict, unresolved: list[dict], gaps: list[str]):
+        self.functions = functions
+        self.parent = parent
+        self.unresolved = unresolved
+        self.gaps = gaps
+
+    def __contains__(self, item) -> bool:
+        return item in self.functions
+
+    def __len__(self) -> int:
+        return len(self.functions)
+
+    def chain(self, node: tuple[str, str]) -> list[dict]:
+        """Entry point first: each step is the function and the line of the call that led on."""
+        out = []
+        cur = node
+        guard = 0
+        while cur is not None and guard < 64:
+            p = self.parent.get(cur)
+            if p is None:
+                break
+            (prev, line) = p
+            out.append({"path": prev[0], "function": prev[1], "line": line})
+            cur = prev
+            guard += 1
+        return list(reversed(out))
+
+
+def _call_line(call: list) -> int:
+    for x in call[1:]:
+        if isinstance(x, int) and not isinstance(x, bool):
+            return x
+    return 0
+
+
+def _describe(call: list) -> str:
+    k = call[0]
+    if k == "name":
+        return f"{call[1]}()"
+    if k == "attr":
+        return f"{call[1]}.{call[2]}()"
+    if k == "self":
+        return f"self.{call[1]}()"
+    if k == "selfattr":
+        return f"self.{call[1]}()" if call[2] == "__call__" else f"self.{call[1]}.{call[2]}()"
+    if k == "reg":
+        return f"{call[1]}[...]()"
+    if k == "inst":
+        return f"<{', '.join(call[1])}>.{call[2]}()"
+    return f"{k}.{call[1]}()"

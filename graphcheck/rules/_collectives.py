@@ -20,12 +20,7 @@ RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_node_local_rank", "ge
 
 def resolve(ctx, func: ast.AST) -> str:
     """The fully qualified name of a called function through the file's imports ('' if unknown)."""
-    name = dotted(func)
-    if not name:
-        return ""
-    head, _, rest = name.partition(".")
-    target = ctx.module_alias(head)
-    return (target + ("." + rest if rest else "")) if target else name
+    return ctx.qual(func) or dotted(func)
 
 
 def collective(ctx, node: ast.AST) -> str | None:

@@ -46,7 +46,13 @@ from .recorder import Recorder
 
 
 class DistributedError(RuntimeError):
-    """A rank that failed to start or run; the message names the rank and its error."""
+    """A rank that failed to start or run; the message names the rank and its error. `results` holds what
+    the ranks that finished returned (None for the others), `errors` one line per failed rank."""
+
+    def __init__(self, msg: str, results: list | None = None, errors: dict[int, str] | None = None):
+        super().__init__(msg)
+        self.results = results or []
+        self.errors = errors or {}
 
 
 # -- launching -------------------------------------------------------------------------------------------------
@@ -79,20 +85,23 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
         for r in hung:
             procs[r].terminate()
             procs[r].join(10)
-        results, errors = [], []
+        results: list[Any] = []
+        errors: dict[int, str] = {}
         for r in range(nproc):
             path = os.path.join(work, f"rank{r}.pkl")
             if not os.path.exists(path):
-                errors.append(f"rank {r}: " + ("did not finish in time" if r in hung else f"exited with code {procs[r].exitcode} and no result"))
+                errors[r] = "did not finish in time" if r in hung else f"exited with code {procs[r].exitcode} and no result"
                 results.append(None)
                 continue
             with open(path, "rb") as fh:
                 status, value = pickle.load(fh)
             if status != "ok":
-                errors.append(f"rank {r}: {value}")
+                errors[r] = value
+                value = None
             results.append(value)
         if errors:
-            raise DistributedError(f"{len(errors)} of {nproc} rank(s) failed\n" + "\n".join(errors))
+            raise DistributedError(f"{len(errors)} of {nproc} rank(s) failed\n" + "\n".join(f"rank {r}: {e}" for r, e in errors.items()),
+                                   results, errors)
         return results
     finally:
         for p in procs:
@@ -185,16 +194,36 @@ class _Trace(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _traceable() -> dict:
-    """torch's own map from the in-place collectives to their functional forms (the rewrite torch.compile applies
-    before tracing). The CPU capture emulation freezes the step with make_fx; an in-place `dist.all_reduce` would
-    trace as an un-waited c10d op (its `work.wait()` is Python, not an op), while the functional form traces as
-    the collective plus `wait_tensor` plus the in-place copy: what a CUDA graph records for an NCCL collective."""
+def _reduce_name(op) -> str:
+    return getattr(op, "name", str(op)).rsplit(".", 1)[-1].lower()
+
+
+def _traceable() -> dict[str, Callable]:
+    """The in-place collectives written with functional collectives (the form torch.compile traces them in).
+    The CPU capture emulation freezes the step with make_fx; an in-place `dist.all_reduce` would trace as an
+    un-waited c10d op (its `work.wait()` is Python, not an op), while the functional form traces as the
+    collective, `wait_tensor` and the in-place copy: what a CUDA graph records for an NCCL collective."""
     try:
-        from torch.distributed._functional_collectives import traceable_collective_remaps
-    except ImportError:       # older torch: the emulation then traces the in-place ops as they are
+        import torch.distributed._functional_collectives as fc
+    except ImportError:        # no functional collectives: the emulation traces the in-place ops as they are
         return {}
-    return dict(traceable_collective_remaps)
+    W = lambda g: g if g is not None else dist.group.WORLD  # noqa: E731
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        tensor.copy_(fc.all_reduce(tensor, _reduce_name(op), W(group)))
+
+    def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+        output_tensor.copy_(fc.all_gather_tensor(input_tensor, 0, W(group)))
+
+    def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        output.copy_(fc.reduce_scatter_tensor(input, _reduce_name(op), 0, W(group)))
+
+    def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
+        tensor.copy_(fc.broadcast(tensor, src if src is not None else 0, W(group)))
+
+    return {"all_reduce": all_reduce, "all_gather_into_tensor": all_gather_into_tensor,
+            "all_gather_single": all_gather_into_tensor, "reduce_scatter_tensor": reduce_scatter_tensor,
+            "broadcast": broadcast}
 
 
 _TRACEABLE = _traceable()
@@ -225,7 +254,7 @@ def _patched(mon: _Monitor, name: str, orig: Callable) -> Callable:
                                detail="issued on a stream that is not capturing: it ran once, eagerly, and replay skips it")
         mon.depth += 1
         try:
-            fn = _TRACEABLE.get(orig) if mon.remap and not kwargs.get("async_op") else None
+            fn = _TRACEABLE.get(name) if mon.remap and not kwargs.get("async_op") else None
             out = (fn or orig)(*args, **kwargs)
         finally:
             mon.depth -= 1
@@ -378,7 +407,7 @@ def compare_traces(traces: list[dict[int, list[CollectiveCall]]], kind: str = "s
                                    format_message("GC204", detail=f"collective #{i + 1} of step {k} differs: {desc}"),
                                    source_line(path, line), evidence={"step": k, "index": i, "ranks_seen": desc,
                                                                       "_rank": r}))
-            break          # after the first divergence the rest of the step's sequence is misaligned
+            return out     # after the first divergence every later collective is misaligned: one finding per rank
     return out
 
 
@@ -428,8 +457,24 @@ def run_ranks(kind: str, spec: str, nproc: int, *, steps: int = 3, warmup: int =
     backend = backend or default_backend(device)
     dev = device if device != "auto" else ("cuda" if backend == "nccl" else "cpu")
     root_s = os.path.abspath(root) if root is not None else None
-    results = launch(rank_runtime, nproc, kind, spec, steps, warmup, dev, root_s, backend=backend, timeout=timeout)
+    try:
+        results = launch(rank_runtime, nproc, kind, spec, steps, warmup, dev, root_s, backend=backend, timeout=timeout)
+    except DistributedError as e:
+        # A rank that died (a collective mismatch aborts gloo and NCCL alike) still leaves the others' findings;
+        # the dead rank is a GC006 of its own, so the merge says which rank never reported.
+        if not any(e.results):
+            raise
+        results = [r if r is not None else RankResult(i, [_rank_failure(kind, spec, i, e.errors[i]).to_dict()], {})
+                   for i, r in enumerate(e.results)]
     return merge_results(results, kind)
+
+
+def _rank_failure(kind: str, spec: str, rank: int, error: str) -> Finding:
+    from ..rules import format_message
+    last = [ln for ln in error.strip().splitlines() if ln.strip()][-1:] or [error]
+    text = f"rank {rank}: {last[0].strip()}"[:300]
+    return Finding("GC006", kind, spec.partition(":")[0].replace(".", "/") + ".py", 0, 0, spec.partition(":")[2],
+                   format_message("GC006", error=text), "", evidence={"error": error[-2000:], "target": spec})
 
 
 # -- torchrun entry point --------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ class ShardedMLP:
         self.pos = torch.zeros((), dtype=torch.long)
         self.out = torch.zeros(2, D)
         self.stats = torch.zeros(1)
+        self.extra = torch.zeros(2, D)   # the shape of the step's own all-reduce: a mismatch pairs silently, then hangs
 
     def state(self):
         return {"cache": self.cache, "pos": self.pos, "out": self.out}
@@ -62,7 +63,7 @@ class ShardedMLP:
     def step_rank0_extra_collective(self, x):
         y = self.mlp(x)
         if dist.get_rank() == 0:
-            dist.all_reduce(self.stats)  # <- rank0-extra
+            dist.all_reduce(self.extra)  # <- rank0-extra
         self.out.copy_(y)
         return self.out
 

@@ -1,20 +1,23 @@
 """DeepSeek-V4 decode: a readable reference model, its checkpoints and an embedded tiny default."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
 
-from .checkpoint import CheckpointError, module_key, read_state
+from .checkpoint import CheckpointError, Plan, module_key
 from .config import ModelArgs, load_args
+from .linear import set_qweight
 from .model import Transformer
-from .precision import component_of, parse_overrides
-from .quant import dequant_nvfp4_weight, quantize_nvfp4_weight
+from .precision import component_of, parse_overrides, resolve
+from .quant import QWeight, act_sim, dequant, quantize
 from .tiny import tiny
 
-__all__ = ["CheckpointError", "ModelArgs", "Transformer", "load", "resolve_checkpoint", "tiny"]
+__all__ = ["CheckpointError", "ModelArgs", "QWeight", "Transformer", "act_sim", "dequant", "load",
+           "resolve_checkpoint", "tiny"]
 
-DEFAULT_INPUT_AMAX = 4.0   # activation amax assumed where a checkpoint carries no NVFP4 input_scale
+log = logging.getLogger("dsv4_model")
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -26,47 +29,69 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return p
 
 
-def _snap_nvfp4(w: torch.Tensor) -> torch.Tensor:
-    q = quantize_nvfp4_weight(w)
-    return dequant_nvfp4_weight(q["weight"], q["weight_scale"], q["weight_scale_2"])
+def _device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"device {device!r}: {e}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: no CUDA device is available on this machine")
+    return dev
+
+
+def _convert(qw: QWeight, target: str, dtype: torch.dtype) -> QWeight:
+    """Apply a precision-policy target to a stored weight (once, at load)."""
+    if target == "stored" or target == qw.fmt:
+        return qw
+    if target in ("plain", "bf16"):
+        want = torch.bfloat16 if target == "bf16" else (qw.data.dtype if qw.fmt == "plain" else dtype)
+        return QWeight("plain", dequant(qw, dtype=want))
+    return quantize(dequant(qw), target, qw.input_scale if qw.fmt == "nvfp4" else None)
 
 
 def load(path: str | Path = "tiny", device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-         precision: dict[str, str] | list[str] | None = None, max_seq_len: int | None = None, batch: int = 1) -> Transformer:
-    """Validate and load a checkpoint into a Transformer; the precision policy is applied here.
+         precision: dict[str, str] | list[str] | str | None = None, max_seq_len: int | None = None,
+         batch: int = 1) -> Transformer:
+    """Validate a checkpoint (from its headers, before any data is read) and load it into a Transformer.
 
-    fp4 components keep weights on the NVFP4 grid (snapped, if the checkpoint was not NVFP4) and get an
-    input_scale for the W4A4 activation simulation.
+    Weights stay in the format the checkpoint stores (QWeight) and move to `device` one at a time; the modules
+    are built on the meta device first, so nothing is allocated twice. `precision`: a policy name and/or
+    COMPONENT=FORMAT overrides (see precision.py); the default computes every projection as stored.
     """
-    if isinstance(precision, list):
-        precision = parse_overrides(precision)
+    dev = _device(device)
+    if isinstance(precision, str):
+        precision = [precision]
+    policy = parse_overrides(precision) if isinstance(precision, list) or precision is None else resolve(precision)
     root = resolve_checkpoint(path)
     args = load_args(root / "config.json", max_seq_len)
-    state, input_scales = read_state(root, args)
-    model = Transformer(args, precision, dtype, batch)
-    sd: dict[str, torch.Tensor] = {}
-    for name, t in state.items():
-        if name.endswith(".weight") and name[: -len(".weight")] in input_scales or _is_linear(model, name):
-            base = name[: -len(".weight")]
-            fmt = model.policy[component_of(base)]
-            if fmt == "fp4" and base not in input_scales:
-                t = _snap_nvfp4(t)
-            if fmt == "fp4":
-                amax_scale = torch.tensor(DEFAULT_INPUT_AMAX / (6.0 * 448.0))
-                sd[module_key(base) + ".input_scale"] = input_scales.get(base, amax_scale).float().reshape(())
-        sd[module_key(name)] = t
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    missing = [k for k in missing if not k.endswith("input_scale")]
-    if missing or unexpected:
-        raise CheckpointError(f"{root}: model keys not covered by the checkpoint: {(missing or unexpected)[:3]}")
-    return model.to(device)
-
-
-def _is_linear(model: Transformer, name: str) -> bool:
-    if not name.endswith(".weight"):
-        return False
-    try:
-        sub = model.get_submodule(module_key(name[: -len(".weight")]))
-    except AttributeError:
-        return False
-    return sub.__class__.__name__ == "Linear"
+    plan = Plan(root, args)
+    if plan.mtp:
+        log.warning("%s: ignoring %d mtp.* tensor(s): the MTP draft module is not implemented", root, len(plan.mtp))
+    with torch.device("meta"):
+        model = Transformer(args, dtype, batch)
+    model.init_state(dev)
+    model.policy = policy
+    for name, val in plan.tensors(dev):
+        if isinstance(val, QWeight):
+            if name.endswith(".wo_a"):        # the reference dequantises wo_a (convert.py) and runs it in bf16/fp32
+                val = _convert(val, "plain", dtype)
+            val = _convert(val, policy[component_of(name)], dtype).to(dev)
+            if ".ffn.experts." in name:
+                mod, prefix = model.get_submodule(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]
+            else:
+                mod, prefix = model.get_submodule(module_key(name)), ""
+            set_qweight(mod, prefix, val)
+            continue
+        key = module_key(name)
+        owner, _, attr = key.rpartition(".")
+        mod = model.get_submodule(owner) if owner else model
+        old = getattr(mod, attr)
+        t = val.to(device=dev, dtype=old.dtype)
+        if attr in mod._parameters:
+            mod._parameters[attr] = torch.nn.Parameter(t, requires_grad=False)
+        else:
+            mod._buffers[attr] = t
+    left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
+    if left:
+        raise CheckpointError(f"{root}: model tensors not covered by the checkpoint: {left[:3]}")
+    return model

@@ -16,14 +16,17 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default="tiny", help="checkpoint directory, or 'tiny' (embedded default)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=DTYPES, default="fp32")
-    p.add_argument("--precision", action="append", default=[], metavar="COMPONENT=FORMAT",
-                   help="override the precision policy, e.g. lm_head=fp4 (repeatable)")
+    p.add_argument("--precision", action="append", default=[], metavar="POLICY|COMPONENT=FORMAT",
+                   help="precision policy (faithful: as stored, the default; floor) and/or per-component formats "
+                        "(stored|plain|bf16|fp8|mxfp4|nvfp4), e.g. routed_experts=nvfp4 (repeatable)")
+    p.add_argument("--max-seq-len", type=int, default=None, help="cache capacity (default: the config's 4096)")
     p.add_argument("--no-sim", action="store_true", help="switch the FP8/FP4 activation simulations off")
 
 
 def _model(a):
     import dsv4_model
-    m = dsv4_model.load(a.checkpoint, device=a.device, dtype=DTYPES[a.dtype], precision=a.precision)
+    m = dsv4_model.load(a.checkpoint, device=a.device, dtype=DTYPES[a.dtype], precision=a.precision,
+                        max_seq_len=a.max_seq_len)
     if a.no_sim:
         m.set_simulation(False)
     return m
@@ -54,21 +57,42 @@ def cmd_generate(a) -> int:
     return 0
 
 
+def _check_out(out: Path, checkpoint: Path) -> None:
+    """--out must be a new or replaceable file in an existing folder, and never a file of the checkpoint."""
+    if out.is_dir():
+        raise ValueError(f"--out {out}: is a directory; expected a file path")
+    if not out.parent.is_dir():
+        raise ValueError(f"--out {out}: folder {out.parent} does not exist")
+    target = out.resolve()
+    ck = checkpoint.resolve()
+    if target == ck or ck in target.parents:
+        raise ValueError(f"--out {out}: inside the checkpoint directory {checkpoint}; refusing to write over its files")
+
+
 def cmd_score(a) -> int:
     try:
         tokens = [int(t) for t in a.tokens.split(",") if t.strip()]
     except ValueError:
-        raise SystemExit(f"dsv4_model score: --tokens must be comma-separated integers, found {a.tokens!r}")
+        raise ValueError(f"--tokens must be comma-separated integers, found {a.tokens!r}") from None
+    if not tokens:
+        raise ValueError(f"--tokens is empty ({a.tokens!r}); give at least one token id")
+    out = Path(a.out)
+    _check_out(out, __import__("dsv4_model").resolve_checkpoint(a.checkpoint))
     model = _model(a)
     bad = [t for t in tokens if not 0 <= t < model.args.vocab_size]
     if bad:
-        raise SystemExit(f"dsv4_model score: token {bad[0]} outside the vocabulary [0, {model.args.vocab_size})")
+        raise ValueError(f"--tokens: token {bad[0]} outside the vocabulary [0, {model.args.vocab_size})")
+    if len(tokens) > model.args.max_seq_len:
+        raise ValueError(f"--tokens: {len(tokens)} tokens exceed the cache capacity max_seq_len={model.args.max_seq_len}")
     logits = model.score(tokens).cpu()
-    out = Path(a.out)
-    fd, tmp = tempfile.mkstemp(dir=out.parent if str(out.parent) else ".", prefix=f".{out.name}.")
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
     os.close(fd)
-    torch.save(logits, tmp)
-    os.replace(tmp, out)                                  # atomic: a partial file never replaces a good one
+    try:
+        torch.save(logits, tmp)
+        os.replace(tmp, out)                              # atomic: a partial file never replaces a good one
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     print(f"wrote {out}: logits {tuple(logits.shape)} fp32")
     return 0
 
@@ -95,7 +119,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         return cmd_generate(a) if a.cmd == "generate" else cmd_score(a)
-    except ValueError as e:                               # CheckpointError and config errors: one line, exit 2
+    except (ValueError, OSError) as e:                    # bad input, checkpoint and config errors: one line, exit 2
         print(f"dsv4_model: error: {e}", file=sys.stderr)
         return 2
 

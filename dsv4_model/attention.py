@@ -9,32 +9,37 @@ from torch import nn
 from .compressor import Compressor
 from .indexer import Indexer
 from .linear import Linear, RMSNorm, unweighted_rms
-from .quant import fp8_fake_quant
+from .quant import dequant, fp8_fake_quant
 from .rope import rope_tail
 
 # shapes: B batch, T tokens, H heads, D head_dim, W window, n compressed entries, G groups, R o_lora_rank
 
 
 class Attention(nn.Module):
-    def __init__(self, args, layer: int, policy: dict[str, str], dtype, batch: int):
+    def __init__(self, args, layer: int, dtype, batch: int):
         super().__init__()
         self.H, self.D, self.rd, self.W = args.n_heads, args.head_dim, args.rope_head_dim, args.window_size
         self.G, self.R, self.eps = args.o_groups, args.o_lora_rank, args.norm_eps
         self.ratio = args.ratio(layer)
-        fmt = policy["attention"]
-        self.wq_a = Linear(args.dim, args.q_lora_rank, fmt, dtype)
+        self.dtype, self.batch = dtype, batch
+        self.wq_a = Linear(args.dim, args.q_lora_rank, dtype)
         self.q_norm = RMSNorm(args.q_lora_rank, args.norm_eps)
-        self.wq_b = Linear(args.q_lora_rank, self.H * self.D, fmt, dtype)
-        self.wkv = Linear(args.dim, self.D, fmt, dtype)
+        self.wq_b = Linear(args.q_lora_rank, self.H * self.D, dtype)
+        self.wkv = Linear(args.dim, self.D, dtype)
         self.kv_norm = RMSNorm(self.D, args.norm_eps)
-        self.wo_a = Linear(self.H * self.D // self.G, self.G * self.R, "bf16", dtype)  # dequantised, as the reference
-        self.wo_b = Linear(self.G * self.R, args.dim, fmt, dtype)
+        self.wo_a = Linear(self.H * self.D // self.G, self.G * self.R, dtype)  # plain: the loader dequantises it, as the reference
+        self.wo_b = Linear(self.G * self.R, args.dim, dtype)
         self.attn_sink = nn.Parameter(torch.zeros(self.H), requires_grad=False)
-        self.compressor = Compressor(args.dim, self.D, self.ratio, self.rd, args.norm_eps, policy["compressor"], dtype,
+        self.compressor = Compressor(args.dim, self.D, self.ratio, self.rd, args.norm_eps, dtype,
                                      batch, args.max_seq_len) if self.ratio else None
-        self.indexer = Indexer(args, policy, dtype, batch) if self.ratio == 4 else None
+        self.indexer = Indexer(args, dtype, batch) if self.ratio == 4 else None
         self.fp8_sim = True
-        self.register_buffer("kv_window", torch.zeros(batch, self.W, self.D, dtype=dtype), persistent=False)
+        self.init_state()
+
+    def init_state(self, device=None) -> None:
+        """(Re)allocate the decode state (the loader builds modules on the meta device, then calls this)."""
+        self.register_buffer("kv_window", torch.zeros(self.batch, self.W, self.D, dtype=self.dtype, device=device),
+                             persistent=False)
 
     def reset(self) -> None:
         self.kv_window.zero_()
@@ -66,7 +71,7 @@ class Attention(nn.Module):
         o = rope_tail(o, cs.unsqueeze(-3), self.rd, inverse=True).to(q.dtype)           # de-rotate by -t
         B, T = o.shape[:2]
         o = o.reshape(B, T, self.G, -1)
-        wa = self.wo_a.weight.view(self.G, self.R, -1)
+        wa = dequant(self.wo_a.qweight).view(self.G, self.R, -1)
         t = torch.einsum("btgi,gri->btgr", o.float(), wa.float()).to(q.dtype)
         return self.wo_b(t.flatten(-2))
 

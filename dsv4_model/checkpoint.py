@@ -13,9 +13,7 @@ from pathlib import Path
 import torch
 
 from .config import ModelArgs
-from .precision import component_of
-from .quant import (dequant_fp8_block, dequant_mxfp4, dequant_nvfp4_weight, quantize_fp8_block, quantize_mxfp4,
-                    quantize_nvfp4_weight)
+from .quant import QWeight, e8m0_to_float, quantize_fp8_block, quantize_mxfp4, quantize_nvfp4_weight
 
 
 class CheckpointError(ValueError):
@@ -138,8 +136,15 @@ def expected_tensors(args: ModelArgs) -> dict[str, tuple[tuple[int, ...], str]]:
 
 
 # -- reading --------------------------------------------------------------------------------------------
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "F8_E4M3": torch.float8_e4m3fn, "F8_E8M0": torch.float8_e8m0fnu, "U8": torch.uint8, "I8": torch.int8,
+           "I16": torch.int16, "I32": torch.int32, "I64": torch.int64, "F4": torch.float4_e2m1fn_x2, "BOOL": torch.bool}
+_PACKED = (torch.uint8, torch.int8, torch.float4_e2m1fn_x2)       # two e2m1 codes per byte
+
+
 class _Source:
-    """Tensors of a checkpoint directory by stored name, memory-mapped, one safe_open handle per shard."""
+    """Tensors of a checkpoint directory by stored name, memory-mapped, one safe_open handle per shard.
+    Headers (dtype, shape) are read without touching the data."""
 
     def __init__(self, root: Path):
         from safetensors import SafetensorError, safe_open
@@ -148,7 +153,7 @@ class _Source:
         if index.exists():
             try:
                 wmap = json.loads(index.read_text())["weight_map"]
-            except (ValueError, KeyError) as e:
+            except (ValueError, KeyError, TypeError) as e:
                 raise CheckpointError(f"{index}: not a valid safetensors index ({e.__class__.__name__}: {e})") from None
             files = sorted(set(wmap.values()))
         else:
@@ -173,22 +178,50 @@ class _Source:
                 if self.where.get(k) != f:
                     raise CheckpointError(f"{root / f}: index lists tensor {k!r} but the file does not hold it")
 
+    def header(self, name: str) -> tuple[torch.dtype | None, tuple[int, ...]]:
+        """(dtype, shape) as torch will see them; a safetensors F4 header counts nibbles, torch counts bytes."""
+        sl = self.handles[self.where[name]].get_slice(name)
+        dt, shape = _DTYPES.get(sl.get_dtype()), tuple(sl.get_shape())
+        if dt == torch.float4_e2m1fn_x2 and shape:
+            shape = shape[:-1] + (shape[-1] // 2,)
+        return dt, shape
+
     def get(self, name: str) -> torch.Tensor:
         try:
-            return self.handles[self.where[name]].get_tensor(name)
+            t = self.handles[self.where[name]].get_tensor(name)
         except Exception as e:  # noqa: BLE001 - safetensors raises several types on damaged data
             raise CheckpointError(f"{self.root / self.where[name]}: tensor {name!r} cannot be read ({e})") from None
+        _check_finite(name, t)
+        return t
+
+
+def _check_finite(name: str, t: torch.Tensor) -> None:
+    """Any NaN/inf in a stored tensor is a load error (it would give all-NaN logits with exit 0)."""
+    if t.dtype == torch.float8_e4m3fn:
+        bad = bool(((t.view(torch.uint8) & 0x7F) == 0x7F).any())          # e4m3fn has NaN only
+    elif t.dtype == torch.float8_e8m0fnu:
+        bad = bool((t.view(torch.uint8) == 0xFF).any())
+    elif t.dtype.is_floating_point and t.dtype.itemsize > 1:
+        bad = not bool(torch.isfinite(t).all())
+    else:
+        return                  # integers and packed e2m1 codes have no non-finite encodings
+    if bad:
+        raise CheckpointError(f"tensor {name!r}: non-finite values (NaN or inf)")
 
 
 _SUFFIXES = ("weight", "scale", "weight_scale_inv", "weight_scale", "weight_scale_2", "input_scale")
+_EXPERT = re.compile(r"^layers\.(\d+)\.ffn\.experts\.(\d+)\.(w[123])$")
 
 
-def _group(names: list[str]) -> tuple[dict[str, dict[str, str]], list[str]]:
-    """Stored names -> {native base: {suffix: stored name}}; and names that map to nothing."""
+def _group(names: list[str]) -> tuple[dict[str, dict[str, str]], list[str], list[str]]:
+    """Stored names -> ({native base: {suffix: stored name}}, names that map to nothing, mtp.* names)."""
     groups: dict[str, dict[str, str]] = {}
-    unknown = []
+    unknown, mtp = [], []
     for n in names:
-        if n.startswith("mtp.") or _FUSED.match(n):
+        if n.startswith(("mtp.", "model.mtp.")):
+            mtp.append(n)
+            continue
+        if _FUSED.match(n):
             continue
         native = hf_to_native(n) if n.startswith(("model.", "lm_head")) else n
         if native is None:
@@ -199,167 +232,274 @@ def _group(names: list[str]) -> tuple[dict[str, dict[str, str]], list[str]]:
             groups.setdefault(base, {})[suffix] = n
         else:
             groups.setdefault(native, {})[""] = n
-    return groups, unknown
+    return groups, unknown, mtp
 
 
-def _finite(name: str, t: torch.Tensor) -> None:
-    if not torch.isfinite(t.float()).all():
-        raise CheckpointError(f"tensor {name!r}: non-finite values in a scale")
-
-
-def _decode_linear(src: _Source, base: str, parts: dict[str, str], shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A linear weight in any supported format -> (fp32 weight, input_scale or None)."""
+def _plan_linear(src: _Source, base: str, parts: dict[str, str], shape: tuple[int, int]) -> str:
+    """The stored format of one projection, checked from the headers: plain | fp8 | mxfp4 | nvfp4."""
     wname = parts.get("weight")
     if wname is None:
         raise CheckpointError(f"tensor {base}.weight: missing (expected shape {shape})")
-    w = src.get(wname)
+    dt, wshape = src.header(wname)
     out, k = shape
-    if w.dtype == torch.uint8 and "weight_scale" in parts:              # NVFP4 (ModelOpt)
-        for s in ("weight_scale", "weight_scale_2"):
-            if s not in parts:
-                raise CheckpointError(f"tensor {base}.{s}: missing for NVFP4 weight {wname!r}")
-        if tuple(w.shape) != (out, k // 2):
-            raise CheckpointError(f"tensor {wname!r}: NVFP4 packed shape {tuple(w.shape)}, expected {(out, k // 2)}")
-        sc, sc2 = src.get(parts["weight_scale"]), src.get(parts["weight_scale_2"])
-        if sc.dtype != torch.float8_e4m3fn:
-            raise CheckpointError(f"tensor {parts['weight_scale']!r}: dtype {sc.dtype}, expected float8_e4m3fn")
-        _finite(parts["weight_scale"], sc)
-        _finite(parts["weight_scale_2"], sc2)
-        try:
-            wf = dequant_nvfp4_weight(w, sc, sc2)
-        except ValueError as e:
-            raise CheckpointError(f"tensor {wname!r}: {e}") from None
-        inp = src.get(parts["input_scale"]) if "input_scale" in parts else None
-        if inp is not None:
-            _finite(parts["input_scale"], inp)
-        return wf, inp
-    if w.dtype == torch.int8 and "scale" in parts:                       # MXFP4 experts
-        sc = src.get(parts["scale"])
-        _finite(parts["scale"], sc.float() if sc.dtype != torch.float8_e8m0fnu else sc.float())
-        try:
-            return dequant_mxfp4(w, sc), None
-        except ValueError as e:
-            raise CheckpointError(f"tensor {wname!r}: {e}") from None
-    if w.dtype == torch.float8_e4m3fn:                                   # FP8 block
-        sname = parts.get("scale") or parts.get("weight_scale_inv")
+
+    def need(suffix: str, sshape, dtypes) -> None:
+        sname = parts.get(suffix)
         if sname is None:
-            raise CheckpointError(f"tensor {base}.scale: missing for FP8 weight {wname!r}")
-        sc = src.get(sname)
-        _finite(sname, sc)
-        try:
-            return dequant_fp8_block(w, sc), None
-        except ValueError as e:
-            raise CheckpointError(f"tensor {wname!r}: {e}") from None
-    if not w.dtype.is_floating_point:
-        raise CheckpointError(f"tensor {wname!r}: dtype {w.dtype} is not a supported weight format")
-    if tuple(w.shape) != shape:
-        raise CheckpointError(f"tensor {wname!r}: shape {tuple(w.shape)}, expected {shape}")
-    return w.float(), None
+            raise CheckpointError(f"tensor {base}.{suffix}: missing for the {fmt} weight {wname!r}")
+        sdt, got = src.header(sname)
+        if sshape is not None and got != sshape and not (sshape == () and got == (1,)):
+            raise CheckpointError(f"tensor {sname!r}: shape {got}, expected {sshape} for the {fmt} weight {wname!r} of {shape}")
+        if sdt not in dtypes:
+            raise CheckpointError(f"tensor {sname!r}: dtype {sdt}, expected one of {[str(d) for d in dtypes]}")
+
+    if dt in _PACKED and "weight_scale" in parts:
+        fmt = "nvfp4"
+        need("weight_scale", (out, k // 16), (torch.float8_e4m3fn,))
+        need("weight_scale_2", (), (torch.float32,))
+        if "input_scale" in parts:
+            need("input_scale", (), (torch.float32,))
+    elif dt in _PACKED and ("scale" in parts or "weight_scale_inv" in parts):
+        fmt = "mxfp4"
+        parts.setdefault("scale", parts.pop("weight_scale_inv", None))
+        need("scale", (out, k // 32), (torch.float8_e8m0fnu, torch.uint8, torch.int8, torch.float32))
+    elif dt == torch.float8_e4m3fn:
+        fmt = "fp8"
+        parts.setdefault("scale", parts.pop("weight_scale_inv", None))
+        if parts["scale"] is None:
+            parts.pop("scale")
+        need("scale", ((out + 127) // 128, (k + 127) // 128), (torch.float8_e8m0fnu, torch.float32, torch.uint8))
+    elif dt is not None and dt.is_floating_point:
+        fmt = "plain"
+    else:
+        raise CheckpointError(f"tensor {wname!r}: dtype {dt} is not a supported weight format "
+                              "(plain float, FP8 e4m3 + scale, MXFP4 + scale, NVFP4 + weight_scale/_2)")
+    want = (out, k // 2) if fmt in ("mxfp4", "nvfp4") else (out, k)
+    if wshape != want:
+        raise CheckpointError(f"tensor {wname!r}: shape {wshape}, expected {want} for a {fmt} weight of logical shape {shape}")
+    extra = set(parts) - {"weight", "scale", "weight_scale", "weight_scale_2", "input_scale"}
+    if fmt == "plain":
+        extra |= set(parts) - {"weight"}
+    if extra:
+        raise CheckpointError(f"tensor {parts[sorted(extra)[0]]!r}: unexpected beside a {fmt} weight {wname!r}")
+    return fmt
 
 
-def read_state(root: Path, args: ModelArgs) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Validate and decode a checkpoint -> (native name -> fp32/int tensor, linear base -> input_scale)."""
-    src = _Source(root)
-    groups, unknown = _group(list(src.where))
-    # fused HF experts: gate_up_proj [E, 2I, d] (w1 rows first, then w3), down_proj [E, d, I]
-    fused: dict[str, torch.Tensor] = {}
-    for n in src.where:
-        m = _FUSED.match(n)
-        if m:
-            L, kind = m.group(1), m.group(2)
-            t = src.get(n)
-            for e in range(t.shape[0]):
-                if kind == "gate_up_proj":
-                    w1, w3 = t[e].chunk(2, 0)
-                    fused[f"layers.{L}.ffn.experts.{e}.w1"] = w1
-                    fused[f"layers.{L}.ffn.experts.{e}.w3"] = w3
-                else:
-                    fused[f"layers.{L}.ffn.experts.{e}.w2"] = t[e]
-    expected = expected_tensors(args)
-    state: dict[str, torch.Tensor] = {}
-    input_scales: dict[str, torch.Tensor] = {}
-    for name, (shape, kind) in expected.items():
-        if kind == "linear":
-            base = name[: -len(".weight")]
-            if base in fused:
-                w = fused.pop(base)
-                if tuple(w.shape) != shape:
-                    raise CheckpointError(f"fused expert tensor for {name!r}: shape {tuple(w.shape)}, expected {shape}")
-                state[name] = w.float()
+def _e8m0_bytes(name: str, t: torch.Tensor) -> torch.Tensor:
+    if t.dtype in (torch.float8_e8m0fnu, torch.int8):
+        return t.view(torch.uint8)
+    if t.dtype == torch.uint8:
+        return t
+    e = torch.log2(t.float())
+    if not bool((e == e.round()).all()):
+        raise CheckpointError(f"tensor {name!r}: MXFP4 scales must be powers of two")
+    return (e + 127).to(torch.uint8)
+
+
+def _read_linear(src: _Source, parts: dict[str, str], fmt: str) -> QWeight:
+    w = src.get(parts["weight"])
+    if fmt == "plain":
+        return QWeight("plain", w)
+    if fmt == "fp8":
+        return QWeight("fp8", w, e8m0_to_float(src.get(parts["scale"])))
+    if fmt == "mxfp4":
+        return QWeight("mxfp4", w.view(torch.uint8), _e8m0_bytes(parts["scale"], src.get(parts["scale"])))
+    inp = src.get(parts["input_scale"]).float().reshape(()) if "input_scale" in parts else None
+    return QWeight("nvfp4", w.view(torch.uint8), src.get(parts["weight_scale"]),
+                   src.get(parts["weight_scale_2"]).float().reshape(()), inp)
+
+
+class Plan:
+    """What a checkpoint holds for a model of `args`, validated from the headers before any data is read."""
+
+    def __init__(self, root: Path, args: ModelArgs):
+        self.root, self.args = root, args
+        self.src = src = _Source(root)
+        groups, unknown, self.mtp = _group(list(src.where))
+        fused = {(int(m.group(1)), m.group(2)): n for n in src.where if (m := _FUSED.match(n))}
+        self.items: list[tuple] = []
+        E, I, d = args.n_routed_experts, args.moe_inter_dim, args.dim
+        for name, (shape, kind) in expected_tensors(args).items():
+            m = _EXPERT.match(name[: -len(".weight")]) if kind == "linear" else None
+            if m:
+                L, e, proj = int(m.group(1)), int(m.group(2)), m.group(3)
+                if e == 0:
+                    self.items.append(self._plan_experts(groups, fused, L, proj, E, shape))
                 continue
+            if kind == "linear":
+                base = name[: -len(".weight")]
+                parts = groups.pop(base, None)
+                if parts is None:
+                    raise CheckpointError(f"tensor {name!r} (or its HF name {native_to_hf(name)!r}): missing from {root}")
+                self.items.append(("linear", base, parts, _plan_linear(src, base, parts, shape)))
+                continue
+            base, _, suffix = name.rpartition(".")
+            gkey, key = (base, suffix) if suffix in _SUFFIXES else (name, "")
+            parts = groups.get(gkey, {})
+            stored = parts.pop(key, None)
+            if not parts:
+                groups.pop(gkey, None)
+            if stored is None:
+                raise CheckpointError(f"tensor {name!r}: missing from {root} (expected shape {shape})")
+            dt, got = src.header(stored)
+            if got != shape:
+                raise CheckpointError(f"tensor {stored!r}: shape {got}, expected {shape}")
+            if kind == "int" and dt not in (torch.int64, torch.int32):
+                raise CheckpointError(f"tensor {stored!r}: dtype {dt}, expected int64 (or int32)")
+            if kind == "float" and (dt is None or not dt.is_floating_point or dt.itemsize == 1):
+                raise CheckpointError(f"tensor {stored!r}: dtype {dt}, expected a 16/32-bit floating-point type")
+            self.items.append(("tensor", name, stored, kind))
+        leftovers = sorted(n for parts in groups.values() for n in parts.values()) + sorted(unknown) + sorted(fused.values())
+        if leftovers:
+            more = f" (and {len(leftovers) - 1} more)" if len(leftovers) > 1 else ""
+            raise CheckpointError(f"unexpected tensor {leftovers[0]!r} in {root}{more}: not part of a model with this config.json")
+        self.largest = max(_nbytes(src, n) for n in src.where)
+        self.total = sum(_nbytes(src, n) for n in src.where)
+
+    def _plan_experts(self, groups, fused, L: int, proj: str, E: int, shape) -> tuple:
+        key = (L, "gate_up_proj" if proj in ("w1", "w3") else "down_proj")
+        if key in fused:
+            name = fused[key]
+            dt, got = self.src.header(name)
+            out, k = shape
+            want = (E, 2 * out, k) if key[1] == "gate_up_proj" else (E, out, k)
+            if got != want:
+                raise CheckpointError(f"tensor {name!r}: shape {got}, expected {want}")
+            if dt is None or not dt.is_floating_point or dt.itemsize == 1:
+                raise CheckpointError(f"tensor {name!r}: dtype {dt}; fused HF experts are read in plain bf16/fp32 only")
+            if proj != "w1":          # w1 and w3 share gate_up_proj: it is consumed once w3 is planned
+                fused.pop(key)
+            return ("fused", f"layers.{L}.ffn.experts.{proj}", name, proj, out)
+        per, fmt = [], None
+        for e in range(E):
+            base = f"layers.{L}.ffn.experts.{e}.{proj}"
             parts = groups.pop(base, None)
             if parts is None:
-                raise CheckpointError(f"tensor {name!r} (or its HF name {native_to_hf(name)!r}): missing from {root}")
-            w, inp = _decode_linear(src, base, parts, shape)
-            if tuple(w.shape) != shape:
-                raise CheckpointError(f"tensor {name!r}: decoded shape {tuple(w.shape)}, expected {shape}")
-            state[name] = w
-            if inp is not None:
-                input_scales[base] = inp
-            continue
-        base, _, suffix = name.rpartition(".")
-        parts = groups.get(base, {}) if suffix in _SUFFIXES else groups.get(name, {})
-        key = suffix if suffix in _SUFFIXES else ""
-        stored = parts.pop(key, None)
-        if not parts:
-            groups.pop(base if suffix in _SUFFIXES else name, None)
-        if stored is None:
-            raise CheckpointError(f"tensor {name!r}: missing from {root} (expected shape {shape})")
-        t = src.get(stored)
-        if tuple(t.shape) != shape:
-            raise CheckpointError(f"tensor {stored!r}: shape {tuple(t.shape)}, expected {shape}")
-        if kind == "int":
-            if t.dtype not in (torch.int64, torch.int32):
-                raise CheckpointError(f"tensor {stored!r}: dtype {t.dtype}, expected int64 (or int32)")
-            if int(t.min()) < 0 or int(t.max()) >= args.n_routed_experts:
-                raise CheckpointError(f"tensor {stored!r}: expert ids outside [0, {args.n_routed_experts})")
-            state[name] = t.long()
-        else:
-            if not t.dtype.is_floating_point:
-                raise CheckpointError(f"tensor {stored!r}: dtype {t.dtype}, expected a floating-point type")
-            state[name] = t.float()
-    leftovers = sorted(n for parts in groups.values() for n in parts.values()) + sorted(unknown) + sorted(fused)
-    if leftovers:
-        more = f" (and {len(leftovers) - 1} more)" if len(leftovers) > 1 else ""
-        raise CheckpointError(f"unexpected tensor {leftovers[0]!r} in {root}{more}: not part of a model with this config.json")
-    return state, input_scales
+                raise CheckpointError(f"tensor {base}.weight (or its HF name {native_to_hf(base + '.weight')!r}): missing from {self.root}")
+            f = _plan_linear(self.src, base, parts, shape)
+            if fmt is not None and f != fmt:
+                raise CheckpointError(f"tensor {parts['weight']!r}: stored as {f}, but expert 0 of this layer is {fmt}")
+            fmt = f
+            per.append(parts)
+        if fmt == "nvfp4" and len({"input_scale" in p for p in per}) > 1:
+            raise CheckpointError(f"layer {L} {proj}: some experts carry an input_scale and some do not")
+        return ("experts", f"layers.{L}.ffn.experts.{proj}", per, fmt)
+
+    def tensors(self, device: torch.device | str = "cpu"):
+        """Yield (native name, Tensor or QWeight) one at a time, in stored format; expert stacks are filled in
+        place on `device`, so at most one stored tensor (or fused expert tensor) is held on the host at once."""
+        src = self.src
+        for item in self.items:
+            if item[0] == "tensor":
+                _, name, stored, kind = item
+                t = src.get(stored)
+                if kind == "int":
+                    if int(t.min()) < 0 or int(t.max()) >= self.args.n_routed_experts:
+                        raise CheckpointError(f"tensor {stored!r}: expert ids outside [0, {self.args.n_routed_experts})")
+                    t = t.long()
+                yield name, t
+            elif item[0] == "linear":
+                _, base, parts, fmt = item
+                yield base, _read_linear(src, parts, fmt)
+            elif item[0] == "fused":
+                _, name, stored, proj, out = item
+                t = src.get(stored)
+                part = t[:, :out] if proj == "w1" else t[:, out:] if proj == "w3" else t
+                yield name, QWeight("plain", part.to(device, copy=True).contiguous())
+                del t, part
+            else:
+                _, name, per, fmt = item
+                stack = None
+                for e, parts in enumerate(per):
+                    qw = _read_linear(src, parts, fmt)
+                    if stack is None:
+                        alloc = (lambda t: None if t is None else torch.empty((len(per), *t.shape), dtype=t.dtype, device=device))
+                        stack = QWeight(fmt, alloc(qw.data), alloc(qw.scale), alloc(qw.scale2), alloc(qw.input_scale))
+                    for dst, s in zip((stack.data, stack.scale, stack.scale2, stack.input_scale),
+                                      (qw.data, qw.scale, qw.scale2, qw.input_scale)):
+                        if dst is not None:
+                            dst[e].copy_(s)
+                    del qw
+                yield name, stack
+
+
+def _nbytes(src: _Source, name: str) -> int:
+    dt, shape = src.header(name)
+    n = math.prod(shape)
+    return n * (dt.itemsize if dt is not None else 1)
+
+
+def read_state(root: Path, args: ModelArgs) -> dict[str, torch.Tensor | QWeight]:
+    """Validate a checkpoint and read it whole, in stored format: native name (or projection base) -> value."""
+    return dict(Plan(root, args).tensors())
 
 
 # -- writing --------------------------------------------------------------------------------------------
+_FP8_IN_RELEASE = re.compile(r"attn\.(wq_a|wq_b|wkv|wo_a|wo_b)$|attn\.indexer\.wq_b$|shared_experts\.w[123]$")
+WRITE_FORMATS = ("fp32", "bf16", "release", "release-fp4x2", "modelopt", "nvfp4")
+
+
+def stored_format(fmt: str, base: str) -> str:
+    """The format the writer stores projection `base` in, for checkpoint format `fmt`:
+    fp32/bf16: plain. release: the DeepSeek release (FP8 attention/shared/indexer wq_b, MXFP4 routed experts as
+    int8, bf16 head/gate/compressor/weights_proj); release-fp4x2: the same with experts as float4_e2m1fn_x2 (what
+    the official convert.py writes); modelopt: the release with NVFP4 routed experts (nvidia/*-NVFP4);
+    nvfp4: every projection NVFP4 (a "quantise every Linear" export)."""
+    if fmt in ("fp32", "bf16"):
+        return "plain"
+    if fmt == "nvfp4":
+        return "nvfp4"
+    if ".ffn.experts." in base:
+        return "nvfp4" if fmt == "modelopt" else "mxfp4"
+    return "fp8" if _FP8_IN_RELEASE.search(base) else "plain"
+
+
 def write_checkpoint(root: Path, args: ModelArgs, state: dict[str, torch.Tensor], *, fmt: str = "nvfp4",
-                     naming: str = "hf", shard_bytes: int | None = None, calib: dict[str, float] | None = None) -> None:
-    """Write config.json + safetensors. fmt: bf16 | fp32 | nvfp4 (every linear) | native-fp8 (the DeepSeek release
-    layout: FP8 block linears, MXFP4 experts). naming: hf (per-expert names for NVFP4, fused otherwise) | native."""
+                     naming: str = "hf", shard_bytes: int | None = None, calib: dict[str, float] | None = None,
+                     config: str = "native", extra: dict[str, torch.Tensor] | None = None) -> None:
+    """Write config.json + safetensors in checkpoint format `fmt` (see `stored_format`).
+
+    naming: native (DeepSeek names) | hf (transformers names; plain routed experts fused into gate_up_proj/down_proj).
+    config: native (the reference's inference/config.json keys) | hf (the released config.json's key set).
+    calib: NVFP4 activation amax per projection base (input_scale = amax / (6*448); 4.0 where absent).
+    extra: stored tensors written as they are (e.g. mtp.*).
+    """
     from safetensors.torch import save_file
+    if fmt == "native-fp8":
+        fmt = "release"
+    if fmt not in WRITE_FORMATS:
+        raise ValueError(f"write_checkpoint: fmt must be one of {', '.join(WRITE_FORMATS)}, found {fmt!r}")
     root.mkdir(parents=True, exist_ok=True)
     out: dict[str, torch.Tensor] = {}
-    expected = expected_tensors(args)
     fused: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
-    for name, (shape, kind) in expected.items():
+    plain_dtype = torch.float32 if fmt == "fp32" else torch.bfloat16
+    for name, (shape, kind) in expected_tensors(args).items():
         t = state[name]
         base = name[: -len(".weight")] if kind == "linear" else name
-        if kind == "linear" and fmt == "nvfp4":
+        sf = stored_format(fmt, base) if kind == "linear" else None
+        if sf == "nvfp4":
             q = quantize_nvfp4_weight(t)
             amax = (calib or {}).get(base, 4.0)
             q["input_scale"] = torch.tensor(amax / (6.0 * 448.0), dtype=torch.float32)
             items = {f"{base}.{k}": v for k, v in q.items()}
-        elif kind == "linear" and fmt == "native-fp8" and base.split(".")[-1] not in ("gate", "head") \
-                and ".compressor." not in base and "weights_proj" not in base:
-            if ".experts." in base and "shared" not in base:
-                w, s = quantize_mxfp4(t)
-            else:
-                w, s = quantize_fp8_block(t)
-            items = {f"{base}.weight": w, f"{base}.scale": s}
+        elif sf == "mxfp4":
+            w, sc = quantize_mxfp4(t)
+            if fmt == "release-fp4x2":
+                w = w.view(torch.float4_e2m1fn_x2)
+            items = {f"{base}.weight": w, f"{base}.scale": sc}
+        elif sf == "fp8":
+            w, sc = quantize_fp8_block(t)
+            items = {f"{base}.weight": w, f"{base}.scale": sc}
         elif kind == "int":
             items = {name: t.long()}
         elif kind == "float" and (name.endswith("fn") or name.endswith("base") or name.endswith("scale") or
                                   name.endswith("ape") or name.endswith("attn_sink") or name.endswith("gate.bias")):
             items = {name: t.float()}                    # mHC, sinks, ape and the gate bias are fp32
         else:
-            items = {name: t.to(torch.float32 if fmt == "fp32" else torch.bfloat16)}
+            items = {name: t.to(plain_dtype)}
         for n, v in items.items():
             m = re.match(r"layers\.(\d+)\.ffn\.experts\.(\d+)\.(w[123])\.weight$", n)
-            if naming == "hf" and fmt not in ("nvfp4", "native-fp8") and m:
+            if naming == "hf" and sf == "plain" and m:
                 fused.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = v
                 continue
             out[native_to_hf(n) if naming == "hf" else n] = v.contiguous()
@@ -367,10 +507,17 @@ def write_checkpoint(root: Path, args: ModelArgs, state: dict[str, torch.Tensor]
         E = len(experts)
         out[f"model.layers.{L}.mlp.experts.gate_up_proj"] = torch.stack([torch.cat([experts[e]["w1"], experts[e]["w3"]], 0) for e in range(E)])
         out[f"model.layers.{L}.mlp.experts.down_proj"] = torch.stack([experts[e]["w2"] for e in range(E)])
-    cfg = args.to_json()
-    cfg.pop("max_seq_len")
-    if fmt == "nvfp4":
-        cfg["moe_quant_algo"] = "NVFP4"
+    out.update(extra or {})
+    if config == "hf":
+        from .config import hf_config
+        cfg = hf_config(args, fmt)
+    else:
+        cfg = args.to_json()
+        cfg.pop("max_seq_len")
+        if fmt in ("release", "release-fp4x2", "modelopt"):
+            cfg.update(dtype="fp8", scale_fmt="ue8m0", expert_dtype="fp4" if fmt != "modelopt" else None)
+        if fmt in ("nvfp4", "modelopt"):
+            cfg["moe_quant_algo"] = "NVFP4"
     (root / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     names = sorted(out)
     if not shard_bytes:

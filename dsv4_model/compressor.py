@@ -18,20 +18,26 @@ from .rope import rope_tail
 
 
 class Compressor(nn.Module):
-    def __init__(self, dim: int, width: int, ratio: int, rd: int, eps: float, fmt: str, dtype, batch: int, capacity: int):
+    def __init__(self, dim: int, width: int, ratio: int, rd: int, eps: float, dtype, batch: int, capacity: int):
         super().__init__()
         self.m, self.D, self.rd = ratio, width, rd
         self.overlap = ratio == 4          # the reference hard-codes the overlap for ratio 4
         coff = 2 if self.overlap else 1
-        self.wkv = Linear(dim, coff * width, fmt, dtype)
-        self.wgate = Linear(dim, coff * width, fmt, dtype)
+        # The reference declares these fp32 ("compression need fp32"): fp32 weights, fp32 activations.
+        self.wkv = Linear(dim, coff * width, torch.float32)
+        self.wgate = Linear(dim, coff * width, torch.float32)
         self.ape = nn.Parameter(torch.zeros(ratio, coff * width), requires_grad=False)
         self.norm = RMSNorm(width, eps)
-        slots = 2 * ratio if self.overlap else ratio
+        self.dtype, self.batch, self.capacity, self.coff = dtype, batch, capacity, coff
+        self.init_state()
+
+    def init_state(self, device=None) -> None:
+        slots, w = (2 * self.m if self.overlap else self.m), self.coff * self.D
         # decode state: rows [0, m) the previous block (CSA only), [m, 2m) the current one; raw C and Z in fp32
-        self.register_buffer("kv_state", torch.zeros(batch, slots, coff * width), persistent=False)
-        self.register_buffer("gate_state", torch.full((batch, slots, coff * width), float("-inf")), persistent=False)
-        self.register_buffer("entries", torch.zeros(batch, capacity // ratio + 1, width, dtype=dtype), persistent=False)
+        self.register_buffer("kv_state", torch.zeros(self.batch, slots, w, device=device), persistent=False)
+        self.register_buffer("gate_state", torch.full((self.batch, slots, w), float("-inf"), device=device), persistent=False)
+        self.register_buffer("entries", torch.zeros(self.batch, self.capacity // self.m + 1, self.D, dtype=self.dtype,
+                                                    device=device), persistent=False)
 
     def reset(self) -> None:
         self.kv_state.zero_()
@@ -59,8 +65,8 @@ class Compressor(nn.Module):
     def step(self, x: torch.Tensor, pos: int, cs: torch.Tensor, post) -> None:
         """Decode: fold token `pos` into the partial block; emit an entry when the block closes."""
         m = self.m
-        C = self.wkv(x).float()[:, 0]
-        Z = self.wgate(x).float()[:, 0]
+        C = self.wkv(x.float())[:, 0]
+        Z = self.wgate(x.float())[:, 0]
         slot = (m if self.overlap else 0) + pos % m
         self.kv_state[:, slot] = C
         self.gate_state[:, slot] = Z
@@ -81,8 +87,8 @@ class Compressor(nn.Module):
         nb = T // m
         if nb == 0:
             return x.new_zeros(B, 0, D)
-        C = self.wkv(x[:, : nb * m]).float().view(B, nb, m, -1)
-        Z = self.wgate(x[:, : nb * m]).float().view(B, nb, m, -1)
+        C = self.wkv(x[:, : nb * m].float()).view(B, nb, m, -1)
+        Z = self.wgate(x[:, : nb * m].float()).view(B, nb, m, -1)
         if self.overlap:
             prevC = torch.cat([C.new_zeros(B, 1, m, 2 * D), C[:, :-1]], 1)
             prevZ = torch.cat([Z.new_full((B, 1, m, 2 * D), float("-inf")), Z[:, :-1]], 1)

@@ -21,15 +21,17 @@ def hadamard_matrix(n: int) -> torch.Tensor:
 
 
 class Indexer(nn.Module):
-    def __init__(self, args, policy: dict[str, str], dtype, batch: int):
+    def __init__(self, args, dtype, batch: int):
         super().__init__()
         self.Hi, self.Di, self.topk, self.rd = args.index_n_heads, args.index_head_dim, args.index_topk, args.rope_head_dim
-        self.wq_b = Linear(args.q_lora_rank, self.Hi * self.Di, policy["indexer_q_b_proj"], dtype)
-        self.weights_proj = Linear(args.dim, self.Hi, policy["indexer_weights_proj"], dtype)
-        self.compressor = Compressor(args.dim, self.Di, 4, self.rd, args.norm_eps, policy["indexer_compressor"], dtype,
-                                     batch, args.max_seq_len)
-        self.register_buffer("hadamard", hadamard_matrix(self.Di), persistent=False)
+        self.wq_b = Linear(args.q_lora_rank, self.Hi * self.Di, dtype)
+        self.weights_proj = Linear(args.dim, self.Hi, dtype)
+        self.compressor = Compressor(args.dim, self.Di, 4, self.rd, args.norm_eps, dtype, batch, args.max_seq_len)
         self.fp4_sim = True
+        self.init_state()
+
+    def init_state(self, device=None) -> None:
+        self.register_buffer("hadamard", hadamard_matrix(self.Di).to(device), persistent=False)
 
     def _rotate(self, t: torch.Tensor) -> torch.Tensor:
         t = (t.float() @ self.hadamard).to(t.dtype)

@@ -1,11 +1,11 @@
-"""RMSNorm and the policy-aware Linear (format tag + activation simulation), shared by every layer."""
+"""RMSNorm, stored-format weight buffers, and the format-faithful Linear shared by every layer."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .quant import fp8_fake_quant, nvfp4_act_fake_quant
+from .quant import QWeight, act_sim, dequant
 
 
 class RMSNorm(nn.Module):
@@ -24,26 +24,60 @@ def unweighted_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-class Linear(nn.Module):
-    """y = x W^T with the precision policy's format: bf16 (plain), fp8 (act sim) or fp4 (NVFP4 W4A4 sim).
+# A QWeight lives in a module as buffers (so `.to(device)` moves it and the state_dict holds it):
+# prefix "" -> weight, scale, scale2, input_scale; prefix "w1" -> w1_weight, w1_scale, ...
+_PARTS = ("weight", "scale", "scale2", "input_scale")
 
-    The weight is held dequantised in the compute dtype (one-time cost at load). `fmt` says which format the
-    policy picked; `act_sim` switches the activation simulation off for A/B runs.
+
+def _names(prefix: str) -> tuple[str, ...]:
+    return tuple(f"{prefix}_{p}" if prefix else p for p in _PARTS)
+
+
+def init_qweight(module: nn.Module, prefix: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    names = _names(prefix)
+    module.register_buffer(names[0], torch.zeros(shape, dtype=dtype))
+    for n in names[1:]:
+        module.register_buffer(n, None)
+    module.fmts = {**getattr(module, "fmts", {}), prefix: "plain"}
+
+
+def get_qweight(module: nn.Module, prefix: str = "") -> QWeight:
+    w, s, s2, inp = (getattr(module, n) for n in _names(prefix))
+    return QWeight(module.fmts[prefix], w, s, s2, inp)
+
+
+def set_qweight(module: nn.Module, prefix: str, qw: QWeight) -> None:
+    """Replace the stored weight (format, tensors) of `module` in place of its placeholder."""
+    for n, t in zip(_names(prefix), (qw.data, qw.scale, qw.scale2, qw.input_scale)):
+        module._buffers[n] = t
+    module.fmts[prefix] = qw.fmt
+
+
+class Linear(nn.Module):
+    """y = act_sim(x) @ dequant(W)^T with W in the format the checkpoint stores (see quant.py).
+
+    `act_sim = False` switches the activation simulation off for A/B runs.
     """
 
-    def __init__(self, in_features: int, out_features: int, fmt: str = "bf16", dtype=torch.float32):
+    def __init__(self, in_features: int, out_features: int, dtype=torch.float32):
         super().__init__()
-        self.in_features, self.out_features, self.fmt = in_features, out_features, fmt
+        self.in_features, self.out_features, self.dtype = in_features, out_features, dtype
         self.act_sim = True
-        self.weight = nn.Parameter(torch.zeros(out_features, in_features, dtype=dtype), requires_grad=False)
-        self.register_buffer("input_scale", torch.ones((), dtype=torch.float32))
+        init_qweight(self, "", (out_features, in_features), dtype)
+
+    @property
+    def fmt(self) -> str:
+        return self.fmts[""]
+
+    @property
+    def qweight(self) -> QWeight:
+        return get_qweight(self, "")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.act_sim and self.fmt == "fp8":
-            x = fp8_fake_quant(x, 128 if self.in_features % 128 == 0 else self.in_features)
-        elif self.act_sim and self.fmt == "fp4":
-            x = nvfp4_act_fake_quant(x, self.input_scale)
-        return F.linear(x.to(self.weight.dtype), self.weight)
+        qw = self.qweight
+        if self.act_sim:
+            x = act_sim(x, qw.fmt, qw.input_scale)
+        return F.linear(x.to(self.dtype), dequant(qw, dtype=self.dtype))
 
     def extra_repr(self) -> str:
         return f"{self.in_features}->{self.out_features}, fmt={self.fmt}"

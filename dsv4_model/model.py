@@ -14,18 +14,17 @@ from .config import ModelArgs
 from .linear import Linear, RMSNorm
 from .mhc import HyperConnection, HyperHead
 from .moe import MoE
-from .precision import resolve
 from .rope import rope_table
 
 
 class Block(nn.Module):
-    def __init__(self, args: ModelArgs, layer: int, policy: dict[str, str], dtype, batch: int):
+    def __init__(self, args: ModelArgs, layer: int, dtype, batch: int):
         super().__init__()
         self.compressed = args.ratio(layer) > 0
         self.attn_norm = RMSNorm(args.dim, args.norm_eps)
-        self.attn = Attention(args, layer, policy, dtype, batch)
+        self.attn = Attention(args, layer, dtype, batch)
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
-        self.ffn = MoE(args, layer, policy, dtype)
+        self.ffn = MoE(args, layer, dtype)
         hc = (args.hc_mult, args.dim, args.hc_sinkhorn_iters, args.hc_eps, args.norm_eps)
         self.hc_attn = HyperConnection(*hc)
         self.hc_ffn = HyperConnection(*hc)
@@ -41,20 +40,31 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, args: ModelArgs, policy: dict[str, str] | None = None, dtype=torch.float32, batch: int = 1):
+    def __init__(self, args: ModelArgs, dtype=torch.float32, batch: int = 1):
         super().__init__()
         self.args, self.dtype, self.batch = args, dtype, batch
-        self.policy = resolve(policy)
+        self.policy: dict[str, str] = {}    # component -> computed format, filled by the loader
         self.embed = nn.Embedding(args.vocab_size, args.dim, dtype=dtype)
         self.embed.weight.requires_grad_(False)
-        self.layers = nn.ModuleList(Block(args, i, self.policy, dtype, batch) for i in range(args.n_layers))
+        self.layers = nn.ModuleList(Block(args, i, dtype, batch) for i in range(args.n_layers))
         self.hc_head = HyperHead(args.hc_mult, args.dim, args.hc_eps, args.norm_eps)
         self.norm = RMSNorm(args.dim, args.norm_eps)
-        self.head = Linear(args.dim, args.vocab_size, self.policy["lm_head"], dtype)
-        cap = args.max_seq_len
-        self.register_buffer("rope_main", rope_table(args, False, cap), persistent=False)
-        self.register_buffer("rope_compress", rope_table(args, True, cap), persistent=False)
-        self.register_buffer("pos", torch.zeros((), dtype=torch.long), persistent=False)
+        self.head = Linear(args.dim, args.vocab_size, torch.float32)     # the reference computes logits in fp32
+        self._tables()
+
+    def _tables(self, device=None) -> None:
+        cap = self.args.max_seq_len
+        self.register_buffer("rope_main", rope_table(self.args, False, cap).to(device), persistent=False)
+        self.register_buffer("rope_compress", rope_table(self.args, True, cap).to(device), persistent=False)
+        self.register_buffer("pos", torch.zeros((), dtype=torch.long, device=device), persistent=False)
+
+    def init_state(self, device=None) -> None:
+        """(Re)allocate tables and decode state on `device` in every module that has them (the loader builds the
+        modules on the meta device, so no weight is ever allocated twice)."""
+        self._tables(device)
+        for m in self.modules():
+            if m is not self and hasattr(m, "init_state"):
+                m.init_state(device)
 
     def reset(self) -> None:
         self.pos.zero_()
@@ -76,7 +86,7 @@ class Transformer(nn.Module):
         return X
 
     def _logits(self, X: torch.Tensor) -> torch.Tensor:
-        return self.head(self.norm(self.hc_head(X))).float()
+        return self.head(self.norm(self.hc_head(X)).float()).float()
 
     @torch.inference_mode()
     def decode_step(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,10 @@
-"""MoE: sqrt-softplus router with a selection-only bias, hash routing for the first layers, route scale,
-SwiGLU experts with the clamp on the raw gate, and a shared expert."""
+"""MoE: a router (sqrt-softplus by default, a selection-only bias, hash routing for the first layers, route
+scale), routed experts held stacked in their stored format, and a shared expert.
+
+The routed experts' SwiGLU clamps the raw gate (swiglu_limit); the shared expert does not, as in the official
+reference (`shared_experts = Expert(dim, moe_inter_dim)`, no swiglu_limit). HF transformers clamps it too:
+`shared_expert_clamp=True` in the config reproduces that.
+"""
 from __future__ import annotations
 
 import torch
@@ -8,58 +13,104 @@ from torch import nn
 
 from dsv4_kernels.fused_swiglu.reference import swiglu_ref
 
-from .linear import Linear
+from .linear import Linear, get_qweight, init_qweight
+from .quant import QWeight, act_sim, dequant
+
+SCORE_FUNCS = ("sqrtsoftplus", "softmax", "sigmoid")
 
 
-# silu(clamp(gate, max=L)) * clamp(up, -L, L) in fp32: the raw gate is clamped before SiLU. One definition,
-# beside the fused kernel it is the oracle of.
-swiglu = swiglu_ref
+def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float | None) -> torch.Tensor:
+    """silu(clamp(gate, max=L)) * clamp(up, -L, L) in fp32; limit None or 0 = no clamp (the reference's `> 0`)."""
+    if limit:
+        return swiglu_ref(gate, up, limit)
+    return F.silu(gate.float()) * up.float()
 
 
 class Expert(nn.Module):
-    def __init__(self, dim: int, inter: int, limit: float, fmt: str, dtype):
+    """A SwiGLU FFN of three Linears (the shared expert)."""
+
+    def __init__(self, dim: int, inter: int, limit: float | None, dtype):
         super().__init__()
         self.limit = limit
-        self.w1 = Linear(dim, inter, fmt, dtype)
-        self.w2 = Linear(inter, dim, fmt, dtype)
-        self.w3 = Linear(dim, inter, fmt, dtype)
+        self.w1 = Linear(dim, inter, dtype)
+        self.w2 = Linear(inter, dim, dtype)
+        self.w3 = Linear(dim, inter, dtype)
 
-    def forward(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        h = swiglu(self.w1(x), self.w3(x), self.limit)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(swiglu(self.w1(x), self.w3(x), self.limit).to(x.dtype)).float()
+
+
+class Experts(nn.Module):
+    """The routed experts of one layer: w1, w3 [E, inter, dim] and w2 [E, dim, inter] as QWeight stacks in the
+    stored format (buffers w1_weight, w1_scale, w1_scale2, w1_input_scale, ...)."""
+
+    def __init__(self, n: int, dim: int, inter: int, limit: float | None, dtype):
+        super().__init__()
+        self.n, self.limit, self.dtype = n, limit, dtype
+        self.act_sim = True
+        for p, shape in (("w1", (n, inter, dim)), ("w3", (n, inter, dim)), ("w2", (n, dim, inter))):
+            init_qweight(self, p, shape, dtype)
+
+    w1 = property(lambda self: get_qweight(self, "w1"))
+    w2 = property(lambda self: get_qweight(self, "w2"))
+    w3 = property(lambda self: get_qweight(self, "w3"))
+
+    def _linear(self, x: torch.Tensor, qw: QWeight, e) -> torch.Tensor:
+        one = qw.select(e)
+        if self.act_sim:
+            x = act_sim(x, one.fmt, one.input_scale)
+        return F.linear(x.to(self.dtype), dequant(one, dtype=self.dtype))
+
+    def forward(self, x: torch.Tensor, e, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """Expert e on rows x [N, dim] -> [N, dim] fp32; the routing weight multiplies before w2."""
+        h = swiglu(self._linear(x, self.w1, e), self._linear(x, self.w3, e), self.limit)
         if weight is not None:
-            h = weight * h                     # the routing weight multiplies before w2
-        return self.w2(h.to(x.dtype)).float()
+            h = weight * h
+        return self._linear(h.to(x.dtype), self.w2, e).float()
 
 
 class Gate(nn.Module):
-    def __init__(self, args, layer: int, fmt: str, dtype):
+    def __init__(self, args, layer: int, dtype):
         super().__init__()
-        self.k, self.route_scale = args.n_activated_experts, args.route_scale
+        self.k, self.route_scale, self.score_func = args.n_activated_experts, args.route_scale, args.score_func
+        if self.score_func not in SCORE_FUNCS:
+            raise ValueError(f"score_func {self.score_func!r} is not supported; expected one of {', '.join(SCORE_FUNCS)}")
         self.hash = layer < args.n_hash_layers
-        self.weight = nn.Parameter(torch.zeros(args.n_routed_experts, args.dim, dtype=dtype), requires_grad=False)
-        self.fmt = fmt
+        init_qweight(self, "", (args.n_routed_experts, args.dim), dtype)
         if self.hash:
             self.register_buffer("tid2eid", torch.zeros(args.vocab_size, self.k, dtype=torch.int64))
         else:
             self.bias = nn.Parameter(torch.zeros(args.n_routed_experts), requires_grad=False)
 
+    @property
+    def fmt(self) -> str:
+        return self.fmts[""]
+
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [N, d], ids [N] -> (weights [N, k] fp32, expert indices [N, k])."""
-        scores = F.softplus(x.float() @ self.weight.float().T).sqrt()
+        """x [N, d], ids [N] -> (weights [N, k] fp32, expert indices [N, k]). The reference computes in fp32."""
+        logits = x.float() @ dequant(get_qweight(self), dtype=torch.float32).T
+        if self.score_func == "softmax":
+            scores = logits.softmax(-1)
+        elif self.score_func == "sigmoid":
+            scores = logits.sigmoid()
+        else:
+            scores = F.softplus(logits).sqrt()
         idx = self.tid2eid[ids] if self.hash else (scores + self.bias).topk(self.k, dim=-1).indices
         w = scores.gather(-1, idx)
-        return w / w.sum(-1, keepdim=True) * self.route_scale, idx
+        if self.score_func != "softmax":          # the reference renormalises all but softmax scores
+            w = w / w.sum(-1, keepdim=True)
+        return w * self.route_scale, idx
 
 
 class MoE(nn.Module):
-    def __init__(self, args, layer: int, policy: dict[str, str], dtype):
+    def __init__(self, args, layer: int, dtype):
         super().__init__()
         self.dim, self.n_experts = args.dim, args.n_routed_experts
-        self.gate = Gate(args, layer, policy["router_gate"], dtype)
-        self.experts = nn.ModuleList(Expert(args.dim, args.moe_inter_dim, args.swiglu_limit, policy["routed_experts"], dtype)
-                                     for _ in range(args.n_routed_experts))
-        self.shared_experts = Expert(args.dim, args.moe_inter_dim * args.n_shared_experts, args.swiglu_limit,
-                                     policy["shared_experts"], dtype)
+        self.gate = Gate(args, layer, dtype)
+        limit = args.swiglu_limit or None
+        self.experts = Experts(args.n_routed_experts, args.dim, args.moe_inter_dim, limit, dtype)
+        self.shared_experts = Expert(args.dim, args.moe_inter_dim * args.n_shared_experts,
+                                     limit if args.shared_expert_clamp else None, dtype)
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -72,6 +123,6 @@ class MoE(nn.Module):
             if counts[e] == 0:
                 continue
             rows, slot = torch.where(idx == e)
-            y[rows] += self.experts[e](x[rows], weights[rows, slot, None])
+            y[rows] += self.experts(x[rows], e, weights[rows, slot, None])
         y += self.shared_experts(x)
         return y.to(x.dtype).view(shape)

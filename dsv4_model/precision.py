@@ -1,32 +1,36 @@
-"""The precision policy: which projection runs in which format. The default is the validated precision floor.
+"""The precision policy: which format each projection computes in, decided once at load.
 
-`bf16`: weights dequantised once at load, plain `F.linear`, activations untouched.
-`fp8`:  the reference's FP8 activation simulation (1x128 blocks, power-of-two scales) before the GEMM.
-`fp4`:  weights on the NVFP4 grid and activations fake-quantised to NVFP4 with the tensor's `input_scale` (W4A4).
+Default (`faithful`): every projection computes in the format the checkpoint stores it in (see quant.py for
+what each format mirrors in the official reference): plain weights -> plain GEMM, FP8 -> FP8 act sim + FP8
+weights, MXFP4 experts -> FP8 act x FP4 weights, NVFP4 -> W4A4 with the checkpoint's input_scale. The one fixed
+exception is the reference's own: `wo_a` is dequantised at load (its convert.py does so, its einsum runs in bf16).
+
+`floor` (for quantised checkpoints; validated on the real NVFP4 model): the LM head, router gate, compressor and
+indexer helper projections are dequantised to BF16 once at load; the indexer's q_b_proj (QAT-trained) and the
+routed experts stay as stored.
+
+Per-component overrides `COMPONENT=FORMAT` (FORMAT: stored | plain | bf16 | fp8 | mxfp4 | nvfp4) come on top;
+a quantised format on a projection stored otherwise simulates that deployment (an explicit opt-in, e.g.
+`--precision routed_experts=nvfp4`).
 """
 from __future__ import annotations
 
-FORMATS = ("bf16", "fp8", "fp4")
+COMPONENTS = ("lm_head", "router_gate", "compressor", "indexer_compressor", "indexer_weights_proj",
+              "indexer_q_b_proj", "routed_experts", "shared_experts", "attention")
+TARGETS = ("stored", "plain", "bf16", "fp8", "mxfp4", "nvfp4")
 
-# component -> format. The floor: LM head, router gate, compressor and indexer helper projections in BF16;
-# the indexer's q_b_proj (QAT-trained) and the routed experts in FP4.
-DEFAULT_POLICY: dict[str, str] = {
-    "lm_head": "bf16",
-    "router_gate": "bf16",
-    "compressor": "bf16",          # attention compressor kv/gate projections
-    "indexer_compressor": "bf16",  # the indexer's private compressor
-    "indexer_weights_proj": "bf16",
-    "indexer_q_b_proj": "fp4",
-    "routed_experts": "fp4",
-    "shared_experts": "fp8",
-    "attention": "fp8",            # wq_a, wq_b, wkv, wo_b (wo_a is dequantised to bf16 as in the reference)
+POLICIES: dict[str, dict[str, str]] = {
+    "faithful": {},
+    "floor": {"lm_head": "bf16", "router_gate": "bf16", "compressor": "bf16", "indexer_compressor": "bf16",
+              "indexer_weights_proj": "bf16"},
 }
+DEFAULT_POLICY = "faithful"
 
-# checkpoint-name suffix patterns -> component (first match wins)
+# native projection name patterns -> component (first match wins)
 COMPONENT_OF = [
     ("head", "lm_head"), ("ffn.gate", "router_gate"), ("attn.indexer.compressor.", "indexer_compressor"),
     ("attn.indexer.weights_proj", "indexer_weights_proj"), ("attn.indexer.wq_b", "indexer_q_b_proj"),
-    ("attn.compressor.", "compressor"), ("ffn.experts.", "routed_experts"), ("ffn.shared_experts.", "shared_experts"),
+    ("attn.compressor.", "compressor"), ("ffn.experts", "routed_experts"), ("ffn.shared_experts.", "shared_experts"),
     ("attn.", "attention"),
 ]
 
@@ -41,23 +45,36 @@ def component_of(name: str) -> str:
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, str]:
-    """['lm_head=fp4', ...] -> {'lm_head': 'fp4'}; unknown components or formats are an error naming them."""
+    """['floor', 'routed_experts=nvfp4', ...] -> {component: target} for every component.
+
+    A bare word names a policy (applied first); COMPONENT=FORMAT entries override it. Errors name the culprit.
+    """
+    base = DEFAULT_POLICY
     out: dict[str, str] = {}
     for item in items or []:
         for part in item.split(","):
-            if not part.strip():
+            part = part.strip()
+            if not part:
                 continue
             key, sep, val = part.partition("=")
             key, val = key.strip(), val.strip()
-            if not sep or key not in DEFAULT_POLICY:
-                raise ValueError(f"--precision {part!r}: expected COMPONENT=FORMAT with COMPONENT in {', '.join(DEFAULT_POLICY)}")
-            if val not in FORMATS:
-                raise ValueError(f"--precision {part!r}: format must be one of {', '.join(FORMATS)}, found {val!r}")
+            if not sep:
+                if key not in POLICIES:
+                    raise ValueError(f"--precision {part!r}: expected a policy ({', '.join(POLICIES)}) or COMPONENT=FORMAT")
+                base = key
+                continue
+            if key not in COMPONENTS:
+                raise ValueError(f"--precision {part!r}: expected COMPONENT=FORMAT with COMPONENT in {', '.join(COMPONENTS)}")
+            if val not in TARGETS:
+                raise ValueError(f"--precision {part!r}: format must be one of {', '.join(TARGETS)}, found {val!r}")
             out[key] = val
-    return out
+    return resolve(out, base)
 
 
-def resolve(overrides: dict[str, str] | None = None) -> dict[str, str]:
-    pol = dict(DEFAULT_POLICY)
+def resolve(overrides: dict[str, str] | None = None, policy: str = DEFAULT_POLICY) -> dict[str, str]:
+    if policy not in POLICIES:
+        raise ValueError(f"precision policy {policy!r}: expected one of {', '.join(POLICIES)}")
+    pol = {c: "stored" for c in COMPONENTS}
+    pol.update(POLICIES[policy])
     pol.update(overrides or {})
     return pol

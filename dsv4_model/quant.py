@@ -1,8 +1,127 @@
-"""Number formats: FP8 block weights, MXFP4 and NVFP4 experts, the activation fake-quants the reference uses,
-and the two NVFP4 dequantisers that must never be confused (weights at load; the compressed-KV cache)."""
+"""Number formats and their semantics, shared by every path that computes with stored weights.
+
+A weight is held as a `QWeight` in the format the checkpoint stores, and each projection computes
+`F.linear(act_sim(x, fmt, input_scale), dequant(qw))`. What each format mirrors in the official reference
+(`inference/model.py` `linear()`, `inference/kernel.py`, DeepSeek-V4-Flash):
+
+- ``plain`` (bf16/fp32 weights): `linear()`'s `F.linear(x, weight)` branch. No activation simulation.
+- ``fp8`` (float8_e4m3fn weight + 128x128 block scales, e8m0 on disk): `linear()`'s fp8 branch,
+  `act_quant(x, 128, "ue8m0")` (1x128 blocks along K, scale 2^ceil(log2(amax/448)), amax >= 1e-4) then
+  `fp8_gemm` = (x_q * s_x) @ (w * s_w)^T.
+- ``mxfp4`` (routed experts, e2m1 pairs + one e8m0 scale per 32 along K): `linear()`'s
+  float4_e2m1fn_x2 branch, the same FP8 `act_quant` on the activation then `fp4_gemm`.
+- ``nvfp4`` (ModelOpt, routed experts only): not in the DeepSeek reference; W4A4 as ModelOpt/vLLM deploy it:
+  per-16 e4m3 block scales relative to the checkpoint's per-tensor `input_scale` (dynamic per-token when a
+  deployment format is simulated on plain weights and no input_scale exists).
+- KV FP8 sim (`act_quant(kv[..., :-rd], 64, "ue8m0", inplace=True)`) and the indexer's FP4 sim
+  (`fp4_act_quant(x, 32, True)`, scale 2^ceil(log2(amax/6))) are `fp8_fake_quant` / `fp4_fake_quant`.
+
+When K is not a multiple of 128 (tiny test shapes only; the reference asserts), the FP8 activation block is
+the whole row.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+FORMATS = ("plain", "fp8", "mxfp4", "nvfp4")
+
+
+@dataclass
+class QWeight:
+    """One projection [out, in], or a stack of E experts [E, out, in], in its stored format.
+
+    plain: data [..,out,in] bf16/fp32.  fp8: data float8_e4m3fn [..,out,in], scale fp32 [..,ceil(out/128),ceil(in/128)].
+    mxfp4: data uint8 [..,out,in/2] (low nibble = element 2j, high = 2j+1), scale uint8 e8m0 bytes [..,out,in/32].
+    nvfp4: data uint8 [..,out,in/2], scale float8_e4m3fn [..,out,in/16], scale2 fp32 [..], input_scale fp32 [..] or None.
+    """
+    fmt: str
+    data: torch.Tensor
+    scale: torch.Tensor | None = None
+    scale2: torch.Tensor | None = None
+    input_scale: torch.Tensor | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Logical shape [.., out, in]."""
+        s = tuple(self.data.shape)
+        return s[:-1] + (s[-1] * 2,) if self.fmt in ("mxfp4", "nvfp4") else s
+
+    def astuple(self) -> tuple:
+        """(fmt, data, scale, scale2, input_scale): the form the kernels package takes."""
+        return (self.fmt, self.data, self.scale, self.scale2, self.input_scale)
+
+    def select(self, index) -> "QWeight":
+        """Experts `index` (an int, or a device index tensor: fixed shape, no host read) of a stack."""
+        pick = (lambda t: None if t is None else t[index])
+        return QWeight(self.fmt, self.data[index], pick(self.scale), pick(self.scale2), pick(self.input_scale))
+
+    def to(self, device) -> "QWeight":
+        mv = (lambda t: None if t is None else t.to(device))
+        return QWeight(self.fmt, self.data.to(device), mv(self.scale), mv(self.scale2), mv(self.input_scale))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.data, self.scale, self.scale2, self.input_scale) if t is not None)
+
+
+def dequant(qw: QWeight, index=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The weight values [.., out, in] in `dtype`. `index` selects experts of a stack first (int or device tensor)."""
+    if index is not None:
+        qw = qw.select(index)
+    if qw.fmt == "plain":
+        return qw.data.to(dtype)
+    if qw.fmt == "fp8":
+        out, k = qw.data.shape[-2:]
+        s = qw.scale.float().repeat_interleave(128, -2)[..., :out, :].repeat_interleave(128, -1)[..., :k]
+        return (qw.data.float() * s).to(dtype)
+    if qw.fmt == "mxfp4":
+        vals = unpack_e2m1(qw.data)
+        k = vals.shape[-1]
+        vals = vals.unflatten(-1, (k // 32, 32)) * e8m0_to_float(qw.scale).unsqueeze(-1)
+        return vals.flatten(-2).to(dtype)
+    if qw.fmt == "nvfp4":
+        vals = unpack_e2m1(qw.data)
+        k = vals.shape[-1]
+        vals = vals.unflatten(-1, (k // 16, 16)) * qw.scale.float().unsqueeze(-1)
+        return (vals.flatten(-2) * qw.scale2.float()[..., None, None]).to(dtype)
+    raise ValueError(f"unknown weight format {qw.fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def act_sim(x: torch.Tensor, fmt: str, input_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """The activation simulation the reference applies before a GEMM with weights stored in `fmt`."""
+    if fmt == "plain":
+        return x
+    if fmt in ("fp8", "mxfp4"):
+        k = x.shape[-1]
+        return fp8_fake_quant(x, 128 if k % 128 == 0 else k)
+    if fmt == "nvfp4":
+        return nvfp4_act_fake_quant(x, input_scale)
+    raise ValueError(f"unknown weight format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def quantize(w: torch.Tensor, fmt: str, input_scale: torch.Tensor | None = None) -> QWeight:
+    """Put a float weight [.., out, in] (or a stack) into `fmt` (for simulating a deployment format)."""
+    if fmt == "plain":
+        return QWeight("plain", w)
+    lead = w.shape[:-2]
+    flat = w.reshape(-1, *w.shape[-2:]).float()
+    parts = []
+    for i in range(flat.shape[0]):
+        if fmt == "fp8":
+            d, s = quantize_fp8_block(flat[i])
+            parts.append((d, e8m0_to_float(s)))
+        elif fmt == "mxfp4":
+            d, s = quantize_mxfp4(flat[i])
+            parts.append((d.view(torch.uint8), s.view(torch.uint8)))
+        elif fmt == "nvfp4":
+            q = quantize_nvfp4_weight(flat[i])
+            parts.append((q["weight"], q["weight_scale"], q["weight_scale_2"]))
+        else:
+            raise ValueError(f"unknown weight format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    cols = [torch.stack(c).reshape(*lead, *c[0].shape) for c in zip(*parts)]
+    return QWeight(fmt, cols[0], cols[1], cols[2] if len(cols) > 2 else None, input_scale if fmt == "nvfp4" else None)
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
 _E2M1_ON: dict[torch.device, torch.Tensor] = {}
@@ -28,10 +147,11 @@ def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_e2m1(x: torch.Tensor) -> torch.Tensor:
-    """Round float values (already scaled into [-6, 6]) to e2m1 codes, nearest, ties to even code."""
-    mags = e2m1_table(x.device)[:8]
+    """Round float values (already scaled into [-6, 6]) to e2m1 codes: nearest, ties to the even mantissa
+    (the hardware cvt the reference's kernels use). Midpoints 0.25, 1.25, 2.5, 5 round down; 0.75, 1.75, 3.5 up."""
     ax = x.abs().clamp(max=FP4_MAX)
-    idx = (ax.unsqueeze(-1) - mags).abs().argmin(-1)
+    idx = ((ax > 0.25).long() + (ax >= 0.75).long() + (ax > 1.25).long() + (ax >= 1.75).long()
+           + (ax > 2.5).long() + (ax >= 3.5).long() + (ax > 5.0).long())
     return (idx | ((x < 0).long() << 3)).to(torch.uint8)
 
 
@@ -78,11 +198,15 @@ def dequantize_nvfp4_kvcache(fp4: torch.Tensor, sf: torch.Tensor, global_scale: 
     return impl(fp4, sf, global_scale, M, N, out_dtype)
 
 
-def nvfp4_act_fake_quant(x: torch.Tensor, input_scale: torch.Tensor) -> torch.Tensor:
-    """W4A4 sim: per-16 e4m3 block scales relative to the per-tensor input_scale, values rounded to e2m1."""
+def nvfp4_act_fake_quant(x: torch.Tensor, input_scale: torch.Tensor | None) -> torch.Tensor:
+    """W4A4 sim: per-16 e4m3 block scales relative to the per-tensor input_scale, values rounded to e2m1.
+    Without an input_scale the global scale is each token's own amax / (6*448) (dynamic)."""
     shape = x.shape
     xf = x.float().reshape(-1, shape[-1] // 16, 16)
-    s = input_scale.float().clamp(min=1e-30)
+    if input_scale is None:
+        s = (xf.abs().amax((-1, -2), keepdim=True) / (FP4_MAX * FP8_MAX)).clamp(min=1e-30)
+    else:
+        s = input_scale.float().clamp(min=1e-30)
     blk = (xf.abs().amax(-1, keepdim=True) / FP4_MAX / s).clamp(max=FP8_MAX).to(torch.float8_e4m3fn).float()
     denom = (blk * s).clamp(min=1e-30)
     q = e2m1_table(x.device)[quantize_e2m1(xf / denom).long()]
@@ -150,9 +274,9 @@ def fp8_fake_quant(x: torch.Tensor, block: int) -> torch.Tensor:
 
 
 def fp4_fake_quant(x: torch.Tensor, block: int = 32) -> torch.Tensor:
-    """e2m1 quant->dequant in blocks of 32, scale 2^ceil(log2(amax/6))."""
+    """e2m1 quant->dequant in blocks of 32, scale 2^ceil(log2(amax/6)) (amax >= 6 * 2^-126, as the reference)."""
     shape = x.shape
     xf = x.float().reshape(*shape[:-1], shape[-1] // block, block)
-    s = _pow2_scale(xf.abs().amax(-1, keepdim=True), FP4_MAX)
+    s = torch.exp2(torch.ceil(torch.log2(xf.abs().amax(-1, keepdim=True).clamp(min=6 * 2.0 ** -126) / FP4_MAX)))
     q = e2m1_table(x.device)[quantize_e2m1(xf / s).long()]
     return (q * s).reshape(shape).to(x.dtype)

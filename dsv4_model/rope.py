@@ -11,7 +11,7 @@ from .config import ModelArgs
 
 def rope_freqs(rd: int, theta: float, yarn: tuple[float, int, float, float] | None) -> torch.Tensor:
     freqs = 1.0 / (theta ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd))       # [rd/2]
-    if yarn is not None:
+    if yarn is not None and yarn[1] > 0:           # original_seq_len 0 = no YaRN, as the reference
         factor, orig, beta_fast, beta_slow = yarn
         low = math.floor(rd * math.log(orig / (beta_fast * 2 * math.pi)) / (2 * math.log(theta)))
         high = math.ceil(rd * math.log(orig / (beta_slow * 2 * math.pi)) / (2 * math.log(theta)))

@@ -1,5 +1,7 @@
-"""The embedded default checkpoint: built deterministically from a seed with the real NVFP4 writer, cached
-under the user cache dir, so every test and the README command go through the real loader."""
+"""The embedded default checkpoint: built deterministically from a seed by the real writer in the ModelOpt NVFP4
+layout (native names; FP8 attention, shared experts and indexer wq_b; NVFP4 routed experts with input_scale;
+bf16 head, gate and compressors), cached under the user cache dir, so every test and the README command go
+through the real loader."""
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +15,7 @@ from . import config
 from .checkpoint import random_state, write_checkpoint
 from .tokenizer import ByteTokenizer
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def cache_root() -> Path:
@@ -32,7 +34,7 @@ def tiny(seed: int = 0) -> Path:
     # Build beside the final place and rename: concurrent builders (parallel tests) never see a partial dir.
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=root.parent))
     try:
-        write_checkpoint(tmp, args, random_state(args, seed), fmt="nvfp4", naming="hf")
+        write_checkpoint(tmp, args, random_state(args, seed), fmt="modelopt", naming="native", config="hf")
         ByteTokenizer().save(tmp / "tokenizer.json")
         try:
             tmp.rename(root)

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .indexer import Indexer
-from .linear import Linear
+from .linear import Linear, get_qweight, set_qweight
 from .moe import Gate, MoE
-from .quant import FP8_MAX, _pow2_scale, fp8_fake_quant
+from .quant import FP4_MAX, FP8_MAX, QWeight, _pow2_scale, act_sim, dequant, nvfp4_act_fake_quant
 from .rope import rope_tail
 
 
@@ -62,32 +62,41 @@ class RowParallelLinear(Linear):
     """Input features split across ranks; the partial products are summed by an all-reduce in fp32 (as the
     reference's RowParallelLinear), or by the caller when `reduce` is False.
 
-    The FP8 activation simulation quantises 1x`block` slices of the *full* input row. When a block lies inside
-    one rank's slice it is simulated locally, exactly as unsharded; when it spans ranks (a row narrower than 128
-    features, so one block covers the whole row) its scale needs the amax over every rank: one MAX all-reduce
-    of [.., 1] values, so the sharded step quantises exactly as the unsharded one."""
+    The activation simulation quantises blocks of the *full* input row. A block inside one rank's slice is
+    simulated locally, exactly as unsharded. A scale that spans ranks needs the amax over every rank, one MAX
+    all-reduce of [.., 1] values: the FP8 block when the row is narrower than 128 features (the block is then the
+    whole row), and NVFP4's dynamic per-token scale when the checkpoint has no input_scale."""
 
     group = None
     reduce = True
-    block = 0                # the unsharded layer's FP8 block; 0 = whole row across ranks
+    spans = False            # the FP8 activation block is the whole row, across ranks
+
+    def _global_amax(self, xf: torch.Tensor) -> torch.Tensor:
+        amax = xf.abs().amax(-1, keepdim=True)
+        dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=self.group)
+        return amax
+
+    def _act_sim(self, x: torch.Tensor, qw: QWeight) -> torch.Tensor:
+        if qw.fmt in ("fp8", "mxfp4") and self.spans:
+            xf = x.float()
+            s = _pow2_scale(self._global_amax(xf), FP8_MAX)
+            return ((xf / s).to(torch.float8_e4m3fn).float() * s).to(x.dtype)
+        if qw.fmt == "nvfp4" and qw.input_scale is None:
+            xf = x.float()
+            s = (self._global_amax(xf) / (FP4_MAX * FP8_MAX)).clamp(min=1e-30)
+            return nvfp4_act_fake_quant(x, s.reshape(-1, 1, 1))
+        return act_sim(x, qw.fmt, qw.input_scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.act_sim and self.fmt == "fp8" and self.block == 0:
-            xf = x.float()
-            amax = xf.abs().amax(-1, keepdim=True)
-            dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=self.group)
-            s = _pow2_scale(amax, FP8_MAX)
-            x = ((xf / s).to(torch.float8_e4m3fn).float() * s).to(x.dtype)
-            y = F.linear(x.to(self.weight.dtype), self.weight)
-        elif self.act_sim and self.fmt == "fp8":
-            y = F.linear(fp8_fake_quant(x, self.block).to(self.weight.dtype), self.weight)
-        else:
-            y = super().forward(x)
+        qw = self.qweight
+        if self.act_sim:
+            x = self._act_sim(x, qw)
+        y = F.linear(x.to(self.dtype), dequant(qw, dtype=self.dtype))
         if not self.reduce:
             return y
         y = y.float()
         dist.all_reduce(y, group=self.group)
-        return y.to(self.weight.dtype)
+        return y.to(self.dtype)
 
 
 class ParallelHead(Linear):
@@ -156,26 +165,48 @@ def _become(module: nn.Module, cls: type, **attrs) -> nn.Module:
     return module
 
 
-def _rows(lin: Linear, lo: int, hi: int) -> None:
+_BLOCK = {"fp8": (128, 128), "mxfp4": (1, 32), "nvfp4": (1, 16)}     # scale block (rows, cols) per format
+
+
+def slice_qweight(qw: QWeight, dim: int, lo: int, hi: int, what: str) -> QWeight:
+    """Logical rows (dim -2), columns (dim -1) or experts (dim 0 of a stack) [lo, hi) of a stored weight, with the
+    matching scales. A slice that cuts a scale block in two cannot be held in the format: ShardError."""
+    def cut(t, d, a, b):
+        return None if t is None else t.narrow(d, a, b - a).clone()
+    if dim == 0:
+        stack = qw.data.dim() == 3
+        return QWeight(qw.fmt, cut(qw.data, 0, lo, hi), cut(qw.scale, 0, lo, hi),
+                       cut(qw.scale2, 0, lo, hi) if stack and qw.scale2 is not None and qw.scale2.dim() else qw.scale2,
+                       cut(qw.input_scale, 0, lo, hi) if stack and qw.input_scale is not None and qw.input_scale.dim() else qw.input_scale)
+    d = qw.data.dim() + dim
+    if qw.fmt == "plain":
+        return QWeight("plain", cut(qw.data, d, lo, hi))
+    blk = _BLOCK[qw.fmt][0 if dim == -2 else 1]
+    if lo % blk and lo // blk != (hi - 1) // blk:
+        raise ShardError(f"{what}: features [{lo}, {hi}) per rank cut a {qw.fmt} scale block of {blk}")
+    packed = qw.fmt in ("mxfp4", "nvfp4") and dim == -1            # two e2m1 codes per byte along K
+    data = cut(qw.data, d, lo // 2, hi // 2) if packed else cut(qw.data, d, lo, hi)
+    scale = cut(qw.scale, d, lo // blk, (hi - 1) // blk + 1)
+    return QWeight(qw.fmt, data, scale, qw.scale2, qw.input_scale)
+
+
+def _rows(lin: Linear, lo: int, hi: int, what: str) -> None:
     """Keep output features [lo, hi) (column-parallel)."""
-    lin.weight = nn.Parameter(lin.weight.data[lo:hi].clone(), requires_grad=False)
+    set_qweight(lin, "", slice_qweight(lin.qweight, -2, lo, hi, what))
     lin.out_features = hi - lo
 
 
-def _cols(lin: Linear, lo: int, hi: int, world: int, group) -> None:
+def _cols(lin: Linear, lo: int, hi: int, group, what: str) -> None:
     """Keep input features [lo, hi) and all-reduce the output (row-parallel)."""
-    full = lin.in_features
-    block = 128 if full % 128 == 0 else full          # the unsharded Linear's FP8 activation block
-    local = hi - lo
-    if lin.act_sim and lin.fmt == "fp8" and local % block and block != full:
-        raise ShardError(f"row-parallel {lin.in_features}->{lin.out_features}: {local} input features per rank split an "
-                         f"FP8 activation block of {block}")
-    if lin.fmt == "fp4" and local % 16:
-        raise ShardError(f"row-parallel {lin.in_features}->{lin.out_features}: {local} input features per rank split an "
-                         "NVFP4 activation block of 16")
-    lin.weight = nn.Parameter(lin.weight.data[:, lo:hi].clone(), requires_grad=False)
+    full, local = lin.in_features, hi - lo
+    block = 128 if full % 128 == 0 else full          # the unsharded FP8 activation block (act_sim)
+    if lin.fmt in ("fp8", "mxfp4") and local % block and block != full:
+        raise ShardError(f"{what}: {local} input features per rank split an FP8 activation block of {block}")
+    if lin.fmt == "nvfp4" and local % 16:
+        raise ShardError(f"{what}: {local} input features per rank split an NVFP4 activation block of 16")
+    set_qweight(lin, "", slice_qweight(lin.qweight, -1, lo, hi, what))
     lin.in_features = local
-    _become(lin, RowParallelLinear, group=group, block=0 if local % block else block)
+    _become(lin, RowParallelLinear, group=group, spans=bool(local % block))
 
 
 def shard(model: nn.Module, group=None) -> nn.Module:
@@ -194,29 +225,31 @@ def shard(model: nn.Module, group=None) -> nn.Module:
     sl = _split(a.moe_inter_dim * a.n_shared_experts, world, "shared expert width")
     dev = model.embed.weight.device
     model.embed = ParallelEmbedding(model.embed.weight.data[rank * vl:(rank + 1) * vl].clone(), rank * vl, group).to(dev)
-    _rows(model.head, rank * vl, (rank + 1) * vl)
+    _rows(model.head, rank * vl, (rank + 1) * vl, "head")
     _become(model.head, ParallelHead, group=group, world=world)
-    for block in model.layers:
+    for i, block in enumerate(model.layers):
         at = block.attn
         D, R = at.D, at.R
-        _rows(at.wq_b, rank * hl * D, (rank + 1) * hl * D)
+        _rows(at.wq_b, rank * hl * D, (rank + 1) * hl * D, f"layers.{i}.attn.wq_b")
         at.attn_sink = nn.Parameter(at.attn_sink.data[rank * hl:(rank + 1) * hl].clone(), requires_grad=False)
-        _rows(at.wo_a, rank * gl * R, (rank + 1) * gl * R)                 # group g = heads [g*H/G, (g+1)*H/G)
-        _cols(at.wo_b, rank * gl * R, (rank + 1) * gl * R, world, group)
+        _rows(at.wo_a, rank * gl * R, (rank + 1) * gl * R, f"layers.{i}.attn.wo_a")  # group g = heads [g*H/G, (g+1)*H/G)
+        _cols(at.wo_b, rank * gl * R, (rank + 1) * gl * R, group, f"layers.{i}.attn.wo_b")
         at.H, at.G = hl, gl
         if at.indexer is not None:
             ix = at.indexer
-            _rows(ix.wq_b, rank * il * ix.Di, (rank + 1) * il * ix.Di)
-            _rows(ix.weights_proj, rank * il, (rank + 1) * il)
+            _rows(ix.wq_b, rank * il * ix.Di, (rank + 1) * il * ix.Di, f"layers.{i}.attn.indexer.wq_b")
+            _rows(ix.weights_proj, rank * il, (rank + 1) * il, f"layers.{i}.attn.indexer.weights_proj")
             _become(ix, ParallelIndexer, group=group)
         moe = block.ffn
-        moe.experts = nn.ModuleList(list(moe.experts)[rank * el:(rank + 1) * el])
-        moe.n_experts = el
+        ex = moe.experts
+        for p in ("w1", "w3", "w2"):
+            set_qweight(ex, p, slice_qweight(get_qweight(ex, p), 0, rank * el, (rank + 1) * el, f"layers.{i}.ffn.experts.{p}"))
+        ex.n = moe.n_experts = el
         _become(moe.gate, ParallelGate, start=rank * el, n_local=el)
         sh = moe.shared_experts
-        _rows(sh.w1, rank * sl, (rank + 1) * sl)
-        _rows(sh.w3, rank * sl, (rank + 1) * sl)
-        _cols(sh.w2, rank * sl, (rank + 1) * sl, world, group)
+        _rows(sh.w1, rank * sl, (rank + 1) * sl, f"layers.{i}.ffn.shared_experts.w1")
+        _rows(sh.w3, rank * sl, (rank + 1) * sl, f"layers.{i}.ffn.shared_experts.w3")
+        _cols(sh.w2, rank * sl, (rank + 1) * sl, group, f"layers.{i}.ffn.shared_experts.w2")
         sh.w2.reduce = False                                               # summed with the routed experts below
         _become(moe, ParallelMoE, group=group)
     model.tp = (rank, world)

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .findings import Finding
+from .findings import UNCHECKED, Finding
 from .io import write_atomic
 
 BASELINE_VERSION = 1
@@ -15,27 +14,17 @@ class BaselineError(ValueError):
     pass
 
 
-@dataclass
-class GateResult:
-    new: list[Finding]
-    accepted: list[Finding]
-    stale: list[dict]
-    exempt: list[Finding] = field(default_factory=list)   # warnings (allow_sync exemptions): reported, not gated
-
-    def failed(self, strict_baseline: bool = False) -> bool:
-        return bool(self.new) or (strict_baseline and bool(self.stale))
-
-    def summary(self) -> dict:
-        return {"new": len(self.new), "accepted": len(self.accepted), "stale": len(self.stale), "warnings": len(self.exempt)}
-
-
 def load(path: Path) -> dict[str, dict]:
     """fingerprint -> entry. A missing file is an empty baseline; a corrupt one is an error, never ignored."""
     path = Path(path)
+    if path.is_dir():
+        raise BaselineError(f"baseline {path} is a directory, expected a JSON file")
     if not path.exists():
         return {}
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise BaselineError(f"baseline {path}: cannot read it ({e.strerror or e})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BaselineError(f"{path}: corrupt baseline, not valid JSON ({e}); fix it or regenerate with `graphcheck baseline`") from None
     if not isinstance(doc, dict) or doc.get("version") != BASELINE_VERSION or not isinstance(doc.get("entries"), list):
@@ -51,24 +40,15 @@ def load(path: Path) -> dict[str, dict]:
     return out
 
 
-def gate(findings: list[Finding], baseline: dict[str, dict]) -> GateResult:
-    new, accepted, exempt = [], [], []
-    for f in findings:
-        if f.severity == "warning":
-            exempt.append(f)
-        elif f.fingerprint in baseline:
-            accepted.append(f)
-        else:
-            new.append(f)
-    present = {f.fingerprint for f in findings}
-    stale = [e for fp, e in sorted(baseline.items()) if fp not in present]
-    return GateResult(new, accepted, stale, exempt)
-
-
 def write(path: Path, findings: list[Finding], old: dict[str, dict], reason: str | None) -> tuple[int, int, int]:
     """Rewrite the baseline with the current error findings; keeps known reasons, drops stale entries.
     Returns (kept, added, dropped)."""
     entries, added = [], 0
+    unchecked = [f for f in findings if f.rule in UNCHECKED]
+    if unchecked:
+        f = unchecked[0]
+        raise BaselineError(f"cannot baseline what was not checked: {f.rule} {f.path}:{f.line} {f.message}"[:300]
+                            + (f" (and {len(unchecked) - 1} more)" if len(unchecked) > 1 else ""))
     todo = [f for f in findings if f.severity != "warning"]
     missing = [f for f in todo if f.fingerprint not in old]
     if missing and not (reason and reason.strip()):

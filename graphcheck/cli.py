@@ -1,22 +1,51 @@
-"""The `graphcheck` command line. Exit codes: 0 clean, 1 findings (or new findings for `run`), 2 usage errors."""
+"""The `graphcheck` command line: argument parsing and the exit-code contract. The commands are in commands.py.
+
+Exit codes: 0 clean (or --exit-zero), 1 findings (for `run`: new findings, or stale ones with --strict-baseline),
+2 usage, configuration or input errors and anything that could not be checked, 130 interrupted (Ctrl-C),
+141 the reader of the output went away (a closed pipe; nothing is printed).
+"""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from . import __version__
-from .config import FORMATS, Config, ConfigError, load_config
+from .config import FORMAT_ALIASES, FORMATS, ConfigError
+from .result import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE
 
 
-def _codes(s: str | None) -> list[str]:
-    return [c.strip() for c in s.split(",") if c.strip()] if s else []
+def _positive(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {v}")
+    return v
 
 
-def _common(p: argparse.ArgumentParser, formats=FORMATS) -> None:
-    p.add_argument("--format", choices=formats, help="output format (default: text, or [tool.graphcheck] format)")
-    p.add_argument("--config", type=Path, help="pyproject.toml to read instead of the nearest one")
-    p.add_argument("-o", "--output", type=Path, help="also write the JSON result to this file")
+def _output(p: argparse.ArgumentParser, default_help: str = "full, or [tool.graphcheck] format") -> None:
+    g = p.add_argument_group("output")
+    g.add_argument("--output-format", "--format", dest="format", choices=FORMATS + FORMAT_ALIASES, metavar="FORMAT",
+                   help=f"{'|'.join(FORMATS)} (default: {default_help}); concise is `path:line:col: CODE message`")
+    g.add_argument("-o", "--output-file", "--output", dest="output", type=Path, metavar="FILE",
+                   help="write the output here instead of stdout (atomically; never over a source, config, baseline "
+                        "or checkpoint file)")
+    g.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings (errors still exit 2)")
+    g.add_argument("--statistics", action="store_true", help="count the reported findings per rule instead of listing them")
+    g.add_argument("-q", "--quiet", action="store_true", help="findings only: no summary, no live progress")
+
+
+def _config_opt(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="a TOML file with a [tool.graphcheck] table (default: the nearest pyproject.toml that has one)")
+
+
+def _runtime_opts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="capture on CUDA or the CPU emulation")
+    p.add_argument("--no-progress", action="store_true", help="no live display (it only ever goes to a terminal's stderr)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,45 +53,50 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"graphcheck {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("scan", help="static rules over the captured region")
-    p.add_argument("paths", nargs="*", help="files or directories (default: [tool.graphcheck] paths)")
+    p = sub.add_parser("scan", help="static rules over the captured region (needs no torch)")
+    p.add_argument("paths", nargs="*", help="files or directories (default: [tool.graphcheck] paths); `-` reads stdin")
+    p.add_argument("--stdin-filename", metavar="PATH", help="the path the source read from stdin is reported under")
     p.add_argument("--select", help="comma-separated codes or prefixes to report")
     p.add_argument("--ignore", help="comma-separated codes or prefixes to skip")
     p.add_argument("--entry-point", action="append", default=None, metavar="MOD:QUAL", help="capture entry point (repeatable)")
     p.add_argument("--all-functions", action="store_true", help="ignore configured entry points: scan every function")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the per-file cache")
-    p.add_argument("--jobs", type=int, help="worker processes (default: all cores)")
-    _common(p)
+    p.add_argument("--jobs", type=_positive, help="worker processes (default: all cores)")
+    _config_opt(p)
+    _output(p)
 
     for name, help_ in (("audit", "run a target's step and inventory every sync it performs"),
                         ("capture", "capture-under-test: capture, replay on fresh inputs, compare with eager")):
         p = sub.add_parser(name, help=help_)
         p.add_argument("target", nargs="?", help="module:factory returning a graphcheck.Target (default: configured targets)")
-        p.add_argument("--steps", type=int, help="steps to check after warm-up (default 3)")
-        p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+        p.add_argument("--steps", type=_positive, help="steps to check after warm-up (default 3)")
         if name == "audit":
             p.add_argument("--strict", action="store_true", help="CUDA layer in 'error' mode: stop at the first sync")
-        _common(p, ("text", "json"))
+        _runtime_opts(p)
+        _config_opt(p)
+        _output(p)
 
     p = sub.add_parser("run", help="scan + audit + capture, then the baseline gate")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="capture on CUDA or the CPU emulation")
     p.add_argument("--baseline", type=Path, help="baseline file (default: [tool.graphcheck] baseline)")
     p.add_argument("--strict-baseline", action="store_true", help="fail on stale baseline entries too")
-    p.add_argument("--no-runtime", action="store_true", help="static layer only")
-    p.add_argument("--no-progress", action="store_true")
-    _common(p)
+    p.add_argument("--no-runtime", action="store_true", help="static layer only (needs no torch)")
+    p.add_argument("--select", help="comma-separated codes or prefixes to report")
+    p.add_argument("--ignore", help="comma-separated codes or prefixes to skip")
+    _runtime_opts(p)
+    _config_opt(p)
+    _output(p)
 
     p = sub.add_parser("baseline", help="accept the current findings into the baseline (written atomically)")
     p.add_argument("--reason", help="reason recorded for new entries (existing reasons are kept)")
     p.add_argument("--baseline", type=Path)
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--config", type=Path)
-    p.add_argument("--from", dest="from_inventory", type=Path, help="take findings from a saved inventory instead of running")
+    p.add_argument("--from", dest="from_inventory", type=Path, help="take findings from a saved JSON inventory instead of running")
+    p.add_argument("-q", "--quiet", action="store_true")
+    _runtime_opts(p)
+    _config_opt(p)
 
-    p = sub.add_parser("report", help="render a saved inventory")
+    p = sub.add_parser("report", help="render a saved JSON inventory (same verdict as the run that wrote it)")
     p.add_argument("inventory", type=Path)
-    p.add_argument("--format", choices=("text", "html", "json", "sarif", "github"), default="text")
-    p.add_argument("-o", "--output", type=Path, help="write here (never over the input)")
+    _output(p, "full")
 
     sub.add_parser("rules", help="list the rules")
     p = sub.add_parser("explain", help="print a rule's documentation")
@@ -71,70 +105,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from .baseline import BaselineError
+    from .inventory import InventoryError
+    from .io import OutputError
+    from .target import TargetError
     try:
-        return _dispatch(args)
-    except ConfigError as e:
+        args = build_parser().parse_args(argv)
+        from . import commands
+        return commands.dispatch(args)
+    except (ConfigError, OutputError, BaselineError, InventoryError, TargetError) as e:
         print(f"graphcheck: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
-
-
-def _config(args) -> Config:
-    return load_config(explicit=getattr(args, "config", None))
-
-
-def _dispatch(args) -> int:
-    if args.cmd == "rules":
-        return _rules()
-    if args.cmd == "explain":
-        from .rules import RULES
-        code = args.code.upper()
-        if code not in RULES:
-            raise ConfigError(f"unknown rule {args.code!r}; run `graphcheck rules` for the list")
-        print(RULES[code].doc())
-        return 0
-    if args.cmd == "scan":
-        return _scan(args)
-    from . import commands
-    return getattr(commands, f"cmd_{args.cmd}")(args, _config(args))
-
-
-def _rules() -> int:
-    from rich.console import Console
-    from rich.table import Table
-    from .rules import FAMILIES
-    t = Table(title="graphcheck rules", show_lines=False)
-    for col in ("code", "name", "family", "message"):
-        t.add_column(col)
-    for fam in FAMILIES:
-        for r in fam.rules.values():
-            t.add_row(r.code, r.name, fam.title, r.message.replace("{", "").replace("}", ""))
-    Console(width=160 if not sys.stdout.isatty() else None).print(t)
-    return 0
-
-
-def _scan(args) -> int:
-    from .findings import assign_fingerprints
-    from .report.render import emit, to_json
-    from .static.scanner import scan
-    from .static.scope import ScopeError
-    cfg = _config(args)
-    paths = args.paths or [str(cfg.root / p) for p in cfg.paths]
-    entry = [] if args.all_functions else (args.entry_point if args.entry_point is not None else cfg.entry_points)
-    try:
-        res = scan(paths, entry_points=entry, exclude=cfg.exclude, select=_codes(args.select) or cfg.select,
-                   ignore=_codes(args.ignore) or cfg.ignore, root=cfg.root, cache=not args.no_cache, jobs=args.jobs)
-    except (ScopeError, ValueError) as e:
-        raise ConfigError(str(e)) from None
-    findings = assign_fingerprints(res.findings)
-    fmt = args.format or cfg.format
-    scope = f", {res.in_scope_functions} functions in the captured region" if res.in_scope_functions is not None else ""
-    summary = (f"{len(findings)} finding(s) in {res.files} file(s){scope}; {res.suppressed} suppressed"
-               if findings else f"[bold green]clean[/]: {res.files} file(s){scope}; {res.suppressed} suppressed")
-    emit(findings, fmt, __version__, summary=summary if fmt == "text" else "")
-    if args.output:
-        from .io import write_atomic
-        write_atomic(args.output, to_json(findings, __version__))
-    return 1 if findings else 0
+        # outputs are written atomically, so nothing half-written is left behind
+        print("graphcheck: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader closed the pipe (`graphcheck explain GC101 | head`): stop quietly; point stdout at
+        # /dev/null so the interpreter's final flush does not raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_PIPE

@@ -1,4 +1,8 @@
-"""The commands that run targets: audit, capture, run (the gate), baseline, report."""
+"""The commands. Each builds one Result (result.py) and hands it to the renderer chosen by --output-format:
+config -> scan / audit / capture -> findings -> Result (the gate) -> render -> stdout or -o FILE.
+
+Only audit, capture, run (without --no-runtime) and baseline import torch, and only after checking it is there.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -7,17 +11,148 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__
-from .config import Config, ConfigError
-from .findings import Finding, assign_fingerprints
-from .io import write_atomic
+from .config import Config, ConfigError, load_config
+from .findings import UNCHECKED, Finding
+from .io import OutputError, check_output, write_atomic
+from .result import Result, classify
 
 
-def _targets(args, cfg: Config) -> list[str]:
-    specs = [args.target] if getattr(args, "target", None) else cfg.targets
-    if not specs:
-        raise ConfigError("no target: pass module:factory, or set `targets` in [tool.graphcheck]")
-    return specs
+def dispatch(args) -> int:
+    if args.cmd == "rules":
+        return _rules()
+    if args.cmd == "explain":
+        return _explain(args.code)
+    if args.cmd == "report":
+        return cmd_report(args)
+    cfg = load_config(_config_start(args), explicit=args.config)
+    return globals()[f"cmd_{args.cmd}"](args, cfg)
+
+
+def _config_start(args) -> Path | None:
+    """Where config discovery starts: the first scanned path (or --stdin-filename), else the current directory."""
+    if getattr(args, "stdin_filename", None):
+        return Path(args.stdin_filename)
+    paths = [p for p in getattr(args, "paths", None) or [] if p != "-"]
+    return Path(paths[0]) if paths else None
+
+
+def _codes(s: str | None) -> list[str]:
+    return [c.strip() for c in s.split(",") if c.strip()] if s else []
+
+
+def _format(args, cfg: Config | None) -> str:
+    return args.format or (cfg.format if cfg is not None else "full")
+
+
+# ---------------------------------------------------------------------------------------------------- output
+
+
+def finish(result: Result, args, fmt: str) -> int:
+    """Render, write to -o or stdout, name on stderr what could not be checked, return the exit code."""
+    from .report.render import render, summary_line
+    to_file = args.output is not None
+    color = not to_file and fmt in ("full", "text") and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    text = render(result, fmt, statistics=args.statistics, quiet=args.quiet, color=color)
+    if to_file:
+        try:
+            write_atomic(args.output, text)
+        except OSError as e:
+            raise OutputError(f"-o {args.output}: cannot write it ({e.strerror or e})") from None
+        if not args.quiet:
+            print(f"wrote {args.output}: {summary_line(result)}")
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    for p in result.problems:
+        print(f"graphcheck: error: {p}", file=sys.stderr)
+    return result.exit_code(args.exit_zero)
+
+
+def _check_out(args, cfg: Config | None, *extra) -> None:
+    if args.output is not None:
+        check_output(args.output, [cfg.source if cfg else None, cfg.baseline_path if cfg else None, *extra])
+
+
+# ---------------------------------------------------------------------------------------------------- static layer
+
+
+def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: list[str] | None = None,
+                 select: list[str], ignore: list[str], cache: bool = True, jobs: int | None = None,
+                 stdin: tuple[str, str] | None = None) -> tuple[list[Finding], dict, list[str]]:
+    """Scan; returns (findings, layer summary, problems).
+
+    Explicit `paths` with configured entry points (what the pre-commit hook passes: the staged files) are scanned
+    together with the configured paths, so the entry-point modules resolve whether or not they are staged, and
+    only the findings in the explicit paths are kept."""
+    from .static.scanner import scan
+    from .static.scope import ScopeError
+    entry = cfg.entry_points if entry_points is None else entry_points
+    configured = [str(cfg.root / p) for p in cfg.paths]
+    keep: list[str] | None = None
+    if stdin is not None:
+        scan_paths = configured if entry else []
+    elif paths:
+        scan_paths = (configured + list(paths)) if entry and entry_points is None else list(paths)
+        keep = [_rel(p, cfg.root) for p in paths] if entry and entry_points is None else None
+    else:
+        scan_paths = configured
+    try:
+        res = scan(scan_paths, entry_points=entry, exclude=cfg.exclude, select=select, ignore=ignore, root=cfg.root,
+                   cache=cache, jobs=jobs, **({"stdin": stdin} if stdin is not None else {}))
+    except (ScopeError, ValueError) as e:
+        raise ConfigError(str(e)) from None
+    findings = list(res.findings)
+    if keep is not None:
+        findings = [f for f in findings if any(f.path == k or f.path.startswith(k.rstrip("/") + "/") or k == "."
+                                               for k in keep)]
+    layer = {"files": res.files, "functions_in_scope": res.in_scope_functions, "suppressed": res.suppressed,
+             "findings": len(findings)}
+    problems = []
+    if res.files == 0:
+        where = ", ".join(paths or cfg.paths)
+        problems.append(f"no Python file to check under {where} (root {cfg.root}); nothing was checked")
+    return findings, layer, problems
+
+
+def _rel(p: str, root: Path) -> str:
+    rel = os.path.relpath(os.path.abspath(p), os.path.abspath(root))
+    return Path(p).as_posix() if rel.startswith("..") else Path(rel).as_posix()
+
+
+def cmd_scan(args, cfg: Config) -> int:
+    fmt = _format(args, cfg)
+    _check_out(args, cfg)
+    stdin = None
+    paths = list(args.paths)
+    if "-" in paths:
+        if paths != ["-"]:
+            raise ConfigError("`-` (read the source from stdin) cannot be combined with other paths")
+        name = args.stdin_filename or "<stdin>"
+        stdin = (name, sys.stdin.read())
+        paths = []
+    elif args.stdin_filename:
+        raise ConfigError("--stdin-filename needs `-` as the path")
+    entry = [] if args.all_functions else args.entry_point
+    t0 = time.perf_counter()
+    findings, layer, problems = static_layer(cfg, paths=paths, entry_points=entry, select=_codes(args.select) or cfg.select,
+                                             ignore=_codes(args.ignore) or cfg.ignore, cache=not args.no_cache,
+                                             jobs=args.jobs, stdin=stdin)
+    result = classify("scan", findings, None, problems=problems, layers={"static": layer},
+                      timing={"static": time.perf_counter() - t0})
+    return finish(result, args, fmt)
+
+
+# ---------------------------------------------------------------------------------------------------- runtime layers
+
+
+def need_torch(command: str) -> None:
+    """The runtime layers run the user's PyTorch code; the static install has no torch."""
+    try:
+        import torch  # noqa: F401  (the runtime layers import it anyway)
+    except ImportError:
+        hint = "; or `graphcheck run --no-runtime` for the static layer only" if command == "run" else ""
+        raise ConfigError(f"graphcheck {command} runs your code under PyTorch, which is not installed: "
+                          f"pip install 'torch-graphcheck[runtime]' (torch>=2.7){hint}")
 
 
 def _prepare(args, cfg: Config) -> None:
@@ -34,83 +169,77 @@ def _prepare(args, cfg: Config) -> None:
                 raise ConfigError("--device cuda: no CUDA device is available")
 
 
-def _load(spec: str, cfg: Config):
+def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, step) -> tuple[list[Finding], dict, list[str], dict]:
+    """Build each target once per layer and run it; a target that cannot be built is a problem (exit 2) and
+    the other targets still run. Returns (findings, layers, problems, timing)."""
     from .target import TargetError, load_target
-    try:
-        return load_target(spec, cfg.root)
-    except TargetError as e:
-        raise ConfigError(str(e)) from None
-
-
-def _runtime(kind: str, spec: str, cfg: Config, args) -> list[Finding]:
-    target = _load(spec, cfg)
     steps = getattr(args, "steps", None) or cfg.steps
-    if kind == "sync":
-        from .runtime.audit import audit
-        return audit(target, steps=steps, warmup=cfg.warmup, strict=getattr(args, "strict", False))
-    from .runtime.capture import capture_test
-    return capture_test(target, steps=steps, warmup=cfg.warmup, device=getattr(args, "device", "auto"))
+    findings: list[Finding] = []
+    layers: dict = {}
+    problems: list[str] = []
+    timing: dict = {}
+    broken: set[str] = set()
+    for kind in kinds:
+        t0 = time.perf_counter()
+        got: list[Finding] = []
+        ran = 0
+        for spec in specs:
+            if spec in broken:
+                continue
+            with step(f"{'audit' if kind == 'sync' else 'capture'} {spec}"):
+                try:
+                    target = load_target(spec, cfg.root)
+                except TargetError as e:
+                    broken.add(spec)
+                    problems.append(f"{e}; it was not checked")
+                    continue
+                if kind == "sync":
+                    from .runtime.audit import audit
+                    got += audit(target, steps=steps, warmup=cfg.warmup, strict=getattr(args, "strict", False))
+                else:
+                    from .runtime.capture import capture_test
+                    got += capture_test(target, steps=steps, warmup=cfg.warmup, device=getattr(args, "device", "auto"))
+                ran += 1
+        layers[kind] = {"targets": ran, "findings": len(got)}
+        findings += got
+        timing[kind] = time.perf_counter() - t0
+    return findings, layers, problems, timing
 
 
-def _emit_runtime(findings: list[Finding], args, cfg: Config, title: str) -> int:
-    from .report.render import emit, to_json
-    findings = assign_fingerprints(findings)
-    fmt = args.format or ("json" if cfg.format == "json" else "text")
-    summary = f"{len(findings)} finding(s)" if findings else "[bold green]clean[/]"
-    emit(findings, fmt, __version__, title=title if fmt == "text" else "", summary=summary if fmt == "text" else "")
-    if args.output:
-        write_atomic(args.output, to_json(findings, __version__))
-    return 1 if any(f.severity == "error" for f in findings) else 0
+def _targets(args, cfg: Config) -> list[str]:
+    specs = [args.target] if getattr(args, "target", None) else cfg.targets
+    if not specs:
+        raise ConfigError("no target: pass module:factory, or set `targets` in [tool.graphcheck]")
+    return specs
+
+
+def _runtime_command(args, cfg: Config, kind: str) -> int:
+    fmt = _format(args, cfg)
+    _check_out(args, cfg)
+    need_torch(args.cmd)
+    _prepare(args, cfg)
+    specs = _targets(args, cfg)
+    with _progress(_live(args, fmt)) as step:
+        findings, layers, problems, timing = runtime_layers((kind,), specs, cfg, args, step)
+    result = classify(args.cmd, findings, None, problems=problems, layers=layers, targets=specs, timing=timing)
+    return finish(result, args, fmt)
 
 
 def cmd_audit(args, cfg: Config) -> int:
-    _prepare(args, cfg)
-    found = [f for spec in _targets(args, cfg) for f in _runtime("sync", spec, cfg, args)]
-    return _emit_runtime(found, args, cfg, "graphcheck audit")
+    return _runtime_command(args, cfg, "sync")
 
 
 def cmd_capture(args, cfg: Config) -> int:
-    _prepare(args, cfg)
-    found = [f for spec in _targets(args, cfg) for f in _runtime("capture", spec, cfg, args)]
-    return _emit_runtime(found, args, cfg, "graphcheck capture")
+    return _runtime_command(args, cfg, "capture")
 
 
-def collect(args, cfg: Config, progress: bool = False) -> dict:
-    """scan -> audit -> capture for the configured project; returns the inventory document."""
-    from .inventory import build, merge
-    from .static.scanner import scan
-    from .static.scope import ScopeError
-    _prepare(args, cfg)
-    layers: dict = {}
-    with _progress(progress) as step:
-        t0 = time.perf_counter()
-        with step("static scan"):
-            try:
-                res = scan([str(cfg.root / p) for p in cfg.paths], entry_points=cfg.entry_points, exclude=cfg.exclude,
-                           select=cfg.select, ignore=cfg.ignore, root=cfg.root, cache=True)
-            except (ScopeError, ValueError) as e:
-                raise ConfigError(str(e)) from None
-        layers["static"] = {"files": res.files, "functions_in_scope": res.in_scope_functions, "suppressed": res.suppressed,
-                            "findings": len(res.findings)}
-        runtime: list[Finding] = []
-        timing = {"static": time.perf_counter() - t0}
-        if not getattr(args, "no_runtime", False):
-            for kind in ("sync", "capture"):
-                t0 = time.perf_counter()
-                got = []
-                for spec in cfg.targets:
-                    with step(f"{'audit' if kind == 'sync' else 'capture'} {spec}"):
-                        got += _runtime(kind, spec, cfg, args)
-                from .rules import select_codes
-                codes = select_codes(cfg.select, cfg.ignore)
-                got = [f for f in got if f.rule in codes]
-                layers[kind] = {"targets": len(cfg.targets), "findings": len(got)}
-                runtime += got
-                timing[kind] = time.perf_counter() - t0
-    rows = merge(list(res.findings), runtime)
-    doc = build(rows, targets=cfg.targets, layers=layers)
-    doc["_timing"] = timing          # for the summary line only; dropped before anything is written
-    return doc
+# ---------------------------------------------------------------------------------------------------- run / baseline
+
+
+def _live(args, fmt: str) -> bool:
+    """The live display goes to stderr, only when that is a terminal; it never changes what is checked."""
+    return (not getattr(args, "no_progress", False) and not getattr(args, "quiet", False) and sys.stderr.isatty()
+            and fmt in ("full", "concise", "text"))
 
 
 @contextlib.contextmanager
@@ -118,8 +247,10 @@ def _progress(enabled: bool):
     if not enabled:
         yield lambda name: contextlib.nullcontext()
         return
+    from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True, file=sys.stderr) as p:
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True,
+                  console=Console(file=sys.stderr)) as p:
         @contextlib.contextmanager
         def step(name: str):
             task = p.add_task(name, total=None)
@@ -130,46 +261,32 @@ def _progress(enabled: bool):
         yield step
 
 
+def collect(args, cfg: Config, *, live: bool, select: list[str], ignore: list[str]) -> tuple[list[Finding], dict, list[str], dict]:
+    """scan -> audit -> capture for the configured project: (merged rows, layers, problems, timing)."""
+    from .inventory import merge
+    runtime = not getattr(args, "no_runtime", False)
+    if runtime:
+        need_torch(args.cmd)
+        _prepare(args, cfg)
+    with _progress(live) as step:
+        t0 = time.perf_counter()
+        with step("static scan"):
+            static, layer, problems = static_layer(cfg, select=select, ignore=ignore)
+        layers, timing = {"static": layer}, {"static": time.perf_counter() - t0}
+        found: list[Finding] = []
+        if runtime and cfg.targets:
+            from .rules import select_codes
+            found, rl, rp, rt = runtime_layers(("sync", "capture"), cfg.targets, cfg, args, step)
+            codes = set(select_codes(select, ignore)) | set(UNCHECKED)   # what could not be checked is never filtered out
+            found = [f for f in found if f.rule in codes]
+            layers.update(rl)
+            problems += rp
+            timing.update(rt)
+    return merge(static, found), layers, problems, timing
+
+
 def _baseline_path(args, cfg: Config) -> Path:
     return Path(args.baseline) if getattr(args, "baseline", None) else cfg.baseline_path
-
-
-def cmd_run(args, cfg: Config) -> int:
-    from . import baseline as bl
-    from .inventory import dumps
-    from .report.render import emit
-    from .report.sarif import to_sarif
-    fmt = args.format or cfg.format
-    bpath = _baseline_path(args, cfg)
-    try:
-        base = bl.load(bpath)
-    except bl.BaselineError as e:
-        raise ConfigError(str(e)) from None
-    _refuse_overwrite(args.output, [bpath, cfg.source])
-    doc = collect(args, cfg, progress=not args.no_progress and sys.stderr.isatty() and fmt == "text")
-    timing = doc.pop("_timing")
-    findings = [Finding.from_dict(d) for d in doc["findings"]]
-    res = bl.gate(findings, base)
-    new_fps = {f.fingerprint for f in res.new}
-    for d in doc["findings"]:
-        d["baselined"] = d["fingerprint"] not in new_fps and d["severity"] == "error"
-    doc["gate"] = {**res.summary(), "baseline": _display(bpath, cfg), "stale_entries": res.stale}
-    failed = res.failed(args.strict_baseline)
-    if args.output:
-        write_atomic(args.output, dumps(doc))
-    if fmt == "json":
-        sys.stdout.write(dumps(doc))
-    elif fmt == "sarif":
-        import json
-        sys.stdout.write(json.dumps(to_sarif(res.new, __version__), indent=2) + "\n")
-    elif fmt == "github":
-        emit(res.new, "github", __version__)
-        for e in res.stale:
-            print(f"::warning title=graphcheck stale baseline::{e.get('rule')} {e.get('path')} ({e.get('function')}) is no longer found; "
-                  "remove it with `graphcheck baseline`")
-    else:
-        _print_run(doc, res, timing, failed, args.strict_baseline)
-    return 1 if failed else 0
 
 
 def _display(p: Path, cfg: Config) -> str:
@@ -179,87 +296,74 @@ def _display(p: Path, cfg: Config) -> str:
         return p.as_posix()
 
 
-def _refuse_overwrite(out: Path | None, protected: list) -> None:
-    if out is None:
-        return
-    for p in protected:
-        if p is not None and Path(p).exists() and Path(out).resolve() == Path(p).resolve():
-            raise ConfigError(f"-o {out}: refusing to overwrite an input file ({p}); choose another path")
-
-
-def _print_run(doc: dict, res, timing: dict, failed: bool, strict: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from .report.render import print_text
-    con = Console(file=sys.stdout, highlight=False, width=120 if not sys.stdout.isatty() else None)
-    if res.new:
-        print_text(res.new, sys.stdout, title=f"{len(res.new)} new finding(s) not in the baseline")
-    if res.exempt:
-        print_text(res.exempt, sys.stdout, title=f"{len(res.exempt)} reported exemption(s)")
-    t = Table(title="graphcheck run", title_justify="left")
-    for c in ("layer", "checked", "findings", "time"):
-        t.add_column(c)
-    lay = doc["layers"]
-    st = lay.get("static", {})
-    t.add_row("static", f"{st.get('files', 0)} files, {st.get('functions_in_scope') if st.get('functions_in_scope') is not None else 'all'} fns in scope",
-              str(st.get("findings", 0)), f"{timing.get('static', 0):.1f}s")
-    for kind in ("sync", "capture"):
-        if kind in lay:
-            t.add_row(kind, f"{lay[kind]['targets']} target(s)", str(lay[kind]["findings"]), f"{timing.get(kind, 0):.1f}s")
-    con.print(t)
-    linked = sum(1 for d in doc["findings"] if len(d["evidence"].get("kinds", [])) > 1)
-    con.print(f"{len(doc['findings'])} inventory rows ({linked} predicted by the scan and seen at run time); "
-              f"baseline {doc['gate']['baseline']}: {len(res.accepted)} accepted, {len(res.new)} new, {len(res.stale)} stale")
-    for e in res.stale:
-        con.print(f"  [yellow]stale[/] {e.get('rule')} {e.get('path')} {e.get('function')}: {e.get('source', '')}")
-    if res.stale and not strict:
-        con.print("  [dim]stale entries are fixed hazards: shrink the baseline with `graphcheck baseline`[/]")
-    con.print("[bold red]FAILED[/]" if failed else "[bold green]PASSED[/]")
+def cmd_run(args, cfg: Config) -> int:
+    from . import baseline as bl
+    fmt = _format(args, cfg)
+    bpath = _baseline_path(args, cfg)
+    _check_out(args, cfg, bpath)
+    base = bl.load(bpath)
+    select, ignore = _codes(args.select) or cfg.select, _codes(args.ignore) or cfg.ignore
+    rows, layers, problems, timing = collect(args, cfg, live=_live(args, fmt), select=select, ignore=ignore)
+    result = classify("run", rows, base, problems=problems, layers=layers, targets=cfg.targets,
+                      baseline_name=_display(bpath, cfg), strict_baseline=args.strict_baseline, timing=timing)
+    return finish(result, args, fmt)
 
 
 def cmd_baseline(args, cfg: Config) -> int:
     from . import baseline as bl
-    from .inventory import InventoryError, load
+    from .inventory import load
     bpath = _baseline_path(args, cfg)
-    try:
-        old = bl.load(bpath)
-        if args.from_inventory:
-            _, findings = load(args.from_inventory)
-        else:
-            args.no_runtime = False
-            doc = collect(args, cfg, progress=sys.stderr.isatty())
-            findings = [Finding.from_dict(d) for d in doc["findings"]]
-        kept, added, dropped = bl.write(bpath, findings, old, args.reason)
-    except (bl.BaselineError, InventoryError) as e:
-        raise ConfigError(str(e)) from None
-    print(f"wrote {_display(bpath, cfg)}: {kept} kept, {added} added, {dropped} stale removed")
+    if bpath.is_dir():
+        raise bl.BaselineError(f"baseline {bpath} is a directory, expected a JSON file")
+    old = bl.load(bpath)
+    if args.from_inventory:
+        result = load(args.from_inventory)
+        findings, problems = result.findings, result.problems
+    else:
+        args.no_runtime = False
+        findings, _, problems, _ = collect(args, cfg, live=_live(args, "full"), select=cfg.select, ignore=cfg.ignore)
+    if problems:
+        # a baseline over a run that could not check everything would accept blind spots
+        raise bl.BaselineError(f"not writing {_display(bpath, cfg)}: {problems[0]}"
+                               + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    kept, added, dropped = bl.write(bpath, findings, old, args.reason)
+    if not args.quiet:
+        print(f"wrote {_display(bpath, cfg)}: {kept} kept, {added} added, {dropped} stale removed")
     return 0
 
 
-def cmd_report(args, cfg: Config) -> int:
-    from .inventory import InventoryError, load
-    from .report import html
-    from .report.render import emit
-    try:
-        doc, findings = load(args.inventory)
-    except InventoryError as e:
-        raise ConfigError(str(e)) from None
-    _refuse_overwrite(args.output, [args.inventory])
-    if args.format == "html":
-        text = html.render(doc, findings)
-    else:
-        import io
-        buf = io.StringIO()
-        if args.format == "json":
-            from .inventory import dumps
-            buf.write(dumps(doc))
-        else:
-            emit(findings, args.format, __version__, out=buf, title=f"inventory {args.inventory}",
-                 summary=f"{len(findings)} row(s)" if args.format == "text" else "")
-        text = buf.getvalue()
-    if args.output:
-        write_atomic(args.output, text)
-        print(f"wrote {args.output}")
-    else:
-        sys.stdout.write(text)
+def cmd_report(args) -> int:
+    from .inventory import load
+    result = load(args.inventory)
+    _check_out(args, None, args.inventory)
+    return finish(result, args, args.format or "full")
+
+
+# ---------------------------------------------------------------------------------------------------- catalogue
+
+
+def _explain(code: str) -> int:
+    from .rules import RULES
+    if code.upper() not in RULES:
+        raise ConfigError(f"unknown rule {code!r}; run `graphcheck rules` for the list")
+    sys.stdout.write(RULES[code.upper()].doc() + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _rules() -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from .rules import FAMILIES
+    t = Table(title="graphcheck rules", show_lines=False)
+    for col in ("code", "name", "family", "message"):
+        t.add_column(col)
+    for fam in FAMILIES:
+        for r in fam.rules.values():
+            t.add_row(r.code, r.name, fam.title, r.message.replace("{", "").replace("}", ""))
+    import io
+    buf = io.StringIO()   # rendered first, written here: a closed pipe is then ours to handle (rich exits 1 on it)
+    Console(file=buf, width=160, force_terminal=sys.stdout.isatty()).print(t)
+    sys.stdout.write(buf.getvalue())
+    sys.stdout.flush()
     return 0

@@ -1,4 +1,6 @@
-"""`[tool.graphcheck]` from the nearest pyproject.toml. Unknown keys and wrong types are errors naming the key."""
+"""`[tool.graphcheck]` from the nearest pyproject.toml that has one, or from `--config FILE` (any TOML file with a
+`[tool.graphcheck]` table, so several configurations can live side by side). Paths in it are relative to the file's
+directory. Unknown keys and wrong types are errors naming the key."""
 from __future__ import annotations
 
 import tomllib
@@ -10,7 +12,8 @@ class ConfigError(ValueError):
     """Bad configuration or usage: the CLI prints it on one line and exits 2."""
 
 
-FORMATS = ("text", "json", "sarif", "github")
+FORMATS = ("concise", "full", "json", "sarif", "github", "html")
+FORMAT_ALIASES = ("text",)          # `text` is the old name of `full`
 
 
 @dataclass
@@ -26,7 +29,7 @@ class Config:
     baseline: str = "graphcheck-baseline.json"
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
-    format: str = "text"
+    format: str = "full"
 
     @property
     def baseline_path(self) -> Path:
@@ -40,26 +43,46 @@ _KEYS = {  # toml key -> (attribute, type)
 }
 
 
-def find_pyproject(start: Path) -> Path | None:
+def _read(path: Path) -> dict:
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such configuration file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a TOML file with a [tool.graphcheck] table") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read it ({e.strerror or e})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+
+
+def find_config(start: Path) -> Path | None:
+    """The nearest pyproject.toml at or above `start` that has a [tool.graphcheck] table (one without the table,
+    e.g. a nested package's, is passed over, as ruff does)."""
     start = start.resolve()
+    if start.is_file() or not start.exists():
+        start = start.parent
     for d in [start, *start.parents]:
         p = d / "pyproject.toml"
-        if p.is_file():
+        if p.is_file() and "graphcheck" in _read(p).get("tool", {}):
             return p
     return None
 
 
 def load_config(start: Path | None = None, explicit: Path | None = None) -> Config:
-    path = explicit or find_pyproject(start or Path.cwd())
-    if path is None:
-        return Config(root=(start or Path.cwd()).resolve())
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such configuration file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: invalid TOML: {e}") from None
-    section = data.get("tool", {}).get("graphcheck", {})
+    """`explicit` (--config) must have the table; otherwise the nearest one above `start` (default: the current
+    directory); with none, the defaults rooted at the current directory."""
+    if explicit is not None:
+        data = _read(explicit)
+        if "graphcheck" not in data.get("tool", {}):
+            raise ConfigError(f"{explicit}: no [tool.graphcheck] table")
+        path = Path(explicit)
+    else:
+        path = find_config(start or Path.cwd())
+        if path is None:
+            return Config(root=Path.cwd().resolve())
+        data = _read(path)
+    section = data["tool"]["graphcheck"]
     cfg = Config(root=Path(path).resolve().parent, source=Path(path))
     if not isinstance(section, dict):
         raise ConfigError(f"{path}: [tool.graphcheck] must be a table, found {type(section).__name__}")
@@ -76,7 +99,7 @@ def load_config(start: Path | None = None, explicit: Path | None = None) -> Conf
         elif not isinstance(value, str):
             raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a string, found {value!r}")
         setattr(cfg, attr, value)
-    if cfg.format not in FORMATS:
+    if cfg.format not in FORMATS + FORMAT_ALIASES:
         raise ConfigError(f"{path}: [tool.graphcheck] format must be one of {', '.join(FORMATS)}, found {cfg.format!r}")
     if cfg.steps < 1:
         raise ConfigError(f"{path}: [tool.graphcheck] steps must be at least 1, found {cfg.steps}")

@@ -1,18 +1,16 @@
 """One inventory from every layer: static rows linked with the runtime events seen on the same line.
 
-The document is deterministic (sorted rows, no timestamps) so the same tree and inputs give a byte-identical
-file; its shape is `schema/inventory.schema.json`.
+The saved document is `Result.to_doc()`: deterministic (sorted rows, no timestamps) so the same tree and inputs
+give a byte-identical file; its shape is `schema/inventory.schema.json`.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-from . import __version__
-from .findings import KINDS, Finding, assign_fingerprints
+from .findings import Finding, assign_fingerprints
+from .result import Result, ResultError
 
-SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("schema") / "inventory.schema.json"
 
 
@@ -44,36 +42,24 @@ def merge(static: list[Finding], runtime: list[Finding]) -> list[Finding]:
     return assign_fingerprints(rows)
 
 
-def build(findings: list[Finding], *, targets: list[str], layers: dict[str, Any], gate: dict[str, Any] | None = None) -> dict:
-    return {
-        "schema": "graphcheck-inventory", "version": SCHEMA_VERSION, "graphcheck": __version__,
-        "targets": sorted(targets), "layers": layers, "gate": gate or {},
-        "findings": [f.to_dict() for f in sorted(findings, key=Finding.sort_key)],
-    }
-
-
 def dumps(doc: dict) -> str:
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def load(path: Path) -> tuple[dict, list[Finding]]:
+def load(path: Path) -> Result:
+    """A saved inventory back into the Result it was written from; every defect is an InventoryError naming it."""
+    path = Path(path)
+    if path.is_dir():
+        raise InventoryError(f"{path} is a directory, expected an inventory JSON file (graphcheck run --output-format json -o FILE)")
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InventoryError(f"{path}: no such inventory file") from None
+    except OSError as e:
+        raise InventoryError(f"{path}: cannot read it ({e.strerror or e})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InventoryError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(doc, dict) or "findings" not in doc:
-        raise InventoryError(f"{path}: expected a graphcheck inventory (an object with 'findings'), found {type(doc).__name__}")
-    if doc.get("version", SCHEMA_VERSION) != SCHEMA_VERSION:
-        raise InventoryError(f"{path}: inventory version {doc.get('version')!r}, expected {SCHEMA_VERSION}")
-    out = []
-    for i, d in enumerate(doc["findings"]):
-        try:
-            f = Finding.from_dict({k: v for k, v in d.items() if k != "baselined"})   # the gate's verdict, not the finding
-        except (TypeError, ValueError) as e:
-            raise InventoryError(f"{path}: findings[{i}]: {e}") from None
-        if f.kind not in KINDS:
-            raise InventoryError(f"{path}: findings[{i}]: kind {f.kind!r}, expected one of {', '.join(KINDS)}")
-        out.append(f)
-    return doc, out
+    try:
+        return Result.from_doc(doc)
+    except ResultError as e:
+        raise InventoryError(f"{path}: {e}") from None

@@ -1,9 +1,42 @@
-"""Atomic writes: a file is either the old one or the complete new one, never half of each."""
+"""Writing output files: never over an input, and atomically (the old file or the complete new one, never half)."""
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+
+# Files an output must never replace whatever the caller lists: sources, configuration, checkpoints.
+PROTECTED_SUFFIXES = (".py", ".pyi", ".pyx", ".toml", ".cfg", ".ini", ".safetensors", ".pt", ".pth", ".bin",
+                      ".ckpt", ".gguf", ".npy", ".npz", ".onnx")
+
+
+class OutputError(ValueError):
+    """An output path that would destroy an input or cannot be written; one line naming it (exit 2)."""
+
+
+def check_output(path: Path | str, protected: list[Path | str | None] = ()) -> Path:
+    """Refuse an output path that is a directory, one of `protected` (the config, the baseline, an input
+    file), a source/config/checkpoint file by its suffix, or a file inside a checkpoint directory; and one
+    whose directory cannot be written. Called before any work, so a long run never dies at its last step."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"-o {path}: is a directory, expected a file path")
+    real = path.resolve()
+    for p in protected:
+        if p is not None and Path(p).exists() and real == Path(p).resolve():
+            raise OutputError(f"-o {path}: refusing to overwrite an input ({p}); choose another path")
+    if path.suffix.lower() in PROTECTED_SUFFIXES:
+        raise OutputError(f"-o {path}: refusing to write a {path.suffix} file (a source, config or checkpoint name); "
+                          "choose another path")
+    parent = real.parent
+    if path.exists() and any(parent.glob("*.safetensors")):
+        raise OutputError(f"-o {path}: refusing to overwrite a file in a checkpoint directory ({parent})")
+    existing = next((d for d in [parent, *parent.parents] if d.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputError(f"-o {path}: cannot write there ({existing} is not a writable directory)")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise OutputError(f"-o {path}: the file is not writable")
+    return path
 
 
 def write_atomic(path: Path | str, text: str) -> None:
@@ -16,7 +49,7 @@ def write_atomic(path: Path | str, text: str) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException:    # Ctrl-C included: no partial file, no stray temp file
         try:
             os.unlink(tmp)
         except OSError:

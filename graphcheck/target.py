@@ -6,9 +6,10 @@ import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
+if TYPE_CHECKING:          # the protocol itself needs no torch; only the runtime layers do
+    import torch
 
 
 class TargetError(ValueError):
@@ -25,7 +26,7 @@ class Target:
     """
     step: Callable[[Any], Any]
     make_inputs: Callable[[int], Any]
-    state: Callable[[], dict[str, torch.Tensor]]
+    state: Callable[[], dict[str, "torch.Tensor"]]
     name: str = "target"
     device: str | None = None          # where the target lives; None = inferred from its inputs
     warmup: int | None = None          # steps before auditing (None = configured default)
@@ -40,6 +41,9 @@ class Target:
 
 
 def load_target(spec: str, root: Path | None = None) -> Target:
+    """Resolve `module:factory` and build the Target. Everything that can go wrong on the user's side (an import
+    that fails, a missing attribute, a factory that needs arguments or raises, a wrong return type) is a
+    TargetError naming the spec and what was found; the CLI prints it on one line (exit 2)."""
     mod_name, sep, attr = spec.partition(":")
     if not sep or not mod_name or not attr:
         raise TargetError(f"target {spec!r}: expected 'module:factory'")
@@ -47,16 +51,35 @@ def load_target(spec: str, root: Path | None = None) -> Target:
         sys.path.insert(0, str(root))
     try:
         mod = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise TargetError(f"target {spec!r}: cannot import module {mod_name!r} ({e})") from None
+    except Exception as e:   # ImportError, or whatever the module raises at import time
+        raise TargetError(f"target {spec!r}: cannot import module {mod_name!r} ({type(e).__name__}: {_first(e)})") from None
     obj = mod
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise TargetError(f"target {spec!r}: module {mod_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
-    t = obj() if callable(obj) and not isinstance(obj, Target) else obj
+    if isinstance(obj, Target):
+        t = obj
+    elif callable(obj):
+        try:
+            inspect.signature(obj).bind()
+        except TypeError as e:
+            raise TargetError(f"target {spec!r}: the factory must be callable without arguments ({e})") from None
+        except ValueError:
+            pass   # a builtin without a signature: calling it tells
+        try:
+            t = obj()
+        except Exception as e:
+            raise TargetError(f"target {spec!r}: the factory raised {type(e).__name__}: {_first(e)}") from None
+    else:
+        raise TargetError(f"target {spec!r}: {attr!r} is a {type(obj).__name__}, expected a factory or a graphcheck.Target")
     if not isinstance(t, Target):
         raise TargetError(f"target {spec!r}: factory returned {type(t).__name__}, expected graphcheck.Target")
     if not t.name or t.name == "target":
         t.name = spec
     return t
+
+
+def _first(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else "(no message)"

@@ -1,60 +1,135 @@
-"""Render findings: rich text grouped by file, JSON, SARIF and GitHub workflow annotations."""
+"""Render a Result in one of the output formats. Every format reads the same rows and statuses, so `run`,
+`report` and the per-layer commands agree on what is new, accepted, exempt, unchecked and stale.
+
+    concise   path:line:col: CODE message           (one line per reported row; greppable, clickable)
+    full      the same line, then the source line, the fix and (for run) the per-layer table
+    json      the inventory document (every row with its status; `schema/inventory.schema.json`)
+    sarif     SARIF 2.1.0; accepted rows are carried as externally suppressed results
+    github    workflow annotations (errors for new and unchecked rows, warnings for exemptions and stale entries)
+    html      a static page of the whole inventory
+"""
 from __future__ import annotations
 
+import io
 import json
-import sys
-from collections import defaultdict
-from typing import IO
+import shutil
+from collections import Counter, defaultdict
 
 from ..findings import Finding
-from ..rules import RULES
-from .sarif import to_sarif
+from ..result import Result
+
+FORMATS = ("concise", "full", "json", "sarif", "github", "html")
+ALIASES = {"text": "full"}          # the name before 0.2
 
 
-def to_json(findings: list[Finding], version: str, extra: dict | None = None) -> str:
-    doc = {"version": version, **(extra or {}), "findings": [f.to_dict() for f in findings]}
-    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+def render(result: Result, fmt: str, *, statistics: bool = False, quiet: bool = False, color: bool = False) -> str:
+    fmt = ALIASES.get(fmt, fmt)
+    if statistics:
+        return _statistics(result, json_out=fmt == "json")
+    if fmt == "json":
+        from ..inventory import dumps
+        return dumps(result.to_doc())
+    if fmt == "sarif":
+        from .. import __version__
+        from .sarif import to_sarif
+        return json.dumps(to_sarif(result, __version__), indent=2) + "\n"
+    if fmt == "github":
+        return to_github(result)
+    if fmt == "html":
+        from .html import render as html
+        return html(result)
+    if fmt == "concise":
+        lines = [_head(f, result) for f in result.reported()]
+        if not quiet:
+            lines.append(summary_line(result))
+        return "".join(line + "\n" for line in lines)
+    if fmt == "full":
+        return _full(result, quiet=quiet, color=color)
+    raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
-def _gh_escape(s: str, prop: bool = False) -> str:
-    s = s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return s.replace(":", "%3A").replace(",", "%2C") if prop else s
+def location(f: Finding) -> str:
+    """path:line:col, 1-based; a row no layer could place on a line points at the file's start."""
+    return f"{f.path}:{max(f.line, 1)}:{f.col + 1}"
 
 
-def to_github(findings: list[Finding]) -> str:
-    lines = []
-    for f in findings:
-        level = "error" if f.severity == "error" else "warning"
-        props = f"file={_gh_escape(f.path, True)},line={max(f.line, 1)},col={f.col + 1},title={_gh_escape(f.rule + ' ' + (RULES[f.rule].name if f.rule in RULES else ''), True)}"
-        count = f" (seen {f.count}x)" if f.count > 1 else ""
-        lines.append(f"::{level} {props}::{_gh_escape(f.message + count)}")
-    return "\n".join(lines) + ("\n" if lines else "")
+def _tag(f: Finding, result: Result) -> str:
+    st = result.status[f.fingerprint]
+    return {"exempt": " (exempt: reported, not gated)", "unchecked": " (not checked)"}.get(st, "")
 
 
-def print_text(findings: list[Finding], out: IO[str] | None = None, title: str = "", summary: str = "") -> None:
+def _head(f: Finding, result: Result) -> str:
+    return f"{location(f)}: {f.rule} {f.message}{_tag(f, result)}"
+
+
+def summary_line(result: Result) -> str:
+    c = result.counts()
+    rep = len(result.reported())
+    st = result.layers.get("static")
+    where = f" in {st['files']} file(s)" if st else ""
+    targets = sum(1 for k in ("sync", "capture") if k in result.layers) and result.targets
+    where += f", {len(result.targets)} target(s)" if targets else ""
+    if result.baseline is None:
+        head = f"Found {rep} finding(s){where}" if rep else f"All checks passed{where}"
+    else:
+        head = (f"{len(result.findings)} row(s){where}; baseline {result.baseline}: {c['accepted']} accepted, "
+                f"{c['new']} new, {c['stale']} stale")
+    if c["unchecked"] or result.problems:
+        head += f"; {len(result.problems)} thing(s) could not be checked"
+    verdict = "NOT CHECKED" if result.problems else ("FAILED" if result.failed() else "PASSED")
+    return f"{head}. {verdict}" if result.baseline is not None or result.problems else head + "."
+
+
+def _full(result: Result, *, quiet: bool, color: bool) -> str:
     from rich.console import Console
     from rich.markup import escape
-    out = out or sys.stdout
-    con = Console(file=out, highlight=False, soft_wrap=True, width=120 if not out.isatty() else None)
-    if title:
-        con.print(f"[bold]{escape(title)}[/]")
-    groups: dict[str, list[Finding]] = defaultdict(list)
-    for f in findings:
-        groups[f.path].append(f)
-    for path in sorted(groups):
-        con.print(f"\n[bold underline]{escape(path)}[/]")
-        for f in groups[path]:
-            rule = RULES.get(f.rule)
-            kinds = f.evidence.get("kinds", [f.kind])
-            seen = f"  [magenta]seen {f.count}x[/]" if f.count > 1 or f.kind != "static" else ""
-            con.print(f"  [cyan]{f.line}:{f.col + 1}[/] [bold red]{f.rule}[/] {escape(f.message)}"
-                      f"  [dim]{escape(f.function)} · {'+'.join(kinds)}[/]{seen}")
-            if f.source:
-                con.print(f"      [dim]│[/] {escape(f.source)}")
-            if rule:
-                con.print(f"      [green]fix:[/] {escape(rule.hint.format_map(_hint_fmt(f)))}")
-    if summary:
-        con.print(f"\n{summary}")
+    from rich.table import Table
+    from ..rules import RULES
+    buf = io.StringIO()
+    width = shutil.get_terminal_size((120, 24)).columns if color else 120
+    con = Console(file=buf, highlight=False, soft_wrap=True, width=width, force_terminal=color,
+                  color_system="auto" if color else None)
+    for f in result.reported():
+        kinds = "+".join(f.evidence.get("kinds", [f.kind]))
+        seen = f", seen {f.count}x" if f.count > 1 or f.kind != "static" else ""
+        style = {"new": "bold red", "unchecked": "bold red", "exempt": "bold yellow"}[result.status[f.fingerprint]]
+        con.print(f"[bold]{escape(location(f))}[/]: [{style}]{f.rule}[/] {escape(f.message)}{escape(_tag(f, result))}"
+                  f"  [dim]{escape(f.function)} · {kinds}{seen}[/]")
+        if f.source:
+            con.print(f"    [dim]│[/] {escape(f.source)}")
+        rule = RULES.get(f.rule)
+        if rule:
+            con.print(f"    [green]fix:[/] {escape(rule.hint.format_map(_hint_fmt(f)))}")
+    if quiet:
+        return buf.getvalue()
+    if result.command == "run" and result.layers:
+        t = Table(title="graphcheck run", title_justify="left")
+        for c in ("layer", "checked", "findings", "time"):
+            t.add_column(c)
+        st = result.layers.get("static")
+        if st:
+            fns = st.get("functions_in_scope")
+            t.add_row("static", f"{st.get('files', 0)} files, {fns if fns is not None else 'all'} fns in scope",
+                      str(st.get("findings", 0)), f"{result.timing.get('static', 0):.1f}s")
+        for kind in ("sync", "capture"):
+            if kind in result.layers:
+                lay = result.layers[kind]
+                t.add_row(kind, f"{lay['targets']} target(s)", str(lay["findings"]), f"{result.timing.get(kind, 0):.1f}s")
+        con.print(t)
+    for e in result.stale:
+        con.print(f"  [yellow]stale[/] {escape(str(e.get('rule')))} {escape(str(e.get('path')))} "
+                  f"{escape(str(e.get('function')))}: {escape(str(e.get('source', '')))}")
+    if result.stale and not result.strict_baseline:
+        con.print("  [dim]stale entries are fixed hazards: shrink the baseline with `graphcheck baseline`[/]")
+    line = summary_line(result)
+    for word, style in (("NOT CHECKED", "bold red"), ("FAILED", "bold red"), ("PASSED", "bold green")):
+        if line.endswith(word):
+            line = escape(line[: -len(word)]) + f"[{style}]{word}[/]"
+            break
+    else:
+        line = escape(line)
+    con.print(line)
+    return buf.getvalue()
 
 
 def _hint_fmt(f: Finding) -> dict:
@@ -63,16 +138,33 @@ def _hint_fmt(f: Finding) -> dict:
     return defaultdict(str, attr=m.group(1) if m else "attr")
 
 
-def emit(findings: list[Finding], fmt: str, version: str, out: IO[str] | None = None, *, title: str = "",
-         summary: str = "", extra: dict | None = None) -> None:
-    out = out or sys.stdout
-    if fmt == "json":
-        out.write(to_json(findings, version, extra))
-    elif fmt == "sarif":
-        out.write(json.dumps(to_sarif(findings, version), indent=2) + "\n")
-    elif fmt == "github":
-        out.write(to_github(findings))
-        if summary:
-            out.write(summary + "\n")
-    else:
-        print_text(findings, out, title, summary)
+def _statistics(result: Result, json_out: bool) -> str:
+    from ..rules import RULES
+    counts = Counter(f.rule for f in result.reported())
+    rows = [(n, code, RULES[code].name if code in RULES else "") for code, n in sorted(counts.items(), key=lambda x: (-x[1], x[0]))]
+    if json_out:
+        return json.dumps([{"code": c, "name": name, "count": n} for n, c, name in rows], indent=2) + "\n"
+    width = max((len(str(n)) for n, _, _ in rows), default=1)
+    return "".join(f"{n:>{width}}\t{c}\t{name}\n" for n, c, name in rows)
+
+
+def _gh_escape(s: str, prop: bool = False) -> str:
+    s = s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return s.replace(":", "%3A").replace(",", "%2C") if prop else s
+
+
+def to_github(result: Result) -> str:
+    from ..rules import RULES
+    lines = []
+    for f in result.reported():
+        level = "warning" if result.status[f.fingerprint] == "exempt" else "error"
+        title = f.rule + (" " + RULES[f.rule].name if f.rule in RULES else "")
+        props = f"file={_gh_escape(f.path, True)},line={max(f.line, 1)},col={f.col + 1},title={_gh_escape(title, True)}"
+        count = f" (seen {f.count}x)" if f.count > 1 else ""
+        lines.append(f"::{level} {props}::{_gh_escape(f.message + count + _tag(f, result))}")
+    unplaced = [p for p in result.problems if not p.startswith("could not check ")]   # rows are annotated above
+    lines += [f"::error title=graphcheck could not check::{_gh_escape(p)}" for p in unplaced]
+    for e in result.stale:
+        lines.append(f"::warning title=graphcheck stale baseline::{_gh_escape(str(e.get('rule')))} {_gh_escape(str(e.get('path')))} "
+                     f"({_gh_escape(str(e.get('function')))}) is no longer found; remove it with `graphcheck baseline`")
+    return "".join(line + "\n" for line in lines)

@@ -1,14 +1,16 @@
-"""SARIF 2.1.0 for code-scanning UIs: one result per finding, rules with their full documentation."""
+"""SARIF 2.1.0 for code-scanning UIs: one result per row, rules with their full documentation. Accepted
+(baselined) rows are results with an external suppression, so a code-scanning UI closes them instead of
+reopening them; what could not be checked is a failed invocation with one notification per problem."""
 from __future__ import annotations
 
-from ..findings import Finding
+from ..result import Result
 from ..rules import RULES
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
-def to_sarif(findings: list[Finding], version: str) -> dict:
-    used = sorted({f.rule for f in findings})
+def to_sarif(result: Result, version: str) -> dict:
+    used = sorted({f.rule for f in result.findings})
     index = {code: i for i, code in enumerate(used)}
     rules = []
     for code in used:
@@ -22,21 +24,26 @@ def to_sarif(findings: list[Finding], version: str) -> dict:
             "properties": {"tags": ["cuda-graphs", "sync"]},
         })
     results = []
-    for f in findings:
+    for f in result.findings:
+        status = result.status[f.fingerprint]
         region = {"startLine": max(f.line, 1), "startColumn": f.col + 1}
         if f.source:
             region["snippet"] = {"text": f.source}
         res = {
-            "ruleId": f.rule, "ruleIndex": index[f.rule], "level": "error" if f.severity == "error" else "warning",
+            "ruleId": f.rule, "ruleIndex": index[f.rule], "level": "warning" if status == "exempt" else "error",
             "message": {"text": f.message},
             "locations": [{"physicalLocation": {"artifactLocation": {"uri": f.path or "unknown"}, "region": region},
                            **({"logicalLocations": [{"fullyQualifiedName": f.function, "kind": "function"}]} if f.function else {})}],
-            "properties": {"kind": f.kind, "count": f.count},
+            "properties": {"kind": f.kind, "count": f.count, "status": status},
         }
+        if status == "accepted":
+            res["suppressions"] = [{"kind": "external", "justification": "accepted in the graphcheck baseline"}]
         if f.fingerprint:
             res["partialFingerprints"] = {"graphcheck/v1": f.fingerprint}
         results.append(res)
+    invocation = {"executionSuccessful": not result.problems,
+                  "toolExecutionNotifications": [{"level": "error", "message": {"text": p}} for p in result.problems]}
     return {"$schema": SCHEMA, "version": "2.1.0",
             "runs": [{"tool": {"driver": {"name": "graphcheck", "version": version, "informationUri":
                                           "https://github.com/graphcheck/graphcheck", "rules": rules}},
-                      "results": results}]}
+                      "invocations": [invocation], "results": results}]}

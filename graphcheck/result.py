@@ -1,0 +1,128 @@
+"""The one result every command produces and every renderer reads: rows with their gate status, stale baseline
+entries, and what could not be checked. `graphcheck run` builds it from the pipeline; `graphcheck report` rebuilds
+it from the saved document, so both print the same verdict in every format.
+
+Status of a row:  new (fails the gate) · accepted (in the baseline) · exempt (an `allow_sync` warning, reported
+but not gated) · unchecked (a GC006-class row: something could not be checked; exit 2, never baselined).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import __version__
+from .findings import KINDS, UNCHECKED, Finding, assign_fingerprints
+
+SCHEMA_VERSION = 2
+STATUSES = ("new", "accepted", "exempt", "unchecked")
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 130, 141
+
+
+class ResultError(ValueError):
+    """A saved result document that is not one; names the field."""
+
+
+@dataclass
+class Result:
+    command: str                                  # scan | audit | capture | run
+    findings: list[Finding]                       # every row, fingerprinted, sorted
+    status: dict[str, str]                        # fingerprint -> one of STATUSES
+    problems: list[str] = field(default_factory=list)   # what could not be checked (exit 2)
+    stale: list[dict] = field(default_factory=list)     # baseline entries no row matches
+    layers: dict[str, Any] = field(default_factory=dict)
+    targets: list[str] = field(default_factory=list)
+    baseline: str | None = None                   # the baseline it was gated against (display path)
+    strict_baseline: bool = False                 # stale entries fail too
+    timing: dict[str, float] = field(default_factory=dict, compare=False)   # shown, never written
+
+    def rows(self, *statuses: str) -> list[Finding]:
+        return [f for f in self.findings if self.status[f.fingerprint] in statuses]
+
+    def reported(self) -> list[Finding]:
+        """What a user must see: failing rows and exemptions; accepted rows are only counted."""
+        return self.rows("unchecked", "new", "exempt")
+
+    def counts(self) -> dict[str, int]:
+        c = {s: 0 for s in STATUSES}
+        for f in self.findings:
+            c[self.status[f.fingerprint]] += 1
+        return {**c, "stale": len(self.stale)}
+
+    def failed(self) -> bool:
+        return bool(self.rows("new")) or (self.strict_baseline and bool(self.stale))
+
+    def exit_code(self, exit_zero: bool = False) -> int:
+        if self.problems:
+            return EXIT_ERROR
+        return EXIT_FINDINGS if self.failed() and not exit_zero else EXIT_CLEAN
+
+    def to_doc(self) -> dict:
+        """The saved form (`schema/inventory.schema.json`): deterministic, no timestamps or timings."""
+        return {
+            "schema": "graphcheck-inventory", "version": SCHEMA_VERSION, "graphcheck": __version__,
+            "command": self.command, "targets": sorted(self.targets), "layers": self.layers,
+            "gate": {**self.counts(), "baseline": self.baseline, "strict_baseline": self.strict_baseline,
+                     "stale_entries": self.stale},
+            "problems": self.problems,
+            "findings": [{**f.to_dict(), "status": self.status[f.fingerprint]} for f in self.findings],
+        }
+
+    @classmethod
+    def from_doc(cls, doc: Any) -> "Result":
+        if not isinstance(doc, dict) or not isinstance(doc.get("findings"), list):
+            raise ResultError(f"expected a graphcheck inventory (an object with a 'findings' list), found {type(doc).__name__}")
+        if doc.get("version") != SCHEMA_VERSION:
+            raise ResultError(f"inventory version {doc.get('version')!r}, expected {SCHEMA_VERSION} (rewrite it with this graphcheck)")
+        findings, status = [], {}
+        for i, d in enumerate(doc["findings"]):
+            if not isinstance(d, dict):
+                raise ResultError(f"findings[{i}]: expected an object, found {type(d).__name__}")
+            st = d.get("status")
+            if st not in STATUSES:
+                raise ResultError(f"findings[{i}]: status {st!r}, expected one of {', '.join(STATUSES)}")
+            try:
+                f = Finding.from_dict({k: v for k, v in d.items() if k != "status"})
+            except (TypeError, ValueError) as e:
+                raise ResultError(f"findings[{i}]: {e}") from None
+            if f.kind not in KINDS:
+                raise ResultError(f"findings[{i}]: kind {f.kind!r}, expected one of {', '.join(KINDS)}")
+            if not f.fingerprint or f.fingerprint in status:
+                raise ResultError(f"findings[{i}]: missing or repeated fingerprint {f.fingerprint!r}")
+            findings.append(f)
+            status[f.fingerprint] = st
+        gate = doc.get("gate") if isinstance(doc.get("gate"), dict) else {}
+        problems, stale = doc.get("problems", []), gate.get("stale_entries", [])
+        if not isinstance(problems, list) or not all(isinstance(p, str) for p in problems):
+            raise ResultError(f"'problems' must be a list of strings, found {problems!r}"[:200])
+        if not isinstance(stale, list) or not all(isinstance(e, dict) for e in stale):
+            raise ResultError(f"'gate.stale_entries' must be a list of objects, found {stale!r}"[:200])
+        return cls(command=str(doc.get("command", "run")), findings=findings, status=status, problems=problems,
+                   stale=stale, layers=doc.get("layers") if isinstance(doc.get("layers"), dict) else {},
+                   targets=[t for t in doc.get("targets", []) if isinstance(t, str)],
+                   baseline=gate.get("baseline"), strict_baseline=bool(gate.get("strict_baseline", False)))
+
+
+def classify(command: str, findings: list[Finding], baseline: dict[str, dict] | None, *, problems: list[str] | None = None,
+             layers: dict | None = None, targets: list[str] | None = None, baseline_name: str | None = None,
+             strict_baseline: bool = False, timing: dict | None = None) -> Result:
+    """The gate. Without a baseline every error row is new. Unchecked rows are never accepted, whatever the
+    baseline says, and each becomes a problem that names what could not be checked."""
+    rows = assign_fingerprints(findings)
+    base = baseline or {}
+    status: dict[str, str] = {}
+    problems = list(problems or [])
+    for f in rows:
+        if f.rule in UNCHECKED:
+            status[f.fingerprint] = "unchecked"
+            where = f"{f.path}:{f.line}" if f.line else f.path
+            problems.append(f"could not check {where}: {f.rule} {f.message}")
+        elif f.severity == "warning":
+            status[f.fingerprint] = "exempt"
+        elif f.fingerprint in base:
+            status[f.fingerprint] = "accepted"
+        else:
+            status[f.fingerprint] = "new"
+    present = set(status)
+    stale = [e for fp, e in sorted(base.items()) if fp not in present]
+    return Result(command, rows, status, problems, stale, dict(layers or {}), list(targets or []), baseline_name,
+                  strict_baseline, dict(timing or {}))

@@ -1,0 +1,132 @@
+"""Every row of the README's bad-input table, one test each: the input, the one line it prints, the exit code.
+A last test checks that the README's table and this list are the same rows."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from test_gate import PROJECT, STEP
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(PROJECT)
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "__init__.py").write_text("")
+    (tmp_path / "demo" / "step.py").write_text(STEP)
+    return tmp_path
+
+
+def gc(cwd, *args):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}"}
+    return subprocess.run([sys.executable, "-m", "graphcheck", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def _targets(p: Path, body: str, spec: str = "demo.bad:make"):
+    (p / "demo" / "bad.py").write_text(body)
+    (p / "pyproject.toml").write_text(PROJECT.replace('targets = ["demo.step:make"]', f'targets = ["{spec}"]'))
+
+
+def _inventory(p: Path, line):
+    doc = json.loads(gc(p, "run", "--no-runtime", "--output-format", "json").stdout)
+    doc["findings"][0]["line"] = line
+    (p / "inv.json").write_text(json.dumps(doc))
+
+
+def _checkpoint(p: Path):
+    (p / "ckpt").mkdir()
+    (p / "ckpt" / "model.safetensors").write_bytes(b"\0" * 8)
+    (p / "ckpt" / "config.json").write_text("{}")
+
+
+RAISING_STEP = STEP.replace("        self.pos += 1", "        raise RuntimeError('cache not allocated')")
+
+# (README input, setup, args, exit code, the message fragment the README row quotes)
+CASES = {
+    "out-source": ("`-o` a Python source", None, ("scan", "-o", "demo/step.py"), 2, "refusing to write a .py file"),
+    "out-config": ("`-o pyproject.toml`", None, ("scan", "-o", "pyproject.toml"), 2, "refusing to overwrite an input"),
+    "out-baseline": ("`run -o` the baseline", lambda p: (p / "graphcheck-baseline.json").write_text('{"version": 1, "entries": []}'),
+                     ("run", "--no-runtime", "-o", "graphcheck-baseline.json"), 2, "refusing to overwrite an input"),
+    "out-checkpoint": ("`-o` a file in a checkpoint directory", _checkpoint, ("scan", "-o", "ckpt/config.json"), 2,
+                       "refusing to overwrite a file in a checkpoint directory"),
+    "out-dir": ("`-o` a directory (`report -o <dir>` too)", None, ("scan", "-o", "demo"), 2, "is a directory, expected a file path"),
+    "out-unwritable": ("`-o` under a path that is not a directory", None, ("scan", "-o", "pyproject.toml/x.json"), 2,
+                       "is not a writable directory"),
+    "out-write-fails": ("`-o` a file the system refuses", None, ("scan", "-o", "/proc/graphcheck.json"), 2, "cannot write it"),
+    "target-raises": ("a target factory that raises", lambda p: _targets(p, "def make():\n    raise OSError('no weights')\n"),
+                      ("audit",), 2, "the factory raised OSError: no weights"),
+    "target-not-factory": ("`os.path:join` as a target", None, ("audit", "os.path:join"), 2, "must be callable without arguments"),
+    "target-needs-args": ("a factory that needs arguments", lambda p: _targets(p, "def make(device):\n    pass\n"),
+                          ("capture",), 2, "must be callable without arguments"),
+    "target-missing": ("a target attribute that does not exist", None, ("audit", "demo.step:missing"), 2, "has no attribute 'missing'"),
+    "target-import": ("a target module that fails to import", lambda p: _targets(p, "import no_such_module\n"),
+                      ("audit",), 2, "cannot import module 'demo.bad'"),
+    "step-raises": ("a target whose step always raises (GC006)", lambda p: (p / "demo" / "step.py").write_text(RAISING_STEP),
+                    ("run",), 2, "could not check demo/step.py:"),
+    "baseline-unchecked": ("`baseline` over a step that raises", lambda p: (p / "demo" / "step.py").write_text(RAISING_STEP),
+                           ("baseline", "--reason", "x"), 2, "cannot baseline what was not checked: GC006 demo/step.py:13"),
+    "empty-dir": ("`run` in a directory with no Python file", lambda p: [shutil.rmtree(p / "demo"), (p / "pyproject.toml").unlink()],
+                  ("run",), 2, "no Python file to check under ."),
+    "baseline-dir": ("a baseline path that is a directory", lambda p: (p / "graphcheck-baseline.json").mkdir(),
+                     ("run", "--no-runtime"), 2, "is a directory, expected a JSON file"),
+    "baseline-corrupt": ("a baseline that is not JSON", lambda p: (p / "graphcheck-baseline.json").write_text("{nope"),
+                         ("run", "--no-runtime"), 2, "corrupt baseline"),
+    "report-dir": ("`report <dir>`", None, ("report", "demo"), 2, "is a directory, expected an inventory JSON file"),
+    "report-not-json": ("`report pyproject.toml`", None, ("report", "pyproject.toml"), 2, "not valid JSON"),
+    "report-bad-line": ("an inventory with a non-integer `line`", lambda p: _inventory(p, "14"),
+                        ("report", "inv.json"), 2, "'line' must be a non-negative integer, found '14'"),
+    "steps-negative": ("`audit --steps -1`", None, ("audit", "--steps", "-1"), 2, "expected a positive integer, found -1"),
+    "config-no-table": ("`--config` a file without [tool.graphcheck]", lambda p: (p / "other.toml").write_text("[tool.x]\n"),
+                        ("scan", "--config", "other.toml"), 2, "no [tool.graphcheck] table"),
+    "config-unknown-key": ("an unknown key in [tool.graphcheck]",
+                           lambda p: (p / "pyproject.toml").write_text("[tool.graphcheck]\nentry_point = []\n"),
+                           ("scan",), 2, "unknown key 'entry_point'"),
+    "select-unknown": ("`--select GC999`", None, ("scan", "--select", "GC999"), 2, "GC999"),
+    "stdin-mixed": ("`scan - other.py`", None, ("scan", "-", "demo"), 2, "cannot be combined with other paths"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_is_one_line_and_its_exit_code(project, case):
+    _, setup, args, code, fragment = CASES[case]
+    if setup:
+        setup(project)
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
+    r = gc(project, *args)
+    assert r.returncode == code, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and fragment in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    if "usage:" in r.stderr:        # argparse: usage, then the one error line
+        assert lines[-1].startswith("graphcheck ") and fragment in lines[-1]
+    elif case == "step-raises":     # one line per layer that could not run the step
+        assert 1 <= len(lines) <= 2 and all(ln.startswith("graphcheck: error: could not check") for ln in lines)
+    else:
+        assert len(lines) == 1 and lines[0].startswith("graphcheck: error: "), r.stderr
+    assert {p: p.read_bytes() for p in before if p.exists()} == before      # no input touched
+
+
+# README rows whose behaviour is not "one line, exit 2"; each is tested where named
+ELSEWHERE = {
+    "Ctrl-C during any command": "test_cli.py::test_ctrl_c_leaves_no_partial_file_and_exits_130, ::test_interrupt_signal_during_a_run",
+    "a closed pipe (`graphcheck explain GC101 | head`)": "test_cli.py::test_a_closed_pipe_exits_quietly",
+    "a stale baseline entry whose source contains `[/INST]`": "test_cli.py::test_report_agrees_with_run_in_every_format[full]",
+    "a nested `pyproject.toml` without [tool.graphcheck]": "test_cli.py::test_config_is_the_nearest_pyproject_with_a_graphcheck_table",
+    "`audit`/`capture`/`run` without torch installed": "test_cli.py::test_scan_imports_no_torch",
+}
+
+
+def test_readme_table_is_these_rows():
+    text = (ROOT / "README.md").read_text()
+    start = text.index("| input | message | exit |")
+    rows = [r for r in text[start:].split("\n\n", 1)[0].splitlines()[2:]]
+    inputs = [r.split(" | ", 1)[0].removeprefix("| ").replace("\\|", "|") for r in rows]
+    assert sorted(inputs) == sorted([c[0] for c in CASES.values()] + list(ELSEWHERE))
+    for inp, _, _, code, fragment in CASES.values():
+        row = rows[inputs.index(inp)]
+        assert fragment in row and row.rstrip(" |").endswith(f" {code}"), row

@@ -13,4 +13,6 @@ if [ -f build/inventory.json ]; then
     graphcheck report build/inventory.json --output-format full || true
     graphcheck report build/inventory.json --output-format html -o build/inventory.html --quiet || true
 fi
+# the graph-safe decode has an EMPTY baseline: any hazard in its path fails here
+graphcheck run --no-progress --config graphcheck-graphsafe.toml --output-format json -o build/inventory-graphsafe.json || rc=$?
 exit "$rc"

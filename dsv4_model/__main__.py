@@ -34,26 +34,36 @@ def _model(a):
 
 def cmd_generate(a) -> int:
     from .encoding import encode_messages
+    from .generate import generate_batch
     from .tokenizer import ByteTokenizer
     root = __import__("dsv4_model").resolve_checkpoint(a.checkpoint)
     tok = ByteTokenizer.load(root / "tokenizer.json")
     model = _model(a)
-    msgs = ([{"role": "system", "content": a.system}] if a.system else []) + [{"role": "user", "content": a.prompt}]
-    prompt = tok.encode(encode_messages(msgs, a.mode, reasoning_effort=a.reasoning_effort))
-    shown, out = "", []
+    sys_msg = [{"role": "system", "content": a.system}] if a.system else []
+    prompts = [tok.encode(encode_messages(sys_msg + [{"role": "user", "content": p}], a.mode,
+                                          reasoning_effort=a.reasoning_effort)) for p in a.prompt]
+    outs: list[list[int]] = [[] for _ in prompts]
+    shown = [""] * len(prompts)
 
-    def stream(t: int) -> None:
-        nonlocal shown
-        out.append(t)
-        text = tok.decode(out)
-        if not text.endswith("\ufffd"):                 # wait for the rest of a multi-byte character
-            sys.stdout.write(text[len(shown):])
+    def stream(row: int, t: int) -> None:          # one prompt streams live; several are printed at the end
+        outs[row].append(t)
+        text = tok.decode(outs[row])
+        if len(prompts) == 1 and not text.endswith("\ufffd"):   # wait for the rest of a multi-byte character
+            sys.stdout.write(text[len(shown[0]):])
             sys.stdout.flush()
-            shown = text
-    model.generate(prompt, max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p,
-                   repetition_penalty=a.repetition_penalty, seed=a.seed, eos_id=tok.eos_id, on_token=stream)
-    sys.stdout.write(tok.decode(out)[len(shown):] + "\n")
-    print(f"[{len(prompt)} prompt tokens, {len(out)} generated]", file=sys.stderr)
+            shown[0] = text
+    if a.no_graph:
+        print("dsv4_model: --no-graph: running the graph-safe step eagerly", file=sys.stderr)
+    generate_batch(model, prompts, max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k,
+                   top_p=a.top_p, repetition_penalty=a.repetition_penalty, seed=a.seed, eos_id=tok.eos_id,
+                   graphs=not a.no_graph, check=a.check, on_token=stream,
+                   log=lambda s: print(s, file=sys.stderr) if not a.no_graph else None)
+    for i, (p, o) in enumerate(zip(prompts, outs)):
+        if len(prompts) == 1:
+            sys.stdout.write(tok.decode(o)[len(shown[0]):] + "\n")
+        else:
+            print(f"[{i}] {tok.decode(o)}")
+        print(f"[{i}: {len(p)} prompt tokens, {len(o)} generated]", file=sys.stderr)
     return 0
 
 
@@ -102,7 +112,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="encode a chat prompt and stream generated text")
     _common(g)
-    g.add_argument("--prompt", required=True)
+    g.add_argument("--prompt", required=True, action="append", help="a user message (repeat for several at once, up to 8)")
     g.add_argument("--system", default="")
     g.add_argument("--mode", choices=("chat", "thinking"), default="chat")
     g.add_argument("--reasoning-effort", choices=("high", "max"), default=None)
@@ -112,6 +122,9 @@ def main(argv=None) -> int:
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--repetition-penalty", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--no-graph", action="store_true", help="run the graph-safe step eagerly (no CUDA graphs)")
+    g.add_argument("--check", action="store_true",
+                   help="before capturing a batch bucket, run graphcheck's capture-under-test on it and print the verdict")
     s = sub.add_parser("score", help="teacher-forced fp32 logits of a token sequence")
     _common(s)
     s.add_argument("--tokens", required=True, help="comma-separated token ids, e.g. 0,5,7")

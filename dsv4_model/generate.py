@@ -64,3 +64,49 @@ def generate(model, prompt: list[int], max_new_tokens: int = 32, temperature: fl
             break
         logits = model.decode_step(nxt)
     return out
+
+
+def generate_batch(model, prompts: list[list[int]], max_new_tokens: int = 32, temperature: float = 1.0, top_k: int = 0,
+                   top_p: float = 1.0, repetition_penalty: float = 1.0, seed: int = 0, eos_id: int | None = None,
+                   graphs: bool = True, check: bool = False, on_token: Callable[[int, int], None] | None = None,
+                   log: Callable[[str], None] | None = None) -> list[list[int]]:
+    """Several prompts at once through the graph-safe runner (CUDA graphs on a GPU, eager otherwise).
+
+    Rows run at their own positions; the device feeds each prompt token by token and then the sampled tokens.
+    The host loop only reads the sampled tokens of each step for the stop check and streaming (on_token(row, tok)).
+    Returns the new tokens of each prompt (each stops at EOS or max_new_tokens).
+    """
+    from .decode import GraphSafeDecoder
+    from .runner import BUCKETS, Runner
+    from .sampler import Sampler
+    if not prompts or any(not p for p in prompts):
+        raise ValueError("generate: every prompt needs at least one token (the BOS token)")
+    if len(prompts) > BUCKETS[-1]:
+        raise ValueError(f"generate: {len(prompts)} prompts exceed the largest batch bucket {BUCKETS[-1]}")
+    cap = model.args.max_seq_len
+    for p in prompts:
+        if len(p) + max_new_tokens > cap:
+            raise ValueError(f"generate: prompt {len(p)} + max_new_tokens {max_new_tokens} exceeds max_seq_len={cap}")
+    eos = model.args.eos_token_id if eos_id is None else eos_id
+    n = len(prompts)
+    dec = GraphSafeDecoder(model, batch=Runner.bucket_for(n))
+    runner = Runner(dec, Sampler(dec.batch, model.args.vocab_size, device=dec.tokens.device), graphs=graphs,
+                    check=check, log=log)
+    for r, p in enumerate(prompts):
+        runner.start(r, p, temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
+                     seed=seed + r)
+    pos = [0] * n                                              # host mirror of each row's position
+    out: list[list[int]] = [[] for _ in range(n)]
+    done = [False] * n
+    while not all(done):
+        live = max(r for r in range(n) if not done[r]) + 1   # finished rows at the end shrink the bucket
+        toks = runner.step(live).tolist()                     # the one read per step: outside the graph
+        for r in range(live):
+            pos[r] += 1
+            if done[r] or pos[r] < len(prompts[r]):
+                continue
+            out[r].append(toks[r])
+            if on_token:
+                on_token(r, toks[r])
+            done[r] = toks[r] == eos or len(out[r]) >= max_new_tokens
+    return out

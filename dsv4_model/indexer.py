@@ -20,6 +20,12 @@ def hadamard_matrix(n: int) -> torch.Tensor:
     return h / n ** 0.5
 
 
+def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k best blocks per row, ties to the lower index. The ReLU makes exact ties common (section 10.10),
+    so both decode paths pick through this one stable order rather than topk's unspecified one."""
+    return scores.sort(dim=-1, descending=True, stable=True).indices[..., :k]
+
+
 class Indexer(nn.Module):
     def __init__(self, args, dtype, batch: int):
         super().__init__()
@@ -54,7 +60,7 @@ class Indexer(nn.Module):
             return None
         q = self._q(qr, cs[pos].view(1, 1, 1, -1, 2))
         scores = self._scores(x, q, self.compressor.entries[:, :n])[:, 0]               # [B, n]
-        return scores.topk(min(self.topk, n), dim=-1).indices
+        return topk_blocks(scores, min(self.topk, n))
 
     def prefill(self, x: torch.Tensor, qr: torch.Tensor, cs: torch.Tensor) -> torch.Tensor | None:
         """Top-k block indices per query [B,T,k]; picks of blocks not yet closed at t are -1."""
@@ -68,5 +74,5 @@ class Indexer(nn.Module):
         t = torch.arange(T, device=x.device)
         visible = torch.arange(nb, device=x.device)[None, :] < ((t + 1) // 4)[:, None]  # [T, nb]
         scores = scores.masked_fill(~visible, float("-inf"))
-        idx = scores.topk(min(self.topk, nb), dim=-1).indices
+        idx = topk_blocks(scores, min(self.topk, nb))
         return torch.where(torch.gather(visible.expand(B, T, nb), 2, idx), idx, -1)

@@ -69,6 +69,36 @@ class Experts(nn.Module):
         return self._linear(h.to(x.dtype), self.w2, e).float()
 
 
+def routed_experts(x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor, w1: tuple, w3: tuple, w2: tuple,
+                   limit: float | None, act: bool = True) -> torch.Tensor:
+    """y [T,d] fp32 = sum_k w2[idx]( wts * swiglu(w1[idx] x, w3[idx] x, limit) ): fixed shapes, device expert ids.
+
+    x [T,d], idx [T,k] device int, wts [T,k] fp32; each w a stack `(fmt, data, scale, scale2, input_scale)`
+    (QWeight.astuple, CONTRACTS section 3). The PyTorch implementation, what CPU runs: gathered expert weights and a
+    batched matmul; the same math per expert as `Experts.forward`, including each stored format's activation
+    simulation before every projection (`act`, the experts' act_sim switch).
+    """
+    idx, order = idx.sort(-1)                   # accumulate in expert order, as the per-expert dispatch does
+    wts = wts.gather(-1, order)
+
+    def linear(h: torch.Tensor, w: tuple) -> torch.Tensor:                            # h [T,k,in] -> [T,k,out]
+        qw = QWeight(*w)
+        if act:
+            s = None if qw.input_scale is None else qw.input_scale[idx].reshape(-1, *[1] * (h.dim() - 1))
+            h = act_sim(h.reshape(-1, *h.shape[2:]) if s is not None else h, qw.fmt, s).view(h.shape)
+        W = dequant(qw, index=idx, dtype=x.dtype)                                     # [T,k,out,in]
+        return (W @ h.to(x.dtype).unsqueeze(-1)).squeeze(-1)
+
+    xk = x.unsqueeze(1).expand(-1, idx.shape[1], -1)                                   # [T,k,d]
+    h = swiglu(linear(xk, w1), linear(xk, w3), limit)
+    h = wts.unsqueeze(-1) * h                                                           # the routing weight before w2
+    out = linear(h.to(x.dtype), w2).float()                                             # [T,k,d]
+    y = out[:, 0]
+    for j in range(1, out.shape[1]):            # k is fixed: a sequential sum, the rounding of y[rows] += ...
+        y = y + out[:, j]
+    return y
+
+
 class Gate(nn.Module):
     def __init__(self, args, layer: int, dtype):
         super().__init__()
@@ -108,6 +138,7 @@ class MoE(nn.Module):
         self.dim, self.n_experts = args.dim, args.n_routed_experts
         self.gate = Gate(args, layer, dtype)
         limit = args.swiglu_limit or None
+        self.limit = limit
         self.experts = Experts(args.n_routed_experts, args.dim, args.moe_inter_dim, limit, dtype)
         self.shared_experts = Expert(args.dim, args.moe_inter_dim * args.n_shared_experts,
                                      limit if args.shared_expert_clamp else None, dtype)

@@ -38,3 +38,33 @@ def reference_decode(device: str | None = None, batch: int = 1, max_seq_len: int
 
     return Target(step=model.decode_step, make_inputs=make_inputs, state=lambda: decode_state(model),
                   name="dsv4 reference decode", device=device, warmup=1)
+
+
+def graphsafe_decode(device: str | None = None, batch: int = 4, max_seq_len: int = 256) -> Target:
+    """The graph-safe step as the runner captures it (decode + device sampler + next-token feed), `batch` rows at
+    different positions, sampling with temperature, top-k, top-p and a repetition penalty."""
+    from . import load
+    from .decode import GraphSafeDecoder
+    from .runner import Runner
+    from .sampler import Sampler
+    device = device or os.environ.get("GRAPHCHECK_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len)
+    dec = GraphSafeDecoder(model, batch)
+    runner = Runner(dec, Sampler(batch, model.args.vocab_size, device=device), buckets=(batch,), graphs=False,
+                    log=lambda s: None)
+    for r in range(batch):                       # rows start at different steps, so their positions differ
+        runner.start(r, [0, 16 + r, 17 + r], temperature=0.8, top_k=50, top_p=0.9, repetition_penalty=1.1, seed=r)
+        for _ in range(3):
+            runner.body(batch)
+    vocab = model.args.vocab_size
+
+    def make_inputs(k: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(2000 + k)
+        return torch.randint(16, vocab, (batch,), generator=g).to(device)
+
+    def step(tokens: torch.Tensor) -> torch.Tensor:
+        dec.tokens.copy_(tokens)
+        return runner.body(batch)
+
+    return Target(step=step, make_inputs=make_inputs, state=runner.state, name="dsv4 graph-safe decode",
+                  device=device, warmup=1)

@@ -1,0 +1,114 @@
+"""Decode step speed on a GPU: eager graph-safe step vs its CUDA-graph replay vs torch.compile(reduce-overhead) of
+the same step, against the HBM floor (bytes the step must read / measured copy bandwidth), all measured in this run.
+
+    python benchmarks/decode.py                       # tiny preset and Flash layer dimensions, batch 1 and 8
+    python benchmarks/decode.py --configs tiny --no-compile
+
+The step timed is the runner's captured body: decoder step + device sampler + next-token feed. Flash: the real
+layer dimensions (dim 4096, 64x512 heads, 256 experts of 2048, top-6), 3 layers, random bf16 weights built on the
+device. Ratios, not absolute times, are the result: eager/graph >= 4 on tiny is the target, graph <= compile, and
+graph within 3x of the floor on Flash.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+
+def _ms(fn, steps: int) -> float:
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) * 1e3 / steps
+
+
+def copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """Bytes per second of a device-to-device copy (read + write counted)."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = _ms(lambda: dst.copy_(src), 20)
+    return 2 * nbytes / (ms / 1e3)
+
+
+def bytes_per_step(model, dec, batch: int) -> int:
+    """Weights the step reads (routed experts: the ones hit, at most batch*k per layer; embedding: the rows fed)
+    plus the decode state it reads (window rings, compressor states and every compressed slot, masked or not)."""
+    a = model.args
+    total = 0
+    for name, p in model.named_parameters():
+        if ".experts." in name or name == "embed.weight":
+            continue
+        total += p.numel() * p.element_size()
+    per_expert = sum(p.numel() * p.element_size() for p in model.layers[0].ffn.experts[0].parameters())
+    total += a.n_layers * min(a.n_routed_experts, batch * a.n_activated_experts) * per_expert
+    total += batch * a.dim * model.embed.weight.element_size()
+    total += sum(b.numel() * b.element_size() for n, b in dec.named_buffers() if b.dim() >= 2)
+    return total
+
+
+def bench(name: str, model, batch: int, steps: int, compile_: bool, bw: float) -> dict:
+    from dsv4_model.decode import GraphSafeDecoder
+    from dsv4_model.runner import Runner
+    from dsv4_model.sampler import Sampler
+    dec = GraphSafeDecoder(model, batch=batch)
+    runner = Runner(dec, Sampler(batch, model.args.vocab_size, device="cuda"), buckets=(batch,), log=lambda s: None)
+    for r in range(batch):
+        runner.start(r, [0, 5 + r, 6 + r], temperature=0.8, top_k=50, top_p=0.95, seed=r)
+    for _ in range(3):
+        runner.body(batch)
+    row = {"config": name, "batch": batch}
+    row["eager"] = _ms(lambda: runner.body(batch), steps)
+    runner.step(batch)                                          # captures the bucket's graph
+    row["graph"] = _ms(lambda: runner.step(batch), steps)
+    row["compile"] = float("nan")
+    if compile_:
+        try:
+            fn = torch.compile(runner.body, mode="reduce-overhead")
+            for _ in range(3):
+                fn(batch)
+            row["compile"] = _ms(lambda: fn(batch), steps)
+        except Exception as e:  # noqa: BLE001 - report, keep the other rows
+            print(f"  torch.compile failed on {name} batch {batch}: {type(e).__name__}: {str(e).splitlines()[0][:120]}",
+                  file=sys.stderr)
+    row["floor"] = bytes_per_step(model, dec, batch) / bw * 1e3
+    del runner, dec
+    torch.cuda.empty_cache()
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", default="tiny,flash")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--no-compile", action="store_true")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/decode.py: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    import dsv4_model
+    from dsv4_model.synthetic import flash_layers
+    bw = copy_bandwidth()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; copy bandwidth {bw / 1e9:.0f} GB/s")
+    rows = []
+    for cfg in a.configs.split(","):
+        model = dsv4_model.load("tiny", device="cuda", max_seq_len=512) if cfg == "tiny" else flash_layers()
+        for b in (int(x) for x in a.batches.split(",")):
+            rows.append(bench(cfg, model, b, a.steps, not a.no_compile, bw))
+        del model
+        torch.cuda.empty_cache()
+    print(f"{'config':7} {'B':>2} {'eager ms':>9} {'graph ms':>9} {'compile ms':>10} {'floor ms':>9} "
+          f"{'eager/graph':>11} {'compile/graph':>13} {'graph/floor':>11}")
+    for r in rows:
+        print(f"{r['config']:7} {r['batch']:>2} {r['eager']:9.3f} {r['graph']:9.3f} {r['compile']:10.3f} {r['floor']:9.3f} "
+              f"{r['eager'] / r['graph']:11.2f} {r['compile'] / r['graph']:13.2f} {r['graph'] / r['floor']:11.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Graph-safe decode: the reference model's layer math, with device-native state and control flow.
+
+One step feeds one token to each of B sequences, each at its own position (continuous batching). Every shape is
+fixed by host-known integers (bucket size, capacities) and nothing is read back to the host, so the step captures
+into a CUDA graph and replays bit for bit. What differs from the reference path (`model.py`):
+
+- positions `pos` [B] are a device tensor, advanced on the device; rope rows, ring slots, block indices and every
+  mask derive from them;
+- the compressors (CSA, HCA and the indexer's) fold the token into their partial-state ring every step, pool the
+  open block every step, and write the pooled entry with a masked update when the sequence's position closes the
+  block (no host branch on `(pos+1) % m`);
+- attention reads the whole window ring and the whole compressed list, masked by position (no growing slice);
+- the indexer scores every compressed slot (unclosed ones -inf) and always gathers a fixed k, padded picks masked;
+- MoE: routing on the device, experts computed by `moe.routed_experts` over gathered expert weights (fixed shapes,
+  device expert ids; no per-expert count read back, no host loop);
+- Sinkhorn runs its fixed 20 iterations (mhc.py is shared).
+
+KV layout: per-sequence max-length buffers, not paged. The window is a fixed ring of W slots per sequence anyway;
+what grows is only the compressed lists, 4x (CSA) and 128x (HCA) shorter than the token count, so paging would save
+little memory at decode batches of at most 8, while a block table adds an indirection to every gather and mask.
+With max-length rows each validity mask is one comparison against the position, and a sequence is one row (what a
+tensor-parallel split along heads leaves untouched).
+
+Layer math is not re-implemented: the step calls the reference modules' own functions (`Attention._qkv`,
+`Attention._attend`, `Compressor._rows/_finish`, `Indexer._q/_scores`, `topk_blocks`, the gate, the shared expert,
+mHC, head). Only state and control flow live here.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dsv4_kernels.compressor_reduce import compressor_reduce
+
+from .indexer import topk_blocks
+from .model import Transformer
+from .moe import routed_experts
+
+# shapes: B bucket rows, W window, D head_dim, m ratio, N compressed slots per sequence, V vocab, d dim
+
+
+class CompressorState(nn.Module):
+    """One compressor's decode state per sequence: the open block (and for CSA the previous one) of raw C and Z,
+    and the compressed entries of every closed block."""
+
+    def __init__(self, comp, batch: int, capacity: int, dtype):
+        super().__init__()
+        coff = 2 if comp.overlap else 1
+        slots = 2 * comp.m if comp.overlap else comp.m
+        self.register_buffer("kv_state", torch.zeros(batch, slots, coff * comp.D), persistent=False)
+        self.register_buffer("gate_state", torch.full((batch, slots, coff * comp.D), float("-inf")), persistent=False)
+        self.register_buffer("entries", torch.zeros(batch, -(-capacity // comp.m), comp.D, dtype=dtype), persistent=False)
+
+    def reset_rows(self, rows: slice) -> None:
+        self.kv_state[rows] = 0
+        self.gate_state[rows] = float("-inf")
+        self.entries[rows] = 0
+
+
+class LayerState(nn.Module):
+    def __init__(self, attn, batch: int, capacity: int, dtype):
+        super().__init__()
+        self.register_buffer("kv_window", torch.zeros(batch, attn.W, attn.D, dtype=dtype), persistent=False)
+        self.comp = CompressorState(attn.compressor, batch, capacity, dtype) if attn.compressor is not None else None
+        self.icomp = CompressorState(attn.indexer.compressor, batch, capacity, dtype) if attn.indexer is not None else None
+
+    def reset_rows(self, rows: slice) -> None:
+        self.kv_window[rows] = 0
+        for c in (self.comp, self.icomp):
+            if c is not None:
+                c.reset_rows(rows)
+
+
+def compressor_step(comp, st: CompressorState, n: int, x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
+                    table: torch.Tensor, post) -> None:
+    """Fold token x [n,1,d] at positions pos [n] into the open block; write the entry of every block that closes."""
+    m = comp.m
+    kv_state, gate_state, entries = st.kv_state[:n], st.gate_state[:n], st.entries[:n]
+    slot = (m if comp.overlap else 0) + pos % m
+    kv_state.index_put_((rows, slot), comp.wkv(x).float()[:, 0])
+    gate_state.index_put_((rows, slot), comp.wgate(x).float()[:, 0])
+    kv, gate = comp._rows(kv_state, gate_state)
+    c = compressor_reduce(kv, gate, comp._slot_bias())                              # [n, D] fp32, every step
+    b = (pos // m).clamp(max=entries.shape[1] - 1)
+    c = comp._finish(c, b * m, table, post)
+    closes = ((pos + 1) % m == 0).unsqueeze(-1)                                      # [n, 1]
+    entries.index_put_((rows, b), torch.where(closes, c, entries[rows, b]))       # masked write
+    if comp.overlap:  # a closed block becomes "previous" (only its rows are ever read again)
+        closes = closes.unsqueeze(-1)
+        kv_state[:, :m] = torch.where(closes, kv_state[:, m:], kv_state[:, :m])
+        gate_state[:, :m] = torch.where(closes, gate_state[:, m:], gate_state[:, :m])
+
+
+def attention_step(attn, st: LayerState, n: int, x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
+                   table: torch.Tensor) -> torch.Tensor:
+    """x [n,1,d] -> [n,1,d]; the reference order: window write, indexer, compressor, attention."""
+    cs = table[pos].unsqueeze(1)                                                     # [n,1,rd/2,2]
+    q, kv, qr = attn._qkv(x, cs)
+    window = st.kv_window[:n]
+    W = window.shape[1]
+    window.index_put_((rows, pos % W), kv[:, 0])
+    slots = torch.arange(W, device=x.device)
+    keys, masks = [window], [slots[None, :] <= pos[:, None]]                        # ring full once pos >= W-1
+    sel = None
+    if attn.indexer is not None:
+        ix = attn.indexer
+        compressor_step(ix.compressor, st.icomp, n, x, pos, rows, table, ix._rotate)
+        ent = st.icomp.entries[:n]
+        closed = (pos + 1) // 4
+        valid = torch.arange(ent.shape[1], device=x.device)[None, :] < closed[:, None]
+        scores = ix._scores(x, ix._q(qr, cs.unsqueeze(-3)), ent)[:, 0]               # [n, N]
+        sel = topk_blocks(scores.masked_fill(~valid, float("-inf")), min(ix.topk, ent.shape[1]))
+        sel_valid = sel < closed[:, None]                                            # padded picks masked
+    if attn.compressor is not None:
+        compressor_step(attn.compressor, st.comp, n, x, pos, rows, table, attn._nope_fp8)
+        ent = st.comp.entries[:n]
+        if sel is None:                                                              # HCA: every closed block
+            keys.append(ent)
+            masks.append(torch.arange(ent.shape[1], device=x.device)[None, :] < ((pos + 1) // attn.ratio)[:, None])
+        else:                                                                        # CSA: the fixed-k picks
+            keys.append(torch.gather(ent, 1, sel.unsqueeze(-1).expand(-1, -1, ent.shape[-1])))
+            masks.append(sel_valid)
+    K = torch.cat(keys, 1).unsqueeze(1)                                              # [n,1,W+k,D]
+    return attn._attend(q, K, torch.cat(masks, 1).unsqueeze(1), cs)
+
+
+def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The reference MoE with a fixed-shape expert dispatch: x [n,1,d], ids [n,1]."""
+    shape = x.shape
+    x = x.reshape(-1, moe.dim)
+    weights, idx = moe.gate(x, ids.reshape(-1))
+    ex = moe.experts
+    y = routed_experts(x, idx, weights, ex.w1.astuple(), ex.w3.astuple(), ex.w2.astuple(), moe.limit, act=ex.act_sim)
+    y = y + moe.shared_experts(x)
+    return y.to(x.dtype).view(shape)
+
+
+class GraphSafeDecoder(nn.Module):
+    """Static decode state for up to `batch` sequences over a loaded `Transformer` (its modules and weights).
+
+    Static I/O: `tokens` [batch] (the token each row feeds next), `pos` [batch] (its position), `logits`
+    [batch, V] fp32. `step(n)` runs rows [0, n) (n a bucket size, a host integer) and advances their positions.
+    """
+
+    def __init__(self, model: Transformer, batch: int = 8):
+        super().__init__()
+        self.__dict__["model"] = model              # not a submodule: the decoder owns state, not weights
+        args = model.args
+        self.batch, self.capacity = batch, args.max_seq_len
+        dev, dtype = model.embed.weight.device, model.dtype
+        self.layers = nn.ModuleList(LayerState(layer.attn, batch, self.capacity, dtype) for layer in model.layers)
+        self.register_buffer("tokens", torch.zeros(batch, dtype=torch.long), persistent=False)
+        self.register_buffer("pos", torch.zeros(batch, dtype=torch.long), persistent=False)
+        self.register_buffer("logits", torch.zeros(batch, args.vocab_size), persistent=False)
+        self.register_buffer("rows", torch.arange(batch), persistent=False)
+        self.to(dev)
+
+    def reset(self, rows: slice | int | None = None) -> None:
+        """Start fresh sequences in `rows` (host-side, outside any graph): state zeroed, position 0."""
+        rows = slice(None) if rows is None else slice(rows, rows + 1) if isinstance(rows, int) else rows
+        for st in self.layers:
+            st.reset_rows(rows)
+        self.pos[rows] = 0
+        self.tokens[rows] = 0
+
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """tokens [n], pos [n] (device) -> fp32 logits [n, V]; state rows [0, n) are updated in place."""
+        model, n = self.model, tokens.shape[0]
+        rows = self.rows[:n]
+        pos = pos.clamp(max=self.capacity - 1)        # rows past capacity (idle padding) never index out of range
+        ids = tokens.view(n, 1)
+        X = model.embed(ids).unsqueeze(2).repeat(1, 1, model.args.hc_mult, 1)         # [n,1,hc,d]
+        for blk, st in zip(model.layers, self.layers):
+            table = model.rope_compress if blk.compressed else model.rope_main
+            x, post, comb = blk.hc_attn.pre(X)
+            X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), pos, rows, table), X, post, comb)
+            x, post, comb = blk.hc_ffn.pre(X)
+            X = blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids), X, post, comb)
+        return model._logits(X)[:, -1]
+
+    @torch.inference_mode()
+    def step(self, n: int | None = None) -> torch.Tensor:
+        """One graph-safe step of rows [0, n): reads `tokens`, `pos`; writes `logits`; advances `pos` by one."""
+        n = self.batch if n is None else n
+        self.logits[:n] = self.forward(self.tokens[:n], self.pos[:n])
+        self.pos[:n] += 1
+        return self.logits[:n]
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Every tensor the step writes (for snapshots, bitwise replay checks and sharding)."""
+        return dict(self.named_buffers())

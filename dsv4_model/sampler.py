@@ -1,0 +1,101 @@
+"""Device sampler for the graph-safe decode: greedy, temperature, top-k, top-p and Gumbel-max, with per-sequence
+settings held in device buffers, so one captured graph serves any mix of settings and changing them needs no
+re-capture (a Python float used in a captured step is frozen at capture time).
+
+Randomness is a counter-based hash of (seed, step counter, token id) computed with integer ops on the device: no
+generator state to register with the graph, the same stream eagerly and on replay, on CPU and on GPU. The
+repetition penalty reads a fixed ring of the last `ring` tokens per sequence, not a growing host list.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+# shapes: n rows of the bucket, V vocab, R ring size
+_M32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """lowbias32 (C. Wellons): a full-avalanche 32-bit integer hash; int64 holds the 32-bit lanes (products wrap)."""
+    x = x & _M32
+    x = ((x ^ (x >> 16)) * 0x7FEB352D) & _M32
+    x = ((x ^ (x >> 15)) * 0x846CA68B) & _M32
+    return x ^ (x >> 16)
+
+
+def uniform_noise(seed: torch.Tensor, counter: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[n, V] float32 in (0, 1), a pure function of seed [n], counter [n] and the token id."""
+    key = _mix32(_mix32(seed) ^ _mix32(counter + 0x9E3779B9))                          # [n]
+    h = _mix32(key[:, None] ^ torch.arange(vocab, device=seed.device)[None, :])
+    return ((h.double() + 0.5) * 2.0 ** -32).float()
+
+
+def apply_repetition_penalty(logits: torch.Tensor, ring: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """Penalise every token in the ring [n, R] (-1 = empty): positive logits / p, negative ones * p."""
+    n, V = logits.shape
+    seen = torch.zeros(n, V + 1, dtype=torch.bool, device=logits.device)
+    seen.scatter_(1, torch.where(ring < 0, V, ring), True)                              # empty slots hit column V
+    p = penalty[:, None]
+    pen = torch.where(logits > 0, logits / p, logits * p)
+    return torch.where(seen[:, :V], pen, logits)
+
+
+def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+           noise: torch.Tensor) -> torch.Tensor:
+    """logits [n,V] fp32 -> tokens [n]. temperature [n] (0 = greedy), top_k [n] (0 = off), top_p [n] (1 = off),
+    noise [n,V] uniform. Gumbel-max: argmax p / Exp(1), the exponential drawn by inverse CDF from the noise."""
+    V = logits.shape[-1]
+    greedy = logits.argmax(-1)
+    srt, order = (logits / temperature.clamp(min=1e-6)[:, None]).sort(dim=-1, descending=True, stable=True)
+    rank = torch.arange(V, device=logits.device)[None, :]
+    keep = rank < torch.where(top_k > 0, top_k, V)[:, None]
+    p = srt.masked_fill(~keep, float("-inf")).softmax(-1)
+    keep = keep & ((p.cumsum(-1) - p < top_p[:, None]) | (top_p[:, None] >= 1))       # smallest prefix reaching top_p
+    probs = srt.masked_fill(~keep, float("-inf")).softmax(-1)
+    expo = -torch.log(noise.gather(-1, order))                                         # noise follows the token id
+    pick = order.gather(-1, (probs / expo).argmax(-1, keepdim=True))[:, 0]
+    return torch.where(temperature > 0, pick, greedy)
+
+
+class Sampler(nn.Module):
+    """Per-sequence sampling settings and state for up to `batch` rows, all device buffers written in place."""
+
+    def __init__(self, batch: int, vocab: int, ring: int = 64, device=None):
+        super().__init__()
+        self.vocab = vocab
+        f = dict(device=device)
+        self.register_buffer("temperature", torch.zeros(batch, **f), persistent=False)
+        self.register_buffer("top_k", torch.zeros(batch, dtype=torch.long, **f), persistent=False)
+        self.register_buffer("top_p", torch.ones(batch, **f), persistent=False)
+        self.register_buffer("penalty", torch.ones(batch, **f), persistent=False)
+        self.register_buffer("seed", torch.zeros(batch, dtype=torch.long, **f), persistent=False)
+        self.register_buffer("counter", torch.zeros(batch, dtype=torch.long, **f), persistent=False)
+        self.register_buffer("ring", torch.full((batch, ring), -1, dtype=torch.long, **f), persistent=False)
+        self.register_buffer("ring_pos", torch.zeros(batch, dtype=torch.long, **f), persistent=False)
+
+    def configure(self, row: int, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                  repetition_penalty: float = 1.0, seed: int = 0) -> None:
+        """Host-side, outside any graph: set one row's settings and clear its history."""
+        if temperature < 0 or top_k < 0 or not 0 < top_p <= 1 or repetition_penalty <= 0:
+            raise ValueError(f"sampler: expected temperature >= 0, top_k >= 0, 0 < top_p <= 1, penalty > 0; found "
+                             f"{temperature}, {top_k}, {top_p}, {repetition_penalty}")
+        self.temperature[row], self.top_k[row], self.top_p[row] = temperature, top_k, top_p
+        self.penalty[row], self.seed[row] = repetition_penalty, seed
+        self.counter[row], self.ring_pos[row] = 0, 0
+        self.ring[row] = -1
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits [n,V] -> tokens [n] for rows [0, n); advances each row's random counter."""
+        n = logits.shape[0]
+        logits = apply_repetition_penalty(logits, self.ring[:n], self.penalty[:n])
+        tok = sample(logits, self.temperature[:n], self.top_k[:n], self.top_p[:n],
+                     uniform_noise(self.seed[:n], self.counter[:n], logits.shape[-1]))
+        self.counter[:n] += 1
+        return tok
+
+    def observe(self, tokens: torch.Tensor) -> None:
+        """Push tokens [n] (what each row fed) into its ring of recent tokens."""
+        n = tokens.shape[0]
+        ring, at = self.ring[:n], self.ring_pos[:n]
+        ring.scatter_(1, (at % ring.shape[1])[:, None], tokens[:, None])
+        at += 1

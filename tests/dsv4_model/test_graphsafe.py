@@ -1,0 +1,249 @@
+"""The graph-safe decode (decode.py), its device sampler (sampler.py) and runner (runner.py).
+
+CPU: the graph-safe step gives the reference path's greedy tokens and logits over >= 300 tokens, batch 1 and a
+staggered batch of 4; the sampler's settings and noise; the runner's buckets and fallback; graphcheck finds nothing
+in the graph-safe path. GPU (`cuda`): capture is clean and replay equals eager bit for bit, outputs and state.
+"""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import dsv4_model
+from conftest import ROOT
+from dsv4_model.decode import GraphSafeDecoder
+from dsv4_model.runner import Runner
+from dsv4_model.sampler import Sampler, apply_repetition_penalty, sample, uniform_noise
+
+STEPS = 300
+
+
+@pytest.fixture(scope="module")
+def model():
+    return dsv4_model.load("tiny", max_seq_len=512)
+
+
+@pytest.fixture
+def exact(model):
+    """The structural comparison runs without the FP8/FP4 activation simulations: with them on, a last-ulp
+    difference (a different summation order) can move a value across a quantisation boundary and the logits then
+    differ by percents, as any two implementations' would (see test_greedy_tokens_match_with_simulation)."""
+    model.set_simulation(False)
+    yield model
+    model.set_simulation(True)
+
+
+def _reference(model, prompt, n_new):
+    """Teacher-forced reference decode of prompt + greedy continuation: (fed tokens, logits per fed token)."""
+    model.reset()
+    fed, logits = list(prompt), []
+    i = 0
+    while i < len(fed):
+        lg = model.decode_step(torch.tensor([fed[i]]))[0].clone()
+        logits.append(lg)
+        if i == len(fed) - 1 and len(fed) < len(prompt) + n_new:
+            fed.append(int(lg.argmax()))
+        i += 1
+    return fed, logits
+
+
+def _rel(a, b):
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def test_greedy_batch1_matches_reference(exact):
+    ref_fed, ref_logits = _reference(exact, [0], STEPS)
+    dec = GraphSafeDecoder(exact, batch=1)
+    worst = 0.0
+    tok = 0
+    for i in range(len(ref_logits)):
+        dec.tokens[0] = tok
+        lg = dec.step(1)[0]
+        worst = max(worst, _rel(lg, ref_logits[i]))
+        tok = int(lg.argmax())
+        if i + 1 < len(ref_fed):
+            assert tok == ref_fed[i + 1], f"greedy token differs at step {i}"
+    assert len(ref_logits) > STEPS and worst < 1e-5, worst
+    assert int(dec.pos[0]) == len(ref_logits)
+
+
+def test_staggered_batch4_matches_reference(exact):
+    """Four sequences started at different steps (so at different positions every step), different prompt lengths,
+    through the runner's eager body: prompt feeding, greedy sampler, in-place next token."""
+    starts, prompts = [0, 7, 19, 40], [[0], [0, 20, 21, 22, 23], [0, 30], [0, 40, 41, 42, 43, 44, 45, 46, 47]]
+    dec = GraphSafeDecoder(exact, batch=4)
+    runner = Runner(dec, Sampler(4, exact.args.vocab_size), graphs=False, log=lambda s: None)
+    got_logits = [[] for _ in range(4)]
+    got_fed = [[] for _ in range(4)]
+    total = starts[-1] + STEPS + len(prompts[-1])
+    for step in range(total):
+        for r in range(4):
+            if step == starts[r]:
+                runner.start(r, prompts[r], temperature=0.0)
+        fed = dec.tokens.clone()
+        runner.step(4)
+        for r in range(4):
+            if step >= starts[r]:
+                got_fed[r].append(int(fed[r]))
+                got_logits[r].append(dec.logits[r].clone())
+    for r in range(4):
+        n_new = len(got_fed[r]) - len(prompts[r])
+        ref_fed, ref_logits = _reference(exact, prompts[r], n_new)
+        assert got_fed[r] == ref_fed, f"row {r}: fed tokens differ from the reference's greedy decode"
+        worst = max(_rel(a, b) for a, b in zip(got_logits[r], ref_logits))
+        assert len(ref_logits) >= STEPS and worst < 1e-5, (r, worst)
+
+
+def test_greedy_tokens_match_with_simulation(model):
+    """With the FP8/FP4 activation simulations on (the default), the greedy tokens still agree over 300 steps."""
+    ref_fed, _ = _reference(model, [0], STEPS)
+    dec = GraphSafeDecoder(model, batch=1)
+    got = [0]
+    for _ in range(STEPS):
+        dec.tokens[0] = got[-1]
+        got.append(int(dec.step(1)[0].argmax()))
+    assert got == ref_fed[: len(got)]
+
+
+def test_compressor_writes_only_on_block_close(exact):
+    """The masked write: entries of a CSA and an HCA layer change exactly at the steps where (pos+1) % m == 0."""
+    dec = GraphSafeDecoder(exact, batch=2)
+    csa, hca = dec.layers[1].comp.entries, dec.layers[2].comp.entries
+    dec.pos[1] = 125                                         # row 1 runs ahead: its HCA block closes at 127
+    for _ in range(4):
+        before = (csa.clone(), hca.clone())
+        p = dec.pos.clone()
+        dec.step(2)
+        for r in range(2):
+            closes4, closes128 = int(p[r] + 1) % 4 == 0, int(p[r] + 1) % 128 == 0
+            assert (not torch.equal(csa[r], before[0][r])) == closes4, (r, int(p[r]))
+            assert (not torch.equal(hca[r], before[1][r])) == closes128, (r, int(p[r]))
+
+
+# -- sampler --------------------------------------------------------------------------------------------------
+def test_sampler_greedy_topk1_and_noise_determinism():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 50, generator=g)
+    noise = uniform_noise(torch.tensor([1, 2, 3]), torch.tensor([0, 0, 0]), 50)
+    assert noise.min() > 0 and noise.max() < 1
+    assert torch.equal(noise, uniform_noise(torch.tensor([1, 2, 3]), torch.tensor([0, 0, 0]), 50))
+    assert not torch.equal(noise[0], uniform_noise(torch.tensor([1]), torch.tensor([1]), 50)[0])
+    t, k, p = torch.tensor([0.0, 0.0, 0.0]), torch.zeros(3, dtype=torch.long), torch.ones(3)
+    assert torch.equal(sample(logits, t, k, p, noise), logits.argmax(-1))
+    hot = torch.tensor([5.0, 5.0, 5.0])
+    assert torch.equal(sample(logits, hot, torch.ones(3, dtype=torch.long), p, noise), logits.argmax(-1))
+    assert torch.equal(sample(logits, hot, k, torch.full((3,), 1e-6), noise), logits.argmax(-1))
+
+
+def test_sampler_gumbel_max_follows_the_distribution():
+    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).expand(4000, 4).contiguous()
+    noise = uniform_noise(torch.arange(4000), torch.zeros(4000, dtype=torch.long), 4)
+    one = torch.ones(4000)
+    tok = sample(logits, one, torch.zeros(4000, dtype=torch.long), one, noise)
+    freq = torch.bincount(tok, minlength=4).float() / 4000
+    assert (freq - logits[0].softmax(-1)).abs().max() < 0.03, freq
+    tok2 = sample(logits, one, torch.full((4000,), 2, dtype=torch.long), one, noise)      # top-k 2: only {1, 2}
+    assert set(tok2.tolist()) == {1, 2}
+    tok3 = sample(logits, one, torch.zeros(4000, dtype=torch.long), torch.full((4000,), 0.7), noise)
+    assert set(tok3.tolist()) == {1, 2}                                                  # 0.665 + 0.245 >= 0.7
+
+
+def test_repetition_penalty_ring():
+    s = Sampler(1, 10, ring=3)
+    s.configure(0, repetition_penalty=2.0)
+    for t in (4, 5, 6, 7):                                   # 4 falls out of a ring of 3
+        s.observe(torch.tensor([t]))
+    logits = torch.full((1, 10), 3.0)
+    logits[0, 6] = -3.0
+    out = apply_repetition_penalty(logits, s.ring[:1], s.penalty[:1])[0]
+    assert out[4] == 3.0 and out[5] == 1.5 and out[6] == -6.0 and out[7] == 1.5 and out[0] == 3.0
+    with pytest.raises(ValueError, match="top_p"):
+        s.configure(0, top_p=0.0)
+
+
+# -- runner ---------------------------------------------------------------------------------------------------
+def test_runner_buckets_padding_and_cpu_fallback(model):
+    lines = []
+    dec = GraphSafeDecoder(model, batch=8)
+    runner = Runner(dec, Sampler(8, model.args.vocab_size), log=lines.append)
+    assert len(lines) == 1 and "eagerly" in lines[0] and "no CUDA" in lines[0]
+    assert [runner.bucket(n) for n in (1, 2, 3, 5, 8)] == [1, 2, 4, 8, 8]
+    with pytest.raises(ValueError, match="largest bucket 8"):
+        runner.bucket(9)
+    runner.start(0, [0, 5, 6])
+    runner.start(1, [0, 9])
+    runner.start(2, [0])
+    for _ in range(3):
+        out = runner.step(3)                                 # padded to bucket 4
+    assert out.shape == (3,) and dec.pos.tolist()[:4] == [3, 3, 3, 3] and dec.pos.tolist()[4:] == [0] * 4
+
+
+def test_generate_several_prompts_cli():
+    r = subprocess.run([sys.executable, "-m", "dsv4_model", "generate", "--prompt", "hi", "--prompt", "hello there",
+                        "--max-new-tokens", "4", "--temperature", "0"], capture_output=True, text=True, cwd=ROOT,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "eagerly" in r.stderr and r.stderr.count("generated") == 2
+
+
+# -- graphcheck on the graph-safe path ------------------------------------------------------------------------
+def test_static_scan_of_the_graphsafe_config_is_clean():
+    r = subprocess.run([sys.executable, "-m", "graphcheck", "scan", "--config", "graphcheck-graphsafe.toml"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0 and "clean" in r.stdout, r.stdout + r.stderr
+    assert int(r.stdout.split("functions in the captured region")[0].split()[-1]) >= 30
+
+
+def test_capture_emulation_of_the_graphsafe_target_is_clean(monkeypatch):
+    from graphcheck.runtime.capture import capture_test
+    from dsv4_model.target import graphsafe_decode
+    target = graphsafe_decode(device="cpu", batch=2, max_seq_len=64)
+    assert capture_test(target, steps=2, device="cpu") == []
+
+
+# -- GPU ------------------------------------------------------------------------------------------------------
+def _replay_equals_eager(model, batch: int, steps: int):
+    dec = GraphSafeDecoder(model, batch=batch)
+    runner = Runner(dec, Sampler(batch, model.args.vocab_size, device="cuda"), buckets=(batch,), log=lambda s: None)
+    for r in range(batch):
+        runner.start(r, [0, 3 + r, 4 + r][: 1 + r % 3], temperature=0.7, top_k=40, top_p=0.95,
+                     repetition_penalty=1.1, seed=r)
+        for _ in range(r):                                   # stagger the rows' positions
+            runner.body(batch)
+    state = runner.state()
+    start = {k: v.clone() for k, v in state.items()}
+    eager_out, eager_state = [], []
+    for k in range(steps):
+        eager_out.append((runner.body(batch).clone(), dec.logits.clone()))
+        if k % 50 == 49:
+            eager_state.append({n: v.clone() for n, v in state.items()})
+    torch.cuda.synchronize()
+    for n, v in state.items():
+        v.copy_(start[n])
+    for k in range(steps):
+        out = runner.step(batch)
+        assert torch.equal(out, eager_out[k][0]) and torch.equal(dec.logits, eager_out[k][1]), f"step {k}"
+        if k % 50 == 49:
+            for n, v in state.items():
+                assert torch.equal(v, eager_state[k // 50][n]), f"state {n} differs at step {k}"
+    assert runner.graphs[batch] is not None
+
+
+@pytest.mark.cuda
+def test_cuda_capture_of_graphsafe_target_is_clean():
+    from graphcheck.runtime.capture import capture_test
+    from dsv4_model.target import graphsafe_decode
+    assert capture_test(graphsafe_decode(device="cuda", batch=4), steps=3, device="cuda") == []
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("batch", [1, 8])
+def test_cuda_replay_bitwise_tiny(batch):
+    _replay_equals_eager(dsv4_model.load("tiny", device="cuda", max_seq_len=512), batch, STEPS)
+
+
+@pytest.mark.cuda
+def test_cuda_replay_bitwise_flash_dims():
+    from dsv4_model.synthetic import flash_layers
+    _replay_equals_eager(flash_layers(device="cuda"), 8, STEPS)

@@ -147,12 +147,12 @@ class ParallelGate(Gate):
 
 
 class ParallelMoE(MoE):
-    """Local experts and this rank's slice of the shared expert; their sum is all-reduced once."""
+    """Local experts and this rank's slice of the shared expert; their sum is all-reduced once, in fp32. Both
+    dispatches (the reference loop in `MoE.forward`, the fixed-shape `decode.moe_step`) end in `reduce`."""
 
     group = None
 
-    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        y = super().forward(x, ids)
+    def reduce(self, y: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(y, group=self.group)
         return y
 

@@ -48,7 +48,7 @@ def graphsafe_decode(device: str | None = None, batch: int = 4, max_seq_len: int
     from .runner import Runner
     from .sampler import Sampler
     device = device or os.environ.get("GRAPHCHECK_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len)
+    model = shard_if_distributed(load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len))
     dec = GraphSafeDecoder(model, batch)
     runner = Runner(dec, Sampler(batch, model.args.vocab_size, device=device), buckets=(batch,), graphs=False,
                     log=lambda s: None)

@@ -1,7 +1,7 @@
 """Tensor-parallel graph-safe decode on GPUs: capture on every rank (NCCL collectives inside the graph), replay vs
 eager bit for bit for K steps, and the step time of N ranks against one GPU, measured in the same run.
 
-    python benchmarks/tp_decode.py --nproc 2 --steps 300            # Flash dimensions, 4 layers, random weights
+    python benchmarks/tp_decode.py --nproc 2 --steps 300            # Flash dimensions, 4 layers, release formats
     python benchmarks/tp_decode.py --nproc 2 --preset tiny --steps 300
 
 Each rank builds the same random model (same seed), takes its shard (`dsv4_model.parallel.shard`), wraps the
@@ -14,7 +14,6 @@ the ratio; exit 1 on any finding. Needs N CUDA GPUs (NCCL); there is no CPU mode
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -25,34 +24,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def build(preset: str, layers: int, batch: int, max_seq_len: int, seed: int = 0):
-    """A model of `preset` dimensions (first `layers` layers) with random plain bf16 weights, on this rank's GPU."""
-    from dsv4_model import config
-    from dsv4_model.model import Transformer
-    args = config.PRESETS[preset]()
-    if layers:
-        args.n_layers = min(layers, args.n_layers)
-        args.compress_ratios = ([0, 4, 128, 4] * layers)[:args.n_layers] + [0]
-    args.max_seq_len = max_seq_len
-    args.validate()
-    torch.manual_seed(seed)
-    with torch.device("cuda"):
-        model = Transformer(args, torch.bfloat16, batch)
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-        leaf = name.rsplit(".", 1)[-1]
-        if t is None or not t.is_floating_point():
-            continue
-        if leaf.endswith("weight") and t.dim() >= 2:
-            t.normal_(0, 1 / math.sqrt(t.shape[-1]), generator=g)
-        elif leaf == "fn":
-            t.normal_(0, 1e-2, generator=g)
-    for mod in model.modules():
-        if hasattr(mod, "tid2eid"):                 # distinct experts per token (duplicates are dropped by the ref)
-            E = args.n_routed_experts
-            mod.tid2eid.copy_(torch.stack([torch.randperm(E, device="cuda", generator=g)[:mod.tid2eid.shape[1]]
-                                           for _ in range(mod.tid2eid.shape[0])]))
-    return model
+def build(preset: str, layers: int, max_seq_len: int):
+    """`preset` "flash": the real Flash layer dimensions, `layers` layers, random weights in the release formats
+    (dsv4_model.synthetic); "tiny": the embedded checkpoint. On this rank's GPU, not yet sharded."""
+    if preset == "tiny":
+        import dsv4_model
+        return dsv4_model.load("tiny", device="cuda", max_seq_len=max_seq_len)
+    from dsv4_model.synthetic import flash_args, random_model
+    return random_model(flash_args(layers, max_seq_len), device="cuda")
 
 
 def rank_main(preset: str, layers: int, batch: int, steps: int, time_steps: int, max_seq_len: int) -> dict:
@@ -62,7 +41,7 @@ def rank_main(preset: str, layers: int, batch: int, steps: int, time_steps: int,
     from graphcheck.runtime.capture import capture_test
     from graphcheck.runtime.distributed import CollectiveMonitor
     from graphcheck.target import Target
-    model = build(preset, layers, batch, max_seq_len)
+    model = build(preset, layers, max_seq_len)
     if dist.is_initialized() and dist.get_world_size() > 1:
         shard(model)
     dec = GraphSafeDecoder(model, batch)
@@ -107,7 +86,7 @@ def rank_main(preset: str, layers: int, batch: int, steps: int, time_steps: int,
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nproc", type=int, default=2, help="tensor-parallel ranks (also runs 1 GPU for the ratio)")
-    ap.add_argument("--preset", default="flash", help="dimension preset from dsv4_model.config.PRESETS")
+    ap.add_argument("--preset", choices=("flash", "tiny"), default="flash", help="Flash layer dimensions, or the tiny checkpoint")
     ap.add_argument("--layers", type=int, default=4, help="first N layers (0 = all)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--steps", type=int, default=300, help="replays compared with eager, bit for bit")

@@ -252,5 +252,4 @@ def shard(model: nn.Module, group=None) -> nn.Module:
         _cols(sh.w2, rank * sl, (rank + 1) * sl, group, f"layers.{i}.ffn.shared_experts.w2")
         sh.w2.reduce = False                                               # summed with the routed experts below
         _become(moe, ParallelMoE, group=group)
-    model.tp = (rank, world)
     return model

@@ -487,7 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    ap.add_argument("-o", "--output")
+    ap.add_argument("--output-format", default="full", choices=("concise", "full", "json", "sarif", "github", "html"))
+    ap.add_argument("-o", "--output-file", dest="output")
     a = ap.parse_args(argv)
     if "RANK" not in os.environ:
         print("graphcheck.runtime.distributed: RANK is not set; start it with torchrun (or use `graphcheck "
@@ -503,16 +504,12 @@ def main(argv: list[str] | None = None) -> int:
     dist.gather_object(res, gathered, dst=0)
     code = 0
     if dist.get_rank() == 0:
-        from .. import __version__
-        from ..findings import assign_fingerprints
-        from ..report.render import emit, to_json
-        found = assign_fingerprints(merge_results(gathered, kind))
-        emit(found, "text", __version__, title=f"graphcheck {a.layer} ({dist.get_world_size()} ranks)",
-             summary=f"{len(found)} finding(s)" if found else "clean")
-        if a.output:
-            from ..io import write_atomic
-            write_atomic(a.output, to_json(found, __version__))
-        code = 1 if any(f.severity == "error" for f in found) else 0
+        from ..commands import finish
+        from ..result import classify
+        found = merge_results(gathered, kind)
+        result = classify(a.layer, found, None, layers={kind: {"targets": 1, "findings": len(found)}}, targets=[a.target])
+        out = argparse.Namespace(output=a.output, statistics=False, quiet=False)
+        code = finish(result, out, a.output_format)
     dist.destroy_process_group()
     return code
 

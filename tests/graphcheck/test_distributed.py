@@ -103,3 +103,20 @@ def test_merge_results_attaches_divergence_to_the_rank():
     b = RankResult(1, [], {0: [_call("c10d.allreduce_", 5)]})
     found = merge_results([a, b], "sync")
     assert [(f.line, f.evidence["ranks"]) for f in found] == [(5, [1]), (6, [0])]
+
+
+def test_torchrun_form_merges_on_rank0(tmp_path):
+    # `torchrun -m graphcheck.runtime.distributed`: every rank audits, rank 0 merges and writes the JSON
+    import json
+    import os
+    import subprocess
+    import sys
+    out = tmp_path / "merged.json"
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        "-m", "graphcheck.runtime.distributed", "audit", SPEC + "readback_on_rank1", "--device", "cpu",
+                        "--output-format", "json", "-o", str(out)], cwd=here, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert p.returncode != 0, "a finding is exit 1 on rank 0"
+    rows = [(f["rule"], f["line"], f["evidence"]["ranks"]) for f in json.loads(out.read_text())["findings"]]
+    assert rows == [("GC101", tp_planted.line_of("rank1-item"), [1])], p.stderr[-2000:]

@@ -48,8 +48,8 @@ def bytes_per_step(model, dec, batch: int) -> int:
         total += t.numel() * t.element_size()
     for layer in model.layers:
         ex = layer.ffn.experts
-        per_expert = sum(qw.nbytes for qw in (ex.w1, ex.w2, ex.w3)) // a.n_routed_experts
-        total += min(a.n_routed_experts, batch * a.n_activated_experts) * per_expert
+        per_expert = sum(qw.nbytes for qw in (ex.w1, ex.w2, ex.w3)) // ex.n      # ex.n: the experts on this rank
+        total += min(ex.n, batch * a.n_activated_experts) * per_expert
     total += batch * a.dim * model.embed.weight.element_size()
     total += sum(b.numel() * b.element_size() for n, b in dec.named_buffers() if b.dim() >= 2)
     return total
@@ -83,28 +83,40 @@ def bench(name: str, model, batch: int, steps: int, compile_: bool, bw: float) -
     return row                                  # the decoder's state and graphs are freed with this frame
 
 
+def measure(a) -> tuple[float, list[dict]]:
+    """The table's rows on this process (or this rank's shard under a process group of more than one rank)."""
+    import dsv4_model
+    from dsv4_model.synthetic import flash_layers
+    from dsv4_model.target import shard_if_distributed
+    bw = copy_bandwidth()
+    rows = []
+    for cfg in a.configs.split(","):
+        model = dsv4_model.load("tiny", device="cuda", max_seq_len=512) if cfg == "tiny" else flash_layers()
+        model = shard_if_distributed(model)
+        for b in (int(x) for x in a.batches.split(",")):
+            rows.append(bench(cfg, model, b, a.steps, not a.no_compile, bw))
+        del model
+        torch.cuda.empty_cache()
+    return bw, rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default="tiny,flash")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--nproc", type=int, default=1, help="tensor-parallel ranks, one GPU each (NCCL); rank 0's times")
     a = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("benchmarks/decode.py: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+    if torch.cuda.device_count() < a.nproc:
+        print(f"benchmarks/decode.py: needs {a.nproc} CUDA GPU(s), found {torch.cuda.device_count()}", file=sys.stderr)
         return 2
-    import dsv4_model
-    from dsv4_model.synthetic import flash_layers
-    bw = copy_bandwidth()
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; copy bandwidth {bw / 1e9:.0f} GB/s")
-    rows = []
-    for cfg in a.configs.split(","):
-        model = dsv4_model.load("tiny", device="cuda", max_seq_len=512) if cfg == "tiny" else flash_layers()
-        for b in (int(x) for x in a.batches.split(",")):
-            rows.append(bench(cfg, model, b, a.steps, not a.no_compile, bw))
-            torch.cuda.empty_cache()
-        del model
-        torch.cuda.empty_cache()
+    if a.nproc > 1:                       # every rank runs the same steps on its shard; collectives in the graph
+        from graphcheck.runtime.distributed import launch
+        bw, rows = launch(measure, a.nproc, a, backend="nccl", timeout=3600)[0]
+    else:
+        bw, rows = measure(a)
+    print(f"{torch.cuda.get_device_name()} x{a.nproc}, torch {torch.__version__}; copy bandwidth {bw / 1e9:.0f} GB/s")
     print(f"{'config':7} {'B':>2} {'eager ms':>9} {'graph ms':>9} {'compile ms':>10} {'floor ms':>9} "
           f"{'eager/graph':>11} {'compile/graph':>13} {'graph/floor':>11}")
     for r in rows:

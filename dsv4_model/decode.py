@@ -154,8 +154,11 @@ def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, experts=routed_experts) ->
     x = x.reshape(-1, moe.dim)
     weights, idx = moe.gate(x, ids.reshape(-1))
     ex = moe.experts
-    y = experts(x, idx, weights, ex.w1.astuple(), ex.w3.astuple(), ex.w2.astuple(), moe.limit, act=ex.act_sim)
-    y = y + moe.shared_experts(x)
+    # under tensor parallelism a pick of another rank's expert has index ex.n and weight 0 (parallel.ParallelGate):
+    # clamped into the stack it adds exactly zero, at a fixed shape
+    y = experts(x, idx.clamp(max=ex.n - 1), weights, ex.w1.astuple(), ex.w3.astuple(), ex.w2.astuple(), moe.limit,
+                act=ex.act_sim)
+    y = moe.reduce(y + moe.shared_experts(x))
     return y.to(x.dtype).view(shape)
 
 

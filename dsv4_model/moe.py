@@ -156,4 +156,9 @@ class MoE(nn.Module):
             rows, slot = torch.where(idx == e)
             y[rows] += self.experts(x[rows], e, weights[rows, slot, None])
         y += self.shared_experts(x)
-        return y.to(x.dtype).view(shape)
+        return self.reduce(y).to(x.dtype).view(shape)
+
+    def reduce(self, y: torch.Tensor) -> torch.Tensor:
+        """The sum over tensor-parallel ranks of this rank's partial MoE output (fp32, before the cast, as the
+        reference all-reduces). One rank holds everything: y itself; `parallel.ParallelMoE` all-reduces."""
+        return y

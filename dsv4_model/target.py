@@ -15,11 +15,21 @@ def decode_state(model) -> dict[str, torch.Tensor]:
     return {n: b for n, b in model.named_buffers() if n.rsplit(".", 1)[-1] in STATE_BUFFERS}
 
 
+def shard_if_distributed(model):
+    """Under a process group of more than one rank (`graphcheck ... --nproc N`, torchrun), this rank's tensor-parallel
+    shard of the model; the model itself otherwise."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        from .parallel import shard
+        return shard(model)
+    return model
+
+
 def reference_decode(device: str | None = None, batch: int = 1, max_seq_len: int = 256) -> Target:
     """The reference decode step on the embedded tiny checkpoint (or $DSV4_CHECKPOINT)."""
     from . import load
     device = device or os.environ.get("GRAPHCHECK_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len, batch=batch)
+    model = shard_if_distributed(load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len, batch=batch))
     vocab = model.args.vocab_size
 
     def make_inputs(k: int) -> torch.Tensor:
@@ -38,7 +48,7 @@ def graphsafe_decode(device: str | None = None, batch: int = 4, max_seq_len: int
     from .runner import Runner
     from .sampler import Sampler
     device = device or os.environ.get("GRAPHCHECK_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len)
+    model = shard_if_distributed(load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len))
     dec = GraphSafeDecoder(model, batch)
     runner = Runner(dec, Sampler(batch, model.args.vocab_size, device=device), buckets=(batch,), graphs=False,
                     log=lambda s: None)

@@ -46,6 +46,8 @@ def _config_opt(p: argparse.ArgumentParser) -> None:
 def _runtime_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="capture on CUDA or the CPU emulation")
     p.add_argument("--no-progress", action="store_true", help="no live display (it only ever goes to a terminal's stderr)")
+    p.add_argument("--nproc", type=_positive, default=1, metavar="N",
+                   help="run each target on N ranks of one process group (NCCL on CUDA, gloo on CPU) and merge their verdicts")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -190,6 +190,20 @@ def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, 
             if spec in broken:
                 continue
             with step(f"{'audit' if kind == 'sync' else 'capture'} {spec}"):
+                nproc = getattr(args, "nproc", 1) or 1
+                if nproc > 1:             # every rank builds its shard of the target; verdicts merged with their ranks
+                    from .runtime.distributed import DistributedError, run_ranks
+                    try:
+                        got += run_ranks(kind, spec, nproc, steps=steps, warmup=cfg.warmup, device=getattr(args, "device", "auto"),
+                                         root=cfg.root)
+                    except DistributedError as e:
+                        broken.add(spec)
+                        r, err = next(iter(e.errors.items()))
+                        last = [ln.strip() for ln in err.splitlines() if ln.strip()][-1:] or [err]
+                        problems.append(f"target {spec} on {nproc} ranks: rank {r}: {last[0]}; it was not checked")
+                        continue
+                    ran += 1
+                    continue
                 try:
                     target = load_target(spec, cfg.root)
                 except TargetError as e:

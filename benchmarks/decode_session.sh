@@ -14,7 +14,7 @@ print(datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes")
       "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__,
       "transformers", transformers.__version__, torch.cuda.get_device_name())
 PY
-(timeout 270 python -m pytest -q -p no:cacheprovider -m cuda tests/ --deselect tests/kernels 2>&1 | tail -30 > "$OUT/pytest-cuda.txt") &
+(timeout 270 python -m pytest -q -p no:cacheprovider -m cuda ${TESTS:-tests/} --deselect tests/kernels 2>&1 | tail -30 > "$OUT/pytest-cuda.txt") &
 (timeout 200 python -m graphcheck capture dsv4_model.target:graphsafe_decode --device cuda --config graphcheck-graphsafe.toml \
    --output-format full > "$OUT/capture-graphsafe.txt" 2>&1; echo "exit $?" >> "$OUT/capture-graphsafe.txt") &
 (timeout 260 python benchmarks/thirdparty_verdicts.py --device cuda --out "$OUT/thirdparty-cuda.md" > "$OUT/thirdparty-cuda.log" 2>&1; echo "exit $?" >> "$OUT/thirdparty-cuda.log") &

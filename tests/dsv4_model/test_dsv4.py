@@ -16,7 +16,6 @@ from conftest import ROOT
 from dsv4_model import CheckpointError, config, quant
 from dsv4_model.checkpoint import random_state, write_checkpoint
 from dsv4_model.compressor import Compressor
-from dsv4_model.encoding import encode_messages
 from dsv4_model.generate import sample
 from dsv4_model.moe import swiglu
 from dsv4_model.precision import DEFAULT_POLICY, parse_overrides
@@ -363,24 +362,6 @@ def test_floor_policy_dequantises_helpers_of_a_quantised_checkpoint(tmp_path):
     assert a.indexer.compressor.wgate.qweight.data.dtype == torch.bfloat16
     assert a.indexer.wq_b.fmt == "nvfp4" and m.layers[1].ffn.experts.w1.fmt == "nvfp4" and a.wq_a.fmt == "nvfp4"
     assert a.wo_a.fmt == "plain"                                                  # dequantised, as the reference
-
-
-def test_chat_encoding_matches_the_spec_example():
-    msgs = [{"role": "system", "content": "You are a helpful assistant."},
-            {"role": "user", "content": "Hello"},
-            {"role": "assistant", "content": "Hi there! How can I help you?", "reasoning_content": "greeting"},
-            {"role": "user", "content": "What is the capital of France?"},
-            {"role": "assistant", "content": "The capital of France is Paris.", "reasoning_content": "The user asks … Paris."}]
-    got = encode_messages(msgs, thinking_mode="thinking")
-    assert got == ("<｜begin▁of▁sentence｜>You are a helpful assistant.<｜User｜>Hello<｜Assistant｜></think>Hi there! How can I "
-                   "help you?<｜end▁of▁sentence｜><｜User｜>What is the capital of France?<｜Assistant｜><think>The user asks … "
-                   "Paris.</think>The capital of France is Paris.<｜end▁of▁sentence｜>")
-    chat = encode_messages(msgs[:2])
-    assert chat.endswith("<｜User｜>Hello<｜Assistant｜></think>")
-    assert encode_messages(msgs[:2], thinking_mode="thinking", reasoning_effort="max").startswith(
-        "<｜begin▁of▁sentence｜>Reasoning Effort: Absolute maximum")
-    with pytest.raises(ValueError, match="tool"):
-        encode_messages([{"role": "tool", "content": "x"}])
 
 
 def test_tokenizer_round_trip_and_specials(tmp_path):

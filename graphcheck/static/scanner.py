@@ -190,11 +190,6 @@ class ModuleNamer:
         return f"{pkg}.{stem}" if pkg else stem, False
 
 
-def module_name(p: Path) -> tuple[str, bool]:
-    """Dotted module name by walking up through packages; and whether the file is a package __init__."""
-    return ModuleNamer()(p)
-
-
 def _read(path: Path) -> tuple[str | None, str | None]:
     try:
         data = path.read_bytes()

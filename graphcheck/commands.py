@@ -84,7 +84,7 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
     Explicit `paths` with configured entry points (what the pre-commit hook passes: the staged files) are scanned
     together with the configured paths, so the entry-point modules resolve whether or not they are staged, and
     only the findings in the explicit paths are kept."""
-    from .static.scanner import scan
+    from .static.scanner import rel_path, scan
     from .static.scope import ScopeError
     entry = cfg.entry_points if entry_points is None else entry_points
     configured = [str(cfg.root / p) for p in cfg.paths]
@@ -93,7 +93,7 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
         scan_paths = configured if entry else []
     elif paths:
         scan_paths = (configured + list(paths)) if entry and entry_points is None else list(paths)
-        keep = [_rel(p, cfg.root) for p in paths] if entry and entry_points is None else None
+        keep = [rel_path(p, cfg.root) for p in paths] if entry and entry_points is None else None
     else:
         scan_paths = configured
     try:
@@ -115,11 +115,6 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
         where = ", ".join(paths or cfg.paths)
         problems.append(f"no Python file to check under {where} (root {cfg.root}); nothing was checked")
     return findings, layer, problems
-
-
-def _rel(p: str, root: Path) -> str:
-    rel = os.path.relpath(os.path.abspath(p), os.path.abspath(root))
-    return Path(p).as_posix() if rel.startswith("..") else Path(rel).as_posix()
 
 
 def cmd_scan(args, cfg: Config) -> int:

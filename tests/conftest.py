@@ -1,6 +1,8 @@
 pytest_plugins = ["pytester"]
 
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -39,3 +41,59 @@ def scan_src(tmp_path):
     def run(src, **kw):
         return scan_source(tmp_path, src, **kw)
     return run
+
+
+# A two-step demo project with one host sync (`int(self.pos)`): the subject of the `graphcheck` command-line tests.
+PROJECT = """
+[project]
+name = "demo"
+version = "0"
+
+[tool.graphcheck]
+paths = ["demo"]
+entry-points = ["demo.step:Step.__call__"]
+targets = ["demo.step:make"]
+steps = 2
+"""
+STEP = '''
+import torch
+from graphcheck import Target
+
+
+class Step:
+    def __init__(self):
+        self.cache = torch.zeros(4, 3)
+        self.pos = torch.zeros((), dtype=torch.long)
+
+    def __call__(self, x: torch.Tensor):
+        self.cache.index_copy_(0, self.pos.view(1) % 4, x.view(1, 3))
+        self.pos += 1
+        n = int(self.pos)
+        return self.cache.sum(0) * 2
+
+
+def make():
+    s = Step()
+    return Target(step=s, make_inputs=lambda k: torch.full((3,), float(k)),
+                  state=lambda: {"cache": s.cache, "pos": s.pos}, name="demo")
+'''
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(PROJECT)
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "__init__.py").write_text("")
+    (tmp_path / "demo" / "step.py").write_text(STEP)
+    return tmp_path
+
+
+def graphcheck_env(cwd, **extra):
+    """The environment of a `graphcheck` subprocess: this checkout and the project in `cwd` importable."""
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}", **extra}
+
+
+def run_graphcheck(cwd, *args, stdin=None, env=None, timeout=300):
+    """`python -m graphcheck ARGS` in `cwd`; the CompletedProcess carries returncode, stdout and stderr."""
+    return subprocess.run([sys.executable, "-m", "graphcheck", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env or graphcheck_env(cwd), input=stdin, timeout=timeout)

@@ -18,6 +18,12 @@ HOST = frozenset({"barrier", "monitored_barrier", "all_gather_object", "broadcas
 RANK_CALLS = frozenset({"get_rank", "get_local_rank", "get_node_local_rank", "get_group_rank", "get_global_rank"})
 
 
+def runtime_names(names) -> tuple[str, ...]:
+    """`torch.distributed.<name>` for each name, sorted: a collective rule's RUNTIME signatures, as the runtime
+    monitor names the calls it wraps."""
+    return tuple(f"torch.distributed.{n}" for n in sorted(names))
+
+
 def resolve(ctx, func: ast.AST) -> str:
     """The fully qualified name of a called function through the file's imports ('' if unknown)."""
     return ctx.qual(func) or dotted(func)

@@ -26,7 +26,7 @@ RULE = Rule(
 )
 # The Python-level torch.distributed calls whose mere presence in the step is the hazard; the runtime monitor
 # (graphcheck/runtime/distributed.py) wraps them for the audited steps.
-RUNTIME: tuple[str, ...] = tuple(f"torch.distributed.{n}" for n in sorted(col.HOST))
+RUNTIME: tuple[str, ...] = col.runtime_names(col.HOST)
 
 
 @on(ast.Call)

@@ -25,7 +25,7 @@ RULE = Rule(
 )
 # The tensor collectives, as the runtime monitor names the calls it wraps: it reports them under this code when
 # they are issued off the capturing stream or left unwaited.
-RUNTIME: tuple[str, ...] = tuple(f"torch.distributed.{n}" for n in sorted(col.TENSOR))
+RUNTIME: tuple[str, ...] = col.runtime_names(col.TENSOR)
 
 
 def _is_current_stream(ctx, e: ast.AST) -> bool:

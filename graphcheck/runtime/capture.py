@@ -15,7 +15,8 @@ import torch
 from ..findings import Finding
 from ..target import Target
 from .audit import target_error
-from .emulate import _finding, capture_failure, check_frozen_replay, check_stability, check_state_identity, emulate
+from .emulate import (_finding, audited_step, capture_failure, check_frozen_replay, check_stability, check_state_identity,
+                      emulate)
 from .rng import RngState
 from .tensors import clone_tree, copy_into, first_diff, flatten, restore, snapshot
 
@@ -107,14 +108,7 @@ def capture_cuda(target: Target, steps: int, warmup: int) -> list[Finding]:
 
 def _suspects(target: Target, k: int) -> list[str]:
     """Portable-audit findings of one eager step: the usual reasons a replay reads stale values."""
-    from .portable import PortableAudit
-    from .recorder import Recorder
-    rec = Recorder(kind="capture")
-    state = target.state()
-    snap = snapshot(state)
-    with contextlib.suppress(Exception), PortableAudit(rec, device="cuda"):
-        target.step(target.make_inputs(k))
-    restore(state, snap)
+    rec = audited_step(target, target.make_inputs(k), device="cuda")
     return [f"{f.path}:{f.line} {f.rule} {f.evidence.get('op', '')}" for f in rec.in_order()[:10]]
 
 

@@ -41,7 +41,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..findings import Finding
-from .attribution import relpath, source_line, user_stack
+from .attribution import first_user_frame, relpath, source_line, user_stack
 from .recorder import Recorder
 
 
@@ -187,8 +187,7 @@ class _Trace(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         ns = getattr(func, "namespace", "")
         if ns in ("c10d", "_c10d_functional") and threading.get_ident() == self.mon.thread and self.mon.step is not None:
-            stack = user_stack()
-            frame = stack[0] if stack else ("<unknown>", 0, "")
+            frame = first_user_frame(sys._getframe()) or ("<unknown>", 0, "")     # only the innermost is kept
             name = func.name().replace("::", ".")
             self.mon.trace.setdefault(self.mon.step, []).append(CollectiveCall(name, _describe(args), frame))
         return func(*args, **(kwargs or {}))

@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -299,19 +300,23 @@ def _gc001(target: Target, frame: Frame | None, text: str, hunt: list, failed_at
         "hunt_list": [f"{where(fr)} {rule} {op}" for rule, op, fr in hunt[:20]]}, error=text + culprit)
 
 
-def _capture_hazards(target: Target, inputs) -> list[tuple[str, str, Frame | None]]:
-    """(rule, op, frame) of each distinct capture-breaking event of one audited step, in execution order."""
+def audited_step(target: Target, inputs, device: str):
+    """The Recorder of one eager step run under the portable audit, the state restored afterwards. A step that
+    raises is cut short there: what it did up to the error is what a failed capture or a stale replay needs."""
     from .portable import PortableAudit
     from .recorder import Recorder
     rec = Recorder(kind="capture")
     state = target.state()
     snap = snapshot(state)
-    try:
-        with PortableAudit(rec, device=device_of(target.device, inputs)):
-            target.step(inputs)
-    except Exception:
-        pass
+    with contextlib.suppress(Exception), PortableAudit(rec, device=device):
+        target.step(inputs)
     restore(state, snap)
+    return rec
+
+
+def _capture_hazards(target: Target, inputs) -> list[tuple[str, str, Frame | None]]:
+    """(rule, op, frame) of each distinct capture-breaking event of one audited step, in execution order."""
+    rec = audited_step(target, inputs, device_of(target.device, inputs))
     seen, out = set(), []
     for rule, op, frame, breaks in rec.events:
         if breaks and (rule, frame) not in seen:

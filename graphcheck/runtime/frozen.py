@@ -86,9 +86,6 @@ class FrozenStep:
         template = pytree.tree_map(rec._ref, out)
         return cls(rec.ops, len(leaves), rec.n, template, rec.frames)
 
-    def op_names(self) -> list[str]:
-        return [str(f) for f, _, _, _ in self.ops]
-
     def constants(self) -> list:
         return [x for _, a, kw, _ in self.ops for x in pytree.tree_leaves((a, kw)) if not isinstance(x, _Ref)]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..rules import CALLS_ANY as _CALLS_ANY
 from ..rules import CALLS_BY_NAME as _CALLS_BY_NAME
 from ..rules import CALLS_BY_PREFIX as _CALLS_BY_PREFIX
-from ..rules import CHECKERS, RULES, format_message
+from ..rules import CHECKERS, format_message
 from ..rules._base import dotted
 from .inference import DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSORS, Env, infer, join, name_hint
 
@@ -27,7 +27,6 @@ _CHECKERS = CHECKERS
 _SUPPRESS = re.compile(r"#\s*(?:graphcheck:\s*ignore\[(?P<codes>[^\]]*)\]|noqa:\s*(?P<noqa>GC\d+(?:\s*,\s*GC\d+)*))"
                        r"(?:\s*--\s*(?P<reason>.*\S))?")
 _LOGGER_NAMES = {"logger", "log", "logging", "_logger", "_log", "LOGGER", "LOG", "warnings", "wandb", "writer", "tb"}
-_READBACK_FAMILIES = ("GC1", "GC6")
 # Node types a checker, the tensor inference or the call graph looks at; everything else is only traversed.
 _KEEP = set(_CHECKERS) | {ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr, ast.Call, ast.Import,
                           ast.ImportFrom, ast.Return, ast.comprehension, ast.Lambda}
@@ -784,7 +783,3 @@ def analyse_text(text: str) -> dict:
         return parse_error(0, 0, str(e)[:80])
     finally:
         sys.setrecursionlimit(limit)
-
-
-def is_readback(code: str) -> bool:
-    return code.startswith(_READBACK_FAMILIES) and code in RULES

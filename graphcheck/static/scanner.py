@@ -97,17 +97,17 @@ def discover(paths: list[str], exclude: list[str] | None = None, root: Path | No
         try:
             st = os.stat(p)
         except OSError:
-            errors.append(Finding("GC904", "static", _rel(p, root), 0, message=format_message("GC904", error="no such file or directory")))
+            errors.append(Finding("GC904", "static", rel_path(p, root), 0, message=format_message("GC904", error="no such file or directory")))
             continue
         if stat.S_ISREG(st.st_mode):
             out.append(p)  # named explicitly: scanned even if it matches an exclude
         elif not stat.S_ISDIR(st.st_mode):
-            errors.append(Finding("GC904", "static", _rel(p, root), 0, message=format_message("GC904", error="not a regular file")))
+            errors.append(Finding("GC904", "static", rel_path(p, root), 0, message=format_message("GC904", error="not a regular file")))
         else:
             ignore = GitIgnore(p)
             # a directory that cannot be listed was not checked: a GC904 row (exit 2), never a silent "clean"
             for dirpath, dirnames, filenames in os.walk(p, onerror=lambda e: errors.append(Finding(
-                    "GC904", "static", _rel(Path(e.filename or p), root), 0,
+                    "GC904", "static", rel_path(Path(e.filename or p), root), 0,
                     message=format_message("GC904", error=e.strerror or str(e))))):
                 d = Path(dirpath)
                 dirnames[:] = sorted(n for n in dirnames if not excluded(d / n, p) and not ignore.ignored(d / n, True))
@@ -133,7 +133,8 @@ def discover(paths: list[str], exclude: list[str] | None = None, root: Path | No
     return uniq, errors
 
 
-def _rel(p: Path, root: Path) -> str:
+def rel_path(p: Path | str, root: Path) -> str:
+    """`p` relative to `root` in POSIX form, as findings name files; a path outside `root` stays as given."""
     rel = os.path.relpath(os.path.abspath(p), os.path.abspath(root))
     return Path(p).as_posix() if rel.startswith("..") else Path(rel).as_posix()
 
@@ -187,11 +188,6 @@ class ModuleNamer:
         if stem == "__init__":
             return pkg or Path(ap).parent.name, True
         return f"{pkg}.{stem}" if pkg else stem, False
-
-
-def module_name(p: Path) -> tuple[str, bool]:
-    """Dotted module name by walking up through packages; and whether the file is a package __init__."""
-    return ModuleNamer()(p)
 
 
 def _read(path: Path) -> tuple[str | None, str | None]:
@@ -365,10 +361,10 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
         files = [f for f in files if os.path.abspath(f) != os.path.abspath(sp)]
     summaries, cached = analyse_files(files, cache=cache, jobs=jobs)
     namer = ModuleNamer(package_dirs(root))
-    rels = [_rel(f, root) for f in files]
+    rels = [rel_path(f, root) for f in files]
     if source is not None:
         files.append(sp)
-        rels.append(_rel(sp, root))
+        rels.append(rel_path(sp, root))
         summaries.append(_analyse_text_cached(source, str(default_cache_dir()) if cache else None, str(os.getpid()))[0])
     by_path: dict[str, dict] = {}
     modules: dict[str, str] = {}

@@ -10,12 +10,17 @@ from graphcheck import Target
 D = 8
 
 
-def line_of(marker: str) -> int:
-    with open(__file__) as fh:
+def marked_line(path: str, marker: str) -> int:
+    """The line number in `path` of the line that ends with `# <- marker`."""
+    with open(path) as fh:
         for i, text in enumerate(fh, 1):
             if text.rstrip().endswith(f"# <- {marker}"):
                 return i
-    raise KeyError(marker)
+    raise KeyError(f"no line ending with '# <- {marker}' in {path}")
+
+
+def line_of(marker: str) -> int:
+    return marked_line(__file__, marker)
 
 
 def _inputs(k: int) -> torch.Tensor:

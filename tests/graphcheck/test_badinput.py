@@ -3,29 +3,11 @@ A last test checks that the README's table and this list are the same rows."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from test_gate import PROJECT, STEP
-
-
-@pytest.fixture
-def project(tmp_path):
-    (tmp_path / "pyproject.toml").write_text(PROJECT)
-    (tmp_path / "demo").mkdir()
-    (tmp_path / "demo" / "__init__.py").write_text("")
-    (tmp_path / "demo" / "step.py").write_text(STEP)
-    return tmp_path
-
-
-def gc(cwd, *args):
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}"}
-    return subprocess.run([sys.executable, "-m", "graphcheck", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env, timeout=300)
+from conftest import PROJECT, ROOT, STEP, run_graphcheck as gc
 
 
 def _targets(p: Path, body: str, spec: str = "demo.bad:make"):

@@ -13,28 +13,17 @@ import time
 
 import pytest
 
-from conftest import DATA, ROOT
+from conftest import DATA, STEP, graphcheck_env, run_graphcheck
 from graphcheck.findings import normalise_source
 from graphcheck.inventory import SCHEMA_PATH
-from test_gate import PROJECT, STEP
-
-
-@pytest.fixture
-def project(tmp_path):
-    (tmp_path / "pyproject.toml").write_text(PROJECT)
-    (tmp_path / "demo").mkdir()
-    (tmp_path / "demo" / "__init__.py").write_text("")
-    (tmp_path / "demo" / "step.py").write_text(STEP)
-    return tmp_path
 
 
 def _env(cwd):
-    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}", "COLUMNS": "100"}
+    return graphcheck_env(cwd, COLUMNS="100")
 
 
 def gc(cwd, *args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "graphcheck", *args], cwd=cwd, capture_output=True, text=True,
-                          env=_env(cwd), input=stdin, timeout=300)
+    return run_graphcheck(cwd, *args, stdin=stdin, env=_env(cwd))
 
 
 def in_terminal(cwd, *args, timeout=300):

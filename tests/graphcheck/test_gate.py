@@ -10,58 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_graphcheck as gc
 from graphcheck import baseline as bl
 from graphcheck.findings import Finding, assign_fingerprints
 from graphcheck.inventory import SCHEMA_PATH, merge
-
-PROJECT = """
-[project]
-name = "demo"
-version = "0"
-
-[tool.graphcheck]
-paths = ["demo"]
-entry-points = ["demo.step:Step.__call__"]
-targets = ["demo.step:make"]
-steps = 2
-"""
-STEP = '''
-import torch
-from graphcheck import Target
-
-
-class Step:
-    def __init__(self):
-        self.cache = torch.zeros(4, 3)
-        self.pos = torch.zeros((), dtype=torch.long)
-
-    def __call__(self, x: torch.Tensor):
-        self.cache.index_copy_(0, self.pos.view(1) % 4, x.view(1, 3))
-        self.pos += 1
-        n = int(self.pos)
-        return self.cache.sum(0) * 2
-
-
-def make():
-    s = Step()
-    return Target(step=s, make_inputs=lambda k: torch.full((3,), float(k)),
-                  state=lambda: {"cache": s.cache, "pos": s.pos}, name="demo")
-'''
-
-
-@pytest.fixture
-def project(tmp_path):
-    (tmp_path / "pyproject.toml").write_text(PROJECT)
-    (tmp_path / "demo").mkdir()
-    (tmp_path / "demo" / "__init__.py").write_text("")
-    (tmp_path / "demo" / "step.py").write_text(STEP)
-    return tmp_path
-
-
-def gc(cwd, *args):
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}"}
-    return subprocess.run([sys.executable, "-m", "graphcheck", *args], cwd=cwd, capture_output=True, text=True, env=env)
 
 
 def test_run_links_static_and_runtime_and_gates(project):

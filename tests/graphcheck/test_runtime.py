@@ -300,4 +300,5 @@ def test_runtime_codes_come_from_the_rule_catalogue():
     from graphcheck.runtime import portable
     sig = runtime_signatures()
     assert set(portable._OWN_CODES) <= set(sig), sorted(set(portable._OWN_CODES) - set(sig))
+    assert {n: c for n, c in portable._OWN_CODES.items() if sig[n] != c} == {}    # no stale code in the runtime's list
     assert all(portable.CODES[n] == sig[n] for n in sig)

@@ -62,6 +62,17 @@ def _rank_locals(ctx, fn: ast.AST) -> set[str]:
     return out
 
 
+def _facts(ctx, fn: ast.AST) -> tuple[set[str], bool]:
+    """(rank-derived local names, whether the function issues any collective), computed once per function: every
+    branch of the function asks, and recomputing them per branch made the rule quadratic in the function's size
+    (it dominated the whole scan of torch's tree)."""
+    facts = getattr(fn, "_gc204_facts", None)
+    if facts is None:
+        issues = any(col.collective(ctx, n) for n in col.walk_local([fn]))
+        facts = fn._gc204_facts = (_rank_locals(ctx, fn) if issues else set(), issues)
+    return facts
+
+
 def _issues(ctx, nodes) -> str:
     for n in col.walk_local(nodes):
         name = col.collective(ctx, n)
@@ -76,7 +87,11 @@ def _exits(nodes) -> bool:
 
 def _check(ctx, node: ast.AST, test: ast.AST, arms: list) -> None:
     fn = ctx.func.node if ctx.func is not None else None
-    local = _rank_locals(ctx, fn) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
+    local: set[str] = set()
+    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        local, issues = _facts(ctx, fn)
+        if not issues:              # no collective anywhere in the function: no branch can skip one
+            return
     value = _divergent(ctx, test, local)
     if not value:
         return

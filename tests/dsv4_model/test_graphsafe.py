@@ -289,10 +289,12 @@ def test_kernel_choice_is_made_once_at_load(model):
 
 @pytest.mark.cuda
 def test_cuda_greedy_tokens_with_kernels_equal_without():
-    """300 greedy steps of the tiny preset (bf16) with the fused routed-expert kernel and with the PyTorch experts:
-    the same tokens; logits within bf16 tolerance (the kernel sums the k experts in slot order, the reference in
-    expert order, and rounds each projection once: last-bit differences, 2e-2 relative to the largest logit)."""
-    model = dsv4_model.load("tiny", device="cuda", max_seq_len=512, dtype=torch.bfloat16)
+    """300 greedy steps of the tiny preset with the fused routed-expert kernel and with the PyTorch experts: the same
+    tokens, logits within 1e-4 of the largest. fp32 activations: the kernel sums the k experts in slot order and the
+    reference in expert order, so the two differ in the last bits. (In bf16 the tiny preset's random weights leave
+    near-ties in the logits; on the H200 the bf16 run of this test flipped a greedy token at step 4 — the
+    difference is rounding, not the kernel — so the token comparison runs in fp32.)"""
+    model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
     runs = []
     for kernels in (True, False):
         dec = GraphSafeDecoder(model, batch=1, kernels=kernels)
@@ -307,4 +309,4 @@ def test_cuda_greedy_tokens_with_kernels_equal_without():
         runs.append((torch.cat(toks), torch.stack(logits)))
     (t_k, l_k), (t_r, l_r) = runs
     assert torch.equal(t_k, t_r)
-    assert ((l_k - l_r).abs().max() / l_r.abs().max()).item() < 2e-2
+    assert ((l_k - l_r).abs().max() / l_r.abs().max()).item() < 1e-4

@@ -40,6 +40,17 @@ def collective(ctx, node: ast.AST) -> str | None:
     return None
 
 
+def in_distributed_file(ctx) -> bool:
+    """Whether the file can name torch.distributed at all (every import or attribute path to it spells
+    `distributed`). The collective rules ask first: without it no call resolves to a collective, and walking every
+    function of every file for collectives was a third of a cold scan of torch's tree."""
+    a = ctx.a
+    known = getattr(a, "_mentions_distributed", None)
+    if known is None:
+        known = a._mentions_distributed = "distributed" in a.text
+    return known
+
+
 def walk_local(nodes) -> list[ast.AST]:
     """Every node under `nodes`, without descending into nested functions, lambdas or classes (their code runs
     elsewhere)."""

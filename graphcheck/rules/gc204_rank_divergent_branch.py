@@ -86,6 +86,8 @@ def _exits(nodes) -> bool:
 
 
 def _check(ctx, node: ast.AST, test: ast.AST, arms: list) -> None:
+    if not col.in_distributed_file(ctx):
+        return
     fn = ctx.func.node if ctx.func is not None else None
     local: set[str] = set()
     if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):

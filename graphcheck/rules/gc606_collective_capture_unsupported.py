@@ -31,6 +31,8 @@ RUNTIME: tuple[str, ...] = col.runtime_names(col.HOST)
 
 @on(ast.Call)
 def check(ctx, node: ast.Call) -> None:
+    if not col.in_distributed_file(ctx):
+        return
     name = col.collective(ctx, node)
     if name in col.HOST:
         why = ("process-group setup talks to the store" if name in ("new_group", "init_process_group", "new_subgroups",

@@ -34,6 +34,8 @@ def _is_current_stream(ctx, e: ast.AST) -> bool:
 
 @on(ast.With)
 def check_stream_block(ctx, node: ast.With) -> None:
+    if not col.in_distributed_file(ctx):
+        return
     for item in node.items:
         e = item.context_expr
         if not (isinstance(e, ast.Call) and col.resolve(ctx, e.func) in ("torch.cuda.stream", "torch.cuda.StreamContext")):
@@ -58,6 +60,8 @@ def _waited(fn: ast.AST, var: str) -> bool:
 
 @on(ast.Call)
 def check_async(ctx, node: ast.Call) -> None:
+    if not col.in_distributed_file(ctx):
+        return
     name = col.collective(ctx, node)
     if name not in col.TENSOR or not any(k.arg == "async_op" and isinstance(k.value, ast.Constant) and k.value.value is True
                                          for k in node.keywords):

@@ -28,7 +28,7 @@ def shard_if_distributed(model):
 def reference_decode(device: str | None = None, batch: int = 1, max_seq_len: int = 256) -> Target:
     """The reference decode step on the embedded tiny checkpoint (or $DSV4_CHECKPOINT)."""
     from . import load
-    device = device or os.environ.get("GRAPHCHECK_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = shard_if_distributed(load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len, batch=batch))
     vocab = model.args.vocab_size
 
@@ -47,7 +47,7 @@ def graphsafe_decode(device: str | None = None, batch: int = 4, max_seq_len: int
     from .decode import GraphSafeDecoder
     from .runner import Runner
     from .sampler import Sampler
-    device = device or os.environ.get("GRAPHCHECK_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = shard_if_distributed(load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len))
     dec = GraphSafeDecoder(model, batch)
     runner = Runner(dec, Sampler(batch, model.args.vocab_size, device=device), buckets=(batch,), graphs=False,

@@ -158,13 +158,10 @@ def _prepare(args, cfg: Config) -> None:
     set_root(cfg.root)
     if str(cfg.root) not in sys.path:
         sys.path.insert(0, str(cfg.root))
-    dev = getattr(args, "device", "auto")
-    if dev and dev != "auto":
-        os.environ["GRAPHCHECK_DEVICE"] = dev   # factories that pick a device honour it (dsv4_model.target does)
-        if dev == "cuda":
-            import torch
-            if not torch.cuda.is_available():
-                raise ConfigError("--device cuda: no CUDA device is available")
+    if getattr(args, "device", "auto") == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda: no CUDA device is available")
 
 
 def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, step) -> tuple[list[Finding], dict, list[str], dict]:
@@ -200,7 +197,8 @@ def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, 
                     ran += 1
                     continue
                 try:
-                    target = load_target(spec, cfg.root)
+                    dev = getattr(args, "device", "auto")
+                    target = load_target(spec, cfg.root, device=None if dev in (None, "auto") else dev)
                 except TargetError as e:
                     broken.add(spec)
                     problems.append(f"{e}; it was not checked")

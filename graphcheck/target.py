@@ -40,8 +40,9 @@ class Target:
         return code.co_filename, code.co_firstlineno, getattr(code, "co_qualname", code.co_name)
 
 
-def load_target(spec: str, root: Path | None = None) -> Target:
-    """Resolve `module:factory` and build the Target. Everything that can go wrong on the user's side (an import
+def load_target(spec: str, root: Path | None = None, device: str | None = None) -> Target:
+    """Resolve `module:factory` and build the Target. `device` (the command's --device, None for auto) is passed
+    to a factory that takes a `device` parameter. Everything that can go wrong on the user's side (an import
     that fails, a missing attribute, a factory that needs arguments or raises, a wrong return type) is a
     TargetError naming the spec and what was found; the CLI prints it on one line (exit 2)."""
     mod_name, sep, attr = spec.partition(":")
@@ -61,14 +62,18 @@ def load_target(spec: str, root: Path | None = None) -> Target:
     if isinstance(obj, Target):
         t = obj
     elif callable(obj):
+        kwargs: dict = {}
         try:
-            inspect.signature(obj).bind()
+            sig = inspect.signature(obj)
+            if device is not None and "device" in sig.parameters:
+                kwargs["device"] = device
+            sig.bind(**kwargs)
         except TypeError as e:
             raise TargetError(f"target {spec!r}: the factory must be callable without arguments ({e})") from None
         except ValueError:
             pass   # a builtin without a signature: calling it tells
         try:
-            t = obj()
+            t = obj(**kwargs)
         except Exception as e:
             raise TargetError(f"target {spec!r}: the factory raised {type(e).__name__}: {_first(e)}") from None
     else:

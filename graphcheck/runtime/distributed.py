@@ -352,9 +352,7 @@ def rank_runtime(kind: str, spec: str, steps: int, warmup: int, device: str, roo
         set_root(root)
         if root not in sys.path:
             sys.path.insert(0, root)
-    if device and device != "auto":
-        os.environ["GRAPHCHECK_DEVICE"] = device
-    target = load_target(spec)
+    target = load_target(spec, device=None if device in (None, "auto") else device)
     on_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     monitor = CollectiveMonitor(kind, remap=kind == "capture" and not on_cuda)
     with monitor:

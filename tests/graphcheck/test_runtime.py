@@ -1,5 +1,6 @@
 """The runtime layers on planted targets: what each finds, where, and that clean code stays clean."""
 import random
+import sys
 import warnings
 
 import pytest
@@ -149,6 +150,25 @@ def test_load_target_errors_name_the_spec():
     with pytest.raises(TargetError, match="expected graphcheck.Target"):
         load_target("planted:line_of.__name__")
     assert load_target("planted:clean").name == "clean"
+
+
+def test_load_target_passes_the_device_to_a_factory_that_takes_one(monkeypatch):
+    """--device reaches the factory as an argument (no environment variable between the CLI and the target)."""
+    import types
+    from graphcheck import Target
+    seen = []
+    mod = types.ModuleType("devfactories")
+
+    def with_device(device: str = "cpu"):
+        seen.append(device)
+        return Target(step=lambda x: x, make_inputs=lambda k: torch.zeros(1), state=dict, name="d")
+    mod.with_device = with_device
+    mod.without = lambda: Target(step=lambda x: x, make_inputs=lambda k: torch.zeros(1), state=dict, name="n")
+    monkeypatch.setitem(sys.modules, "devfactories", mod)
+    load_target("devfactories:with_device", device="meta")
+    load_target("devfactories:with_device")
+    assert seen == ["meta", "cpu"]
+    assert load_target("devfactories:without", device="meta").name == "n"
 
 
 def test_sync_warning_hook_counts_attributes_and_restores():

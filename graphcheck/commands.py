@@ -150,7 +150,7 @@ def need_torch(command: str) -> None:
     except ImportError:
         hint = "; or `graphcheck run --no-runtime` for the static layer only" if command == "run" else ""
         raise ConfigError(f"graphcheck {command} runs your code under PyTorch, which is not installed: "
-                          f"pip install 'torch-graphcheck[runtime]' (torch>=2.7){hint}")
+                          f"pip install 'torch-graphcheck[runtime]' (torch>=2.8){hint}")
 
 
 def _prepare(args, cfg: Config) -> None:

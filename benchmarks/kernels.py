@@ -106,6 +106,15 @@ def _relerr(got, ref) -> float:
     return ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
 
 
+def _cuda():
+    """The CUDA C++ implementation, built here (the first build takes about a minute)."""
+    from dsv4_kernels.moe_gemv import cuda_kernel
+    ok, why = cuda_kernel.build()
+    if not ok:
+        raise RuntimeError(why)
+    return cuda_kernel
+
+
 def bench_gemv(tab, sweep):
     from dsv4_kernels.moe_gemv import triton_kernel as tk
     from dsv4_kernels.moe_gemv.reference import GROUP, fp4_gemv_ref, random_weight
@@ -123,6 +132,11 @@ def bench_gemv(tab, sweep):
                     err = _relerr(tk.fp4_gemv_triton(x, w, cfg), want)
                     tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {cfg}", both(lambda: tk.fp4_gemv_triton(x, w, cfg)), ref=ref,
                             nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
+            with guard(f"fp4_gemv cuda {fmt} B={B}"):
+                ck = _cuda()
+                err = _relerr(ck.fp4_gemv_cuda(x, w), want)
+                tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} CUDA C++", both(lambda: ck.fp4_gemv_cuda(x, w)), ref=ref,
+                        nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
 
 
 def bench_routed(tab, sweep):
@@ -167,6 +181,12 @@ def bench_routed(tab, sweep):
                     err = _relerr(run(), want)
                     tab.add(f"routed {fmt} B={B} top-{k}/{E} ({len(hit)} hit) {cfg}", both(run), ref=ref, nbytes=nbytes,
                             base=base, base_name="expert loop bf16", err=err)
+            with guard(f"routed cuda {fmt} B={B}"):
+                ck = _cuda()
+                run = lambda: ck.routed_experts_cuda(x, idx, wts, w1, w3, w2, limit)  # noqa: E731
+                err = _relerr(run(), want)
+                tab.add(f"routed {fmt} B={B} top-{k}/{E} ({len(hit)} hit) CUDA C++", both(run), ref=ref, nbytes=nbytes,
+                        base=base, base_name="expert loop bf16", err=err)
 
 
 def bench_swiglu(tab):

@@ -6,10 +6,15 @@
 x [T, dim] bf16 or fp32; idx [T, k] device int (expert ids); wts [T, k] fp32 routing weights; each w a tuple
 (fmt, data, scale, scale2, input_scale) as in CONTRACTS §2 (stacked [E, ...] for the experts). limit None means no
 clamp. y = sum_j w2[idx_j]( wts_j * swiglu(w1[idx_j] x, w3[idx_j] x, limit) ); each projection's output and the
-weighted hidden are rounded to x.dtype, as the reference expert's bf16 linears do. These are the kernel entry points (Triton, see triton_kernel.py); `routed_experts_ref` and
-`fp4_gemv_ref` are the PyTorch references beside them. `dsv4_kernels.select` picks one of the two once, at load.
-Inputs the kernel does not cover (non-FP4 formats, mixed formats, a device other than CUDA, more than MAX_PAIRS
-token-expert pairs) take the reference, which is also fixed-shape and capture-safe.
+weighted hidden are rounded to x.dtype, as the reference expert's bf16 linears do. These are the kernel entry points;
+`routed_experts_ref` and `fp4_gemv_ref` are the PyTorch references beside them. `dsv4_kernels.select` picks one
+of the two once, at load.
+
+Two implementations of the kernel, chosen by measurement (BENCHMARKS.md, `benchmarks/kernels.py`): the CUDA C++
+one (cuda_kernel.cu: CUDA-core decode and FMA, 16-byte weight loads) where it builds and the shapes fit (K a
+multiple of 32), else the Triton one (triton_kernel.py: tensor-core dots on decoded tiles). Inputs neither
+covers (non-FP4 formats, mixed formats, a device other than CUDA, more than MAX_PAIRS token-expert pairs) take
+the reference, which is also fixed-shape and capture-safe.
 """
 from __future__ import annotations
 
@@ -40,6 +45,9 @@ def routed_experts(x, idx, wts, w1, w3, w2, limit: float | None, act_sim=None) -
     fmts = {w1[0], w3[0], w2[0]}
     if (x.is_cuda and len(fmts) == 1 and fmts <= set(FP4_FORMATS) and x.dtype in (torch.bfloat16, torch.float32)
             and idx.numel() <= MAX_PAIRS):
+        from . import cuda_kernel
+        if cuda_kernel.build()[0] and cuda_kernel.fits(x.shape[1], w1, w3) and cuda_kernel.fits(w2[1].shape[-1] * 2, w2):
+            return cuda_kernel.routed_experts_cuda(x.contiguous(), idx, wts, w1, w3, w2, limit, act_sim=act_sim)
         from .triton_kernel import routed_experts_triton
         return routed_experts_triton(x.contiguous(), idx.contiguous(), wts.float().contiguous(), w1, w3, w2, limit,
                                      act_sim=act_sim)
@@ -50,6 +58,9 @@ def fp4_gemv(x: torch.Tensor, w) -> torch.Tensor:
     """y = x @ W^T for an FP4 weight tuple; x [B, K]. Kernel on CUDA for FP4, the reference otherwise."""
     check_weight(w, "fp4_gemv", k=x.shape[-1])
     if x.is_cuda and w[0] in FP4_FORMATS and x.dim() == 2 and x.dtype in (torch.bfloat16, torch.float32):
+        from . import cuda_kernel
+        if cuda_kernel.build()[0] and cuda_kernel.fits(x.shape[-1], w):
+            return cuda_kernel.fp4_gemv_cuda(x.contiguous(), w)
         from .triton_kernel import fp4_gemv_triton
         return fp4_gemv_triton(x.contiguous(), w)
     return fp4_gemv_ref(x, w)

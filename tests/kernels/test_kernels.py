@@ -210,11 +210,32 @@ def _flash_like(fmt, E, dim, inter, g):
             random_weight(fmt, dim, inter, E, g, "cuda"))
 
 
+def _impl(backend: str, what: str):
+    """The routed-experts or gemv function of one implementation: `cuda` (C++, built here), `triton`, or `entry`
+    (the package entry point, which picks one)."""
+    if backend == "cuda":
+        from dsv4_kernels.moe_gemv import cuda_kernel
+        ok, why = cuda_kernel.build()
+        assert ok, why
+        return cuda_kernel.routed_experts_cuda if what == "routed" else cuda_kernel.fp4_gemv_cuda
+    if backend == "triton":
+        from dsv4_kernels.moe_gemv import triton_kernel
+        if what == "routed":
+            return lambda x, idx, wts, *a: triton_kernel.routed_experts_triton(x.contiguous(), idx.contiguous(),
+                                                                               wts.float().contiguous(), *a)
+        return triton_kernel.fp4_gemv_triton
+    return routed_experts if what == "routed" else fp4_gemv
+
+
 @cuda
+@pytest.mark.parametrize("backend", ["cuda", "triton", "entry"])
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
 @pytest.mark.parametrize("T,E,k,dim,inter", [(1, 16, 6, 256, 512), (3, 20, 6, 160, 96), (8, 12, 6, 512, 1056),
-                                             (5, 4, 2, 96, 32)])
-def test_routed_experts_parity(fmt, T, E, k, dim, inter):
+                                             (5, 4, 2, 96, 32), (20, 3, 2, 64, 40)])
+def test_routed_experts_parity(backend, fmt, T, E, k, dim, inter):
+    """(20, 3, 2): 40 picks of 3 experts, so one expert has at least 14 tokens, more than one program carries
+    (8): its run is split. inter 40 and 1056 are not multiples of a block of rows."""
+    run = _impl(backend, "routed")
     for trial, (dt, limit, sim) in enumerate([(torch.bfloat16, 10.0, None), (torch.bfloat16, None, None),
                                               (torch.float32, 0.5, None), (torch.bfloat16, 10.0, _sim)]):
         g = torch.Generator(device="cuda").manual_seed(100 * T + trial)
@@ -223,7 +244,7 @@ def test_routed_experts_parity(fmt, T, E, k, dim, inter):
         idx = torch.rand(T, E, device="cuda", generator=g).argsort(-1)[:, :k]     # distinct per token, shared across
         wts = torch.rand(T, k, device="cuda", generator=g)
         _poison(T * k * (dim + inter) * 4)
-        got = routed_experts(x, idx, wts, w1, w3, w2, limit, sim)
+        got = run(x, idx, wts, w1, w3, w2, limit, sim)
         ref = routed_experts_ref(x, idx, wts, w1, w3, w2, limit, sim)
         assert got.dtype == torch.float32 and torch.isfinite(got).all()
         torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-3 * ref.abs().max().item())
@@ -245,9 +266,11 @@ def test_routed_experts_flash_size_and_weight_before_w2():
 
 
 @cuda
+@pytest.mark.parametrize("backend", ["cuda", "triton", "entry"])
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
-@pytest.mark.parametrize("B,N,K", [(1, 256, 512), (3, 1000, 2080), (8, 4096, 4096), (17, 72, 96)])
-def test_fp4_gemv_parity(fmt, B, N, K):
+@pytest.mark.parametrize("B,N,K", [(1, 256, 512), (3, 1000, 2080), (8, 4096, 4096), (17, 72, 96), (1, 8192, 8192)])
+def test_fp4_gemv_parity(backend, fmt, B, N, K):
+    fp4_gemv = _impl(backend, "gemv")
     for dt in (torch.bfloat16, torch.float32):
         g = torch.Generator(device="cuda").manual_seed(B * 7 + N)
         w = random_weight(fmt, N, K, generator=g, device="cuda")

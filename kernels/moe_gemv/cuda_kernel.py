@@ -1,0 +1,90 @@
+"""The CUDA C++ FP4 kernel (cuda_kernel.cu): built once per machine by torch's extension loader on first use (about
+a minute; cached under TORCH_EXTENSIONS_DIR afterwards), then called like the Triton kernel beside it.
+
+    fp4_gemv_cuda(x, w) -> y [B, N] in x.dtype
+    routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> y [T, dim] fp32
+
+Same semantics and rounding as triton_kernel.py and the references; K a multiple of 32 (16-byte pieces of packed
+codes). `build()` says whether the extension builds here, and why not.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from .reference import act_inputs
+
+_FMT = {"mxfp4": 0, "nvfp4": 1}
+WIDTH = 8          # token columns one program carries; 1 when a single row is in play
+
+
+@functools.lru_cache(maxsize=None)
+def _ext():
+    from torch.utils.cpp_extension import load
+    return load(name="dsv4_fp4_rows", sources=[str(Path(__file__).with_name("cuda_kernel.cu"))],
+                extra_cuda_cflags=["-O3"], verbose=False)
+
+
+@functools.lru_cache(maxsize=None)
+def build() -> tuple[bool, str]:
+    """(usable, reason): the extension built and loaded on this machine (decided once per process)."""
+    if not torch.cuda.is_available():
+        return False, "no CUDA device"
+    try:
+        _ext()
+    except Exception as e:  # noqa: BLE001 - any build failure means the Triton kernel is used instead
+        return False, f"the CUDA extension did not build ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+    return True, "ok"
+
+
+def fits(K: int, *ws) -> bool:
+    """Inputs this kernel takes: FP4 weights of one format, K a multiple of 32, data 16-byte aligned."""
+    fmts = {w[0] for w in ws}
+    return (K % 32 == 0 and len(fmts) == 1 and fmts <= set(_FMT)
+            and all(w[1].is_contiguous() and w[2].is_contiguous() and w[1].data_ptr() % 16 == 0 for w in ws))
+
+
+def _parts(w, like: torch.Tensor):
+    """(codes, scales, per-matrix global scales) as the kernel reads them: bytes, bytes, fp32 (empty for MXFP4)."""
+    fmt, data, scale, scale2, _ = w
+    g = scale2.reshape(-1).float() if fmt == "nvfp4" else like.new_empty(0, dtype=torch.float32)
+    return data.view(torch.uint8), scale.view(torch.uint8), g
+
+
+def _rows(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mode: int, width: int) -> None:
+    a = _parts(wa, x)
+    b = _parts(wb, x) if wb is not None else a
+    _ext().fp4_rows(x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0), limit is not None,
+                    _FMT[wa[0]], mode, x.dtype == torch.bfloat16, width)
+
+
+def fp4_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
+    """x [B, K] bf16/fp32 contiguous, w an FP4 weight tuple [N, K/2] -> y [B, N] in x.dtype."""
+    B, K = x.shape
+    N = w[1].shape[0]
+    y = torch.empty(B, N, dtype=x.dtype, device=x.device)
+    none = x.new_empty(0, dtype=torch.long)
+    _rows(x, none, x.new_empty(0, dtype=torch.float32), y, w, None, B, 1, N, K, None, 0, 1 if B == 1 else WIDTH)
+    return y
+
+
+def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> torch.Tensor:
+    """Two launches: w1 and w3 with SwiGLU (clamp before SiLU) times the routing weight -> h [P, inter] in x.dtype;
+    w2 -> y2 [P, dim] fp32; then the sum over each token's k pairs (a fixed-order reduction: deterministic)."""
+    T, k = idx.shape
+    P, dim, inter = T * k, x.shape[1], w1[1].shape[1]
+    flat, wflat = idx.reshape(-1).long().contiguous(), wts.reshape(-1).float().contiguous()
+    width = 1 if T == 1 else WIDTH            # pairs that chose one expert are at most T (one per token)
+    xdiv = k
+    if act_sim is not None:                   # one activation row per pair: NVFP4's input_scale is per expert
+        x = act_inputs(x.unsqueeze(1).expand(T, k, dim).reshape(P, dim), flat, w1, act_sim).contiguous()
+        xdiv = 1
+    h = torch.empty(P, inter, dtype=x.dtype, device=x.device)
+    _rows(x, flat, wflat, h, w1, w3, P, xdiv, inter, dim, limit, 1, width)
+    if act_sim is not None:
+        h = act_inputs(h, flat, w2, act_sim).contiguous()
+    y2 = torch.empty(P, dim, dtype=torch.float32, device=x.device)
+    _rows(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2, width)
+    return y2.view(T, k, dim).sum(1)

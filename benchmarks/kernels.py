@@ -4,7 +4,7 @@ out); the FP4 GEMVs vs BF16 F.linear of the same matrix; the routed experts vs t
 weights dequantised at load, one F.linear per expert hit, tokens grouped per expert as the model does, host-known
 groups so no sync is timed) at B = 1, 4, 8 with top-6 of 256 experts at Flash sizes (dim 4096, inter 2048).
 
-    python benchmarks/kernels.py [--json out.json] [--sweep] [--only gemv,routed,swiglu,compressor,kvcache]
+    python benchmarks/kernels.py [--json out.json] [--sweep] [--only gemv,fp8,routed,swiglu,compressor,kvcache]
 
 %copy = bytes the kernel must move / graph-replay time / copy bandwidth (copy: bytes read + written / time).
 """
@@ -139,6 +139,25 @@ def bench_gemv(tab, sweep):
                         nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
 
 
+def bench_fp8(tab):
+    """The FP8 projections of the decode (e4m3 + 128x128 fp32 block scales) at Flash attention shapes, against
+    the model's reference path (dequantise, then F.linear) and bf16 F.linear of the same matrix."""
+    from dsv4_kernels.moe_gemv.reference import fp8_gemv_ref
+    for B, N, K in ((1, 32768, 1024), (1, 4096, 8192), (8, 32768, 1024)):
+        data = (torch.randn(N, K, device="cuda") * 40).to(torch.float8_e4m3fn)
+        scale = torch.rand((N + 127) // 128, (K + 127) // 128, device="cuda") * 1e-2
+        w = ("fp8", data, scale, None, None)
+        x = torch.randn(B, K, device="cuda").bfloat16()
+        w16 = torch.randn(N, K, device="cuda").bfloat16()
+        nbytes = N * K + scale.numel() * 4 + B * (K + N) * 2
+        with guard(f"fp8 gemv B={B}"):
+            ck = _cuda()
+            err = _relerr(ck.fp4_gemv_cuda(x, w), fp8_gemv_ref(x, w))
+            tab.add(f"fp8_gemv B={B} {N}x{K} CUDA C++", both(lambda: ck.fp4_gemv_cuda(x, w)),
+                    ref=both(lambda: fp8_gemv_ref(x, w)), nbytes=nbytes, base=both(lambda: F.linear(x, w16)),
+                    base_name="bf16 F.linear", err=err)
+
+
 def bench_routed(tab, sweep):
     from dsv4_kernels.fused_swiglu.reference import swiglu_ref
     from dsv4_kernels.moe_gemv import triton_kernel as tk
@@ -231,7 +250,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--sweep", action="store_true", help="also time the tile configurations in SWEEP")
-    ap.add_argument("--only", default="gemv,routed,swiglu,compressor,kvcache")
+    ap.add_argument("--only", default="gemv,fp8,routed,swiglu,compressor,kvcache")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py: needs a CUDA GPU", file=sys.stderr)
@@ -246,7 +265,7 @@ def main() -> int:
     tab = Table(bw)
     only = set(a.only.split(","))
     for name, fn in (("compressor", lambda: bench_compressor(tab)), ("routed", lambda: bench_routed(tab, a.sweep)),
-                     ("gemv", lambda: bench_gemv(tab, a.sweep)), ("swiglu", lambda: bench_swiglu(tab)),
+                     ("gemv", lambda: bench_gemv(tab, a.sweep)), ("fp8", lambda: bench_fp8(tab)), ("swiglu", lambda: bench_swiglu(tab)),
                      ("kvcache", lambda: bench_kvcache(tab))):
         if name in only:
             try:

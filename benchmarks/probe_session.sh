@@ -13,6 +13,6 @@ nvidia-smi --query-gpu=clocks.sm,clocks.mem --format=csv,noheader | tee -a "$OUT
 ( time python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())" ) 2>&1 | tee "$OUT/build.txt" | grep -E "build|real"
 timeout 200 python -m pytest -q -p no:cacheprovider tests/kernels/test_kernels.py -k "routed or gemv" -x 2>&1 | tail -15 > "$OUT/pytest-fp4.txt"
 tail -3 "$OUT/pytest-fp4.txt"
-timeout 200 python benchmarks/kernels.py --only gemv,routed --json "$OUT/kernels.json" 2>&1 | tee "$OUT/bench-fp4.txt" | grep -E "kernel|CUDA|\(64, 256|FAILED|copy"
+timeout 200 python benchmarks/kernels.py --only gemv,fp8,routed --json "$OUT/kernels.json" 2>&1 | tee "$OUT/bench-fp4.txt" | grep -E "kernel|CUDA|\(64, 256|FAILED|copy"
 timeout ${DECODE_S:-240} python benchmarks/decode.py --no-compile --profile "$@" > "$OUT/decode-profile.txt" 2>&1
 grep -E "^(tiny|flash) |config|bandwidth|Error" "$OUT/decode-profile.txt"

@@ -35,6 +35,7 @@ from dsv4_kernels.compressor_reduce import compressor_reduce
 from .attention import Attention
 from .compressor import Compressor
 from .indexer import topk_blocks
+from .linear import Linear
 from .model import Transformer
 from .moe import routed_experts
 from .quant import act_sim
@@ -147,6 +148,22 @@ def kernel_experts(device: torch.device, use_kernels: bool = True):
     return run, "routed experts: fused Triton kernel"
 
 
+def kernel_linears(model: nn.Module, device: torch.device, use_kernels: bool = True) -> str:
+    """Give every quantised `Linear` of `model` its decode GEMV, decided once at load: the stored-format kernel
+    (`dsv4_kernels.moe_gemv.weight_gemv`: FP8 and FP4 weights read as stored, no dequantised copy per step) on
+    CUDA, none elsewhere or when kernels are off (F.linear of the dequantised weight). Returns the log note."""
+    on = use_kernels and torch.device(device).type == "cuda"
+    gemv = None
+    if on:
+        from dsv4_kernels.moe_gemv import weight_gemv as gemv
+    n = 0
+    for m in model.modules():
+        if isinstance(m, Linear):
+            m.gemv = gemv if on and m.fmt in ("fp8", "mxfp4", "nvfp4") else None
+            n += m.gemv is not None
+    return f"projections: {n} quantised ones through the stored-format GEMV" if on else "projections: F.linear"
+
+
 def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, experts=routed_experts) -> torch.Tensor:
     """The reference MoE with a fixed-shape expert dispatch: x [n,1,d], ids [n,1]. `experts` is the routed-expert
     compute chosen at load (`moe.routed_experts`, or the fused kernel on CUDA)."""
@@ -176,6 +193,7 @@ class GraphSafeDecoder(nn.Module):
         self.batch, self.capacity = batch, args.max_seq_len
         dev, dtype = model.embed.weight.device, model.dtype
         self.experts, self.kernel_note = kernel_experts(dev, kernels)     # once, never per step
+        self.kernel_note += "; " + kernel_linears(model, dev, kernels)
         self.layers = nn.ModuleList(LayerState(layer.attn, batch, self.capacity, dtype) for layer in model.layers)
         self.register_buffer("tokens", torch.zeros(batch, dtype=torch.long), persistent=False)
         self.register_buffer("pos", torch.zeros(batch, dtype=torch.long), persistent=False)

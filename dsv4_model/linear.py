@@ -56,13 +56,16 @@ def set_qweight(module: nn.Module, prefix: str, qw: QWeight) -> None:
 class Linear(nn.Module):
     """y = act_sim(x) @ dequant(W)^T with W in the format the checkpoint stores (see quant.py).
 
-    `act_sim = False` switches the activation simulation off for A/B runs.
+    `act_sim = False` switches the activation simulation off for A/B runs. `gemv`: a weight-only kernel
+    `(x [B, K], weight tuple) -> y [B, N]` for decode-sized inputs (at most 8 rows), set once at load by the
+    graph-safe decoder on CUDA (`decode.kernel_linears`); None computes the dequantised F.linear.
     """
 
     def __init__(self, in_features: int, out_features: int, dtype=torch.float32):
         super().__init__()
         self.in_features, self.out_features, self.dtype = in_features, out_features, dtype
         self.act_sim = True
+        self.gemv = None
         init_qweight(self, "", (out_features, in_features), dtype)
 
     @property
@@ -77,7 +80,10 @@ class Linear(nn.Module):
         qw = self.qweight
         if self.act_sim:
             x = act_sim(x, qw.fmt, qw.input_scale)
-        return F.linear(x.to(self.dtype), dequant(qw, dtype=self.dtype))
+        x = x.to(self.dtype)
+        if self.gemv is not None and x.numel() <= 8 * self.in_features:      # decode rows: read the stored bytes
+            return self.gemv(x.reshape(-1, self.in_features), qw.astuple()).view(*x.shape[:-1], self.out_features)
+        return F.linear(x, dequant(qw, dtype=self.dtype))
 
     def extra_repr(self) -> str:
         return f"{self.in_features}->{self.out_features}, fmt={self.fmt}"

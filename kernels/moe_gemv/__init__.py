@@ -2,6 +2,7 @@
 
     routed_experts(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> y [T, dim] fp32
     fp4_gemv(x, w) -> y [B, N] in x.dtype
+    weight_gemv(x, w) -> y [B, N] in x.dtype       (any stored format: fp8 block-128, mxfp4, nvfp4, plain)
 
 x [T, dim] bf16 or fp32; idx [T, k] device int (expert ids); wts [T, k] fp32 routing weights; each w a tuple
 (fmt, data, scale, scale2, input_scale) as in CONTRACTS §2 (stacked [E, ...] for the experts). limit None means no
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .reference import FP4_FORMATS, check_weight, fp4_gemv_ref, routed_experts_ref  # noqa: F401
+from .reference import FP4_FORMATS, check_weight, fp4_gemv_ref, fp8_gemv_ref, routed_experts_ref  # noqa: F401
 
 MAX_PAIRS = 256   # decode batches (T * k); the kernel's pair bookkeeping is O(P) per program
 
@@ -64,3 +65,19 @@ def fp4_gemv(x: torch.Tensor, w) -> torch.Tensor:
         from .triton_kernel import fp4_gemv_triton
         return fp4_gemv_triton(x.contiguous(), w)
     return fp4_gemv_ref(x, w)
+
+
+def weight_gemv(x: torch.Tensor, w) -> torch.Tensor:
+    """y = x @ W^T at decode sizes for a weight in its stored format, weight-only (the caller simulates the
+    activation format): the CUDA kernel for FP8 (e4m3 + 128x128 fp32 block scales) and FP4 where it builds and
+    fits, else what `fp4_gemv` does for FP4, else dequantise and F.linear. x [B, K] bf16/fp32."""
+    fmt = w[0]
+    if x.is_cuda and fmt in ("fp8", "mxfp4", "nvfp4") and x.dim() == 2 and x.dtype in (torch.bfloat16, torch.float32):
+        from . import cuda_kernel
+        if cuda_kernel.build()[0] and cuda_kernel.fits(x.shape[-1], w):
+            return cuda_kernel.fp4_gemv_cuda(x.contiguous(), w)
+    if fmt in FP4_FORMATS:
+        return fp4_gemv(x, w)
+    if fmt == "fp8":
+        return fp8_gemv_ref(x, w)
+    return torch.nn.functional.linear(x, w[1].to(x.dtype))

@@ -61,14 +61,53 @@ __device__ __forceinline__ void e2m1x8(uint32_t v, float (&w)[8]) {
   w[0] = a.x; w[2] = a.y; w[1] = b.x; w[3] = b.y; w[4] = c.x; w[6] = c.y; w[5] = d.x; w[7] = d.y;
 }
 
-template <int FMT>                  // 0: e8m0 byte (2^(E-127)); 1: e4m3 byte. Times 2^14, undoing e2m1x8's 2^-14.
-__device__ __forceinline__ float block_scale(uint8_t s) {
-  if constexpr (FMT == 0) {
-    return __uint_as_float(static_cast<uint32_t>(s) << 23) * 16384.f;
+// 8 e4m3 bytes (two words) -> fp32 values, in element order: the hardware pair conversion to fp16 (exact: every
+// e4m3 value is an fp16 value), then fp32.
+__device__ __forceinline__ void e4m3x8(uint32_t v0, uint32_t v1, float (&w)[8]) {
+  const uint32_t v[2] = {v0, v1};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v[i] & 0xffffu), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v[i] >> 16), __NV_E4M3);
+    const float2 a = half2_bits(static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(lo.y) << 16));
+    const float2 b = half2_bits(static_cast<uint32_t>(hi.x) | (static_cast<uint32_t>(hi.y) << 16));
+    w[4 * i] = a.x; w[4 * i + 1] = a.y; w[4 * i + 2] = b.x; w[4 * i + 3] = b.y;
+  }
+}
+
+// Formats: 0 MXFP4 (e2m1, e8m0 byte per 32), 1 NVFP4 (e2m1, e4m3 byte per 16, fp32 per matrix), 2 FP8 (e4m3,
+// fp32 per 128x128 block). A 16-byte piece holds 32 FP4 or 16 FP8 elements: 4 or 2 octets of 8.
+template <int FMT> struct Fmt {
+  static constexpr int ELEMS = FMT == 2 ? 16 : 32;
+  static constexpr int OCTETS = ELEMS / 8;
+  static constexpr int SPLIT = FMT == 1 ? 2 : 1;       // scale blocks per piece
+  static constexpr float UNDO = FMT == 2 ? 1.f : 16384.f;   // e2m1x8's 2^-14
+};
+
+template <int FMT>
+__device__ __forceinline__ void octet(const uint4& q, int o, float (&w)[8]) {
+  if constexpr (FMT == 2) {
+    if (o == 0) e4m3x8(q.x, q.y, w); else e4m3x8(q.z, q.w, w);
   } else {
-    __nv_fp8_e4m3 f;
-    f.__x = s;
-    return static_cast<float>(f) * 16384.f;
+    e2m1x8(o == 0 ? q.x : o == 1 ? q.y : o == 2 ? q.z : q.w, w);
+  }
+}
+
+// the scale(s) of piece c of `row`, times Fmt::UNDO. s: bytes (FP4) or fp32 (FP8); sk: scales per row (FP4) or
+// per 128-row band (FP8)
+template <int FMT>
+__device__ __forceinline__ void piece_scales(const uint8_t* __restrict__ s, int64_t row, int sk, int c, float (&out)[2]) {
+  if constexpr (FMT == 0) {
+    out[0] = out[1] = __uint_as_float(static_cast<uint32_t>(__ldg(s + row * sk + c)) << 23) * Fmt<0>::UNDO;
+  } else if constexpr (FMT == 1) {
+    const uint16_t two = __ldg(reinterpret_cast<const uint16_t*>(s + row * sk) + c);
+    __nv_fp8_e4m3 a, b;
+    a.__x = two & 0xff;
+    b.__x = two >> 8;
+    out[0] = static_cast<float>(a) * Fmt<1>::UNDO;
+    out[1] = static_cast<float>(b) * Fmt<1>::UNDO;
+  } else {
+    out[0] = out[1] = __ldg(reinterpret_cast<const float*>(s) + (row / 128) * sk + (c * 16) / 128);
   }
 }
 
@@ -76,80 +115,100 @@ __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(_
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
 
-// rows [row0, row0 + R) of one matrix (packed codes w, scales s) against the token rows xrow[0..nb): acc[r][b]
-template <int FMT, int R, int MAXT, typename XT>
-__device__ __forceinline__ void rows_dot(const uint8_t* __restrict__ w, const uint8_t* __restrict__ s,
+// NM matrices (1, or 2 for w1 and w3, which share each read of x), rows [row0, row0 + R) of each, against the
+// token rows xrow[0..nb): acc[m][r][b]. Each lane streams pieces c = lane, lane + 32, ...; the next piece's
+// weights are loaded before the current one is computed, so loads stay in flight during the arithmetic.
+template <int FMT, int NM, int R, int MAXT, typename XT>
+__device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[NM], const uint8_t* const (&s)[NM],
                                          const XT* __restrict__ x, const int64_t (&xrow)[MAXT], int nb, int row0,
-                                         int N, int K, int lane, float (&acc)[R][MAXT]) {
-  const int chunks = K / 32, half = K / 2, sper = FMT == 0 ? K / 32 : K / 16;
-#pragma unroll 2
-  for (int c = lane; c < chunks; c += 32) {
-    uint4 q[R];
-    float sc[R][2];
+                                         int N, int K, int lane, float (&acc)[NM][R][MAXT]) {
+  using F = Fmt<FMT>;
+  const int pieces = K / F::ELEMS;
+  const int64_t stride = FMT == 2 ? K : K / 2;                       // bytes per row
+  const int sk = FMT == 0 ? K / 32 : FMT == 1 ? K / 16 : (K + 127) / 128;
+  uint4 q[NM][R];
+  auto fetch = [&](int c, uint4 (&dst)[NM][R]) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) {                     // every row's 16 bytes first: R loads in flight
-      const int row = row0 + r;
-      if (row < N) {
-        q[r] = __ldg(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(row) * half) + c);
-        if constexpr (FMT == 0) {
-          sc[r][0] = sc[r][1] = block_scale<0>(__ldg(s + static_cast<int64_t>(row) * sper + c));
-        } else {
-          const uint16_t two = __ldg(reinterpret_cast<const uint16_t*>(s + static_cast<int64_t>(row) * sper) + c);
-          sc[r][0] = block_scale<1>(two & 0xff);
-          sc[r][1] = block_scale<1>(two >> 8);
-        }
-      } else {
-        q[r] = make_uint4(0, 0, 0, 0);
-        sc[r][0] = sc[r][1] = 0.f;
+    for (int m = 0; m < NM; ++m)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        dst[m][r] = (row0 + r < N && c < pieces)
+                        ? __ldg(reinterpret_cast<const uint4*>(w[m] + static_cast<int64_t>(row0 + r) * stride) + c)
+                        : make_uint4(0, 0, 0, 0);
+  };
+  fetch(lane, q);
+  for (int c = lane; c < pieces; c += 32) {
+    uint4 next[NM][R];
+    fetch(c + 32, next);
+    float sc[NM][R][2];
+#pragma unroll
+    for (int m = 0; m < NM; ++m)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (row0 + r < N) piece_scales<FMT>(s[m], row0 + r, sk, c, sc[m][r]);
+        else sc[m][r][0] = sc[m][r][1] = 0.f;
       }
-    }
-    float blk[R][MAXT];
+    float blk[NM][R][MAXT];
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int m = 0; m < NM; ++m)
 #pragma unroll
-      for (int b = 0; b < MAXT; ++b) blk[r][b] = 0.f;
+      for (int r = 0; r < R; ++r)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {                     // 8 elements per 32-bit word
-      float wf[R][8];
+        for (int b = 0; b < MAXT; ++b) blk[m][r][b] = 0.f;
 #pragma unroll
-      for (int r = 0; r < R; ++r) e2m1x8(j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w, wf[r]);
+    for (int o = 0; o < F::OCTETS; ++o) {
+      float wf[NM][R][8];
+#pragma unroll
+      for (int m = 0; m < NM; ++m)
+#pragma unroll
+        for (int r = 0; r < R; ++r) octet<FMT>(q[m][r], o, wf[m][r]);
 #pragma unroll
       for (int b = 0; b < MAXT; ++b) {
         if (b < nb) {
           float xv[8];
-          load8(x + xrow[b] * K + c * 32 + j * 8, xv);
+          load8(x + xrow[b] * K + c * F::ELEMS + o * 8, xv);
+#pragma unroll
+          for (int m = 0; m < NM; ++m)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+              for (int i = 0; i < 8; ++i) blk[m][r][b] = fmaf(wf[m][r][i], xv[i], blk[m][r][b]);
+        }
+      }
+      if (F::SPLIT == 2 && o == F::OCTETS / 2 - 1) {   // NVFP4: the first 16 elements are a block of their own
+#pragma unroll
+        for (int m = 0; m < NM; ++m)
 #pragma unroll
           for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int i = 0; i < 8; ++i) blk[r][b] = fmaf(wf[r][i], xv[i], blk[r][b]);
-        }
-      }
-      if (FMT == 1 && j == 1) {                       // NVFP4: the first 16 elements are a block of their own
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int b = 0; b < MAXT; ++b) {
-            acc[r][b] = fmaf(blk[r][b], sc[r][0], acc[r][b]);
-            blk[r][b] = 0.f;
-          }
+            for (int b = 0; b < MAXT; ++b) {
+              acc[m][r][b] = fmaf(blk[m][r][b], sc[m][r][0], acc[m][r][b]);
+              blk[m][r][b] = 0.f;
+            }
       }
     }
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int m = 0; m < NM; ++m)
 #pragma unroll
-      for (int b = 0; b < MAXT; ++b) acc[r][b] = fmaf(blk[r][b], sc[r][1], acc[r][b]);
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int b = 0; b < MAXT; ++b) acc[m][r][b] = fmaf(blk[m][r][b], sc[m][r][1], acc[m][r][b]);
+        q[m][r] = next[m][r];
+      }
   }
 }
 
-template <int R, int MAXT>
-__device__ __forceinline__ void warp_sum(float (&acc)[R][MAXT], int nb) {
+template <int NM, int R, int MAXT>
+__device__ __forceinline__ void warp_sum(float (&acc)[NM][R][MAXT], int nb) {
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int m = 0; m < NM; ++m)
 #pragma unroll
-    for (int b = 0; b < MAXT; ++b)
-      if (b < nb)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[r][b] += __shfl_xor_sync(FULL, acc[r][b], o);
+      for (int b = 0; b < MAXT; ++b)
+        if (b < nb)
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) acc[m][r][b] += __shfl_xor_sync(FULL, acc[m][r][b], o);
 }
 
 // Which pairs this program computes: member[b] for b < nb. Modes 1, 2: the run of pairs that chose pair p's
@@ -157,7 +216,11 @@ __device__ __forceinline__ void warp_sum(float (&acc)[R][MAXT], int nb) {
 template <int MODE, int MAXT>
 __device__ __forceinline__ int members(const int64_t* __restrict__ idx, int p, int P, int lane, int64_t& e,
                                        int (&member)[MAXT]) {
-  if constexpr (MODE == 0) {
+  if constexpr (MODE != 0 && MAXT == 1) {            // one pair per program: every pair leads its own run
+    e = __ldg(idx + p);
+    member[0] = p;
+    return 1;
+  } else if constexpr (MODE == 0) {
     e = 0;
 #pragma unroll
     for (int b = 0; b < MAXT; ++b) member[b] = p * MAXT + b;
@@ -195,6 +258,7 @@ fp4_rows_kernel(const XT* __restrict__ x, const int64_t* __restrict__ idx, const
                 const float* __restrict__ ga, const uint8_t* __restrict__ wb, const uint8_t* __restrict__ sb,
                 const float* __restrict__ gb, int P, int xdiv, int N, int K, float limit, bool has_limit,
                 bool round) {
+  constexpr int NM = MODE == 1 ? 2 : 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int p = blockIdx.x;
   int64_t e;
@@ -206,52 +270,44 @@ fp4_rows_kernel(const XT* __restrict__ x, const int64_t* __restrict__ idx, const
   for (int b = 0; b < MAXT; ++b) xrow[b] = b < nb ? member[b] / xdiv : 0;
   const int row0 = (blockIdx.y * WARPS + warp) * R;
   if (row0 >= N) return;
-  const int64_t half = K / 2, sper = FMT == 0 ? K / 32 : K / 16;
-  float acc[R][MAXT];
+  // a stack of experts: expert e's codes and scales (modes 1, 2); FP8 (mode 0 only) is one matrix
+  const int64_t wsize = static_cast<int64_t>(N) * (FMT == 2 ? K : K / 2);
+  const int64_t ssize = static_cast<int64_t>(N) * (FMT == 0 ? K / 32 : K / 16);
+  const uint8_t* const wp[NM] = {wa + e * wsize};
+  const uint8_t* const sp[NM] = {sa + e * ssize};
+  float acc[NM][R][MAXT];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int b = 0; b < MAXT; ++b) acc[r][b] = 0.f;
-  rows_dot<FMT, R, MAXT, XT>(wa + e * N * half, sa + e * N * sper, x, xrow, nb, row0, N, K, lane, acc);
-  warp_sum<R, MAXT>(acc, nb);
-  const float gsa = FMT == 1 ? __ldg(ga + e) : 1.f;
-  if constexpr (MODE == 1) {
-    float acc3[R][MAXT];
+  for (int m = 0; m < NM; ++m)
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int b = 0; b < MAXT; ++b) acc3[r][b] = 0.f;
-    rows_dot<FMT, R, MAXT, XT>(wb + e * N * half, sb + e * N * sper, x, xrow, nb, row0, N, K, lane, acc3);
-    warp_sum<R, MAXT>(acc3, nb);
-    const float gsb = FMT == 1 ? __ldg(gb + e) : 1.f;
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int b = 0; b < MAXT; ++b) {
-          if (b < nb && row0 + r < N) {
-            float g = acc[r][b] * gsa, u = acc3[r][b] * gsb;
-            if (round) { g = round_bf16(g); u = round_bf16(u); }       // each projection's output in bf16
-            if (has_limit) { g = fminf(g, limit); u = fminf(fmaxf(u, -limit), limit); }   // clamp, then SiLU
-            const float h = g / (1.f + expf(-g)) * u * __ldg(wts + member[b]);
-            store(out + static_cast<int64_t>(member[b]) * N + row0 + r, h);
-          }
-        }
-    }
+      for (int b = 0; b < MAXT; ++b) acc[m][r][b] = 0.f;
+  if constexpr (NM == 2) {
+    const uint8_t* const w2[2] = {wa + e * wsize, wb + e * wsize};
+    const uint8_t* const s2[2] = {sa + e * ssize, sb + e * ssize};
+    rows_dot<FMT, 2, R, MAXT, XT>(w2, s2, x, xrow, nb, row0, N, K, lane, acc);
   } else {
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int b = 0; b < MAXT; ++b) {
-          if (b < nb && row0 + r < N) {
-            float v = acc[r][b] * gsa;
-            if (round) v = round_bf16(v);
-            store(out + static_cast<int64_t>(member[b]) * N + row0 + r, v);
-          }
-        }
-    }
+    rows_dot<FMT, 1, R, MAXT, XT>(wp, sp, x, xrow, nb, row0, N, K, lane, acc);
   }
+  warp_sum<NM, R, MAXT>(acc, nb);
+  if (lane != 0) return;
+  const float gsa = FMT == 1 ? __ldg(ga + e) : 1.f;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < MAXT; ++b) {
+      if (b < nb && row0 + r < N) {
+        float v = acc[0][r][b] * gsa;
+        if (round) v = round_bf16(v);                 // each projection's output in bf16, as the reference
+        if constexpr (MODE == 1) {
+          float u = acc[NM - 1][r][b] * (FMT == 1 ? __ldg(gb + e) : 1.f);
+          if (round) u = round_bf16(u);
+          if (has_limit) { v = fminf(v, limit); u = fminf(fmaxf(u, -limit), limit); }   // clamp, then SiLU
+          v = v / (1.f + expf(-v)) * u * __ldg(wts + member[b]);
+        }
+        store(out + static_cast<int64_t>(member[b]) * N + row0 + r, v);
+      }
+    }
 }
 
 template <int FMT, int MODE, int MAXT, typename XT, typename OT>
@@ -259,13 +315,15 @@ void launch(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tenso
             const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
             const torch::Tensor& sb, const torch::Tensor& gb, int P, int xdiv, int N, int K, float limit,
             bool has_limit, bool round) {
-  // rows per warp: 4 weight rows in flight per lane (mode 1 reads two matrices), fewer with 8 token columns
-  constexpr int R = (MODE == 1 ? 2 : 4) / (MAXT >= 8 ? 2 : 1);
+  // rows per warp: 4 weight rows per matrix (8 pieces in flight per lane with the prefetch), fewer when the
+  // 8 token columns' accumulators need the registers
+  constexpr int R = MAXT >= 8 ? (MODE == 1 ? 1 : 2) : 4;
   const dim3 grid(MODE == 0 ? (P + MAXT - 1) / MAXT : P, (N + WARPS * R - 1) / (WARPS * R));
   fp4_rows_kernel<FMT, MODE, R, MAXT, XT, OT><<<grid, WARPS * 32, 0, at::cuda::getCurrentCUDAStream()>>>(
       reinterpret_cast<const XT*>(x.data_ptr()), idx.data_ptr<int64_t>(), wts.data_ptr<float>(),
-      reinterpret_cast<OT*>(out.data_ptr()), wa.data_ptr<uint8_t>(), sa.data_ptr<uint8_t>(), ga.data_ptr<float>(),
-      wb.data_ptr<uint8_t>(), sb.data_ptr<uint8_t>(), gb.data_ptr<float>(), P, xdiv, N, K, limit, has_limit, round);
+      reinterpret_cast<OT*>(out.data_ptr()), wa.data_ptr<uint8_t>(), static_cast<const uint8_t*>(sa.data_ptr()),
+      ga.data_ptr<float>(), wb.data_ptr<uint8_t>(), static_cast<const uint8_t*>(sb.data_ptr()), gb.data_ptr<float>(),
+      P, xdiv, N, K, limit, has_limit, round);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -302,22 +360,27 @@ void fp4_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Ten
               double limit, bool has_limit, int64_t fmt, int64_t mode, bool round, int64_t maxt) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "fp4_rows: x must be a contiguous CUDA tensor");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, "fp4_rows: x must be bf16 or fp32, found ", x.scalar_type());
-  TORCH_CHECK(K % 32 == 0, "fp4_rows: K must be a multiple of 32, found ", K);
+  TORCH_CHECK(K % (fmt == 2 ? 16 : 32) == 0, "fp4_rows: K must be a multiple of 32 (16 for FP8), found ", K);
   TORCH_CHECK(idx.scalar_type() == at::kLong && wts.scalar_type() == at::kFloat, "fp4_rows: idx int64 and wts fp32 expected");
-  for (const auto* t : {&wa, &sa, &wb, &sb})
-    TORCH_CHECK(t->scalar_type() == at::kByte && t->is_contiguous(), "fp4_rows: packed data and scales must be contiguous uint8");
+  for (const auto* t : {&wa, &wb})
+    TORCH_CHECK(t->scalar_type() == at::kByte && t->is_contiguous(), "fp4_rows: packed data must be contiguous uint8");
+  for (const auto* t : {&sa, &sb})
+    TORCH_CHECK(t->scalar_type() == (fmt == 2 ? at::kFloat : at::kByte) && t->is_contiguous(),
+                "fp4_rows: scales must be contiguous ", fmt == 2 ? "fp32" : "uint8");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(wa.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(wb.data_ptr()) % 16 == 0,
               "fp4_rows: packed data must be 16-byte aligned");
-  TORCH_CHECK(mode >= 0 && mode <= 2 && (fmt == 0 || fmt == 1) && (maxt == 1 || maxt == 8), "fp4_rows: bad mode/fmt/maxt");
+  TORCH_CHECK(mode >= 0 && mode <= 2 && fmt >= 0 && fmt <= 2 && (fmt < 2 || mode == 0) && (maxt == 1 || maxt == 8),
+              "fp4_rows: bad mode ", mode, " / format ", fmt, " / width ", maxt);
   if (P == 0 || N == 0) return;
   const float lim = static_cast<float>(limit);
   const int p = static_cast<int>(P), xd = static_cast<int>(xdiv), n = static_cast<int>(N), k = static_cast<int>(K);
 #define FP4_ROWS_CASE(F, M) if (fmt == F && mode == M) by_width<F, M>(static_cast<int>(maxt), x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit, round)
   FP4_ROWS_CASE(0, 0); FP4_ROWS_CASE(0, 1); FP4_ROWS_CASE(0, 2);
   FP4_ROWS_CASE(1, 0); FP4_ROWS_CASE(1, 1); FP4_ROWS_CASE(1, 2);
+  FP4_ROWS_CASE(2, 0);
 #undef FP4_ROWS_CASE
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("fp4_rows", &fp4_rows, "FP4 weight-only rows kernel (modes: 0 gemv, 1 expert up + SwiGLU, 2 expert down)");
+  m.def("fp4_rows", &fp4_rows, "FP4/FP8 weight-only rows kernel (modes: 0 gemv, 1 expert up + SwiGLU, 2 expert down)");
 }

@@ -1,11 +1,11 @@
 """The CUDA C++ FP4 kernel (cuda_kernel.cu): built once per machine by torch's extension loader on first use (about
 a minute; cached under TORCH_EXTENSIONS_DIR afterwards), then called like the Triton kernel beside it.
 
-    fp4_gemv_cuda(x, w) -> y [B, N] in x.dtype
+    fp4_gemv_cuda(x, w) -> y [B, N] in x.dtype      (w MXFP4 / NVFP4, or FP8 e4m3 with 128x128 fp32 block scales)
     routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> y [T, dim] fp32
 
-Same semantics and rounding as triton_kernel.py and the references; K a multiple of 32 (16-byte pieces of packed
-codes). `build()` says whether the extension builds here, and why not.
+Same semantics and rounding as triton_kernel.py and the references; K a multiple of 32 for FP4, 16 for FP8
+(16-byte pieces of codes). `build()` says whether the extension builds here, and why not.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 
 from .reference import act_inputs
 
-_FMT = {"mxfp4": 0, "nvfp4": 1}
+_FMT = {"mxfp4": 0, "nvfp4": 1, "fp8": 2}
 WIDTH = 8          # token columns one program carries; 1 when a single row is in play
 
 
@@ -40,17 +40,19 @@ def build() -> tuple[bool, str]:
 
 
 def fits(K: int, *ws) -> bool:
-    """Inputs this kernel takes: FP4 weights of one format, K a multiple of 32, data 16-byte aligned."""
+    """Inputs this kernel takes: weights of one format it knows, K a multiple of 32 (FP4) or 16 (FP8), data
+    16-byte aligned."""
     fmts = {w[0] for w in ws}
-    return (K % 32 == 0 and len(fmts) == 1 and fmts <= set(_FMT)
+    return (len(fmts) == 1 and fmts <= set(_FMT) and K % (16 if "fp8" in fmts else 32) == 0
             and all(w[1].is_contiguous() and w[2].is_contiguous() and w[1].data_ptr() % 16 == 0 for w in ws))
 
 
 def _parts(w, like: torch.Tensor):
-    """(codes, scales, per-matrix global scales) as the kernel reads them: bytes, bytes, fp32 (empty for MXFP4)."""
+    """(codes, scales, per-matrix global scales) as the kernel reads them: bytes; bytes (FP4) or fp32 (FP8);
+    fp32 (empty unless NVFP4)."""
     fmt, data, scale, scale2, _ = w
     g = scale2.reshape(-1).float() if fmt == "nvfp4" else like.new_empty(0, dtype=torch.float32)
-    return data.view(torch.uint8), scale.view(torch.uint8), g
+    return data.view(torch.uint8), scale.float() if fmt == "fp8" else scale.view(torch.uint8), g
 
 
 def _rows(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mode: int, width: int) -> None:
@@ -61,9 +63,9 @@ def _rows(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mo
 
 
 def fp4_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
-    """x [B, K] bf16/fp32 contiguous, w an FP4 weight tuple [N, K/2] -> y [B, N] in x.dtype."""
+    """x [B, K] bf16/fp32 contiguous, w an FP4 weight tuple [N, K/2] (or FP8 [N, K]) -> y [B, N] in x.dtype."""
     B, K = x.shape
-    N = w[1].shape[0]
+    N = w[1].shape[-2]
     y = torch.empty(B, N, dtype=x.dtype, device=x.device)
     none = x.new_empty(0, dtype=torch.long)
     _rows(x, none, x.new_empty(0, dtype=torch.float32), y, w, None, B, 1, N, K, None, 0, 1 if B == 1 else WIDTH)
@@ -76,7 +78,9 @@ def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> torch.T
     T, k = idx.shape
     P, dim, inter = T * k, x.shape[1], w1[1].shape[1]
     flat, wflat = idx.reshape(-1).long().contiguous(), wts.reshape(-1).float().contiguous()
-    width = 1 if T == 1 else WIDTH            # pairs that chose one expert are at most T (one per token)
+    # one pair per program up to 8 tokens: with 256 experts a decode batch rarely repeats one, and a program that
+    # carries 8 token columns has 4x fewer weight rows in flight; past 8 tokens a run of pairs shares each read
+    width = 1 if T <= WIDTH else WIDTH
     xdiv = k
     if act_sim is not None:                   # one activation row per pair: NVFP4's input_scale is per expert
         x = act_inputs(x.unsqueeze(1).expand(T, k, dim).reshape(P, dim), flat, w1, act_sim).contiguous()

@@ -89,6 +89,14 @@ def fp4_gemv_ref(x: torch.Tensor, w) -> torch.Tensor:
     return (x.float() @ dequant(w).T).to(x.dtype)
 
 
+def fp8_gemv_ref(x: torch.Tensor, w) -> torch.Tensor:
+    """y [B, N] (x.dtype) = x [B, K] @ W^T for an FP8 weight: e4m3 data [N, K] times fp32 scales per 128x128 block."""
+    _, data, scale, _, _ = w
+    N, K = data.shape
+    s = scale.float().repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K]
+    return (x.float() @ (data.float() * s).T).to(x.dtype)
+
+
 def act_inputs(x: torch.Tensor, idx_flat: torch.Tensor, w, act_sim) -> torch.Tensor:
     """The activation rows a projection of the chosen experts reads: x [P, in] (one row per token-expert pair),
     passed through the caller's `act_sim(x, fmt, input_scale)` (dsv4_model.quant.act_sim) with each pair's

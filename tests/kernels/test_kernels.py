@@ -114,6 +114,17 @@ def test_routed_reference_is_the_expert_loop(fmt, limit, act):
         assert not torch.allclose(got, routed_experts(x, idx, wts, w1, w3, w2, limit), atol=1e-4)
 
 
+def test_fp8_reference_is_the_model_dequant():
+    """The kernels package's FP8 reference (it may not import dsv4_model) against the model's own dequant."""
+    from dsv4_kernels.moe_gemv import fp8_gemv_ref
+    g = torch.Generator().manual_seed(2)
+    data = (torch.randn(200, 272, generator=g) * 40).to(torch.float8_e4m3fn)
+    scale = torch.rand(2, 3, generator=g) + 0.5
+    x = torch.randn(3, 272, generator=g)
+    want = x @ quant.dequant(quant.QWeight("fp8", data, scale)).T
+    torch.testing.assert_close(fp8_gemv_ref(x, ("fp8", data, scale, None, None)), want, rtol=1e-5, atol=1e-5)
+
+
 def test_weight_checks_name_the_culprit():
     w = random_weight("nvfp4", 32, 64)
     with pytest.raises(ValueError, match="fp4_gemv: holds 64 input features, expected 48"):
@@ -221,8 +232,8 @@ def _impl(backend: str, what: str):
     if backend == "triton":
         from dsv4_kernels.moe_gemv import triton_kernel
         if what == "routed":
-            return lambda x, idx, wts, *a: triton_kernel.routed_experts_triton(x.contiguous(), idx.contiguous(),
-                                                                               wts.float().contiguous(), *a)
+            return lambda x, idx, wts, w1, w3, w2, limit, sim=None: triton_kernel.routed_experts_triton(
+                x.contiguous(), idx.contiguous(), wts.float().contiguous(), w1, w3, w2, limit, act_sim=sim)
         return triton_kernel.fp4_gemv_triton
     return routed_experts if what == "routed" else fp4_gemv
 
@@ -278,6 +289,24 @@ def test_fp4_gemv_parity(backend, fmt, B, N, K):
         _poison(B * N * 4)
         got = fp4_gemv(x, w)
         ref = fp4_gemv_ref(x, w)
+        assert got.dtype == dt and torch.isfinite(got.float()).all()
+        torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-3 * ref.float().abs().max().item())
+
+
+@cuda
+@pytest.mark.parametrize("B,N,K", [(1, 1024, 4096), (3, 200, 272), (8, 4096, 1024), (11, 130, 48)])
+def test_fp8_gemv_parity(B, N, K):
+    """The stored-format GEMV of the FP8 projections: e4m3 [N, K] with fp32 scales per 128x128 block (N, K not
+    multiples of 128: partial blocks)."""
+    from dsv4_kernels.moe_gemv import fp8_gemv_ref, weight_gemv
+    for dt in (torch.bfloat16, torch.float32):
+        g = torch.Generator(device="cuda").manual_seed(B + N)
+        data = (torch.randn(N, K, device="cuda", generator=g) * 40).to(torch.float8_e4m3fn)
+        scale = torch.rand((N + 127) // 128, (K + 127) // 128, device="cuda", generator=g) * 1e-2 + 1e-3
+        w = ("fp8", data, scale, None, None)
+        x = torch.randn(B, K, device="cuda", generator=g).to(dt)
+        _poison(B * N * 4)
+        got, ref = weight_gemv(x, w), fp8_gemv_ref(x, w)
         assert got.dtype == dt and torch.isfinite(got.float()).all()
         torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-3 * ref.float().abs().max().item())
 

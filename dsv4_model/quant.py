@@ -54,8 +54,8 @@ class QWeight:
 
     def select(self, index) -> "QWeight":
         """Experts `index` (an int, or a device index tensor: fixed shape, no host read) of a stack."""
-        pick = (lambda t: None if t is None else t[index])
-        return QWeight(self.fmt, self.data[index], pick(self.scale), pick(self.scale2), pick(self.input_scale))
+        pick = (lambda t: None if t is None else take(t, index))
+        return QWeight(self.fmt, pick(self.data), pick(self.scale), pick(self.scale2), pick(self.input_scale))
 
     def to(self, device) -> "QWeight":
         mv = (lambda t: None if t is None else t.to(device))
@@ -64,6 +64,14 @@ class QWeight:
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.data, self.scale, self.scale2, self.input_scale) if t is not None)
+
+
+def take(t: torch.Tensor, index) -> torch.Tensor:
+    """t[index] for any dtype: 1-byte floats are gathered as their bytes (torch 2.8 has no CPU gather for
+    float8_e4m3fn / e8m0)."""
+    if t.element_size() == 1 and t.is_floating_point():
+        return t.view(torch.uint8)[index].view(t.dtype)
+    return t[index]
 
 
 def dequant(qw: QWeight, index=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:

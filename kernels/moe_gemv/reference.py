@@ -70,7 +70,8 @@ def dequant(w, index: torch.Tensor | None = None, dtype: torch.dtype = torch.flo
     fmt, data, scale, scale2, _ = w
     if index is not None:
         data = data[index]
-        scale = scale[index] if scale is not None else None
+        # gathered as bytes: torch 2.8 has no CPU gather for float8_e4m3fn
+        scale = scale.view(torch.uint8)[index].view(scale.dtype) if scale is not None else None
         scale2 = scale2.reshape(-1)[index] if scale2 is not None else None
     if fmt == "plain":
         return data.to(dtype)

@@ -31,11 +31,13 @@ import torch
 from torch import nn
 
 from dsv4_kernels.compressor_reduce import compressor_reduce
+from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
 from .attention import Attention
 from .compressor import Compressor
 from .indexer import topk_blocks
 from .linear import Linear
+from .mhc import HyperConnection
 from .model import Transformer
 from .moe import routed_experts
 from .quant import act_sim
@@ -148,20 +150,29 @@ def kernel_experts(device: torch.device, use_kernels: bool = True):
     return run, "routed experts: fused Triton kernel"
 
 
-def kernel_linears(model: nn.Module, device: torch.device, use_kernels: bool = True) -> str:
-    """Give every quantised `Linear` of `model` its decode GEMV, decided once at load: the stored-format kernel
-    (`dsv4_kernels.moe_gemv.weight_gemv`: FP8 and FP4 weights read as stored, no dequantised copy per step) on
-    CUDA, none elsewhere or when kernels are off (F.linear of the dequantised weight). Returns the log note."""
+def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = True) -> str:
+    """Give the model's modules their decode kernels, decided once at load: every quantised `Linear` the
+    stored-format GEMV (`dsv4_kernels.moe_gemv.weight_gemv`: FP8 and FP4 weights read as stored, no dequantised
+    copy per step) and every `HyperConnection` the one-launch Sinkhorn, on CUDA; the references elsewhere or
+    when kernels are off. Returns the log note."""
     on = use_kernels and torch.device(device).type == "cuda"
-    gemv = None
+    gemv, sink = None, sinkhorn_ref
     if on:
+        from dsv4_kernels import available
         from dsv4_kernels.moe_gemv import weight_gemv as gemv
+        if available("sinkhorn")[0]:
+            from dsv4_kernels.sinkhorn import sinkhorn as sink
     n = 0
     for m in model.modules():
         if isinstance(m, Linear):
-            m.gemv = gemv if on and m.fmt in ("fp8", "mxfp4", "nvfp4") else None
+            m.gemv = gemv if m.fmt in ("fp8", "mxfp4", "nvfp4") else None
             n += m.gemv is not None
-    return f"projections: {n} quantised ones through the stored-format GEMV" if on else "projections: F.linear"
+        elif isinstance(m, HyperConnection):
+            m.sinkhorn = sink
+    if not on:
+        return "projections: F.linear; mHC: PyTorch Sinkhorn"
+    return (f"projections: {n} quantised ones through the stored-format GEMV; mHC: "
+            f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn")
 
 
 def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, experts=routed_experts) -> torch.Tensor:
@@ -193,7 +204,7 @@ class GraphSafeDecoder(nn.Module):
         self.batch, self.capacity = batch, args.max_seq_len
         dev, dtype = model.embed.weight.device, model.dtype
         self.experts, self.kernel_note = kernel_experts(dev, kernels)     # once, never per step
-        self.kernel_note += "; " + kernel_linears(model, dev, kernels)
+        self.kernel_note += "; " + kernel_modules(model, dev, kernels)
         self.layers = nn.ModuleList(LayerState(layer.attn, batch, self.capacity, dtype) for layer in model.layers)
         self.register_buffer("tokens", torch.zeros(batch, dtype=torch.long), persistent=False)
         self.register_buffer("pos", torch.zeros(batch, dtype=torch.long), persistent=False)

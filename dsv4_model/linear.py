@@ -58,7 +58,7 @@ class Linear(nn.Module):
 
     `act_sim = False` switches the activation simulation off for A/B runs. `gemv`: a weight-only kernel
     `(x [B, K], weight tuple) -> y [B, N]` for decode-sized inputs (at most 8 rows), set once at load by the
-    graph-safe decoder on CUDA (`decode.kernel_linears`); None computes the dequantised F.linear.
+    graph-safe decoder on CUDA (`decode.kernel_modules`); None computes the dequantised F.linear.
     """
 
     def __init__(self, in_features: int, out_features: int, dtype=torch.float32):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
+
 
 class HyperConnection(nn.Module):
     def __init__(self, hc: int, dim: int, iters: int, eps: float, norm_eps: float):
@@ -14,6 +16,9 @@ class HyperConnection(nn.Module):
         self.fn = nn.Parameter(torch.zeros(mix, hc * dim), requires_grad=False)
         self.base = nn.Parameter(torch.zeros(mix), requires_grad=False)
         self.scale = nn.Parameter(torch.ones(3), requires_grad=False)
+        # the softmax + Sinkhorn of `pre`: the reference, or its one-launch kernel set at load on CUDA
+        # (decode.kernel_modules)
+        self.sinkhorn = sinkhorn_ref
 
     def pre(self, X: torch.Tensor):
         """X [B,S,hc,d] -> (x [B,S,d], post [B,S,hc], comb [B,S,hc,hc])."""
@@ -24,11 +29,7 @@ class HyperConnection(nn.Module):
         pre = torch.sigmoid(mix[..., :hc] * self.scale[0] + self.base[:hc]) + self.eps
         post = 2 * torch.sigmoid(mix[..., hc:2 * hc] * self.scale[1] + self.base[hc:2 * hc])
         comb = mix[..., 2 * hc:].unflatten(-1, (hc, hc)) * self.scale[2] + self.base[2 * hc:].view(hc, hc)
-        comb = torch.softmax(comb, dim=-1) + self.eps
-        comb = comb / (comb.sum(-2, keepdim=True) + self.eps)
-        for _ in range(self.iters - 1):  # fixed count: no host convergence check
-            comb = comb / (comb.sum(-1, keepdim=True) + self.eps)
-            comb = comb / (comb.sum(-2, keepdim=True) + self.eps)
+        comb = self.sinkhorn(comb, self.iters, self.eps)     # fixed count: no host convergence check
         x = (pre.unsqueeze(-1) * X.float()).sum(-2)
         return x.to(X.dtype), post, comb
 

@@ -4,3 +4,4 @@ from .compressor_reduce import compressor_reduce  # noqa: F401
 from .fused_swiglu import fused_swiglu  # noqa: F401
 from .moe_gemv import fp4_gemv, routed_experts  # noqa: F401
 from .nvfp4_kvcache import dequantize_nvfp4_kvcache  # noqa: F401
+from .sinkhorn import sinkhorn  # noqa: F401

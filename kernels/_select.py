@@ -18,6 +18,7 @@ KERNELS = {
     "fused_swiglu": ("fused_swiglu", "fused_swiglu", "fused_swiglu_ref"),
     "compressor_reduce": ("compressor_reduce", "compressor_reduce_kernel", "compressor_reduce_ref"),
     "nvfp4_kvcache": ("nvfp4_kvcache", "dequantize_nvfp4_kvcache_kernel", "dequantize_nvfp4_kvcache_ref"),
+    "sinkhorn": ("sinkhorn", "sinkhorn", "sinkhorn_ref"),
 }
 
 

@@ -65,6 +65,16 @@ def fused_swiglu(rows: int = 8, inter: int = 1024, layout: str = "split") -> Tar
     return Target(step=lambda h: fn(h, 10.0, layout), make_inputs=inputs, state=dict, name=f"fused_swiglu[{layout}]", device=dev)
 
 
+def sinkhorn(rows: int = 8, hc: int = 4) -> Target:
+    from . import sinkhorn as fn
+    dev = _dev()
+
+    def inputs(k):
+        return (torch.randn(rows, hc, hc, generator=_gen(k)) * 3).to(dev)
+
+    return Target(step=lambda z: fn(z, 20, 1e-6), make_inputs=inputs, state=dict, name="sinkhorn", device=dev)
+
+
 def fp4_gemv(batch: int = 1, n: int = 2048, k: int = 2048, fmt: str = "nvfp4") -> Target:
     from .moe_gemv import fp4_gemv as fn
     from .moe_gemv.reference import random_weight

@@ -146,7 +146,7 @@ def test_kvcache_reference_matches_the_weight_dequant():
 
 
 @pytest.mark.parametrize("factory", ["compressor_reduce_csa", "compressor_reduce_hca", "nvfp4_kvcache", "fused_swiglu",
-                                     "fp4_gemv", "routed_experts"])
+                                     "fp4_gemv", "routed_experts", "sinkhorn"])
 def test_kernel_targets_capture_clean(factory):
     """On CPU this is the emulation over the references; on a GPU, real capture of the kernels."""
     assert capture_test(getattr(targets, factory)(), steps=2) == []
@@ -163,6 +163,8 @@ INTERPRET = textwrap.dedent("""
     from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
     from dsv4_kernels.nvfp4_kvcache.triton_kernel import dequantize_nvfp4_kvcache_triton
     from dsv4_kernels.nvfp4_kvcache.reference import dequantize_nvfp4_kvcache_ref
+    from dsv4_kernels.sinkhorn.triton_kernel import sinkhorn_triton
+    from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
     g = torch.Generator().manual_seed(3)
     def close(a, b):
         return (a.float() - b.float()).abs().max().item() <= 1e-5 * (1 + b.float().abs().max().item())
@@ -194,6 +196,9 @@ INTERPRET = textwrap.dedent("""
     if not torch.equal(dequantize_nvfp4_kvcache_triton(q, sf, gs, 5, 96, torch.float32),
                        dequantize_nvfp4_kvcache_ref(q, sf, gs, 5, 96, torch.float32)):
         bad.append("kvcache")
+    for hc in (4, 3):
+        z = torch.randn(5, hc, hc, generator=g) * 3
+        bad += [] if close(sinkhorn_triton(z, 20, 1e-6), sinkhorn_ref(z, 20, 1e-6)) else [f"sinkhorn hc={hc}"]
     print("BAD", bad)
 """)
 
@@ -309,6 +314,20 @@ def test_fp8_gemv_parity(B, N, K):
         got, ref = weight_gemv(x, w), fp8_gemv_ref(x, w)
         assert got.dtype == dt and torch.isfinite(got.float()).all()
         torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-3 * ref.float().abs().max().item())
+
+
+@cuda
+@pytest.mark.parametrize("shape", [(1, 4, 4), (37, 4, 4), (2, 5, 3, 3), (8, 1, 1)])
+def test_sinkhorn_parity(shape):
+    """The one-launch mHC Sinkhorn against the reference; a mixing matrix must come out (near) doubly
+    stochastic. hc=3: the padded tile's zero rows and columns must not leak into the sums."""
+    from dsv4_kernels.sinkhorn import sinkhorn, sinkhorn_ref
+    g = torch.Generator(device="cuda").manual_seed(len(shape) + shape[0])
+    z = torch.randn(*shape, device="cuda", generator=g) * 4
+    _poison(z.numel() * 8)
+    got, ref = sinkhorn(z, 20, 1e-6), sinkhorn_ref(z, 20, 1e-6)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got.sum(-2), torch.ones_like(got.sum(-2)), rtol=1e-3, atol=1e-3)
 
 
 @cuda

@@ -11,7 +11,7 @@ export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/root/torch_ext}
 python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__, torch.cuda.get_device_name())" | tee "$OUT/env.txt"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem --format=csv,noheader | tee -a "$OUT/env.txt"
 ( time python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())" ) 2>&1 | tee "$OUT/build.txt" | grep -E "build|real"
-timeout 150 python -m pytest -q -p no:cacheprovider tests/kernels/test_kernels.py -k "routed or gemv" 2>&1 | tail -15 > "$OUT/pytest-fp4.txt"
+timeout 150 python -m pytest -q -p no:cacheprovider tests/kernels/test_kernels.py -k "routed or gemv or sinkhorn or fp8" 2>&1 | tail -15 > "$OUT/pytest-fp4.txt"
 tail -3 "$OUT/pytest-fp4.txt"
 timeout 170 python -m pytest -q -p no:cacheprovider -m cuda tests/dsv4_model/test_graphsafe.py 2>&1 | tail -15 > "$OUT/pytest-graphsafe.txt"
 tail -3 "$OUT/pytest-graphsafe.txt"

@@ -94,12 +94,19 @@ def compile_child(cfg: str, batch: int, steps: int, kernels: bool) -> dict:
     return {"compile": _ms(lambda: fn(batch), steps)}
 
 
-def compile_row(cfg: str, batch: int, steps: int) -> tuple[float, str]:
-    """(ms, note) of the compiled step, from a child process; NaN and the reason when both attempts fail."""
+def compile_row(cfg: str, batch: int, steps: int, deadline: float) -> tuple[float, str]:
+    """(ms, note) of the compiled step, from a child process; NaN and the reason when both attempts fail or the
+    run's compile budget (`deadline`, a perf_counter time) is spent."""
     why = ""
     for kernels in (True, False):
+        left = deadline - time.perf_counter()
+        if left < 20:
+            return float("nan"), "compile: no time left"
         cmd = [sys.executable, __file__, "--compile-child", f"{cfg}:{batch}:{int(kernels)}", "--steps", str(steps)]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
+        except subprocess.TimeoutExpired:
+            return float("nan"), "compile: timed out"
         last = (p.stdout.strip().splitlines() or [""])[-1]
         if p.returncode == 0 and last.startswith("{"):
             return json.loads(last)["compile"], "" if kernels else "ref"
@@ -120,7 +127,8 @@ def profile_graph(runner, batch: int, top: int = 15) -> None:
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=top, max_name_column_width=70))
 
 
-def bench(name: str, model, batch: int, steps: int, compile_: bool, bw: float, profile_: bool = False) -> dict:
+def bench(name: str, model, batch: int, steps: int, compile_: bool, bw: float, profile_: bool = False,
+          deadline: float = float("inf")) -> dict:
     dec, runner = _setup(model, batch)
     row = {"config": name, "batch": batch}
     row["eager"] = _ms(lambda: runner.body(batch), steps)
@@ -132,7 +140,7 @@ def bench(name: str, model, batch: int, steps: int, compile_: bool, bw: float, p
         profile_graph(runner, batch)
     del dec, runner
     torch.cuda.empty_cache()
-    row["compile"], row["note"] = compile_row(name, batch, steps) if compile_ else (float("nan"), "")
+    row["compile"], row["note"] = compile_row(name, batch, steps, deadline) if compile_ else (float("nan"), "")
     return row
 
 
@@ -141,10 +149,13 @@ def measure(a) -> tuple[float, list[dict]]:
     bw = copy_bandwidth()
     rows = []
     compile_ = not a.no_compile and a.nproc == 1          # the child process is a single rank
+    only = set(a.compile_rows.split(",")) if a.compile_rows else None
+    deadline = time.perf_counter() + a.compile_budget
     for cfg in a.configs.split(","):
         model = _model(cfg)
         for b in (int(x) for x in a.batches.split(",")):
-            rows.append(bench(cfg, model, b, a.steps, compile_, bw, a.profile))
+            want = compile_ and (only is None or f"{cfg}:{b}" in only)
+            rows.append(bench(cfg, model, b, a.steps, want, bw, a.profile, deadline))
         del model
         torch.cuda.empty_cache()
     return bw, rows
@@ -158,6 +169,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--nproc", type=int, default=1, help="tensor-parallel ranks, one GPU each (NCCL); rank 0's times")
     ap.add_argument("--profile", action="store_true", help="print each graph replay's top CUDA kernels")
+    ap.add_argument("--compile-rows", default="", help="compile only these CONFIG:BATCH rows (default: all)")
+    ap.add_argument("--compile-budget", type=float, default=3600, help="seconds for all torch.compile children")
     ap.add_argument("--compile-child", metavar="CFG:B:KERNELS", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.compile_child:

@@ -15,9 +15,8 @@
 //   0: out[b, n] = x[b] . W[n]                                 (x dtype)
 //   1: out[p, n] = wts[p] * swiglu(w1[e] x, w3[e] x)           (x dtype; clamp before SiLU when has_limit)
 //   2: out[p, n] = w2[e] h[p]                                  (fp32)
-// A program (blockIdx.x = p) of modes 1 and 2 works only if pair p leads a run of up to MAXT pairs that chose the
-// same expert (their ranks among that expert's pairs are rank_p .. rank_p + MAXT - 1, rank_p % MAXT == 0); it
-// then reads that expert's rows once for all of them. Nothing is sorted and nothing is read back by the host.
+// A program (blockIdx.x = p) of modes 1 and 2 computes pair p against its expert idx[p], read on the device:
+// nothing is sorted and nothing is read back by the host.
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <cuda_bf16.h>
@@ -211,43 +210,23 @@ __device__ __forceinline__ void warp_sum(float (&acc)[NM][R][MAXT], int nb) {
           for (int o = 16; o > 0; o >>= 1) acc[m][r][b] += __shfl_xor_sync(FULL, acc[m][r][b], o);
 }
 
-// Which pairs this program computes: member[b] for b < nb. Modes 1, 2: the run of pairs that chose pair p's
-// expert, led by p (nb = 0 when p leads none). Mode 0: tokens p*MAXT .. p*MAXT + MAXT - 1.
+// Which rows of x this program computes, member[b] for b < nb. Mode 0: tokens p*MAXT .. p*MAXT + MAXT - 1.
+// Modes 1, 2: pair p alone (MAXT 1), with its expert e. An expert that several tokens of a decode batch chose is
+// streamed once per pair; with 256 experts that is rare, and one token column per program keeps 4 rows of each
+// matrix in flight per lane where 8 columns' accumulators would leave room for 1.
 template <int MODE, int MAXT>
-__device__ __forceinline__ int members(const int64_t* __restrict__ idx, int p, int P, int lane, int64_t& e,
+__device__ __forceinline__ int members(const int64_t* __restrict__ idx, int p, int P, int64_t& e,
                                        int (&member)[MAXT]) {
-  if constexpr (MODE != 0 && MAXT == 1) {            // one pair per program: every pair leads its own run
-    e = __ldg(idx + p);
-    member[0] = p;
-    return 1;
-  } else if constexpr (MODE == 0) {
+  if constexpr (MODE == 0) {
     e = 0;
 #pragma unroll
     for (int b = 0; b < MAXT; ++b) member[b] = p * MAXT + b;
     return min(MAXT, P - p * MAXT);
   } else {
+    static_assert(MAXT == 1, "expert modes carry one pair per program");
     e = __ldg(idx + p);
-    int rank = 0;                                     // pairs before p that chose e
-    for (int base = 0; base < p; base += 32) {
-      const int q = base + lane;
-      const unsigned m = __ballot_sync(FULL, q < p && __ldg(idx + q) == e);
-      rank += __popc(m);
-    }
-    if (rank % MAXT != 0) return 0;
-    int nb = 0;                                       // pairs from p on that chose e, in order
-    for (int base = p; base < P && nb < MAXT; base += 32) {
-      const int q = base + lane;
-      unsigned m = __ballot_sync(FULL, q < P && __ldg(idx + q) == e);
-#pragma unroll
-      for (int b = 0; b < MAXT; ++b) {
-        if (b == nb && m != 0u) {
-          member[b] = base + __ffs(m) - 1;
-          m &= m - 1;
-          ++nb;
-        }
-      }
-    }
-    return nb;
+    member[0] = p;
+    return 1;
   }
 }
 
@@ -263,8 +242,7 @@ fp4_rows_kernel(const XT* __restrict__ x, const int64_t* __restrict__ idx, const
   const int p = blockIdx.x;
   int64_t e;
   int member[MAXT];
-  const int nb = members<MODE, MAXT>(idx, p, P, lane, e, member);
-  if (nb <= 0) return;                                // uniform across the block
+  const int nb = members<MODE, MAXT>(idx, p, P, e, member);
   int64_t xrow[MAXT];
 #pragma unroll
   for (int b = 0; b < MAXT; ++b) xrow[b] = b < nb ? member[b] / xdiv : 0;
@@ -315,9 +293,9 @@ void launch(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tenso
             const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
             const torch::Tensor& sb, const torch::Tensor& gb, int P, int xdiv, int N, int K, float limit,
             bool has_limit, bool round) {
-  // rows per warp: 4 weight rows per matrix (8 pieces in flight per lane with the prefetch), fewer when the
-  // 8 token columns' accumulators need the registers
-  constexpr int R = MAXT >= 8 ? (MODE == 1 ? 1 : 2) : 4;
+  // rows per warp: 4 weight rows per matrix (8 pieces in flight per lane with the prefetch), 2 when the 8 token
+  // columns' accumulators need the registers
+  constexpr int R = MAXT >= 8 ? 2 : 4;
   const dim3 grid(MODE == 0 ? (P + MAXT - 1) / MAXT : P, (N + WARPS * R - 1) / (WARPS * R));
   fp4_rows_kernel<FMT, MODE, R, MAXT, XT, OT><<<grid, WARPS * 32, 0, at::cuda::getCurrentCUDAStream()>>>(
       reinterpret_cast<const XT*>(x.data_ptr()), idx.data_ptr<int64_t>(), wts.data_ptr<float>(),
@@ -348,12 +326,14 @@ void by_width(int maxt, const torch::Tensor& x, const torch::Tensor& idx, const 
               const torch::Tensor& wb, const torch::Tensor& sb, const torch::Tensor& gb, int P, int xdiv, int N,
               int K, float limit, bool has_limit, bool round) {
   if (maxt == 1) by_dtype<FMT, MODE, 1>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
-  else by_dtype<FMT, MODE, 8>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
+  else if constexpr (MODE == 0) by_dtype<FMT, MODE, 8>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
 }
 
 }  // namespace
 
-// The checks that keep a launch inside its buffers; the Python wrapper has already matched shapes and formats.
+// The checks that keep a launch inside its buffers. The Python wrapper (cuda_kernel.py `_rows`) makes the same
+// checks first and raises ValueError: on the H200 image a failed TORCH_CHECK here ended the process with a
+// segmentation fault instead of reaching Python as an error.
 void fp4_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
               const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
               const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
@@ -369,7 +349,7 @@ void fp4_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Ten
                 "fp4_rows: scales must be contiguous ", fmt == 2 ? "fp32" : "uint8");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(wa.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(wb.data_ptr()) % 16 == 0,
               "fp4_rows: packed data must be 16-byte aligned");
-  TORCH_CHECK(mode >= 0 && mode <= 2 && fmt >= 0 && fmt <= 2 && (fmt < 2 || mode == 0) && (maxt == 1 || maxt == 8),
+  TORCH_CHECK(mode >= 0 && mode <= 2 && fmt >= 0 && fmt <= 2 && (fmt < 2 || mode == 0) && (maxt == 1 || (maxt == 8 && mode == 0)),
               "fp4_rows: bad mode ", mode, " / format ", fmt, " / width ", maxt);
   if (P == 0 || N == 0) return;
   const float lim = static_cast<float>(limit);

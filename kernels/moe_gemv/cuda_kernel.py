@@ -17,7 +17,7 @@ import torch
 from .reference import act_inputs
 
 _FMT = {"mxfp4": 0, "nvfp4": 1, "fp8": 2}
-WIDTH = 8          # token columns one program carries; 1 when a single row is in play
+WIDTH = 8          # token columns a gemv program carries (1 when there is one row)
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,6 +56,17 @@ def _parts(w, like: torch.Tensor):
 
 
 def _rows(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mode: int, width: int) -> None:
+    # every check the C++ side makes, first, as a Python error: a failed TORCH_CHECK in the extension crashed
+    # the process on the H200 image (segmentation fault) instead of raising
+    for w in (wa,) if wb is None else (wa, wb):
+        if not fits(K, w):
+            raise ValueError(f"fp4_rows: {w[0]} weight with K={K} is not taken by the CUDA kernel (K must be a multiple "
+                             f"of {16 if w[0] == 'fp8' else 32}, codes and scales contiguous, codes 16-byte aligned)")
+    if not (x.is_cuda and x.is_contiguous() and x.dtype in (torch.bfloat16, torch.float32)):
+        raise ValueError(f"fp4_rows: x must be contiguous bf16/fp32 on CUDA, found {x.dtype} on {x.device}")
+    if idx.dtype != torch.long or wts.dtype != torch.float32 or width not in ((1, WIDTH) if mode == 0 else (1,)):
+        raise ValueError(f"fp4_rows: idx int64, wts fp32 and a width of 1 (or {WIDTH} for a gemv) expected, found "
+                         f"{idx.dtype}, {wts.dtype}, {width}")
     a = _parts(wa, x)
     b = _parts(wb, x) if wb is not None else a
     _ext().fp4_rows(x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0), limit is not None,
@@ -78,17 +89,14 @@ def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> torch.T
     T, k = idx.shape
     P, dim, inter = T * k, x.shape[1], w1[1].shape[1]
     flat, wflat = idx.reshape(-1).long().contiguous(), wts.reshape(-1).float().contiguous()
-    # one pair per program up to 8 tokens: with 256 experts a decode batch rarely repeats one, and a program that
-    # carries 8 token columns has 4x fewer weight rows in flight; past 8 tokens a run of pairs shares each read
-    width = 1 if T <= WIDTH else WIDTH
     xdiv = k
     if act_sim is not None:                   # one activation row per pair: NVFP4's input_scale is per expert
         x = act_inputs(x.unsqueeze(1).expand(T, k, dim).reshape(P, dim), flat, w1, act_sim).contiguous()
         xdiv = 1
     h = torch.empty(P, inter, dtype=x.dtype, device=x.device)
-    _rows(x, flat, wflat, h, w1, w3, P, xdiv, inter, dim, limit, 1, width)
+    _rows(x, flat, wflat, h, w1, w3, P, xdiv, inter, dim, limit, 1, 1)     # one pair per program (see the .cu)
     if act_sim is not None:
         h = act_inputs(h, flat, w2, act_sim).contiguous()
     y2 = torch.empty(P, dim, dtype=torch.float32, device=x.device)
-    _rows(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2, width)
+    _rows(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2, 1)
     return y2.view(T, k, dim).sum(1)

@@ -249,9 +249,16 @@ def _impl(backend: str, what: str):
 @pytest.mark.parametrize("T,E,k,dim,inter", [(1, 16, 6, 256, 512), (3, 20, 6, 160, 96), (8, 12, 6, 512, 1056),
                                              (5, 4, 2, 96, 32), (20, 3, 2, 64, 40)])
 def test_routed_experts_parity(backend, fmt, T, E, k, dim, inter):
-    """(20, 3, 2): 40 picks of 3 experts, so one expert has at least 14 tokens, more than one program carries
-    (8): its run is split. inter 40 and 1056 are not multiples of a block of rows."""
+    """(20, 3, 2): 40 picks of 3 experts, so one expert has at least 14 tokens; inter 40 and 1056 are not
+    multiples of a block of rows. The CUDA C++ kernel takes K (dim, then inter) in multiples of 32 only: for
+    inter 40 it must refuse with a Python error (the entry point then takes the Triton kernel)."""
     run = _impl(backend, "routed")
+    if backend == "cuda" and (dim % 32 or inter % 32):
+        x = torch.randn(T, dim, device="cuda").bfloat16()
+        idx, wts = torch.zeros(T, k, dtype=torch.long, device="cuda"), torch.ones(T, k, device="cuda")
+        with pytest.raises(ValueError, match=r"K=\d+ is not taken by the CUDA kernel"):
+            run(x, idx, wts, *_flash_like(fmt, E, dim, inter, torch.Generator(device="cuda")), 1.0)
+        return
     for trial, (dt, limit, sim) in enumerate([(torch.bfloat16, 10.0, None), (torch.bfloat16, None, None),
                                               (torch.float32, 0.5, None), (torch.bfloat16, 10.0, _sim)]):
         g = torch.Generator(device="cuda").manual_seed(100 * T + trial)
@@ -408,3 +415,13 @@ def test_fp4_decode_variants(fmt, decode):
     ref = routed_experts_ref(x, idx, wts, w1, w3, w2, 10.0)
     got = routed_experts_triton(x, idx, wts, w1, w3, w2, 10.0, cfg, cfg)
     torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-3 * ref.abs().max().item())
+
+
+def test_cuda_kernel_refuses_what_it_does_not_take_before_calling_cpp():
+    """The shape checks of the CUDA C++ kernel run in Python first (a failed check inside the extension crashed
+    the process on the H200 image): K not a multiple of 32 is a ValueError naming K, on any machine."""
+    from dsv4_kernels.moe_gemv import cuda_kernel
+    w = random_weight("mxfp4", 8, 40)
+    with pytest.raises(ValueError, match=r"mxfp4 weight with K=40 is not taken by the CUDA kernel"):
+        cuda_kernel.fp4_gemv_cuda(torch.randn(1, 40), w)
+    assert cuda_kernel.fits(64, random_weight("nvfp4", 8, 64)) and not cuda_kernel.fits(48, random_weight("nvfp4", 8, 48))

@@ -112,6 +112,11 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
 
 def _worker(rank: int, nproc: int, backend: str, work: str, fn, args, timeout: float, threads: int) -> None:
     try:
+        # a rank's standard output is the parent's report stream (`--output-format json` on stdout): what the
+        # backends print there from C++ (torch 2.8's gloo: "[Gloo] Rank 0 is connected to 1 peer ranks") goes to
+        # stderr instead; results come back through the work directory
+        sys.stdout.flush()
+        os.dup2(2, 1)
         torch.set_num_threads(threads)
         if backend == "nccl":
             torch.cuda.set_device(rank)

@@ -48,8 +48,24 @@ class _Rec(TorchDispatchMode):
     def _ref(self, x):
         if isinstance(x, torch.Tensor):
             n = self.slot.get(id(x))
+            if n is None:
+                n = self._waited(x)
             return _Ref(n) if n is not None else x
         return x
+
+    def _waited(self, x) -> int | None:
+        """A functional collective's result reaches later ops wrapped in an AsyncCollectiveTensor whose wait runs
+        inside the wrapper's own dispatch, out of this mode's sight (torch 2.8 does this on gloo). Unrecorded, the
+        wrapper would be baked in as a constant and replay would read the eager step's collective result; the
+        wait is recorded here instead, on the recorded collective output it wraps."""
+        inner = getattr(x, "elem", None)
+        src = self.slot.get(id(inner)) if isinstance(inner, torch.Tensor) else None
+        if src is None or not hasattr(torch.ops, "_c10d_functional"):
+            return None
+        n = self._new(x)
+        self.ops.append((torch.ops._c10d_functional.wait_tensor.default, (_Ref(src),), {}, [n]))
+        self.frames.append(None)
+        return n
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

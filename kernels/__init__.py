@@ -1,4 +1,5 @@
-"""Hot-path kernels for the DSV4 decode (Triton), each beside its PyTorch reference; `select` picks once at load."""
+"""Hot-path kernels for the DSV4 decode (CUDA C++ and Triton), each beside its PyTorch reference; `select` picks once
+at load."""
 from ._select import KERNELS, available, select  # noqa: F401
 from .compressor_reduce import compressor_reduce  # noqa: F401
 from .fused_swiglu import fused_swiglu  # noqa: F401

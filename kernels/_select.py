@@ -1,7 +1,8 @@
 """Kernel or reference, decided once: `select(name, device, force_reference=False)` at model load.
 
-Every kernel here is Triton: it can run where the device is CUDA and Triton imports. CPU always gets the
-PyTorch reference. No environment variable and no per-step choice: the caller holds the returned function.
+Every kernel here can run where the device is CUDA and Triton imports (the FP4/FP8 GEMVs prefer their CUDA C++
+build, `moe_gemv/cuda_kernel.py`, and fall back to Triton when it does not build). CPU always gets the PyTorch
+reference. No environment variable and no per-step choice: the caller holds the returned function.
 """
 from __future__ import annotations
 

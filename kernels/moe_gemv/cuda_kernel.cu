@@ -110,6 +110,16 @@ __device__ __forceinline__ void piece_scales(const uint8_t* __restrict__ s, int6
   }
 }
 
+template <int A, int B, int C>
+__device__ __forceinline__ void zero(float (&t)[A][B][C]) {
+#pragma unroll
+  for (int i = 0; i < A; ++i)
+#pragma unroll
+    for (int j = 0; j < B; ++j)
+#pragma unroll
+      for (int k = 0; k < C; ++k) t[i][j][k] = 0.f;
+}
+
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
@@ -148,12 +158,7 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[NM], const ui
         else sc[m][r][0] = sc[m][r][1] = 0.f;
       }
     float blk[NM][R][MAXT];
-#pragma unroll
-    for (int m = 0; m < NM; ++m)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int b = 0; b < MAXT; ++b) blk[m][r][b] = 0.f;
+    zero(blk);
 #pragma unroll
     for (int o = 0; o < F::OCTETS; ++o) {
       float wf[NM][R][8];
@@ -251,22 +256,17 @@ fp4_rows_kernel(const XT* __restrict__ x, const int64_t* __restrict__ idx, const
   // a stack of experts: expert e's codes and scales (modes 1, 2); FP8 (mode 0 only) is one matrix
   const int64_t wsize = static_cast<int64_t>(N) * (FMT == 2 ? K : K / 2);
   const int64_t ssize = static_cast<int64_t>(N) * (FMT == 0 ? K / 32 : K / 16);
-  const uint8_t* const wp[NM] = {wa + e * wsize};
-  const uint8_t* const sp[NM] = {sa + e * ssize};
-  float acc[NM][R][MAXT];
-#pragma unroll
-  for (int m = 0; m < NM; ++m)
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int b = 0; b < MAXT; ++b) acc[m][r][b] = 0.f;
+  const uint8_t* wp[NM];
+  const uint8_t* sp[NM];
+  wp[0] = wa + e * wsize;
+  sp[0] = sa + e * ssize;
   if constexpr (NM == 2) {
-    const uint8_t* const w2[2] = {wa + e * wsize, wb + e * wsize};
-    const uint8_t* const s2[2] = {sa + e * ssize, sb + e * ssize};
-    rows_dot<FMT, 2, R, MAXT, XT>(w2, s2, x, xrow, nb, row0, N, K, lane, acc);
-  } else {
-    rows_dot<FMT, 1, R, MAXT, XT>(wp, sp, x, xrow, nb, row0, N, K, lane, acc);
+    wp[NM - 1] = wb + e * wsize;
+    sp[NM - 1] = sb + e * ssize;
   }
+  float acc[NM][R][MAXT];
+  zero(acc);
+  rows_dot<FMT, NM, R, MAXT, XT>(wp, sp, x, xrow, nb, row0, N, K, lane, acc);
   warp_sum<NM, R, MAXT>(acc, nb);
   if (lane != 0) return;
   const float gsa = FMT == 1 ? __ldg(ga + e) : 1.f;

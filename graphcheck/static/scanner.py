@@ -213,18 +213,19 @@ def _valid_summary(d) -> bool:
         isinstance(f, dict) and isinstance(f.get("rule"), str) and isinstance(f.get("line"), int) for f in d["findings"])
 
 
-def _analyse_one(args: tuple[str, str | None, str]) -> tuple[dict, bool]:
+def _analyse_one(args: tuple[str, str | None, str]) -> tuple[dict, bool, bytes | None]:
     path, cache_dir, tag = args
     text, err = _read(Path(path))
     if text is None:
-        return {"error": err}, False
+        return {"error": err}, False, None
     return _analyse_text_cached(text, cache_dir, tag)
 
 
 def _analyse_one_packed(args: tuple[str, str | None, str]) -> tuple[bytes, bool]:
-    # workers hand summaries back as marshal bytes: several times cheaper to move between processes than pickle
-    summ, cached = _analyse_one(args)
-    return marshal.dumps(summ), cached
+    # workers hand summaries back as marshal bytes: several times cheaper to move between processes than pickle;
+    # the bytes just written to the cache are those bytes
+    summ, cached, data = _analyse_one(args)
+    return (data if data is not None else marshal.dumps(summ)), cached
 
 
 def _cache_file(text: str, cache_dir: str) -> Path:
@@ -241,20 +242,23 @@ def _lookup(cfile: Path) -> dict | None:
     return hit if _valid_summary(hit) else None
 
 
-def _analyse_text_cached(text: str, cache_dir: str | None, tag: str) -> tuple[dict, bool]:
+def _analyse_text_cached(text: str, cache_dir: str | None, tag: str) -> tuple[dict, bool, bytes | None]:
+    """The summary, whether it came from the cache, and its marshal bytes when they were written to the cache."""
     cfile = _cache_file(text, cache_dir) if cache_dir else None
     if cfile is not None:
         hit = _lookup(cfile)
         if hit is not None:
-            return hit, True
+            return hit, True, None
     summary = analyse_text(text)
+    data = None
     if cfile is not None:
         tmp = None
         try:
             cfile.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=cfile.parent, prefix=f".{tag}.", suffix=".tmp")
+            data = marshal.dumps(summary)
             with os.fdopen(fd, "wb") as fh:
-                fh.write(marshal.dumps(summary))
+                fh.write(data)
             os.replace(tmp, cfile)
         except (OSError, ValueError, RecursionError):
             if tmp is not None:
@@ -262,7 +266,7 @@ def _analyse_text_cached(text: str, cache_dir: str | None, tag: str) -> tuple[di
                     os.unlink(tmp)
                 except OSError:
                     pass   # a read-only cache only costs speed
-    return summary, False
+    return summary, False, data
 
 
 def _worker_init() -> None:
@@ -347,7 +351,7 @@ def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None
             ex.shutdown(wait=True)
         else:
             with _NoCyclicGC():
-                results = [_analyse_one(a) for a in args]
+                results = [_analyse_one(a)[:2] for a in args]
     except KeyboardInterrupt:
         _remove_partial(cache_dir, tag)
         raise

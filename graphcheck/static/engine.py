@@ -191,7 +191,8 @@ class _Ctx:
         hit = self._nan.get(id(test))
         if hit is None:
             lines = self.a.lines[test.lineno - 1:(test.end_lineno or test.lineno)]
-            hit = any(g in ln for ln in lines for g in _NAN_GUARDS) and any(   # walk only when the text says so
+            # walk only when the text says so (most files never name a guard: then not even the lines are read)
+            hit = self.a.names_nan_guard and any(g in ln for ln in lines for g in _NAN_GUARDS) and any(
                 isinstance(n, ast.Call) and dotted(n.func).split(".")[-1] in _NAN_GUARDS for n in ast.walk(test))
             self._nan[id(test)] = hit
         return hit
@@ -263,6 +264,7 @@ class FileAnalyzer:
         self.kernel_names: set[str] = set()
         self.kernel_attrs: set[str] = set()
         self.module_defs: set[str] = set()
+        self.names_nan_guard = any(g in text for g in _NAN_GUARDS)
 
     def line(self, n: int) -> str:
         return self.lines[n - 1].strip() if 0 < n <= len(self.lines) else ""

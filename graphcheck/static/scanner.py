@@ -335,7 +335,7 @@ def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None
     try:
         if jobs > 1 and len(args) >= 24:
             # the largest files first, in small chunks: the last chunks are then short and the workers finish
-            # together (in path order, chunks of 1/16 of the files left one worker running alone for most of a second)
+            # together (in path order, chunks of 1/16 of the files left one worker running alone for the last 1.5 s)
             order = sorted(range(len(args)), key=lambda i: -_size(args[i][0]))
             results = [None] * len(args)
             ex = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init)

@@ -53,6 +53,8 @@ def on(*node_types: type, names: tuple[str, ...] = (), prefixes: tuple[str, ...]
 
 def dotted(node: ast.AST) -> str:
     """'torch.cuda.synchronize' for an attribute chain, '' if it is not a plain chain."""
+    if isinstance(node, ast.Name):      # the most common case, without building a list
+        return node.id
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)

@@ -68,7 +68,7 @@ def _facts(ctx, fn: ast.AST) -> tuple[set[str], bool]:
     (it dominated the whole scan of torch's tree)."""
     facts = getattr(fn, "_gc204_facts", None)
     if facts is None:
-        issues = any(col.collective(ctx, n) for n in col.walk_local([fn]))
+        issues = col.may_call_collective(ctx, fn) and any(col.collective(ctx, n) for n in col.walk_local([fn]))
         facts = fn._gc204_facts = (_rank_locals(ctx, fn) if issues else set(), issues)
     return facts
 

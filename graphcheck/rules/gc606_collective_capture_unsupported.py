@@ -29,7 +29,9 @@ RULE = Rule(
 RUNTIME: tuple[str, ...] = col.runtime_names(col.HOST)
 
 
-@on(ast.Call)
+# dispatched by name: a call resolves to a collective only through its own name or the last part of its
+# qualified name, which is what the engine matches `names` against
+@on(ast.Call, names=tuple(sorted(col.HOST)))
 def check(ctx, node: ast.Call) -> None:
     if not col.in_distributed_file(ctx):
         return

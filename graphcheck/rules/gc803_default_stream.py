@@ -37,6 +37,8 @@ def check(ctx, node: ast.Call) -> None:
     if q.startswith("torch.") and q.endswith(".default_stream"):
         ctx.report(RULE.code, node, call=(dotted(node.func) or q) + "()")
         return
-    stream = [k.value for k in node.keywords if k.arg == "stream"]
-    if stream and _zero_stream(ctx, stream[0]):
-        ctx.report(RULE.code, node, call="stream=0")
+    for k in node.keywords:      # runs on every call: a loop, not a list, for the usual none or few keywords
+        if k.arg == "stream":
+            if _zero_stream(ctx, k.value):
+                ctx.report(RULE.code, node, call="stream=0")
+            return

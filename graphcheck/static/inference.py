@@ -66,8 +66,10 @@ _PY_BUILTINS = {"int", "float", "bool", "str", "len", "repr", "isinstance", "has
                 "frozenset", "type", "format", "ord", "chr", "callable"}
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def name_hint(name: str) -> str | None:
-    """What a name says about where it lives: serving engines name their host shadows `*_cpu`, `*_np`, `*_host`."""
+    """What a name says about where it lives: serving engines name their host shadows `*_cpu`, `*_np`, `*_host`.
+    Cached: asked for every binding and `self.` attribute, mostly of the same few thousand names."""
     low = name.lower()
     if low.endswith(("_np", "_numpy")) or low.startswith(("np_", "numpy_")):
         return NP
@@ -460,8 +462,10 @@ def _arith(a, b):
     return None
 
 
-_LOOPS = (ast.For, ast.While, ast.comprehension, ast.AsyncFor)
-_BINDERS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr, ast.comprehension)
+_LOOPS = frozenset({ast.For, ast.While, ast.comprehension, ast.AsyncFor})
+# node types, matched exactly (the parser makes no subclasses): a set lookup instead of isinstance against a tuple,
+# for every node of every function
+_BINDERS = frozenset({ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr, ast.comprehension})
 
 
 def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
@@ -486,7 +490,7 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
                 k = frozenset((f"p:{a.arg}",))
             if k is not None:
                 env.names[a.arg] = k
-    body = [n for n in nodes if isinstance(n, _BINDERS)]
+    body = [n for n in nodes if type(n) in _BINDERS]
     # straight-line code settles in one pass (source order); a loop can feed a later assignment back to an
     # earlier one, so a function with loops gets a second pass
     loops = any(type(n) in _LOOPS for n in nodes)

@@ -117,6 +117,16 @@ def test_never_crashes_on_bad_files(tmp_path):
     assert any(r == "GC904" and "missing.py" in p for r, p in got)
 
 
+def test_collective_precheck_walks_text_it_cannot_read(tmp_path):
+    """GC204 skips a function whose text names no collective; text it cannot read that way is walked instead: an
+    identifier spelled in compatibility characters (the parser NFKC-normalises it) and lone carriage returns."""
+    src = "import torch.distributed as dist\ndef f(x, rank):\n    if rank == 0:\n        dist.{}(x)\n"
+    (tmp_path / "wide.py").write_text(src.format("\uff41ll_reduce"), encoding="utf-8")
+    (tmp_path / "cr.py").write_bytes(src.format("all_reduce").replace("\n", "\r").encode())
+    res = scan([str(tmp_path)], root=tmp_path, cache=False, jobs=1)
+    assert sorted((f.rule, f.path, f.line) for f in res.findings) == [("GC204", "cr.py", 3), ("GC204", "wide.py", 3)]
+
+
 def test_cache_reuses_results_and_notices_edits(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHCHECK_CACHE_DIR", str(tmp_path / "cache"))
     p = tmp_path / "m.py"

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from dsv4_kernels.moe_gemv.reference import take
+
 FORMATS = ("plain", "fp8", "mxfp4", "nvfp4")
 
 
@@ -64,14 +66,6 @@ class QWeight:
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.data, self.scale, self.scale2, self.input_scale) if t is not None)
-
-
-def take(t: torch.Tensor, index) -> torch.Tensor:
-    """t[index] for any dtype: 1-byte floats are gathered as their bytes (torch 2.8 has no CPU gather for
-    float8_e4m3fn / e8m0)."""
-    if t.element_size() == 1 and t.is_floating_point():
-        return t.view(torch.uint8)[index].view(t.dtype)
-    return t[index]
 
 
 def dequant(qw: QWeight, index=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -26,6 +26,17 @@ from .reference import FP4_FORMATS, check_weight, fp4_gemv_ref, fp8_gemv_ref, ro
 MAX_PAIRS = 256   # decode batches (T * k); the kernel's pair bookkeeping is O(P) per program
 
 
+def _kernel_input(x: torch.Tensor) -> bool:
+    """An activation the kernels take: on CUDA, bf16 or fp32."""
+    return x.is_cuda and x.dtype in (torch.bfloat16, torch.float32)
+
+
+def _cuda_takes(K: int, *ws) -> bool:
+    """The CUDA C++ kernel built here and takes these weights at this K (else the Triton kernel runs)."""
+    from . import cuda_kernel
+    return cuda_kernel.build()[0] and cuda_kernel.fits(K, *ws)
+
+
 def _check_routed(x, idx, wts, w1, w3, w2) -> None:
     if x.dim() != 2 or idx.dim() != 2 or tuple(wts.shape) != tuple(idx.shape) or idx.shape[0] != x.shape[0]:
         raise ValueError(f"routed_experts: x {tuple(x.shape)}, idx {tuple(idx.shape)}, wts {tuple(wts.shape)}: "
@@ -44,11 +55,10 @@ def routed_experts(x, idx, wts, w1, w3, w2, limit: float | None, act_sim=None) -
     two kernel launches."""
     _check_routed(x, idx, wts, w1, w3, w2)
     fmts = {w1[0], w3[0], w2[0]}
-    if (x.is_cuda and len(fmts) == 1 and fmts <= set(FP4_FORMATS) and x.dtype in (torch.bfloat16, torch.float32)
-            and idx.numel() <= MAX_PAIRS):
-        from . import cuda_kernel
-        if cuda_kernel.build()[0] and cuda_kernel.fits(x.shape[1], w1, w3) and cuda_kernel.fits(w2[1].shape[-1] * 2, w2):
-            return cuda_kernel.routed_experts_cuda(x.contiguous(), idx, wts, w1, w3, w2, limit, act_sim=act_sim)
+    if _kernel_input(x) and len(fmts) == 1 and fmts <= set(FP4_FORMATS) and idx.numel() <= MAX_PAIRS:
+        if _cuda_takes(x.shape[1], w1, w3) and _cuda_takes(w2[1].shape[-1] * 2, w2):
+            from .cuda_kernel import routed_experts_cuda
+            return routed_experts_cuda(x.contiguous(), idx, wts, w1, w3, w2, limit, act_sim=act_sim)
         from .triton_kernel import routed_experts_triton
         return routed_experts_triton(x.contiguous(), idx.contiguous(), wts.float().contiguous(), w1, w3, w2, limit,
                                      act_sim=act_sim)
@@ -58,10 +68,10 @@ def routed_experts(x, idx, wts, w1, w3, w2, limit: float | None, act_sim=None) -
 def fp4_gemv(x: torch.Tensor, w) -> torch.Tensor:
     """y = x @ W^T for an FP4 weight tuple; x [B, K]. Kernel on CUDA for FP4, the reference otherwise."""
     check_weight(w, "fp4_gemv", k=x.shape[-1])
-    if x.is_cuda and w[0] in FP4_FORMATS and x.dim() == 2 and x.dtype in (torch.bfloat16, torch.float32):
-        from . import cuda_kernel
-        if cuda_kernel.build()[0] and cuda_kernel.fits(x.shape[-1], w):
-            return cuda_kernel.fp4_gemv_cuda(x.contiguous(), w)
+    if _kernel_input(x) and w[0] in FP4_FORMATS and x.dim() == 2:
+        if _cuda_takes(x.shape[-1], w):
+            from .cuda_kernel import fp4_gemv_cuda
+            return fp4_gemv_cuda(x.contiguous(), w)
         from .triton_kernel import fp4_gemv_triton
         return fp4_gemv_triton(x.contiguous(), w)
     return fp4_gemv_ref(x, w)
@@ -69,15 +79,14 @@ def fp4_gemv(x: torch.Tensor, w) -> torch.Tensor:
 
 def weight_gemv(x: torch.Tensor, w) -> torch.Tensor:
     """y = x @ W^T at decode sizes for a weight in its stored format, weight-only (the caller simulates the
-    activation format): the CUDA kernel for FP8 (e4m3 + 128x128 fp32 block scales) and FP4 where it builds and
-    fits, else what `fp4_gemv` does for FP4, else dequantise and F.linear. x [B, K] bf16/fp32."""
+    activation format): FP4 as `fp4_gemv`; FP8 (e4m3 + 128x128 fp32 block scales) through the CUDA kernel where it
+    builds and fits, else dequantised; plain weights through F.linear. x [B, K] bf16/fp32."""
     fmt = w[0]
-    if x.is_cuda and fmt in ("fp8", "mxfp4", "nvfp4") and x.dim() == 2 and x.dtype in (torch.bfloat16, torch.float32):
-        from . import cuda_kernel
-        if cuda_kernel.build()[0] and cuda_kernel.fits(x.shape[-1], w):
-            return cuda_kernel.fp4_gemv_cuda(x.contiguous(), w)
     if fmt in FP4_FORMATS:
         return fp4_gemv(x, w)
     if fmt == "fp8":
+        if _kernel_input(x) and x.dim() == 2 and _cuda_takes(x.shape[-1], w):
+            from .cuda_kernel import fp4_gemv_cuda
+            return fp4_gemv_cuda(x.contiguous(), w)
         return fp8_gemv_ref(x, w)
     return torch.nn.functional.linear(x, w[1].to(x.dtype))

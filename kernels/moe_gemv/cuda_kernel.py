@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .reference import act_inputs
+from .reference import act_inputs, expert_rows
 
 _FMT = {"mxfp4": 0, "nvfp4": 1, "fp8": 2}
 WIDTH = 8          # token columns a gemv program carries (1 when there is one row)
@@ -89,10 +89,7 @@ def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> torch.T
     T, k = idx.shape
     P, dim, inter = T * k, x.shape[1], w1[1].shape[1]
     flat, wflat = idx.reshape(-1).long().contiguous(), wts.reshape(-1).float().contiguous()
-    xdiv = k
-    if act_sim is not None:                   # one activation row per pair: NVFP4's input_scale is per expert
-        x = act_inputs(x.unsqueeze(1).expand(T, k, dim).reshape(P, dim), flat, w1, act_sim).contiguous()
-        xdiv = 1
+    x, xdiv = expert_rows(x, flat, k, w1, act_sim)
     h = torch.empty(P, inter, dtype=x.dtype, device=x.device)
     _rows(x, flat, wflat, h, w1, w3, P, xdiv, inter, dim, limit, 1, 1)     # one pair per program (see the .cu)
     if act_sim is not None:

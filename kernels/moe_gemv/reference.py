@@ -59,6 +59,24 @@ def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
     return torch.where(codes >= 8, -mag, mag)
 
 
+def take(t: torch.Tensor, index) -> torch.Tensor:
+    """t[index] for any dtype: 1-byte floats are gathered as their bytes (torch 2.8 has no CPU gather for
+    float8_e4m3fn / e8m0)."""
+    if t.element_size() == 1 and t.is_floating_point():
+        return t.view(torch.uint8)[index].view(t.dtype)
+    return t[index]
+
+
+def expert_rows(x: torch.Tensor, idx_flat: torch.Tensor, k: int, w, act_sim) -> tuple[torch.Tensor, int]:
+    """The activation rows the first expert projection reads, and how many pairs share a row: x [T, dim] itself
+    (each token's row serves its k pairs) for a weight-only GEMM, or one simulated row per pair [T*k, dim] when the
+    stored format's activation simulation applies (NVFP4's input_scale is per expert)."""
+    if act_sim is None:
+        return x, k
+    T, dim = x.shape
+    return act_inputs(x.unsqueeze(1).expand(T, k, dim).reshape(T * k, dim), idx_flat, w, act_sim).contiguous(), 1
+
+
 def _e8m0(s: torch.Tensor) -> torch.Tensor:
     if s.dtype == torch.float8_e8m0fnu:
         return s.float()
@@ -69,9 +87,8 @@ def dequant(w, index: torch.Tensor | None = None, dtype: torch.dtype = torch.flo
     """Weight tuple -> dense [.., N, K]; ``index`` (device tensor) gathers experts from a stack at fixed shape."""
     fmt, data, scale, scale2, _ = w
     if index is not None:
-        data = data[index]
-        # gathered as bytes: torch 2.8 has no CPU gather for float8_e4m3fn
-        scale = scale.view(torch.uint8)[index].view(scale.dtype) if scale is not None else None
+        data = take(data, index)
+        scale = take(scale, index) if scale is not None else None
         scale2 = scale2.reshape(-1)[index] if scale2 is not None else None
     if fmt == "plain":
         return data.to(dtype)
@@ -117,8 +134,8 @@ def routed_experts_ref(x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor, w1
     T, k = idx.shape
     flat = idx.reshape(-1)
     rnd = lambda t: t.to(x.dtype).float()  # noqa: E731
-    xr = act_inputs(x.unsqueeze(1).expand(T, k, x.shape[-1]).reshape(T * k, -1), flat, w1, act_sim)
-    xr = xr.float().unsqueeze(-1)                                                            # [P, dim, 1]
+    xr, xdiv = expert_rows(x, flat, k, w1, act_sim)
+    xr = xr.float().repeat_interleave(xdiv, 0).unsqueeze(-1)                                # [P, dim, 1]
     g = rnd(torch.bmm(dequant(w1, flat), xr)[..., 0])                                       # [P, inter]
     u = rnd(torch.bmm(dequant(w3, flat), xr)[..., 0])
     h = act_inputs((wts.reshape(-1, 1).float() * swiglu(g, u, limit)).to(x.dtype), flat, w2, act_sim)

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .reference import act_inputs
+from .reference import act_inputs, expert_rows
 
 TP = 16          # token columns per program: the smallest tl.dot width; decode batches are at most 8
 
@@ -268,10 +268,7 @@ def routed_experts_triton(x, idx, wts, w1, w3, w2, limit, cfg_up=None, cfg_down=
     wts_flat = wts.reshape(-1)
     cu, cd = cfg_up or CONFIG["up"], cfg_down or CONFIG["down"]
     rnd = x.dtype == torch.bfloat16
-    xdiv = k
-    if act_sim is not None:      # one activation row per pair: NVFP4's input_scale is per expert
-        x = act_inputs(x.unsqueeze(1).expand(T, k, dim).reshape(P, dim), idx_flat, w1, act_sim).contiguous()
-        xdiv = 1
+    x, xdiv = expert_rows(x, idx_flat, k, w1, act_sim)
     xo, dt = _operand(x, cu[4])
     # h in the dtype stage 2 reads (fp16 on its fp16 path), rounded to x.dtype's precision first
     hdt = torch.float16 if (x.dtype == torch.bfloat16 and cd[4] != 0 and act_sim is None) else x.dtype

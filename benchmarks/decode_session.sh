@@ -5,9 +5,7 @@
 #   phase B, alone on the GPU: benchmarks/decode.py (eager, graph replay, reduce-overhead, HBM floor).
 # Short logs go to $OUT.   bash benchmarks/decode_session.sh   (run from the repository root)
 set -u
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-PP=$(mktemp -d); ln -sfn "$PWD/kernels" "$PP/dsv4_kernels"      # the package-dir mapping without an install
-export PYTHONPATH=$PWD:$PP:${PYTHONPATH:-} DSV4_CACHE_DIR=/tmp/dsv4 PYTHONUNBUFFERED=1 GRAPHCHECK_CACHE_DIR=/tmp/gc
+. "$(dirname "$0")/device_env.sh"
 python - <<'PY' 2>&1 | tee "$OUT/env.txt"
 import datetime, sys, torch, triton, transformers
 print(datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"), "python", sys.version.split()[0],

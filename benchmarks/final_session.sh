@@ -4,10 +4,7 @@
 # GPU with torch.compile children for the rows named in $COMPILE_ROWS within $COMPILE_BUDGET seconds.
 #   bash benchmarks/final_session.sh        (run from the repository root; logs to $OUT)
 set -u
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-PP=$(mktemp -d); ln -sfn "$PWD/kernels" "$PP/dsv4_kernels"
-export PYTHONPATH=$PWD:$PP:${PYTHONPATH:-} DSV4_CACHE_DIR=/tmp/dsv4 PYTHONUNBUFFERED=1 GRAPHCHECK_CACHE_DIR=/tmp/gc
-export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/root/torch_ext}
+. "$(dirname "$0")/device_env.sh"
 python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__, torch.cuda.get_device_name())" | tee "$OUT/env.txt"
 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())" 2>&1 | tail -1
 (timeout 200 python -m graphcheck capture dsv4_model.target:graphsafe_decode --device cuda --config graphcheck-graphsafe.toml \

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # One batched GPU session for the kernels: environment, the kernel tests (GPU parity and capture), the parity tests
 # under compute-sanitizer memcheck, capture of every kernel target, and the kernel benchmark. Short logs go to $OUT.
-#   bash benchmarks/gpu_session.sh [--sweep]      (run from the repository root, dsv4_kernels importable)
+#   bash benchmarks/gpu_session.sh [--sweep]      (run from the repository root)
 set -u
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-export PYTHONPATH=$PWD:${PYTHONPATH:-} DSV4_CACHE_DIR=/tmp/dsv4 PYTHONUNBUFFERED=1
+. "$(dirname "$0")/device_env.sh"
 python - <<'PY' 2>&1 | tee "$OUT/env.txt"
 import datetime, sys, torch, triton
 print(datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"), "python", sys.version.split()[0],

@@ -4,10 +4,7 @@
 # benchmarks/decode.py with a kernel profile of each graph replay (no torch.compile: decode_session.sh has it).
 # Logs to $OUT.   bash benchmarks/probe_session.sh      (run from the repository root)
 set -u
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-PP=$(mktemp -d); ln -sfn "$PWD/kernels" "$PP/dsv4_kernels"      # the package-dir mapping without an install
-export PYTHONPATH=$PWD:$PP:${PYTHONPATH:-} DSV4_CACHE_DIR=/tmp/dsv4 PYTHONUNBUFFERED=1
-export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/root/torch_ext}
+. "$(dirname "$0")/device_env.sh"
 python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__, torch.cuda.get_device_name())" | tee "$OUT/env.txt"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem --format=csv,noheader | tee -a "$OUT/env.txt"
 ( time python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())" ) 2>&1 | tee "$OUT/build.txt" | grep -E "build|real"

@@ -132,30 +132,32 @@ def bench_gemv(tab, sweep):
                     err = _relerr(tk.fp4_gemv_triton(x, w, cfg), want)
                     tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {cfg}", both(lambda: tk.fp4_gemv_triton(x, w, cfg)), ref=ref,
                             nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
-            with guard(f"fp4_gemv cuda {fmt} B={B}"):
-                ck = _cuda()
-                err = _relerr(ck.fp4_gemv_cuda(x, w), want)
-                tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} CUDA C++", both(lambda: ck.fp4_gemv_cuda(x, w)), ref=ref,
-                        nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
+            for path, label in (("rows", "CUDA C++ rows"), ("mma", "CUDA C++ mma")):
+                with guard(f"fp4_gemv cuda {path} {fmt} B={B}"):
+                    ck = _cuda()
+                    err = _relerr(ck.fp4_gemv_cuda(x, w, path=path), want)
+                    tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {label}", both(lambda: ck.fp4_gemv_cuda(x, w, path=path)),
+                            ref=ref, nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
 
 
 def bench_fp8(tab):
     """The FP8 projections of the decode (e4m3 + 128x128 fp32 block scales) at Flash attention shapes, against
     the model's reference path (dequantise, then F.linear) and bf16 F.linear of the same matrix."""
     from dsv4_kernels.moe_gemv.reference import fp8_gemv_ref
-    for B, N, K in ((1, 32768, 1024), (1, 4096, 8192), (8, 32768, 1024)):
+    for B, N, K in ((1, 32768, 1024), (1, 4096, 8192), (8, 32768, 1024), (8, 4096, 8192)):
         data = (torch.randn(N, K, device="cuda") * 40).to(torch.float8_e4m3fn)
         scale = torch.rand((N + 127) // 128, (K + 127) // 128, device="cuda") * 1e-2
         w = ("fp8", data, scale, None, None)
         x = torch.randn(B, K, device="cuda").bfloat16()
         w16 = torch.randn(N, K, device="cuda").bfloat16()
         nbytes = N * K + scale.numel() * 4 + B * (K + N) * 2
-        with guard(f"fp8 gemv B={B}"):
-            ck = _cuda()
-            err = _relerr(ck.fp4_gemv_cuda(x, w), fp8_gemv_ref(x, w))
-            tab.add(f"fp8_gemv B={B} {N}x{K} CUDA C++", both(lambda: ck.fp4_gemv_cuda(x, w)),
-                    ref=both(lambda: fp8_gemv_ref(x, w)), nbytes=nbytes, base=both(lambda: F.linear(x, w16)),
-                    base_name="bf16 F.linear", err=err)
+        ref, base = both(lambda: fp8_gemv_ref(x, w)), both(lambda: F.linear(x, w16))
+        for path, label in (("rows", "CUDA C++ rows"), ("mma", "CUDA C++ mma")):
+            with guard(f"fp8 gemv {path} B={B}"):
+                ck = _cuda()
+                err = _relerr(ck.fp4_gemv_cuda(x, w, path=path), fp8_gemv_ref(x, w))
+                tab.add(f"fp8_gemv B={B} {N}x{K} {label}", both(lambda: ck.fp4_gemv_cuda(x, w, path=path)),
+                        ref=ref, nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
 
 
 def bench_routed(tab, sweep):

@@ -361,6 +361,11 @@ void fp4_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Ten
 #undef FP4_ROWS_CASE
 }
 
+// mma_kernel.cu: the tensor-core GEMV for bf16 decode rows
+void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w, const torch::Tensor& s,
+              const torch::Tensor& g, int64_t fmt, int64_t ks);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fp4_rows", &fp4_rows, "FP4/FP8 weight-only rows kernel (modes: 0 gemv, 1 expert up + SwiGLU, 2 expert down)");
+  m.def("mma_gemv", &mma_gemv, "FP4/FP8 weight-only GEMV on the tensor cores for bf16 x of 1..8 rows");
 }

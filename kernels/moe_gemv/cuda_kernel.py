@@ -2,10 +2,16 @@
 a minute; cached under TORCH_EXTENSIONS_DIR afterwards), then called like the Triton kernel beside it.
 
     fp4_gemv_cuda(x, w) -> y [B, N] in x.dtype      (w MXFP4 / NVFP4, or FP8 e4m3 with 128x128 fp32 block scales)
+    mma_gemv_cuda(x, w) -> y [B, N] bf16            (the tensor-core GEMV of mma_kernel.cu, where `mma_fits`)
     routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> y [T, dim] fp32
 
 Same semantics and rounding as triton_kernel.py and the references; K a multiple of 32 for FP4, 16 for FP8
 (16-byte pieces of codes). `build()` says whether the extension builds here, and why not.
+
+Two kernels: the CUDA-core rows kernel of cuda_kernel.cu (any of its shapes, bf16 or fp32 x, and the routed
+experts) and the tensor-core GEMV of mma_kernel.cu, which `fp4_gemv_cuda` takes for bf16 x of at most 8 rows
+with K a multiple of 128 (every projection of the Flash model): it costs fewer instructions per weight, and 8
+token rows cost what one does.
 """
 from __future__ import annotations
 
@@ -23,7 +29,8 @@ WIDTH = 8          # token columns a gemv program carries (1 when there is one r
 @functools.lru_cache(maxsize=None)
 def _ext():
     from torch.utils.cpp_extension import load
-    return load(name="dsv4_fp4_rows", sources=[str(Path(__file__).with_name("cuda_kernel.cu"))],
+    here = Path(__file__).parent
+    return load(name="dsv4_fp4_rows", sources=[str(here / "cuda_kernel.cu"), str(here / "mma_kernel.cu")],
                 extra_cuda_cflags=["-O3"], verbose=False)
 
 
@@ -73,8 +80,38 @@ def _rows(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mo
                     _FMT[wa[0]], mode, x.dtype == torch.bfloat16, width)
 
 
-def fp4_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
-    """x [B, K] bf16/fp32 contiguous, w an FP4 weight tuple [N, K/2] (or FP8 [N, K]) -> y [B, N] in x.dtype."""
+MMA_SMEM = 200 * 1024     # the tensor-core GEMV stages x in shared memory: B * K * 2 bytes plus 4 KiB
+
+
+def mma_fits(x: torch.Tensor, w) -> bool:
+    """Inputs the tensor-core GEMV takes: x contiguous bf16 [B, K] on CUDA with 1 <= B <= 8 and K a multiple of
+    128, one FP4/FP8 weight of that K with contiguous 16-byte-aligned codes and 8-byte-aligned scales."""
+    if not (x.dim() == 2 and x.dtype == torch.bfloat16 and x.is_contiguous() and 1 <= x.shape[0] <= 8):
+        return False
+    B, K = x.shape
+    return (K % 128 == 0 and fits(K, w) and w[2].data_ptr() % 8 == 0 and B * K * 2 + 4096 <= MMA_SMEM
+            and w[1].shape[-1] * (1 if w[0] == "fp8" else 2) == K and w[1].dim() == 2)
+
+
+def mma_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
+    """x [B <= 8, K] bf16, w an FP4 weight tuple [N, K/2] or FP8 [N, K] -> y [B, N] bf16 on the tensor cores."""
+    if not (x.is_cuda and mma_fits(x, w)):
+        raise ValueError(f"mma_gemv: x {tuple(x.shape)} {x.dtype} with a {w[0]} weight {tuple(w[1].shape)} is not taken "
+                         "(bf16 x of 1..8 rows on CUDA, K a multiple of 128, contiguous aligned codes and scales)")
+    B, K = x.shape
+    N = w[1].shape[0]
+    codes, scales, g = _parts(w, x)
+    y = torch.empty(B, N, dtype=torch.bfloat16, device=x.device)
+    # 4 warps per 16-row tile split K on the widest matrices, 8 elsewhere: about 2 blocks per SM either way
+    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], 4 if N >= 8192 else 8)
+    return y
+
+
+def fp4_gemv_cuda(x: torch.Tensor, w, path: str = "auto") -> torch.Tensor:
+    """x [B, K] bf16/fp32 contiguous, w an FP4 weight tuple [N, K/2] (or FP8 [N, K]) -> y [B, N] in x.dtype.
+    path: "auto" (the tensor-core GEMV where `mma_fits`, else the rows kernel), "rows" or "mma"."""
+    if path == "mma" or path == "auto" and x.is_cuda and mma_fits(x, w):
+        return mma_gemv_cuda(x, w)
     B, K = x.shape
     N = w[1].shape[-2]
     y = torch.empty(B, N, dtype=x.dtype, device=x.device)

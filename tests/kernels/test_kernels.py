@@ -229,11 +229,14 @@ def _flash_like(fmt, E, dim, inter, g):
 def _impl(backend: str, what: str):
     """The routed-experts or gemv function of one implementation: `cuda` (C++, built here), `triton`, or `entry`
     (the package entry point, which picks one)."""
-    if backend == "cuda":
+    if backend.startswith("cuda"):
         from dsv4_kernels.moe_gemv import cuda_kernel
         ok, why = cuda_kernel.build()
         assert ok, why
-        return cuda_kernel.routed_experts_cuda if what == "routed" else cuda_kernel.fp4_gemv_cuda
+        if what == "routed":
+            return cuda_kernel.routed_experts_cuda
+        return {"cuda": cuda_kernel.fp4_gemv_cuda, "cuda-mma": cuda_kernel.mma_gemv_cuda,
+                "cuda-rows": lambda x, w: cuda_kernel.fp4_gemv_cuda(x, w, path="rows")}[backend]
     if backend == "triton":
         from dsv4_kernels.moe_gemv import triton_kernel
         if what == "routed":
@@ -289,12 +292,22 @@ def test_routed_experts_flash_size_and_weight_before_w2():
 
 
 @cuda
-@pytest.mark.parametrize("backend", ["cuda", "triton", "entry"])
+@pytest.mark.parametrize("backend", ["cuda", "cuda-rows", "cuda-mma", "triton", "entry"])
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
-@pytest.mark.parametrize("B,N,K", [(1, 256, 512), (3, 1000, 2080), (8, 4096, 4096), (17, 72, 96), (1, 8192, 8192)])
+@pytest.mark.parametrize("B,N,K", [(1, 256, 512), (3, 1000, 2080), (8, 4096, 4096), (17, 72, 96), (1, 8192, 8192),
+                                   (5, 1000, 1152), (2, 40, 128), (7, 8192, 2048)])
 def test_fp4_gemv_parity(backend, fmt, B, N, K):
+    """cuda: the C++ entry (tensor-core GEMV where it fits, else the rows kernel); cuda-rows / cuda-mma: each
+    kernel alone. N 1000 and 40 are not multiples of a 16-row tile; K 1152 is 9 iterations of 128 over 4 or 8
+    warps; K 128 leaves most warps of a block without an iteration."""
+    from dsv4_kernels.moe_gemv import cuda_kernel
     fp4_gemv = _impl(backend, "gemv")
     for dt in (torch.bfloat16, torch.float32):
+        if backend == "cuda-mma" and (dt != torch.bfloat16 or B > 8 or K % 128):
+            x = torch.zeros(B, K, device="cuda", dtype=dt)
+            with pytest.raises(ValueError, match="mma_gemv: x .* is not taken"):
+                fp4_gemv(x, random_weight(fmt, N, K, device="cuda"))
+            continue
         g = torch.Generator(device="cuda").manual_seed(B * 7 + N)
         w = random_weight(fmt, N, K, generator=g, device="cuda")
         x = torch.randn(B, K, device="cuda", generator=g).to(dt)
@@ -306,11 +319,15 @@ def test_fp4_gemv_parity(backend, fmt, B, N, K):
 
 
 @cuda
-@pytest.mark.parametrize("B,N,K", [(1, 1024, 4096), (3, 200, 272), (8, 4096, 1024), (11, 130, 48)])
-def test_fp8_gemv_parity(B, N, K):
+@pytest.mark.parametrize("path", ["auto", "rows"])
+@pytest.mark.parametrize("B,N,K", [(1, 1024, 4096), (3, 200, 272), (8, 4096, 1024), (11, 130, 48), (2, 200, 384),
+                                   (1, 32768, 1024), (8, 4096, 8192)])
+def test_fp8_gemv_parity(path, B, N, K):
     """The stored-format GEMV of the FP8 projections: e4m3 [N, K] with fp32 scales per 128x128 block (N, K not
-    multiples of 128: partial blocks)."""
-    from dsv4_kernels.moe_gemv import fp8_gemv_ref, weight_gemv
+    multiples of 128: partial blocks). auto: the entry point (the tensor-core GEMV for bf16 x of <= 8 rows with
+    K % 128 == 0), rows: the CUDA-core kernel."""
+    from dsv4_kernels.moe_gemv import cuda_kernel, fp8_gemv_ref, weight_gemv
+    gemv = weight_gemv if path == "auto" else (lambda x, w: cuda_kernel.fp4_gemv_cuda(x, w, path="rows"))
     for dt in (torch.bfloat16, torch.float32):
         g = torch.Generator(device="cuda").manual_seed(B + N)
         data = (torch.randn(N, K, device="cuda", generator=g) * 40).to(torch.float8_e4m3fn)
@@ -318,7 +335,7 @@ def test_fp8_gemv_parity(B, N, K):
         w = ("fp8", data, scale, None, None)
         x = torch.randn(B, K, device="cuda", generator=g).to(dt)
         _poison(B * N * 4)
-        got, ref = weight_gemv(x, w), fp8_gemv_ref(x, w)
+        got, ref = gemv(x, w), fp8_gemv_ref(x, w)
         assert got.dtype == dt and torch.isfinite(got.float()).all()
         torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-3 * ref.float().abs().max().item())
 
@@ -425,3 +442,25 @@ def test_cuda_kernel_refuses_what_it_does_not_take_before_calling_cpp():
     with pytest.raises(ValueError, match=r"mxfp4 weight with K=40 is not taken by the CUDA kernel"):
         cuda_kernel.fp4_gemv_cuda(torch.randn(1, 40), w)
     assert cuda_kernel.fits(64, random_weight("nvfp4", 8, 64)) and not cuda_kernel.fits(48, random_weight("nvfp4", 8, 48))
+
+
+@cuda
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "fp8"])
+def test_mma_gemv_takes_any_bf16_range(fmt):
+    """The tensor-core GEMV computes in fp16 after a power-of-two scale per token row: rows whose values are far
+    outside fp16's range (1e30, 1e-30) must come out as the reference's, row by row."""
+    from dsv4_kernels.moe_gemv import cuda_kernel, fp8_gemv_ref
+    N, K = 512, 1024
+    g = torch.Generator(device="cuda").manual_seed(3)
+    if fmt == "fp8":
+        data = (torch.randn(N, K, device="cuda", generator=g) * 40).to(torch.float8_e4m3fn)
+        w = ("fp8", data, torch.rand(N // 128, K // 128, device="cuda", generator=g) * 1e-2 + 1e-3, None, None)
+        ref_fn = fp8_gemv_ref
+    else:
+        w, ref_fn = random_weight(fmt, N, K, generator=g, device="cuda"), fp4_gemv_ref
+    x = torch.randn(4, K, device="cuda", generator=g) * torch.tensor([[1e30], [1e-30], [1.0], [3e4]], device="cuda")
+    x = x.bfloat16()
+    got, ref = cuda_kernel.mma_gemv_cuda(x, w).float(), ref_fn(x, w).float()
+    for r in range(4):
+        assert torch.isfinite(got[r]).all(), f"row {r}"
+        torch.testing.assert_close(got[r], ref[r], rtol=2e-2, atol=2e-3 * ref[r].abs().max().item(), msg=f"row {r}")

@@ -1,0 +1,320 @@
+// Decode GEMV on the tensor cores: y[b, n] = x[b] . W[n] for bf16 x with up to 8 token rows and W stored as
+// MXFP4, NVFP4 or FP8 (e4m3, 128x128 fp32 block scales). Built into the same extension as cuda_kernel.cu.
+//
+// Why the tensor cores when Hopper has no FP4 ones: the CUDA-core kernel (cuda_kernel.cu) spends about four
+// instructions per weight (decode, fp16 -> fp32, FMA) and stalls on them at half the copy bandwidth. Here the
+// multiply-add and the conversion to fp32 go to mma.sync m16n8k16 (fp16 in, fp32 accumulate), so a weight costs
+// its decode (~2 integer instructions) and 8 token columns cost what one does.
+//
+// Numbers, exactly:
+//  - an e2m1 code is placed in fp16 bits as e2m1 * 2^-14 (code 1 is the subnormal 2^-15; the tensor cores and
+//    HMUL2 keep fp16 subnormals); an e4m3 byte converts to fp16 exactly;
+//  - MXFP4: a 32-element block is one thread's packed word in each of 4 threads, so an mma never mixes blocks;
+//    the two mmas of a block accumulate from zero and are scaled by the e8m0 scale in fp32;
+//  - NVFP4: the 16-element blocks of a word differ across the 4 threads of an mma, so each decoded pair is
+//    multiplied by its block's e4m3 scale * 2^7 in fp16 first (exact: the product has at most 6 significant bits
+//    and lies in [2^-17, 21]); 2^-7 and the per-matrix scale come back in fp32 at the end;
+//  - FP8: a 16-byte load per thread, 4 threads = 64 elements inside one 128x128 scale block; 8 mmas per block
+//    accumulate from zero and are scaled in fp32;
+//  - x is brought into fp16 range per token by a power of two (amax -> [2^14, 2^15)), exact for every value down
+//    to 2^-28 of the row's largest, and undone in fp32 at the end.
+// The only differences from the reference (dequantise, then an fp32-accumulating matmul) are the order of the
+// fp32 sums and the tensor cores' accumulation rounding. Deterministic: fixed-order shared-memory reduction over
+// the warps that split K, no atomics, so a graph replay equals eager bit for bit. Launched on torch's current
+// stream (records into CUDA graphs).
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cstdint>
+
+namespace {
+
+constexpr int WARPS = 8;
+
+__device__ __forceinline__ void mma_acc(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_zero(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const float z = 0.f;
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(z));
+}
+
+// Pair i of a packed word (8 codes, code j in bits 4j..4j+3): codes i and i+4 as fp16x2 (e2m1 * 2^-14). Both sit
+// at bit 4i of their 16-bit half, so one shift serves the two.
+template <int I>
+__device__ __forceinline__ uint32_t e2m1_pair(uint32_t q) {
+  const uint32_t sign = (I == 3 ? q : q << (12 - 4 * I)) & 0x80008000u;
+  const uint32_t mag = (I == 3 ? q >> 3 : q << (9 - 4 * I)) & 0x0E000E00u;
+  return sign | mag;
+}
+
+__device__ __forceinline__ uint32_t e4m3_pair(uint32_t two) {   // two e4m3 bytes (low 16 bits) -> fp16x2, exact
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Formats: 0 MXFP4, 1 NVFP4, 2 FP8. E: elements of one row a thread holds per piece; a piece is what the 4
+// threads of an mma group hold of one row (4E elements); an iteration is 128 elements of K (ITER pieces).
+template <int FMT> struct Mf {
+  static constexpr int E = FMT == 2 ? 16 : 8;
+  static constexpr int PIECE = 4 * E;
+  static constexpr int ITER = 128 / PIECE;
+};
+
+// Where x[k] goes in shared memory: per token, per piece, per thread of the group, the fp16 B-fragment values
+// in the order the thread's mmas read them (FP4: the pairs (j, j+4) of e2m1_pair; FP8: natural order).
+template <int FMT>
+__device__ __forceinline__ int xslot(int k, int pieces, int b) {
+  using F = Mf<FMT>;
+  const int p = k / F::PIECE, kl = k % F::PIECE, t = kl / F::E, j = kl % F::E;
+  const int slot = FMT == 2 ? j : ((j >> 1) & 1) * 4 + (j & 1) * 2 + (j >> 2);
+  return ((b * pieces + p) * 4 + t) * F::E + slot;
+}
+
+// x into fp16 range per token (a power of two each, kept in xscale[]), stored as the B fragments the mmas read.
+// Called after the first weight loads are issued, so the weight stream is already in flight.
+template <int FMT, int MAXT>
+__device__ __forceinline__ void stage_x(const __nv_bfloat16* __restrict__ x, float* red, float* xscale, __half* xs,
+                                        int nb, int K, int pieces, int tid, int lane, int warp) {
+  float amax[MAXT];
+#pragma unroll
+  for (int b = 0; b < MAXT; ++b) {
+    amax[b] = 0.f;
+    if (b < nb)
+      for (int k = tid; k < K; k += WARPS * 32) amax[b] = fmaxf(amax[b], fabsf(__bfloat162float(x[b * K + k])));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax[b] = fmaxf(amax[b], __shfl_xor_sync(0xffffffffu, amax[b], o));
+    if (lane == 0) red[warp * 8 + b] = amax[b];
+  }
+  __syncthreads();
+  if (tid < MAXT && tid < nb) {
+    float m = 0.f;
+    for (int i = 0; i < WARPS; ++i) m = fmaxf(m, red[i * 8 + tid]);
+    // amax * 2^(14 - e) in [2^14, 2^15): below fp16's 65504; e clamped so both factors are normal floats
+    const int e = m > 0.f ? max(min(static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 127, 127), -100) : 0;
+    xscale[tid] = __uint_as_float(static_cast<uint32_t>(e - 14 + 127) << 23);
+    red[WARPS * 32 * 4 - 1 - tid] = __uint_as_float(static_cast<uint32_t>(14 - e + 127) << 23);
+  }
+  __syncthreads();
+  for (int b = 0; b < nb && b < MAXT; ++b) {
+    const float inv = red[WARPS * 32 * 4 - 1 - b];
+    for (int k = tid; k < K; k += WARPS * 32) xs[xslot<FMT>(k, pieces, b)] = __float2half_rn(__bfloat162float(x[b * K + k]) * inv);
+  }
+  __syncthreads();
+}
+
+template <int FMT, int KS, int MAXT>
+__global__ void __launch_bounds__(WARPS * 32)
+mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, const uint8_t* __restrict__ w,
+                const uint8_t* __restrict__ s, const float* __restrict__ g, int nb, int N, int K) {
+  using F = Mf<FMT>;
+  constexpr int RT = WARPS / KS;                       // 16-row tiles per block
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* red = reinterpret_cast<float*>(smem);                         // [WARPS][32][4] partial sums
+  float* xscale = red + WARPS * 32 * 4;                                // [8] per-token power of two
+  __half* xs = reinterpret_cast<__half*>(xscale + 8);                  // [nb][pieces][4][E]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gq = lane >> 2, t = lane & 3;
+  const int pieces = K / F::PIECE;
+
+  const int rt = warp / KS, ks = warp % KS;
+  const int r0 = (blockIdx.x * RT + rt) * 16;
+  const int ra = r0 + gq, rb = r0 + gq + 8;
+  const bool va = ra < N, vb = rb < N;
+  // this lane's B column: token gq; past the batch it reads token nb-1 again (its sums land in columns that are
+  // never stored), so no load is predicated
+  const int xb_tok = min(gq, nb - 1);
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  const int iters = K / 128;
+
+  if constexpr (FMT == 2) {
+    const int64_t sk = (K + 127) / 128;
+    const uint4* pa = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(va ? ra : 0) * K) + t;
+    const uint4* pb = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(vb ? rb : 0) * K) + t;
+    const float* srow = reinterpret_cast<const float*>(s) + static_cast<int64_t>((r0 < N ? r0 : 0) / 128) * sk;
+    uint4 qa[2], qb[2];
+    auto fetch = [&](int it, uint4 (&da)[2], uint4 (&db)[2]) {
+      it = min(it, iters - 1);
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {          // piece (2 it + u) of 64 elements: 4 uint4 per row, this thread's is t
+        da[u] = __ldg(pa + (2 * it + u) * 4);
+        db[u] = __ldg(pb + (2 * it + u) * 4);
+      }
+    };
+    fetch(ks, qa, qb);
+    stage_x<FMT, MAXT>(x, red, xscale, xs, nb, K, pieces, tid, lane, warp);
+    for (int it = ks; it < iters; it += KS) {
+      uint4 na[2], nb2[2];
+      fetch(it + KS, na, nb2);
+      float c[4];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const uint4 xv0 = reinterpret_cast<const uint4*>(xs)[((xb_tok * pieces + 2 * it + u) * 4 + t) * 2];
+        const uint4 xv1 = reinterpret_cast<const uint4*>(xs)[((xb_tok * pieces + 2 * it + u) * 4 + t) * 2 + 1];
+        const uint32_t wa[4] = {qa[u].x, qa[u].y, qa[u].z, qa[u].w}, wb[4] = {qb[u].x, qb[u].y, qb[u].z, qb[u].w};
+        const uint32_t xb[8] = {xv0.x, xv0.y, xv0.z, xv0.w, xv1.x, xv1.y, xv1.z, xv1.w};
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const uint32_t a[4] = {e4m3_pair(wa[m]), e4m3_pair(wb[m]), e4m3_pair(wa[m] >> 16), e4m3_pair(wb[m] >> 16)};
+          if (u == 0 && m == 0) mma_zero(c, a, xb[2 * m], xb[2 * m + 1]);
+          else mma_acc(c, a, xb[2 * m], xb[2 * m + 1]);
+        }
+      }
+      const float ws = __ldg(srow + it);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i] = fmaf(c[i], ws, acc[i]);
+#pragma unroll
+      for (int u = 0; u < 2; ++u) { qa[u] = na[u]; qb[u] = nb2[u]; }
+    }
+  } else {
+    const int64_t stride = K / 2;                              // bytes per row
+    const uint32_t* pa = reinterpret_cast<const uint32_t*>(w + static_cast<int64_t>(va ? ra : 0) * stride) + t;
+    const uint32_t* pb = reinterpret_cast<const uint32_t*>(w + static_cast<int64_t>(vb ? rb : 0) * stride) + t;
+    // scales of one iteration: MXFP4 4 bytes (one per piece), NVFP4 8 bytes (two per piece) per row
+    const int sbytes = FMT == 0 ? K / 32 : K / 16;
+    const uint8_t* sa = s + static_cast<int64_t>(va ? ra : 0) * sbytes;
+    const uint8_t* sb = s + static_cast<int64_t>(vb ? rb : 0) * sbytes;
+    uint32_t qa[4], qb[4];
+    uint2 sca, scb;
+    auto fetch = [&](int it, uint32_t (&da)[4], uint32_t (&db)[4], uint2& ea, uint2& eb) {
+      it = min(it, iters - 1);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {          // piece (4 it + u): 4 words per row, this thread's is t
+        da[u] = __ldg(pa + (4 * it + u) * 4);
+        db[u] = __ldg(pb + (4 * it + u) * 4);
+      }
+      if constexpr (FMT == 0) {
+        ea.x = __ldg(reinterpret_cast<const uint32_t*>(sa) + it);
+        eb.x = __ldg(reinterpret_cast<const uint32_t*>(sb) + it);
+      } else {
+        ea = __ldg(reinterpret_cast<const uint2*>(sa) + it);
+        eb = __ldg(reinterpret_cast<const uint2*>(sb) + it);
+      }
+    };
+    fetch(ks, qa, qb, sca, scb);
+    stage_x<FMT, MAXT>(x, red, xscale, xs, nb, K, pieces, tid, lane, warp);
+    // NVFP4: the byte of this thread's block in piece u is 2u + t/2 of the iteration's 8; prmt selectors that put
+    // it in both bytes of the low half (for the pair conversion)
+    uint32_t sel[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) { const uint32_t j = 2 * u + (t >> 1); sel[u] = j | (j << 4); }
+    for (int it = ks; it < iters; it += KS) {
+      uint32_t na[4], nbq[4];
+      uint2 nsa, nsb;
+      fetch(it + KS, na, nbq, nsa, nsb);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const uint4 xv = reinterpret_cast<const uint4*>(xs)[(xb_tok * pieces + 4 * it + u) * 4 + t];
+        uint32_t a0[4] = {e2m1_pair<0>(qa[u]), e2m1_pair<0>(qb[u]), e2m1_pair<1>(qa[u]), e2m1_pair<1>(qb[u])};
+        uint32_t a1[4] = {e2m1_pair<2>(qa[u]), e2m1_pair<2>(qb[u]), e2m1_pair<3>(qa[u]), e2m1_pair<3>(qb[u])};
+        if constexpr (FMT == 0) {
+          float c[4];
+          mma_zero(c, a0, xv.x, xv.y);
+          mma_acc(c, a1, xv.z, xv.w);
+          const float wsa = __uint_as_float(((sca.x >> (8 * u)) & 0xffu) << 23);
+          const float wsb = __uint_as_float(((scb.x >> (8 * u)) & 0xffu) << 23);
+          acc[0] = fmaf(c[0], wsa, acc[0]);
+          acc[2] = fmaf(c[2], wsb, acc[2]);
+          if constexpr (MAXT > 1) {
+            acc[1] = fmaf(c[1], wsa, acc[1]);
+            acc[3] = fmaf(c[3], wsb, acc[3]);
+          }
+        } else {
+          const uint32_t k7 = 0x58005800u;                 // fp16x2 (128, 128)
+          const uint32_t fa = hmul2(e4m3_pair(__byte_perm(sca.x, sca.y, sel[u])), k7);
+          const uint32_t fb = hmul2(e4m3_pair(__byte_perm(scb.x, scb.y, sel[u])), k7);
+          a0[0] = hmul2(a0[0], fa); a0[2] = hmul2(a0[2], fa); a1[0] = hmul2(a1[0], fa); a1[2] = hmul2(a1[2], fa);
+          a0[1] = hmul2(a0[1], fb); a0[3] = hmul2(a0[3], fb); a1[1] = hmul2(a1[1], fb); a1[3] = hmul2(a1[3], fb);
+          mma_acc(acc, a0, xv.x, xv.y);
+          mma_acc(acc, a1, xv.z, xv.w);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) { qa[u] = na[u]; qb[u] = nbq[u]; }
+      sca = nsa;
+      scb = nsb;
+    }
+  }
+
+  // -- fixed-order sum over the KS warps of a row tile, then the scales that were left for the end -----------
+  __syncthreads();                                  // the prologue's use of red[] is over
+#pragma unroll
+  for (int i = 0; i < 4; ++i) red[(warp * 32 + lane) * 4 + i] = acc[i];
+  __syncthreads();
+  if (ks != 0) return;
+  float v[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int j = 0; j < KS; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] += red[((warp + j) * 32 + lane) * 4 + i];
+  float undo = 1.f;                                 // 2^14 of e2m1_pair (MXFP4); 2^14 * 2^-7 and scale2 (NVFP4)
+  if constexpr (FMT == 0) undo = 16384.f;
+  if constexpr (FMT == 1) undo = 128.f * __ldg(g);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int row = i < 2 ? ra : rb, tok = 2 * t + (i & 1);
+    if (row < N && tok < nb && tok < MAXT) out[static_cast<int64_t>(tok) * N + row] = __float2bfloat16(v[i] * undo * xscale[tok]);
+  }
+}
+
+template <int FMT, int KS, int MAXT>
+void launch(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
+            const torch::Tensor& g, int nb, int N, int K) {
+  constexpr int RT = WARPS / KS;
+  const int pieces = K / Mf<FMT>::PIECE;
+  const size_t bytes = WARPS * 32 * 4 * sizeof(float) + 8 * sizeof(float) +
+                       static_cast<size_t>(nb) * pieces * 4 * Mf<FMT>::E * sizeof(__half);
+  auto kernel = mma_gemv_kernel<FMT, KS, MAXT>;
+  if (bytes > 48 * 1024) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  const dim3 grid((N + RT * 16 - 1) / (RT * 16));
+  kernel<<<grid, WARPS * 32, bytes, at::cuda::getCurrentCUDAStream()>>>(
+      reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), reinterpret_cast<__nv_bfloat16*>(out.data_ptr()),
+      static_cast<const uint8_t*>(w.data_ptr()), static_cast<const uint8_t*>(s.data_ptr()), g.data_ptr<float>(), nb, N, K);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <int FMT, int KS>
+void by_width(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
+              const torch::Tensor& g, int nb, int N, int K) {
+  if (nb == 1) launch<FMT, KS, 1>(x, out, w, s, g, nb, N, K);
+  else launch<FMT, KS, 8>(x, out, w, s, g, nb, N, K);
+}
+
+template <int FMT>
+void by_split(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
+              const torch::Tensor& g, int nb, int N, int K, int ks) {
+  if (ks == 8) by_width<FMT, 8>(x, out, w, s, g, nb, N, K);
+  else by_width<FMT, 4>(x, out, w, s, g, nb, N, K);
+}
+
+}  // namespace
+
+// The Python wrapper (cuda_kernel.py `mma_gemv_cuda`) checks every input first and raises ValueError; the checks
+// here only keep a launch inside its buffers.
+void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w, const torch::Tensor& s,
+              const torch::Tensor& g, int64_t fmt, int64_t ks) {
+  TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.dim() == 2, "mma_gemv: x must be contiguous bf16 [B, K]");
+  const int64_t nb = x.size(0), K = x.size(1), N = out.size(1);
+  TORCH_CHECK(nb >= 1 && nb <= 8 && K % 128 == 0 && out.size(0) == nb, "mma_gemv: B in 1..8 and K % 128 == 0 expected");
+  TORCH_CHECK(fmt >= 0 && fmt <= 2 && (ks == 4 || ks == 8), "mma_gemv: bad format ", fmt, " or split ", ks);
+  TORCH_CHECK(w.numel() == N * (fmt == 2 ? K : K / 2) && w.is_contiguous(), "mma_gemv: weight size does not match [N, K]");
+  if (N == 0) return;
+  const int b = static_cast<int>(nb), n = static_cast<int>(N), k = static_cast<int>(K), split = static_cast<int>(ks);
+  if (fmt == 0) by_split<0>(x, out, w, s, g, b, n, k, split);
+  else if (fmt == 1) by_split<1>(x, out, w, s, g, b, n, k, split);
+  else by_split<2>(x, out, w, s, g, b, n, k, split);
+}

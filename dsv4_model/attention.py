@@ -71,8 +71,9 @@ class Attention(nn.Module):
         o = rope_tail(o, cs.unsqueeze(-3), self.rd, inverse=True).to(q.dtype)           # de-rotate by -t
         B, T = o.shape[:2]
         o = o.reshape(B, T, self.G, -1)
-        wa = dequant(self.wo_a.qweight).view(self.G, self.R, -1)
-        t = torch.einsum("btgi,gri->btgr", o.float(), wa.float()).to(q.dtype)
+        # in the model dtype, as the reference's einsum: no fp32 copy of the 8192x4096 weight per step
+        wa = dequant(self.wo_a.qweight, dtype=q.dtype).view(self.G, self.R, -1)
+        t = torch.einsum("btgi,gri->btgr", o, wa)
         return self.wo_b(t.flatten(-2))
 
     # -- decode (reference order: window write, indexer, compressor, attention) -------------------------------

@@ -117,7 +117,17 @@ def compile_row(cfg: str, batch: int, steps: int, deadline: float) -> tuple[floa
     return float("nan"), "failed"
 
 
-def profile_graph(runner, batch: int, top: int = 15) -> None:
+def profile_parts(dec, runner, batch: int) -> None:
+    """The decoder step and the sampler, each captured alone and replayed: how the step's time splits."""
+    logits = dec.step(batch)
+    for name, fn in (("decoder step", lambda: dec.step(batch)), ("sampler", lambda: runner.sampler(logits))):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        print(f"  {name}: {_ms(g.replay, 20):.3f} ms per replay")
+
+
+def profile_graph(runner, batch: int, top: int = 40) -> None:
     """The CUDA kernels of one graph replay, by total time: where the step's time goes."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -138,6 +148,7 @@ def bench(name: str, model, batch: int, steps: int, compile_: bool, bw: float, p
     if profile_:
         print(f"== {name} batch {batch}: graph replay, top kernels")
         profile_graph(runner, batch)
+        profile_parts(dec, runner, batch)
     del dec, runner
     torch.cuda.empty_cache()
     row["compile"], row["note"] = compile_row(name, batch, steps, deadline) if compile_ else (float("nan"), "")

@@ -6,9 +6,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dsv4_kernels.rms_norm.reference import rms_norm_ref
+
 from .compressor import Compressor
 from .indexer import Indexer
-from .linear import Linear, RMSNorm, unweighted_rms
+from .linear import Linear, RMSNorm
 from .quant import dequant, fp8_fake_quant
 from .rope import rope_tail
 
@@ -34,6 +36,9 @@ class Attention(nn.Module):
                                      batch, args.max_seq_len) if self.ratio else None
         self.indexer = Indexer(args, dtype, batch) if self.ratio == 4 else None
         self.fp8_sim = True
+        # the per-head q norm and the KV FP8 sim: the references, or one-launch kernels set once at load on CUDA
+        # (decode.kernel_modules)
+        self.rms, self.fp8_quant = rms_norm_ref, fp8_fake_quant
         self.init_state()
 
     def init_state(self, device=None) -> None:
@@ -50,12 +55,12 @@ class Attention(nn.Module):
     def _nope_fp8(self, kv: torch.Tensor) -> torch.Tensor:
         if not self.fp8_sim:
             return kv
-        return torch.cat([fp8_fake_quant(kv[..., :-self.rd], 64), kv[..., -self.rd:]], -1)
+        return torch.cat([self.fp8_quant(kv[..., :-self.rd], 64), kv[..., -self.rd:]], -1)
 
     def _qkv(self, x: torch.Tensor, cs: torch.Tensor):
         """q [B,T,H,D], kv [B,T,D] (rotated at the positions in cs [T, rd/2, 2]), qr [B,T,q_lora]."""
         qr = self.q_norm(self.wq_a(x))
-        q = unweighted_rms(self.wq_b(qr).unflatten(-1, (self.H, self.D)), self.eps)
+        q = self.rms(self.wq_b(qr).unflatten(-1, (self.H, self.D)), None, self.eps)
         q = rope_tail(q, cs.unsqueeze(-3), self.rd)
         kv = self._nope_fp8(rope_tail(self.kv_norm(self.wkv(x)), cs, self.rd))
         return q, kv, qr

@@ -27,16 +27,20 @@ mHC, head). Only state and control flow live here.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
+from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref, fp8_fake_quant_ref
 from dsv4_kernels.compressor_reduce import compressor_reduce
+from dsv4_kernels.rms_norm.reference import rms_norm_ref
 from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
 from .attention import Attention
 from .compressor import Compressor
-from .indexer import topk_blocks
-from .linear import Linear
+from .indexer import Indexer, topk_blocks
+from .linear import Linear, RMSNorm
 from .mhc import HyperConnection
 from .model import Transformer
 from .moe import routed_experts
@@ -130,10 +134,23 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, pos
     return attn._attend(q, K, torch.cat(masks, 1).unsqueeze(1), cs)
 
 
+def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
+    """The one-launch kernels of the small ops, decided once at load: {"fp8", "fp4", "rms"} -> the function,
+    each the Triton kernel where the device is CUDA and it is usable, else its PyTorch reference."""
+    chosen = {"fp8": fp8_fake_quant_ref, "fp4": fp4_fake_quant_ref, "rms": rms_norm_ref}
+    if use_kernels and torch.device(device).type == "cuda":
+        from dsv4_kernels import available, select
+        for key, name in (("fp8", "fp8_fake_quant"), ("fp4", "fp4_fake_quant"), ("rms", "rms_norm")):
+            if available(name)[0]:
+                chosen[key] = select(name, device)
+    return chosen
+
+
 def kernel_experts(device: torch.device, use_kernels: bool = True):
     """The routed-expert compute for `device`, decided once at load: the fused Triton kernel
-    (`dsv4_kernels.moe_gemv`) where the device is CUDA and it is usable, else `moe.routed_experts`. Returns
-    (function, note); the note says which and why, for the runner's log line."""
+    (`dsv4_kernels.moe_gemv`) where the device is CUDA and it is usable, else `moe.routed_experts`. The kernel's
+    activation simulation uses the one-launch FP8 fake quant where that is usable. Returns (function, note); the
+    note says which and why, for the runner's log line."""
     if not use_kernels:
         return routed_experts, "routed experts: PyTorch reference (kernels switched off)"
     if torch.device(device).type != "cuda":
@@ -143,20 +160,23 @@ def kernel_experts(device: torch.device, use_kernels: bool = True):
     if not ok:
         return routed_experts, f"routed experts: PyTorch reference ({why})"
     kernel = select("routed_experts", device)
+    sim = functools.partial(act_sim, fp8=small_kernels(device)["fp8"])
 
     def run(x, idx, wts, w1, w3, w2, limit, act=True):
         # the kernel is weight-only; the stored format's activation simulation runs around its launches
-        return kernel(x, idx, wts, w1, w3, w2, limit, act_sim=act_sim if act else None)
+        return kernel(x, idx, wts, w1, w3, w2, limit, act_sim=sim if act else None)
     return run, "routed experts: fused Triton kernel"
 
 
 def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = True) -> str:
     """Give the model's modules their decode kernels, decided once at load: every quantised `Linear` the
     stored-format GEMV (`dsv4_kernels.moe_gemv.weight_gemv`: FP8 and FP4 weights read as stored, no dequantised
-    copy per step) and every `HyperConnection` the one-launch Sinkhorn, on CUDA; the references elsewhere or
-    when kernels are off. Returns the log note."""
+    copy per step), every `HyperConnection` the one-launch Sinkhorn, and the modules that fake-quantise or
+    normalise (`Linear`, `RMSNorm`, `Attention`, `Indexer`) the one-launch FP8/FP4 fake quants and RMSNorm, on
+    CUDA; the references elsewhere or when kernels are off. Returns the log note."""
     on = use_kernels and torch.device(device).type == "cuda"
     gemv, sink = None, sinkhorn_ref
+    small = small_kernels(device, use_kernels)
     if on:
         from dsv4_kernels import available
         from dsv4_kernels.moe_gemv import weight_gemv as gemv
@@ -166,13 +186,23 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
     for m in model.modules():
         if isinstance(m, Linear):
             m.gemv = gemv if m.fmt in ("fp8", "mxfp4", "nvfp4") else None
+            m.fp8_quant = small["fp8"]
             n += m.gemv is not None
         elif isinstance(m, HyperConnection):
             m.sinkhorn = sink
+        elif isinstance(m, RMSNorm):
+            m.kernel = small["rms"]
+        elif isinstance(m, Attention):
+            m.rms, m.fp8_quant = small["rms"], small["fp8"]
+        elif isinstance(m, Indexer):
+            m.fp4_quant = small["fp4"]
     if not on:
-        return "projections: F.linear; mHC: PyTorch Sinkhorn"
+        return "projections: F.linear; mHC: PyTorch Sinkhorn; fake quants and RMSNorm: PyTorch"
+    fused = [name for name, key, ref in (("FP8 fake quant", "fp8", fp8_fake_quant_ref),
+                                         ("FP4 fake quant", "fp4", fp4_fake_quant_ref), ("RMSNorm", "rms", rms_norm_ref))
+             if small[key] is not ref]
     return (f"projections: {n} quantised ones through the stored-format GEMV; mHC: "
-            f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn")
+            f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; one-launch: {', '.join(fused) or 'none'}")
 
 
 def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, experts=routed_experts) -> torch.Tensor:

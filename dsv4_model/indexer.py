@@ -34,6 +34,7 @@ class Indexer(nn.Module):
         self.weights_proj = Linear(args.dim, self.Hi, dtype)
         self.compressor = Compressor(args.dim, self.Di, 4, self.rd, args.norm_eps, dtype, batch, args.max_seq_len)
         self.fp4_sim = True
+        self.fp4_quant = fp4_fake_quant     # or its one-launch kernel, set once at load on CUDA (decode.kernel_modules)
         self.init_state()
 
     def init_state(self, device=None) -> None:
@@ -41,7 +42,7 @@ class Indexer(nn.Module):
 
     def _rotate(self, t: torch.Tensor) -> torch.Tensor:
         t = (t.float() @ self.hadamard).to(t.dtype)
-        return fp4_fake_quant(t, 32) if self.fp4_sim else t
+        return self.fp4_quant(t, 32) if self.fp4_sim else t
 
     def _q(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
         q = self.wq_b(qr).unflatten(-1, (self.Hi, self.Di))

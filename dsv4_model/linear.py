@@ -5,23 +5,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .quant import QWeight, act_sim, dequant
+from dsv4_kernels.rms_norm.reference import rms_norm_ref
+
+from .quant import QWeight, act_sim, dequant, fp8_fake_quant
 
 
 class RMSNorm(nn.Module):
+    """`kernel`: `(x, weight, eps) -> y`, the reference formula, or the one-launch kernel set once at load on CUDA
+    (decode.kernel_modules)."""
+
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)  # fp32, as the reference keeps it
+        self.kernel = rms_norm_ref
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        return (self.weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps))).to(x.dtype)
+        return self.kernel(x, self.weight, self.eps)
 
 
 def unweighted_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return rms_norm_ref(x, None, eps)
 
 
 # A QWeight lives in a module as buffers (so `.to(device)` moves it and the state_dict holds it):
@@ -58,7 +62,8 @@ class Linear(nn.Module):
 
     `act_sim = False` switches the activation simulation off for A/B runs. `gemv`: a weight-only kernel
     `(x [B, K], weight tuple) -> y [B, N]` for decode-sized inputs (at most 8 rows), set once at load by the
-    graph-safe decoder on CUDA (`decode.kernel_modules`); None computes the dequantised F.linear.
+    graph-safe decoder on CUDA (`decode.kernel_modules`); None computes the dequantised F.linear. `fp8_quant`:
+    the FP8 activation fake quant `(x, block) -> x`, the reference or its one-launch kernel (set the same way).
     """
 
     def __init__(self, in_features: int, out_features: int, dtype=torch.float32):
@@ -66,6 +71,7 @@ class Linear(nn.Module):
         self.in_features, self.out_features, self.dtype = in_features, out_features, dtype
         self.act_sim = True
         self.gemv = None
+        self.fp8_quant = fp8_fake_quant
         init_qweight(self, "", (out_features, in_features), dtype)
 
     @property
@@ -79,7 +85,7 @@ class Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         qw = self.qweight
         if self.act_sim:
-            x = act_sim(x, qw.fmt, qw.input_scale)
+            x = act_sim(x, qw.fmt, qw.input_scale, self.fp8_quant)
         x = x.to(self.dtype)
         if self.gemv is not None and x.numel() <= 8 * self.in_features:      # decode rows: read the stored bytes
             return self.gemv(x.reshape(-1, self.in_features), qw.astuple()).view(*x.shape[:-1], self.out_features)

@@ -85,7 +85,7 @@ class RowParallelLinear(Linear):
             xf = x.float()
             s = (self._global_amax(xf) / (FP4_MAX * FP8_MAX)).clamp(min=1e-30)
             return nvfp4_act_fake_quant(x, s.reshape(-1, 1, 1))
-        return act_sim(x, qw.fmt, qw.input_scale)
+        return act_sim(x, qw.fmt, qw.input_scale, self.fp8_quant)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         qw = self.qweight

@@ -25,6 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
+# the activation fake-quants and the e2m1 rounding live beside their Triton kernel; the names here are the model's
+from dsv4_kernels.act_quant.reference import (E2M1, FP4_MAX, FP8_MAX, _pow2_scale, e2m1_table,  # noqa: F401
+                                              fp4_fake_quant_ref as fp4_fake_quant,
+                                              fp8_fake_quant_ref as fp8_fake_quant, quantize_e2m1)
 from dsv4_kernels.moe_gemv.reference import take
 
 FORMATS = ("plain", "fp8", "mxfp4", "nvfp4")
@@ -91,13 +95,14 @@ def dequant(qw: QWeight, index=None, dtype: torch.dtype = torch.float32) -> torc
     raise ValueError(f"unknown weight format {qw.fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
-def act_sim(x: torch.Tensor, fmt: str, input_scale: torch.Tensor | None = None) -> torch.Tensor:
-    """The activation simulation the reference applies before a GEMM with weights stored in `fmt`."""
+def act_sim(x: torch.Tensor, fmt: str, input_scale: torch.Tensor | None = None, fp8=fp8_fake_quant) -> torch.Tensor:
+    """The activation simulation the reference applies before a GEMM with weights stored in `fmt`. `fp8`: the
+    e4m3 fake quant to use, `fp8(x, block)` (the reference, or its one-launch kernel chosen at load)."""
     if fmt == "plain":
         return x
     if fmt in ("fp8", "mxfp4"):
         k = x.shape[-1]
-        return fp8_fake_quant(x, 128 if k % 128 == 0 else k)
+        return fp8(x, 128 if k % 128 == 0 else k)
     if fmt == "nvfp4":
         return nvfp4_act_fake_quant(x, input_scale)
     raise ValueError(f"unknown weight format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -125,20 +130,6 @@ def quantize(w: torch.Tensor, fmt: str, input_scale: torch.Tensor | None = None)
     cols = [torch.stack(c).reshape((*lead, *c[0].shape)) for c in zip(*parts)]
     return QWeight(fmt, cols[0], cols[1], cols[2] if len(cols) > 2 else None, input_scale if fmt == "nvfp4" else None)
 
-E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
-_E2M1_ON: dict[torch.device, torch.Tensor] = {}
-
-
-def e2m1_table(device: torch.device) -> torch.Tensor:
-    """The code->value table on `device`, copied there once: a per-call `.to(device)` is a pageable host-to-device
-    copy (a sync, and a capture failure) on every decode step."""
-    t = _E2M1_ON.get(device)
-    if t is None:
-        t = _E2M1_ON[device] = E2M1.to(device)  # graphcheck: ignore[GC402] -- once per device, during warm-up
-    return t
-FP8_MAX = 448.0
-FP4_MAX = 6.0
-
 
 def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
     """[.., n/2] bytes -> [.., n] float32; low nibble = element 2j, high nibble = 2j+1."""
@@ -146,15 +137,6 @@ def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
     lo, hi = (b & 0xF).long(), (b >> 4).long()
     table = e2m1_table(packed.device)
     return torch.stack([table[lo], table[hi]], dim=-1).flatten(-2)
-
-
-def quantize_e2m1(x: torch.Tensor) -> torch.Tensor:
-    """Round float values (already scaled into [-6, 6]) to e2m1 codes: nearest, ties to the even mantissa
-    (the hardware cvt the reference's kernels use). Midpoints 0.25, 1.25, 2.5, 5 round down; 0.75, 1.75, 3.5 up."""
-    ax = x.abs().clamp(max=FP4_MAX)
-    idx = ((ax > 0.25).long() + (ax >= 0.75).long() + (ax > 1.25).long() + (ax >= 1.75).long()
-           + (ax > 2.5).long() + (ax >= 3.5).long() + (ax > 5.0).long())
-    return (idx | ((x < 0).long() << 3)).to(torch.uint8)
 
 
 def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
@@ -261,25 +243,3 @@ def quantize_mxfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     e = torch.ceil(torch.log2(blocks.abs().amax(-1).clamp(min=1e-30) / FP4_MAX)).clamp(-127, 127)
     codes = quantize_e2m1((blocks / torch.exp2(e).unsqueeze(-1)).view(out, k))
     return pack_e2m1(codes).view(torch.int8), torch.exp2(e).to(torch.float8_e8m0fnu)
-
-
-# -- activation fake-quants (reference QAT simulation) --------------------------------------------------
-def _pow2_scale(amax: torch.Tensor, qmax: float) -> torch.Tensor:
-    return torch.exp2(torch.ceil(torch.log2(amax.clamp(min=1e-4) / qmax)))
-
-
-def fp8_fake_quant(x: torch.Tensor, block: int) -> torch.Tensor:
-    """e4m3 quant->dequant in blocks along the last dim, power-of-two (ue8m0) scales."""
-    shape = x.shape
-    xf = x.float().reshape(*shape[:-1], shape[-1] // block, block)
-    s = _pow2_scale(xf.abs().amax(-1, keepdim=True), FP8_MAX)
-    return ((xf / s).to(torch.float8_e4m3fn).float() * s).reshape(shape).to(x.dtype)
-
-
-def fp4_fake_quant(x: torch.Tensor, block: int = 32) -> torch.Tensor:
-    """e2m1 quant->dequant in blocks of 32, scale 2^ceil(log2(amax/6)) (amax >= 6 * 2^-126, as the reference)."""
-    shape = x.shape
-    xf = x.float().reshape(*shape[:-1], shape[-1] // block, block)
-    s = torch.exp2(torch.ceil(torch.log2(xf.abs().amax(-1, keepdim=True).clamp(min=6 * 2.0 ** -126) / FP4_MAX)))
-    q = e2m1_table(x.device)[quantize_e2m1(xf / s).long()]
-    return (q * s).reshape(shape).to(x.dtype)

@@ -20,6 +20,9 @@ KERNELS = {
     "compressor_reduce": ("compressor_reduce", "compressor_reduce_kernel", "compressor_reduce_ref"),
     "nvfp4_kvcache": ("nvfp4_kvcache", "dequantize_nvfp4_kvcache_kernel", "dequantize_nvfp4_kvcache_ref"),
     "sinkhorn": ("sinkhorn", "sinkhorn", "sinkhorn_ref"),
+    "fp8_fake_quant": ("act_quant", "fp8_fake_quant", "fp8_fake_quant_ref"),
+    "fp4_fake_quant": ("act_quant", "fp4_fake_quant", "fp4_fake_quant_ref"),
+    "rms_norm": ("rms_norm", "rms_norm", "rms_norm_ref"),
 }
 
 

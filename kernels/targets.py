@@ -106,3 +106,29 @@ def routed_experts(tokens: int = 4, experts: int = 16, topk: int = 6, dim: int =
 
     return Target(step=lambda a: fn(a[0], a[1], a[2], w1, w3, w2, 10.0), make_inputs=inputs, state=dict,
                   name=f"routed_experts[{fmt}, T={tokens}]", device=dev)
+
+
+def _rows_target(name: str, fn, rows: int, k: int, scale: float) -> Target:
+    dev = _dev()
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32
+
+    def inputs(i):
+        return (torch.randn(rows, k, generator=_gen(i)) * scale).to(dev, dt)
+
+    return Target(step=fn, make_inputs=inputs, state=dict, name=name, device=dev)
+
+
+def fp8_fake_quant(rows: int = 8, k: int = 4096, block: int = 128) -> Target:
+    from .act_quant import fp8_fake_quant as fn
+    return _rows_target(f"fp8_fake_quant[{rows}x{k}/{block}]", lambda x: fn(x, block), rows, k, 3.0)
+
+
+def fp4_fake_quant(rows: int = 64, k: int = 128) -> Target:
+    from .act_quant import fp4_fake_quant as fn
+    return _rows_target(f"fp4_fake_quant[{rows}x{k}]", lambda x: fn(x, 32), rows, k, 3.0)
+
+
+def rms_norm(rows: int = 8, n: int = 4096) -> Target:
+    from .rms_norm import rms_norm as fn
+    weight = (torch.rand(n, generator=_gen(-1)) + 0.5).to(_dev())
+    return _rows_target(f"rms_norm[{rows}x{n}]", lambda x: fn(x, weight, 1e-6), rows, n, 2.0)

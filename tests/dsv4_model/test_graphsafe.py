@@ -287,6 +287,47 @@ def test_kernel_choice_is_made_once_at_load(model):
     assert "switched off" in GraphSafeDecoder(model, batch=1, kernels=False).kernel_note
 
 
+def _small_kernels_of(model):
+    """{(module kind, attribute): set of function names} over the model: which fake quant / norm each one calls."""
+    from dsv4_model.attention import Attention
+    from dsv4_model.indexer import Indexer
+    from dsv4_model.linear import Linear, RMSNorm
+    seen = {}
+    for m in model.modules():
+        for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("rms", "fp8_quant")),
+                            (Indexer, ("fp4_quant",))):
+            if isinstance(m, kind):
+                for a in attrs:
+                    seen.setdefault((kind.__name__, a), set()).add(getattr(m, a).__name__)
+    return seen
+
+
+def test_small_kernels_stay_references_on_cpu(model):
+    """On CPU (and with kernels off) every module that fake-quantises or normalises keeps the PyTorch reference."""
+    for kernels in (True, False):
+        dec = GraphSafeDecoder(model, batch=1, kernels=kernels)
+        assert "fake quants and RMSNorm: PyTorch" in dec.kernel_note, dec.kernel_note
+        seen = _small_kernels_of(model)
+        assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "rms"),
+                             ("Attention", "fp8_quant"), ("Indexer", "fp4_quant")}
+        assert all(len(v) == 1 and next(iter(v)).endswith("_ref") for v in seen.values()), seen
+
+
+@pytest.mark.cuda
+def test_cuda_small_kernels_chosen_once_at_load():
+    """On CUDA kernel_modules gives the modules the one-launch fake quants and RMSNorm; kernels=False puts the
+    references back."""
+    model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
+    dec = GraphSafeDecoder(model, batch=1)
+    assert "one-launch: FP8 fake quant, FP4 fake quant, RMSNorm" in dec.kernel_note, dec.kernel_note
+    seen = _small_kernels_of(model)
+    assert seen[("Linear", "fp8_quant")] == seen[("Attention", "fp8_quant")] == {"fp8_fake_quant"}
+    assert seen[("RMSNorm", "kernel")] == seen[("Attention", "rms")] == {"rms_norm"}
+    assert seen[("Indexer", "fp4_quant")] == {"fp4_fake_quant"}
+    GraphSafeDecoder(model, batch=1, kernels=False)
+    assert all(next(iter(v)).endswith("_ref") for v in _small_kernels_of(model).values())
+
+
 @pytest.mark.cuda
 def test_cuda_greedy_tokens_with_kernels_equal_without():
     """300 greedy steps of the tiny preset with the fused routed-expert kernel and with the PyTorch experts: the same
@@ -315,7 +356,7 @@ def test_cuda_greedy_tokens_with_kernels_equal_without():
 @pytest.mark.cuda
 def test_cuda_flash_dims_kernels_close_to_references():
     """The Flash-dimension layers in their release formats (FP8 projections, MXFP4 experts): 16 steps with every
-    kernel (stored-format GEMVs, routed experts, Sinkhorn) against the same steps with the PyTorch references,
+    kernel (stored-format GEMVs, routed experts, Sinkhorn, fake quants, RMSNorm) against the same steps with the PyTorch references,
     both fed the same tokens. bf16 activations, so the bound is bf16-sized: logits within 3e-2 of the largest."""
     from dsv4_model.synthetic import flash_layers
     model = flash_layers(device="cuda")

@@ -146,7 +146,8 @@ def test_kvcache_reference_matches_the_weight_dequant():
 
 
 @pytest.mark.parametrize("factory", ["compressor_reduce_csa", "compressor_reduce_hca", "nvfp4_kvcache", "fused_swiglu",
-                                     "fp4_gemv", "routed_experts", "sinkhorn"])
+                                     "fp4_gemv", "routed_experts", "sinkhorn", "fp8_fake_quant", "fp4_fake_quant",
+                                     "rms_norm"])
 def test_kernel_targets_capture_clean(factory):
     """On CPU this is the emulation over the references; on a GPU, real capture of the kernels."""
     assert capture_test(getattr(targets, factory)(), steps=2) == []
@@ -464,3 +465,272 @@ def test_mma_gemv_takes_any_bf16_range(fmt):
     for r in range(4):
         assert torch.isfinite(got[r]).all(), f"row {r}"
         torch.testing.assert_close(got[r], ref[r], rtol=2e-2, atol=2e-3 * ref[r].abs().max().item(), msg=f"row {r}")
+
+
+# ---------------------------------------------------------------------------------------------- act_quant, rms_norm
+def _old_fp8_fake_quant(x, block):
+    """dsv4_model/quant.py's fp8_fake_quant before it moved to dsv4_kernels.act_quant, verbatim."""
+    shape = x.shape
+    xf = x.float().reshape(*shape[:-1], shape[-1] // block, block)
+    s = torch.exp2(torch.ceil(torch.log2(xf.abs().amax(-1, keepdim=True).clamp(min=1e-4) / 448.0)))
+    return ((xf / s).to(torch.float8_e4m3fn).float() * s).reshape(shape).to(x.dtype)
+
+
+def _old_fp4_fake_quant(x, block=32):
+    shape = x.shape
+    xf = x.float().reshape(*shape[:-1], shape[-1] // block, block)
+    s = torch.exp2(torch.ceil(torch.log2(xf.abs().amax(-1, keepdim=True).clamp(min=6 * 2.0 ** -126) / 6.0)))
+    y = xf / s
+    ax = y.abs().clamp(max=6.0)
+    idx = ((ax > 0.25).long() + (ax >= 0.75).long() + (ax > 1.25).long() + (ax >= 1.75).long()
+           + (ax > 2.5).long() + (ax >= 3.5).long() + (ax > 5.0).long())
+    table = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+                         device=x.device)
+    return (table[(idx | ((y < 0).long() << 3))] * s).reshape(shape).to(x.dtype)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bits (so -0.0 != +0.0 and NaN == NaN where torch.equal would say otherwise)."""
+    return t.contiguous().view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def _bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+def _fp8_edge_rows(dt, device="cpu"):
+    """[rows, 128] that hit the FP8 fake quant's edges (block 128 = the whole row)."""
+    rows = [torch.zeros(128), torch.full((128,), -0.0)]
+    for k in range(-9, 4):                                             # amax exactly 448 * 2^k: s = 2^k
+        r = torch.linspace(-1, 1, 128) * 448 * 2.0 ** k
+        rows.append(r)
+    # amax one fp32 ulp above 448 * 2^k: torch's CUDA `amax / 448` (a product with fp32(1/448)) lands on 2^k,
+    # a true division one ulp above; 1.125 * 2^(k-6) then rounds differently (normal vs e4m3 subnormal)
+    for k in (-2, -1, 0, 1, 2):
+        r = torch.zeros(128)
+        r[0] = torch.nextafter(torch.tensor(448.0 * 2.0 ** k), torch.tensor(float("inf")))
+        r[1:8] = torch.tensor([1.125, -1.125, 1.875, 1.0625, 1.1875, -3.0, 0.75]) * 2.0 ** (k - 6)
+        rows.append(r)
+    # s = 1: e4m3 round-to-nearest-even midpoints (normal and subnormal), tiny negatives that round to -0, -0.0
+    r = torch.zeros(128)
+    mids = [1.0625, 1.1875, 1.3125, 3.25, 3.75, 240.0, 416.0, 2.0 ** -10, 3 * 2.0 ** -10, 5 * 2.0 ** -10,
+            -2.0 ** -11, -0.0, 1e-30, -1e-30, 2.0 ** -6 * 1.0625]
+    r[:len(mids)], r[-1] = torch.tensor(mids), 448.0
+    rows.append(r)
+    rows.append(torch.full((128,), 5e-5))                               # below the 1e-4 amax clamp
+    x = torch.stack(rows)
+    return x.to(dt).to(device)
+
+
+def _fp4_edge_rows(dt, device="cpu"):
+    """[rows, 32] that hit the FP4 fake quant's edges: e2m1 midpoints (ties to even: 0.25, 1.25, 2.5, 5 down;
+    0.75, 1.75, 3.5 up), just either side of them, signs, zeros, the amax clamp."""
+    mids = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+    rows = [torch.zeros(32), torch.full((32,), -0.0), torch.full((32,), 1e-39)]
+    for k in (-3, 0, 2):
+        r = torch.zeros(32)
+        r[0] = 6.0                                                     # amax exactly 6 * 2^k: s = 2^k
+        r[1:8], r[8:15] = mids, -mids
+        r[15:22] = torch.nextafter(mids, torch.tensor(0.0))
+        r[22:29] = torch.nextafter(mids, torch.tensor(9.0))
+        r[29], r[30], r[31] = -0.0, -0.1, 0.1                           # -0.0 -> +0; -0.1 -> -0.0
+        rows.append(r * 2.0 ** k)
+        rows.append(torch.nextafter(r * 2.0 ** k, torch.tensor(float("inf"))) if k else r * 2.0 ** k * 1.01)
+    x = torch.stack(rows)
+    return x.to(dt).to(device)
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
+def test_fake_quant_references_are_the_old_formulas(dt):
+    """Moved into dsv4_kernels.act_quant without numerical change (bits, incl. the sign of zero); dsv4_model.quant
+    still names them."""
+    from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref, fp8_fake_quant_ref
+    assert quant.fp8_fake_quant is fp8_fake_quant_ref and quant.fp4_fake_quant is fp4_fake_quant_ref
+    g = torch.Generator().manual_seed(11)
+    for shape, block in (((3, 256), 128), ((2, 5, 448), 64), ((7, 96), 96), ((1, 4096), 128)):
+        x = (torch.randn(*shape, generator=g) * 4).to(dt)
+        assert _bit_equal(fp8_fake_quant_ref(x, block), _old_fp8_fake_quant(x, block))
+        assert _bit_equal(fp4_fake_quant_ref(x, 32), _old_fp4_fake_quant(x, 32))
+    x = _fp8_edge_rows(dt)
+    assert _bit_equal(fp8_fake_quant_ref(x, 128), _old_fp8_fake_quant(x, 128))
+    x = _fp4_edge_rows(dt)
+    assert _bit_equal(fp4_fake_quant_ref(x, 32), _old_fp4_fake_quant(x, 32))
+
+
+def test_fake_quant_known_values():
+    """Hand-computed: e2m1 ties to the even mantissa, a negative that rounds to zero is -0.0, -0.0 is +0.0; e4m3
+    ties to even at s = 1."""
+    from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref, fp8_fake_quant_ref
+    x = torch.zeros(32)
+    x[:12] = torch.tensor([6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.1, -0.0, -0.75, 0.2500001])
+    want = torch.tensor([6.0, 0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, -0.0, 0.0, -1.0, 0.5])
+    got = fp4_fake_quant_ref(x * 4, 32)[:12]
+    assert _bit_equal(got, want * 4), got
+    x = torch.zeros(128)
+    x[:6] = torch.tensor([448.0, 1.0625, 1.1875, 2.0 ** -10, 3 * 2.0 ** -10, -2.0 ** -11])
+    want = torch.tensor([448.0, 1.0, 1.25, 0.0, 2.0 ** -8, -0.0])
+    assert _bit_equal(fp8_fake_quant_ref(x, 128)[:6], want)
+    assert _bit_equal(fp8_fake_quant_ref(x * 2.0 ** -5, 128)[:6], want * 2.0 ** -5)   # s = 2^-5
+
+
+def test_rms_norm_reference_is_the_model_formula():
+    """RMSNorm and the per-head unweighted norm compute exactly what the model always computed."""
+    from dsv4_kernels.rms_norm.reference import rms_norm_ref
+    from dsv4_model.linear import RMSNorm, unweighted_rms
+    g = torch.Generator().manual_seed(5)
+    for dt in (torch.float32, torch.bfloat16):
+        x = (torch.randn(3, 2, 96, generator=g) * 3).to(dt)
+        w = torch.rand(96, generator=g) + 0.5
+        xf = x.float()
+        old_w = (w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6))).to(dt)
+        old_u = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dt)
+        norm = RMSNorm(96, 1e-6)
+        norm.weight.data = w
+        assert norm.kernel is rms_norm_ref
+        assert _bit_equal(norm(x), old_w) and _bit_equal(rms_norm_ref(x, w, 1e-6), old_w)
+        assert _bit_equal(unweighted_rms(x, 1e-6), old_u) and _bit_equal(rms_norm_ref(x, None, 1e-6), old_u)
+
+
+def test_small_kernels_select_references_on_cpu():
+    from dsv4_kernels.act_quant import fp4_fake_quant_ref, fp8_fake_quant_ref
+    from dsv4_kernels.rms_norm import rms_norm_ref
+    assert kernels.select("fp8_fake_quant", "cpu") is fp8_fake_quant_ref
+    assert kernels.select("fp4_fake_quant", "cpu") is fp4_fake_quant_ref
+    assert kernels.select("rms_norm", "cuda", force_reference=True) is rms_norm_ref
+    with pytest.raises(ValueError, match="block 48 must divide"):
+        kernels.fp8_fake_quant(torch.zeros(2, 100), 48)
+
+
+ACT_QUANT_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.act_quant.triton_kernel import fp4_fake_quant_triton, fp8_fake_quant_triton
+    from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref, fp8_fake_quant_ref
+    from dsv4_kernels.rms_norm.triton_kernel import rms_norm_triton
+    from dsv4_kernels.rms_norm.reference import rms_norm_ref
+    g = torch.Generator().manual_seed(2)
+    bad = []
+    # e4m3 values times a power of two (the interpreter's own e4m3 conversion does not round to nearest even, so
+    # only inputs that need no rounding check the bits: the blocks, masks, strides and scales)
+    e4m3 = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    for rows, K, block, kk in ((3, 256, 128, 0), (5, 448, 64, -3), (2, 96, 96, 4), (1, 8192, 128, -1)):
+        pick = torch.randint(0, 127, (rows, K), generator=g)
+        x = e4m3[pick] * torch.where(torch.rand(rows, K, generator=g) < 0.5, -1.0, 1.0)
+        x.view(rows, K // block, block)[..., 0] = 448.0                 # each block's amax: s = 2^kk
+        x = x * 2.0 ** kk
+        if not torch.equal(fp8_fake_quant_triton(x, block), fp8_fake_quant_ref(x, block)):
+            bad.append(f"fp8 {rows}x{K}/{block}")
+    wide = torch.randn(4, 576, generator=g)
+    if not torch.equal(fp8_fake_quant_triton(wide[:, :512] * 0, 64), fp8_fake_quant_ref(wide[:, :512] * 0, 64)):
+        bad.append("fp8 zeros")
+    for rows, K in ((3, 128), (7, 64), (1, 4096)):
+        x = torch.randn(rows, K, generator=g) * 3
+        if not torch.equal(fp4_fake_quant_triton(x, 32), fp4_fake_quant_ref(x, 32)):
+            bad.append(f"fp4 {rows}x{K}")
+    mids = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])      # e2m1 ties, either side, signs, -0.0
+    for k in (-3, 0, 2):
+        r = torch.zeros(2, 32)
+        r[:, 0], r[:, 1:8], r[:, 8:15] = 6.0, mids, -mids
+        r[:, 15:22], r[:, 22:29] = torch.nextafter(mids, torch.tensor(0.0)), torch.nextafter(mids, torch.tensor(9.0))
+        r[:, 29], r[:, 30] = -0.0, -0.1
+        r = r * 2.0 ** k
+        if not torch.equal(fp4_fake_quant_triton(r, 32).view(torch.int32), fp4_fake_quant_ref(r, 32).view(torch.int32)):
+            bad.append(f"fp4 edges 2^{k}")
+    sl = torch.randn(3, 1, 160, generator=g)[..., :128]               # a strided slice, as _nope_fp8 passes
+    if not torch.equal(fp4_fake_quant_triton(sl, 32), fp4_fake_quant_ref(sl, 32)):
+        bad.append("fp4 slice")
+    for shape, weighted, scale in (((5, 96), True, 2.0), ((2, 3, 512), False, 2.0), ((1, 4096), True, 2.0),
+                                   ((3, 448), True, 1e-3)):                # mean(x^2) ~ eps: eps must be there
+        x = torch.randn(*shape, generator=g) * scale
+        w = torch.rand(shape[-1], generator=g) + 0.5 if weighted else None
+        if not torch.allclose(rms_norm_triton(x, w, 1e-6), rms_norm_ref(x, w, 1e-6), rtol=1e-5, atol=1e-6):
+            bad.append(f"rms {shape} {weighted}")
+    print("BAD", bad)
+""")
+
+
+def test_act_quant_and_rms_norm_under_the_interpreter():
+    """The Triton kernels' logic on CPU (TRITON_INTERPRET=1 in a subprocess; skipped where triton does not import)."""
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-c", ACT_QUANT_INTERPRET], env=env, capture_output=True, text=True,
+                       timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "BAD []" in r.stdout, r.stdout[-2000:]
+
+
+def _fq(kind):
+    from dsv4_kernels.act_quant import fp4_fake_quant, fp8_fake_quant
+    from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref, fp8_fake_quant_ref
+    return (fp8_fake_quant, fp8_fake_quant_ref) if kind == "fp8" else (fp4_fake_quant, fp4_fake_quant_ref)
+
+
+@cuda
+@pytest.mark.parametrize("kind", ["fp8", "fp4"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape,block", [((1, 4096), 128), ((7, 4096), 128), ((3, 1, 1024), 128), ((5, 2048), 128),
+                                         ((8, 8192), 128), ((1, 64, 128), 32), ((37, 512), 64), ((3, 96), 96),
+                                         ((11, 448), 64), ((2, 160), 160), ((1, 32768), 128)])
+def test_fake_quant_parity_bit_exact(kind, dt, shape, block):
+    """The one-launch fake quants against the reference run on CUDA: bit for bit (the sign of zero included), on
+    fresh data of several magnitudes, outputs poisoned first. Odd row counts, block == whole row, rows longer
+    than one program's tile (8192, 32768: several programs per row)."""
+    fn, ref = _fq(kind)
+    if kind == "fp4":
+        block = 32
+        if shape[-1] % 32:
+            pytest.skip("FP4 blocks are 32")
+    g = torch.Generator(device="cuda").manual_seed(shape[-1] + len(shape))
+    for scale in (1e-3, 1.0, 37.0, 3e4):
+        x = (torch.randn(*shape, device="cuda", generator=g) * scale).to(dt)
+        _poison(x.numel() * 8)
+        got, want = fn(x, block), ref(x, block)
+        assert _bit_equal(got, want), (scale, (got.float() != want.float()).sum().item())
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+def test_fake_quant_edge_cases_bit_exact(dt):
+    """All-zero and -0.0 rows, amax exactly 448 * 2^k and one ulp above, e4m3 and e2m1 rounding midpoints and
+    their neighbours, tiny negatives (-> -0.0), values below the amax clamp, and a strided slice (the KV nope part)."""
+    for kind, x, block in (("fp8", _fp8_edge_rows(dt, "cuda"), 128), ("fp4", _fp4_edge_rows(dt, "cuda"), 32)):
+        fn, ref = _fq(kind)
+        _poison(x.numel() * 8)
+        got, want = fn(x, block), ref(x, block)
+        bad = (_bits(got) != _bits(want)).any(-1).nonzero().flatten().tolist()
+        assert not bad, f"{kind}: rows {bad} differ"
+    kv = (torch.randn(5, 1, 512, device="cuda") * 9).to(dt)
+    fn, ref = _fq("fp8")
+    assert _bit_equal(fn(kv[..., :-64], 64), ref(kv[..., :-64], 64))
+
+
+@cuda
+def test_cuda_reference_divides_by_a_scalar_as_a_reciprocal_product():
+    """What the kernel's bit-exactness assumes of torch on CUDA: `amax / 448` (tensor / Python scalar) is computed
+    as amax * fp32(1/448), not a true division (ATen's div_true_kernel_cuda for a CPU scalar). If this fails,
+    torch changed and triton_kernel.py must compute libdevice.div_rn(amax, 448.0) instead."""
+    a = torch.nextafter(torch.tensor([448.0]), torch.tensor([1e9]))      # 448 + 1 ulp
+    inv = torch.tensor([1.0]) / torch.tensor([448.0])
+    assert (a.cuda() / 448.0).cpu().item() == (a * inv).item() == 1.0
+    assert (a / torch.tensor([448.0])).item() > 1.0                     # a true division is one ulp above
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape,weighted", [((1, 4096), True), ((7, 4096), True), ((8, 1, 1024), True),
+                                            ((3, 1, 64, 512), False), ((37, 448), True), ((5, 96), False),
+                                            ((2, 7168), True)])
+def test_rms_norm_parity(dt, shape, weighted):
+    """The one-launch RMSNorm against the reference: within fp32 rounding (not bit-exact: another summation order),
+    i.e. fp32 to 1e-5 relative, bf16 within one bf16 rounding step."""
+    from dsv4_kernels.rms_norm import rms_norm, rms_norm_ref
+    g = torch.Generator(device="cuda").manual_seed(shape[-1])
+    w = torch.rand(shape[-1], device="cuda", generator=g) + 0.5 if weighted else None
+    for scale in (1e-2, 1.0, 300.0):
+        x = (torch.randn(*shape, device="cuda", generator=g) * scale).to(dt)
+        _poison(x.numel() * 8)
+        got, want = rms_norm(x, w, 1e-6), rms_norm_ref(x, w, 1e-6)
+        assert got.dtype == dt and got.shape == x.shape and torch.isfinite(got.float()).all()
+        if dt == torch.float32:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        else:
+            torch.testing.assert_close(got.float(), want.float(), rtol=8e-3, atol=1e-6)

@@ -1,0 +1,89 @@
+"""ATen ops per source function in one runner step of the graph-safe decode at Flash structure (3 layers, 16
+experts), on CPU: a proxy for the number of small CUDA kernels per step. The GPU kernels that already exist
+(stored-format GEMVs, Sinkhorn, routed experts) are emulated as one op each; `--fused` also emulates the one-launch
+fake quants and RMSNorm (dsv4_kernels.act_quant, dsv4_kernels.rms_norm) as one op each.
+
+    python benchmarks/opcount.py [B] [--fused]      (with the dsv4_kernels mapping on PYTHONPATH; ~2 min)
+"""
+import collections
+import sys
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from dsv4_model.attention import Attention
+from dsv4_model.decode import GraphSafeDecoder
+from dsv4_model.indexer import Indexer
+from dsv4_model.linear import Linear, RMSNorm
+from dsv4_model.mhc import HyperConnection
+from dsv4_model.runner import Runner
+from dsv4_model.sampler import Sampler
+from dsv4_model.synthetic import flash_args, random_model
+
+SKIP = {"aten.view.default", "aten._unsafe_view.default", "aten.unsqueeze.default", "aten.slice.Tensor",
+        "aten.expand.default", "aten.select.int", "aten.t.default", "aten.permute.default", "aten.transpose.int",
+        "aten.squeeze.dim", "aten.unflatten.int", "aten.alias.default", "aten.detach.default",
+        "aten.as_strided.default", "aten.reshape.default", "aten.lift_fresh.default", "aten._reshape_alias.default",
+        "aten.flatten.using_ints", "aten.view.dtype", "aten.numpy_T.default"}
+
+
+def one_op(x, *args):
+    """A kernel emulated as one launch (same shape and dtype as its input)."""
+    return x.clone()
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    B, fused = (int(args[0]) if args else 1), "--fused" in sys.argv
+    a = flash_args(3, 512)
+    a.n_routed_experts, a.vocab_size = 16, 4096
+    model = random_model(a, device="cpu")
+    dec = GraphSafeDecoder(model, batch=B, kernels=False)
+    for m in model.modules():            # the existing GPU kernels: one op each
+        if isinstance(m, Linear) and m.fmt in ("fp8", "mxfp4"):
+            m.gemv = lambda x, w: torch.zeros(x.shape[0], w[1].shape[0], dtype=x.dtype)
+        if isinstance(m, HyperConnection):
+            m.sinkhorn = lambda c, it, eps: c.clone()
+        if fused:
+            if isinstance(m, Linear):
+                m.fp8_quant = one_op
+            elif isinstance(m, RMSNorm):
+                m.kernel = one_op
+            elif isinstance(m, Attention):
+                m.rms, m.fp8_quant = one_op, one_op
+            elif isinstance(m, Indexer):
+                m.fp4_quant = one_op
+    dec.experts = lambda x, idx, wts, w1, w3, w2, limit, act=True: torch.zeros_like(x)
+    runner = Runner(dec, Sampler(B, a.vocab_size, device="cpu"), buckets=(B,), log=lambda s: None)
+    for r in range(B):
+        runner.start(r, [0, 5 + r, 6 + r], temperature=0.8, top_k=50, top_p=0.95, seed=r)
+    runner.body(B)
+    where, ops = collections.Counter(), collections.Counter()
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func)
+            if name not in SKIP:
+                f, key = sys._getframe(1), "?"
+                while f:
+                    fn = f.f_code.co_filename
+                    if ("dsv4_model" in fn or "kernels" in fn or "opcount" in fn) and "python_dispatch" not in fn:
+                        key = fn.split("/")[-1] + ":" + f.f_code.co_name
+                        break
+                    f = f.f_back
+                where[key] += 1
+                ops[name] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        runner.body(B)
+    print(f"B={B} fused={fused} total {sum(where.values())}")
+    for k, v in where.most_common(40):
+        print(f"{v:5d} {k}")
+    print()
+    for k, v in ops.most_common(25):
+        print(f"{v:5d} {k}")
+
+
+if __name__ == "__main__":
+    main()

@@ -202,12 +202,13 @@ def bench_routed(tab, sweep):
                     err = _relerr(run(), want)
                     tab.add(f"routed {fmt} B={B} top-{k}/{E} ({len(hit)} hit) {cfg}", both(run), ref=ref, nbytes=nbytes,
                             base=base, base_name="expert loop bf16", err=err)
-            with guard(f"routed cuda {fmt} B={B}"):
-                ck = _cuda()
-                run = lambda: ck.routed_experts_cuda(x, idx, wts, w1, w3, w2, limit)  # noqa: E731
-                err = _relerr(run(), want)
-                tab.add(f"routed {fmt} B={B} top-{k}/{E} ({len(hit)} hit) CUDA C++", both(run), ref=ref, nbytes=nbytes,
-                        base=base, base_name="expert loop bf16", err=err)
+            for path, label in (("rows", "CUDA C++ rows"), ("mma", "CUDA C++ mma")):
+                with guard(f"routed cuda {path} {fmt} B={B}"):
+                    ck = _cuda()
+                    run = lambda: ck.routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, path=path)  # noqa: E731
+                    err = _relerr(run(), want)
+                    tab.add(f"routed {fmt} B={B} top-{k}/{E} ({len(hit)} hit) {label}", both(run), ref=ref,
+                            nbytes=nbytes, base=base, base_name="expert loop bf16", err=err)
 
 
 def bench_swiglu(tab):

@@ -364,8 +364,13 @@ void fp4_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Ten
 // mma_kernel.cu: the tensor-core GEMV for bf16 decode rows
 void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w, const torch::Tensor& s,
               const torch::Tensor& g, int64_t fmt, int64_t ks);
+void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
+                 const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
+                 const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
+                 double limit, bool has_limit, int64_t fmt, int64_t mode);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fp4_rows", &fp4_rows, "FP4/FP8 weight-only rows kernel (modes: 0 gemv, 1 expert up + SwiGLU, 2 expert down)");
   m.def("mma_gemv", &mma_gemv, "FP4/FP8 weight-only GEMV on the tensor cores for bf16 x of 1..8 rows");
+  m.def("mma_experts", &mma_experts, "FP4 routed experts on the tensor cores for bf16 x (modes 1 and 2)");
 }

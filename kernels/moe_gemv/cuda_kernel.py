@@ -120,17 +120,39 @@ def fp4_gemv_cuda(x: torch.Tensor, w, path: str = "auto") -> torch.Tensor:
     return y
 
 
-def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> torch.Tensor:
+def _experts_mma(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mode: int) -> None:
+    for w in (wa,) if wb is None else (wa, wb):
+        if not (w[0] in ("mxfp4", "nvfp4") and fits(K, w) and K % 128 == 0 and w[2].data_ptr() % 8 == 0):
+            raise ValueError(f"mma_experts: {w[0]} experts with K={K} are not taken by the tensor-core kernel (FP4, K a "
+                             "multiple of 128, contiguous codes 16-byte and scales 8-byte aligned)")
+    if not (x.is_cuda and x.is_contiguous() and x.dtype == torch.bfloat16):
+        raise ValueError(f"mma_experts: x must be contiguous bf16 on CUDA, found {x.dtype} on {x.device}")
+    a = _parts(wa, x)
+    b = _parts(wb, x) if wb is not None else a
+    _ext().mma_experts(x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0), limit is not None,
+                       _FMT[wa[0]], mode)
+
+
+def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None, path: str = "auto") -> torch.Tensor:
     """Two launches: w1 and w3 with SwiGLU (clamp before SiLU) times the routing weight -> h [P, inter] in x.dtype;
-    w2 -> y2 [P, dim] fp32; then the sum over each token's k pairs (a fixed-order reduction: deterministic)."""
+    w2 -> y2 [P, dim] fp32; then the sum over each token's k pairs (a fixed-order reduction: deterministic).
+    path: "auto" (the tensor-core kernel for bf16 x with dim and inter multiples of 128, else the rows kernel),
+    "rows" or "mma"."""
     T, k = idx.shape
     P, dim, inter = T * k, x.shape[1], w1[1].shape[1]
     flat, wflat = idx.reshape(-1).long().contiguous(), wts.reshape(-1).float().contiguous()
     x, xdiv = expert_rows(x, flat, k, w1, act_sim)
+    mma = path == "mma" or path == "auto" and x.dtype == torch.bfloat16 and dim % 128 == 0 and inter % 128 == 0
     h = torch.empty(P, inter, dtype=x.dtype, device=x.device)
-    _rows(x, flat, wflat, h, w1, w3, P, xdiv, inter, dim, limit, 1, 1)     # one pair per program (see the .cu)
+    if mma:
+        _experts_mma(x.contiguous(), flat, wflat, h, w1, w3, P, xdiv, inter, dim, limit, 1)
+    else:
+        _rows(x, flat, wflat, h, w1, w3, P, xdiv, inter, dim, limit, 1, 1)     # one pair per program (see the .cu)
     if act_sim is not None:
         h = act_inputs(h, flat, w2, act_sim).contiguous()
     y2 = torch.empty(P, dim, dtype=torch.float32, device=x.device)
-    _rows(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2, 1)
+    if mma:
+        _experts_mma(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2)
+    else:
+        _rows(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2, 1)
     return y2.view(T, k, dim).sum(1)

@@ -118,6 +118,102 @@ __device__ __forceinline__ void stage_x(const __nv_bfloat16* __restrict__ x, flo
   __syncthreads();
 }
 
+// The FP4 loop of one warp: rows ra, rb (the lane's two rows of a 16-row tile) of NM matrices (w1 and w3 share
+// each read of x), iterations ks, ks + KS, ... of 128 elements of K. x is staged (stage_x) after the first
+// weight loads are issued. acc[m] holds the C fragment of matrix m in units of 2^-14 (MXFP4: the e8m0 block
+// scales applied; NVFP4: the block scales times 2^7 applied, the per-matrix scale not).
+template <int FMT, int KS, int MAXT, int NM>
+__device__ __forceinline__ void fp4_dot(const uint8_t* const (&w)[NM], const uint8_t* const (&s)[NM],
+                                        const __nv_bfloat16* __restrict__ x, float* red, float* xscale, __half* xs,
+                                        int nb, int N, int K, int ra, int rb, int tid, int lane, int warp, int ks,
+                                        int t, int xb_tok, float (&acc)[NM][4]) {
+  const bool va = ra < N, vb = rb < N;
+  const int pieces = K / Mf<FMT>::PIECE, iters = K / 128;
+  const int64_t stride = K / 2;                                // bytes per row
+  const int sbytes = FMT == 0 ? K / 32 : K / 16;               // scale bytes per row
+  const uint32_t* pa[NM];
+  const uint32_t* pb[NM];
+  const uint8_t* sa[NM];
+  const uint8_t* sb[NM];
+#pragma unroll
+  for (int m = 0; m < NM; ++m) {
+    pa[m] = reinterpret_cast<const uint32_t*>(w[m] + static_cast<int64_t>(va ? ra : 0) * stride) + t;
+    pb[m] = reinterpret_cast<const uint32_t*>(w[m] + static_cast<int64_t>(vb ? rb : 0) * stride) + t;
+    sa[m] = s[m] + static_cast<int64_t>(va ? ra : 0) * sbytes;
+    sb[m] = s[m] + static_cast<int64_t>(vb ? rb : 0) * sbytes;
+  }
+  // loads are never predicated: rows past N read row 0, the tail reads the last iteration again (never stored)
+  uint32_t qa[NM][4], qb[NM][4];
+  uint2 sca[NM], scb[NM];
+  auto fetch = [&](int it, uint32_t (&da)[NM][4], uint32_t (&db)[NM][4], uint2 (&ea)[NM], uint2 (&eb)[NM]) {
+    it = min(it, iters - 1);
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {          // piece (4 it + u): 4 words per row, this thread's is t
+        da[m][u] = __ldg(pa[m] + (4 * it + u) * 4);
+        db[m][u] = __ldg(pb[m] + (4 * it + u) * 4);
+      }
+      if constexpr (FMT == 0) {              // one e8m0 byte per piece
+        ea[m].x = __ldg(reinterpret_cast<const uint32_t*>(sa[m]) + it);
+        eb[m].x = __ldg(reinterpret_cast<const uint32_t*>(sb[m]) + it);
+      } else {                               // two e4m3 bytes per piece
+        ea[m] = __ldg(reinterpret_cast<const uint2*>(sa[m]) + it);
+        eb[m] = __ldg(reinterpret_cast<const uint2*>(sb[m]) + it);
+      }
+    }
+  };
+  fetch(ks, qa, qb, sca, scb);
+  stage_x<FMT, MAXT>(x, red, xscale, xs, nb, K, pieces, tid, lane, warp);
+  // NVFP4: the byte of this thread's block in piece u is 2u + t/2 of the iteration's 8; prmt selectors that put
+  // it in both bytes of the low half (for the pair conversion)
+  uint32_t sel[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) { const uint32_t j = 2 * u + (t >> 1); sel[u] = j | (j << 4); }
+  for (int it = ks; it < iters; it += KS) {
+    uint32_t na[NM][4], nbq[NM][4];
+    uint2 nsa[NM], nsb[NM];
+    fetch(it + KS, na, nbq, nsa, nsb);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const uint4 xv = reinterpret_cast<const uint4*>(xs)[(xb_tok * pieces + 4 * it + u) * 4 + t];
+#pragma unroll
+      for (int m = 0; m < NM; ++m) {
+        uint32_t a0[4] = {e2m1_pair<0>(qa[m][u]), e2m1_pair<0>(qb[m][u]), e2m1_pair<1>(qa[m][u]), e2m1_pair<1>(qb[m][u])};
+        uint32_t a1[4] = {e2m1_pair<2>(qa[m][u]), e2m1_pair<2>(qb[m][u]), e2m1_pair<3>(qa[m][u]), e2m1_pair<3>(qb[m][u])};
+        if constexpr (FMT == 0) {
+          float c[4];
+          mma_zero(c, a0, xv.x, xv.y);
+          mma_acc(c, a1, xv.z, xv.w);
+          const float wsa = __uint_as_float(((sca[m].x >> (8 * u)) & 0xffu) << 23);
+          const float wsb = __uint_as_float(((scb[m].x >> (8 * u)) & 0xffu) << 23);
+          acc[m][0] = fmaf(c[0], wsa, acc[m][0]);
+          acc[m][2] = fmaf(c[2], wsb, acc[m][2]);
+          if constexpr (MAXT > 1) {
+            acc[m][1] = fmaf(c[1], wsa, acc[m][1]);
+            acc[m][3] = fmaf(c[3], wsb, acc[m][3]);
+          }
+        } else {
+          const uint32_t k7 = 0x58005800u;                 // fp16x2 (128, 128)
+          const uint32_t fa = hmul2(e4m3_pair(__byte_perm(sca[m].x, sca[m].y, sel[u])), k7);
+          const uint32_t fb = hmul2(e4m3_pair(__byte_perm(scb[m].x, scb[m].y, sel[u])), k7);
+          a0[0] = hmul2(a0[0], fa); a0[2] = hmul2(a0[2], fa); a1[0] = hmul2(a1[0], fa); a1[2] = hmul2(a1[2], fa);
+          a0[1] = hmul2(a0[1], fb); a0[3] = hmul2(a0[3], fb); a1[1] = hmul2(a1[1], fb); a1[3] = hmul2(a1[3], fb);
+          mma_acc(acc[m], a0, xv.x, xv.y);
+          mma_acc(acc[m], a1, xv.z, xv.w);
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) { qa[m][u] = na[m][u]; qb[m][u] = nbq[m][u]; }
+      sca[m] = nsa[m];
+      scb[m] = nsb[m];
+    }
+  }
+}
+
 template <int FMT, int KS, int MAXT>
 __global__ void __launch_bounds__(WARPS * 32)
 mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, const uint8_t* __restrict__ w,
@@ -182,73 +278,12 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
       for (int u = 0; u < 2; ++u) { qa[u] = na[u]; qb[u] = nb2[u]; }
     }
   } else {
-    const int64_t stride = K / 2;                              // bytes per row
-    const uint32_t* pa = reinterpret_cast<const uint32_t*>(w + static_cast<int64_t>(va ? ra : 0) * stride) + t;
-    const uint32_t* pb = reinterpret_cast<const uint32_t*>(w + static_cast<int64_t>(vb ? rb : 0) * stride) + t;
-    // scales of one iteration: MXFP4 4 bytes (one per piece), NVFP4 8 bytes (two per piece) per row
-    const int sbytes = FMT == 0 ? K / 32 : K / 16;
-    const uint8_t* sa = s + static_cast<int64_t>(va ? ra : 0) * sbytes;
-    const uint8_t* sb = s + static_cast<int64_t>(vb ? rb : 0) * sbytes;
-    uint32_t qa[4], qb[4];
-    uint2 sca, scb;
-    auto fetch = [&](int it, uint32_t (&da)[4], uint32_t (&db)[4], uint2& ea, uint2& eb) {
-      it = min(it, iters - 1);
+    const uint8_t* const wm[1] = {w};
+    const uint8_t* const sm[1] = {s};
+    float a1[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+    fp4_dot<FMT, KS, MAXT, 1>(wm, sm, x, red, xscale, xs, nb, N, K, ra, rb, tid, lane, warp, ks, t, xb_tok, a1);
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {          // piece (4 it + u): 4 words per row, this thread's is t
-        da[u] = __ldg(pa + (4 * it + u) * 4);
-        db[u] = __ldg(pb + (4 * it + u) * 4);
-      }
-      if constexpr (FMT == 0) {
-        ea.x = __ldg(reinterpret_cast<const uint32_t*>(sa) + it);
-        eb.x = __ldg(reinterpret_cast<const uint32_t*>(sb) + it);
-      } else {
-        ea = __ldg(reinterpret_cast<const uint2*>(sa) + it);
-        eb = __ldg(reinterpret_cast<const uint2*>(sb) + it);
-      }
-    };
-    fetch(ks, qa, qb, sca, scb);
-    stage_x<FMT, MAXT>(x, red, xscale, xs, nb, K, pieces, tid, lane, warp);
-    // NVFP4: the byte of this thread's block in piece u is 2u + t/2 of the iteration's 8; prmt selectors that put
-    // it in both bytes of the low half (for the pair conversion)
-    uint32_t sel[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) { const uint32_t j = 2 * u + (t >> 1); sel[u] = j | (j << 4); }
-    for (int it = ks; it < iters; it += KS) {
-      uint32_t na[4], nbq[4];
-      uint2 nsa, nsb;
-      fetch(it + KS, na, nbq, nsa, nsb);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const uint4 xv = reinterpret_cast<const uint4*>(xs)[(xb_tok * pieces + 4 * it + u) * 4 + t];
-        uint32_t a0[4] = {e2m1_pair<0>(qa[u]), e2m1_pair<0>(qb[u]), e2m1_pair<1>(qa[u]), e2m1_pair<1>(qb[u])};
-        uint32_t a1[4] = {e2m1_pair<2>(qa[u]), e2m1_pair<2>(qb[u]), e2m1_pair<3>(qa[u]), e2m1_pair<3>(qb[u])};
-        if constexpr (FMT == 0) {
-          float c[4];
-          mma_zero(c, a0, xv.x, xv.y);
-          mma_acc(c, a1, xv.z, xv.w);
-          const float wsa = __uint_as_float(((sca.x >> (8 * u)) & 0xffu) << 23);
-          const float wsb = __uint_as_float(((scb.x >> (8 * u)) & 0xffu) << 23);
-          acc[0] = fmaf(c[0], wsa, acc[0]);
-          acc[2] = fmaf(c[2], wsb, acc[2]);
-          if constexpr (MAXT > 1) {
-            acc[1] = fmaf(c[1], wsa, acc[1]);
-            acc[3] = fmaf(c[3], wsb, acc[3]);
-          }
-        } else {
-          const uint32_t k7 = 0x58005800u;                 // fp16x2 (128, 128)
-          const uint32_t fa = hmul2(e4m3_pair(__byte_perm(sca.x, sca.y, sel[u])), k7);
-          const uint32_t fb = hmul2(e4m3_pair(__byte_perm(scb.x, scb.y, sel[u])), k7);
-          a0[0] = hmul2(a0[0], fa); a0[2] = hmul2(a0[2], fa); a1[0] = hmul2(a1[0], fa); a1[2] = hmul2(a1[2], fa);
-          a0[1] = hmul2(a0[1], fb); a0[3] = hmul2(a0[3], fb); a1[1] = hmul2(a1[1], fb); a1[3] = hmul2(a1[3], fb);
-          mma_acc(acc, a0, xv.x, xv.y);
-          mma_acc(acc, a1, xv.z, xv.w);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) { qa[u] = na[u]; qb[u] = nbq[u]; }
-      sca = nsa;
-      scb = nsb;
-    }
+    for (int i = 0; i < 4; ++i) acc[i] = a1[0][i];
   }
 
   // -- fixed-order sum over the KS warps of a row tile, then the scales that were left for the end -----------
@@ -271,6 +306,82 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
   }
 }
 
+// The routed experts of a decode batch: block (tile, p) computes pair p (token p / xdiv, expert idx[p]) against
+// 16 * RT rows of its expert's matrices, the same loop as the GEMV with one token column.
+//   MODE 1: out[p, n] = wts[p] * swiglu(w1[e] x, w3[e] x)  (bf16; clamp before SiLU when has_limit)
+//   MODE 2: out[p, n] = w2[e] h[p]                          (fp32)
+// Each projection's output is rounded to bf16 first, as the reference's bf16 linears do.
+template <int FMT, int MODE, int KS>
+__global__ void __launch_bounds__(WARPS * 32)
+mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restrict__ idx, const float* __restrict__ wts,
+                   void* __restrict__ out, const uint8_t* __restrict__ wa, const uint8_t* __restrict__ sa,
+                   const float* __restrict__ ga, const uint8_t* __restrict__ wb, const uint8_t* __restrict__ sb,
+                   const float* __restrict__ gb, int xdiv, int N, int K, float limit, bool has_limit) {
+  static_assert(FMT != 2 && (MODE == 1 || MODE == 2), "experts are FP4, modes 1 and 2");
+  constexpr int NM = MODE == 1 ? 2 : 1, RT = WARPS / KS;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* red = reinterpret_cast<float*>(smem);                         // [WARPS][32][4 NM]
+  float* xscale = red + WARPS * 32 * 4 * NM;
+  __half* xs = reinterpret_cast<__half*>(xscale + 8);                  // [1][pieces][4][E]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t = lane & 3;
+  const int p = blockIdx.y, rt = warp / KS, ks = warp % KS;
+  const int64_t e = __ldg(idx + p);
+  const int ra = (blockIdx.x * RT + rt) * 16 + gq, rb = ra + 8;
+  const int64_t wsize = static_cast<int64_t>(N) * (K / 2), ssize = static_cast<int64_t>(N) * (FMT == 0 ? K / 32 : K / 16);
+  const uint8_t* wm[NM];
+  const uint8_t* sm[NM];
+  wm[0] = wa + e * wsize;
+  sm[0] = sa + e * ssize;
+  if constexpr (NM == 2) {
+    wm[NM - 1] = wb + e * wsize;
+    sm[NM - 1] = sb + e * ssize;
+  }
+  float acc[NM][4];
+#pragma unroll
+  for (int m = 0; m < NM; ++m)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[m][i] = 0.f;
+  fp4_dot<FMT, KS, 1, NM>(wm, sm, x + static_cast<int64_t>(p / xdiv) * K, red, xscale, xs, 1, N, K, ra, rb, tid, lane,
+                          warp, ks, t, 0, acc);
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < NM; ++m)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) red[((warp * 32 + lane) * NM + m) * 4 + i] = acc[m][i];
+  __syncthreads();
+  if (ks != 0 || t != 0) return;                  // token column 0 lives in c0 and c2 of the lanes with t == 0
+  float v[NM][2];
+#pragma unroll
+  for (int m = 0; m < NM; ++m) v[m][0] = v[m][1] = 0.f;
+  for (int j = 0; j < KS; ++j)
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+      v[m][0] += red[(((warp + j) * 32 + lane) * NM + m) * 4 + 0];
+      v[m][1] += red[(((warp + j) * 32 + lane) * NM + m) * 4 + 2];
+    }
+  const float xsc = xscale[0];
+  float undo[NM];
+#pragma unroll
+  for (int m = 0; m < NM; ++m) {
+    undo[m] = 16384.f;                                                  // 2^14 of e2m1_pair
+    if constexpr (FMT == 1) undo[m] = 128.f * __ldg((m == 0 ? ga : gb) + e);   // 2^-7 of k7, scale2 of expert e
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r == 0 ? ra : rb;
+    if (row >= N) continue;
+    float a = __bfloat162float(__float2bfloat16(v[0][r] * undo[0] * xsc));
+    if constexpr (MODE == 1) {
+      float u = __bfloat162float(__float2bfloat16(v[NM - 1][r] * undo[NM - 1] * xsc));
+      if (has_limit) { a = fminf(a, limit); u = fminf(fmaxf(u, -limit), limit); }   // clamp, then SiLU
+      a = a / (1.f + expf(-a)) * u * __ldg(wts + p);
+      static_cast<__nv_bfloat16*>(out)[static_cast<int64_t>(p) * N + row] = __float2bfloat16(a);
+    } else {
+      static_cast<float*>(out)[static_cast<int64_t>(p) * N + row] = a;
+    }
+  }
+}
+
 template <int FMT, int KS, int MAXT>
 void launch(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
             const torch::Tensor& g, int nb, int N, int K) {
@@ -284,6 +395,24 @@ void launch(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, 
   kernel<<<grid, WARPS * 32, bytes, at::cuda::getCurrentCUDAStream()>>>(
       reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), reinterpret_cast<__nv_bfloat16*>(out.data_ptr()),
       static_cast<const uint8_t*>(w.data_ptr()), static_cast<const uint8_t*>(s.data_ptr()), g.data_ptr<float>(), nb, N, K);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <int FMT, int MODE>
+void launch_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor& out,
+                    const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
+                    const torch::Tensor& sb, const torch::Tensor& gb, int P, int xdiv, int N, int K, float limit,
+                    bool has_limit) {
+  constexpr int KS = 4, RT = WARPS / KS, NM = MODE == 1 ? 2 : 1;
+  const size_t bytes = WARPS * 32 * 4 * NM * sizeof(float) + 8 * sizeof(float) + static_cast<size_t>(K) * sizeof(__half);
+  auto kernel = mma_experts_kernel<FMT, MODE, KS>;
+  if (bytes > 48 * 1024) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  const dim3 grid((N + RT * 16 - 1) / (RT * 16), P);
+  kernel<<<grid, WARPS * 32, bytes, at::cuda::getCurrentCUDAStream()>>>(
+      reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), idx.data_ptr<int64_t>(), wts.data_ptr<float>(), out.data_ptr(),
+      static_cast<const uint8_t*>(wa.data_ptr()), static_cast<const uint8_t*>(sa.data_ptr()), ga.data_ptr<float>(),
+      static_cast<const uint8_t*>(wb.data_ptr()), static_cast<const uint8_t*>(sb.data_ptr()), gb.data_ptr<float>(),
+      xdiv, N, K, limit, has_limit);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -317,4 +446,26 @@ void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w,
   if (fmt == 0) by_split<0>(x, out, w, s, g, b, n, k, split);
   else if (fmt == 1) by_split<1>(x, out, w, s, g, b, n, k, split);
   else by_split<2>(x, out, w, s, g, b, n, k, split);
+}
+
+// Routed experts on the tensor cores (bf16 x, FP4 experts, K a multiple of 128): mode 1 (w1, w3, SwiGLU, routing
+// weight -> bf16 [P, N]) or mode 2 (w2 -> fp32 [P, N]). The wrapper (`routed_experts_cuda`) checks first.
+void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
+                 const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
+                 const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
+                 double limit, bool has_limit, int64_t fmt, int64_t mode) {
+  TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && K % 128 == 0 && x.size(-1) == K,
+              "mma_experts: x must be contiguous bf16 [rows, K] with K % 128 == 0");
+  TORCH_CHECK(idx.scalar_type() == at::kLong && wts.scalar_type() == at::kFloat && idx.numel() >= P && wts.numel() >= P,
+              "mma_experts: idx int64 and wts fp32 with P entries expected");
+  TORCH_CHECK((fmt == 0 || fmt == 1) && (mode == 1 || mode == 2), "mma_experts: bad format ", fmt, " or mode ", mode);
+  TORCH_CHECK(out.is_contiguous() && out.numel() == P * N && out.scalar_type() == (mode == 1 ? at::kBFloat16 : at::kFloat),
+              "mma_experts: out must be contiguous [P, N], bf16 (mode 1) or fp32 (mode 2)");
+  if (P == 0 || N == 0) return;
+  const int p = static_cast<int>(P), xd = static_cast<int>(xdiv), n = static_cast<int>(N), k = static_cast<int>(K);
+  const float lim = static_cast<float>(limit);
+  if (fmt == 0 && mode == 1) launch_experts<0, 1>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit);
+  else if (fmt == 0) launch_experts<0, 2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit);
+  else if (mode == 1) launch_experts<1, 1>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit);
+  else launch_experts<1, 2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit);
 }

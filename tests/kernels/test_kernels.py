@@ -235,7 +235,8 @@ def _impl(backend: str, what: str):
         ok, why = cuda_kernel.build()
         assert ok, why
         if what == "routed":
-            return cuda_kernel.routed_experts_cuda
+            path = {"cuda": "auto", "cuda-mma": "mma", "cuda-rows": "rows"}[backend]
+            return lambda *a, **kw: cuda_kernel.routed_experts_cuda(*a, **kw, path=path)
         return {"cuda": cuda_kernel.fp4_gemv_cuda, "cuda-mma": cuda_kernel.mma_gemv_cuda,
                 "cuda-rows": lambda x, w: cuda_kernel.fp4_gemv_cuda(x, w, path="rows")}[backend]
     if backend == "triton":
@@ -248,16 +249,23 @@ def _impl(backend: str, what: str):
 
 
 @cuda
-@pytest.mark.parametrize("backend", ["cuda", "triton", "entry"])
+@pytest.mark.parametrize("backend", ["cuda", "cuda-rows", "cuda-mma", "triton", "entry"])
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
 @pytest.mark.parametrize("T,E,k,dim,inter", [(1, 16, 6, 256, 512), (3, 20, 6, 160, 96), (8, 12, 6, 512, 1056),
-                                             (5, 4, 2, 96, 32), (20, 3, 2, 64, 40)])
+                                             (5, 4, 2, 96, 32), (20, 3, 2, 64, 40), (4, 9, 3, 384, 640)])
 def test_routed_experts_parity(backend, fmt, T, E, k, dim, inter):
     """(20, 3, 2): 40 picks of 3 experts, so one expert has at least 14 tokens; inter 40 and 1056 are not
-    multiples of a block of rows. The CUDA C++ kernel takes K (dim, then inter) in multiples of 32 only: for
-    inter 40 it must refuse with a Python error (the entry point then takes the Triton kernel)."""
+    multiples of a block of rows. The CUDA C++ rows kernel takes K (dim, then inter) in multiples of 32 only,
+    the tensor-core one (cuda-mma; cuda takes it for bf16 x where it fits) multiples of 128: elsewhere each must
+    refuse with a Python error (the entry point then takes another kernel)."""
     run = _impl(backend, "routed")
-    if backend == "cuda" and (dim % 32 or inter % 32):
+    if backend == "cuda-mma" and (dim % 128 or inter % 128):
+        x = torch.randn(T, dim, device="cuda").bfloat16()
+        idx, wts = torch.zeros(T, k, dtype=torch.long, device="cuda"), torch.ones(T, k, device="cuda")
+        with pytest.raises(ValueError, match=r"K=\d+ are not taken by the tensor-core kernel"):
+            run(x, idx, wts, *_flash_like(fmt, E, dim, inter, torch.Generator(device="cuda")), 1.0)
+        return
+    if backend.startswith("cuda") and (dim % 32 or inter % 32):
         x = torch.randn(T, dim, device="cuda").bfloat16()
         idx, wts = torch.zeros(T, k, dtype=torch.long, device="cuda"), torch.ones(T, k, device="cuda")
         with pytest.raises(ValueError, match=r"K=\d+ is not taken by the CUDA kernel"):
@@ -265,6 +273,8 @@ def test_routed_experts_parity(backend, fmt, T, E, k, dim, inter):
         return
     for trial, (dt, limit, sim) in enumerate([(torch.bfloat16, 10.0, None), (torch.bfloat16, None, None),
                                               (torch.float32, 0.5, None), (torch.bfloat16, 10.0, _sim)]):
+        if backend == "cuda-mma" and dt != torch.bfloat16:      # the tensor-core kernel takes bf16 x only
+            continue
         g = torch.Generator(device="cuda").manual_seed(100 * T + trial)
         w1, w3, w2 = _flash_like(fmt, E, dim, inter, g)
         x = torch.randn(T, dim, device="cuda", generator=g).to(dt)

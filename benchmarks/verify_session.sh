@@ -14,6 +14,6 @@ python -c "import torch, triton; print(torch.__version__, torch.version.cuda, tr
 wait
 for f in pytest-kernels pytest-graphsafe; do echo "== $f"; grep -E "^FAILED|^ERROR|Fatal|passed|failed" "$OUT/$f.txt" | head -25; done
 tail -2 "$OUT/capture-graphsafe.txt"
-timeout ${BENCH_S:-120} python benchmarks/kernels.py --only ${BENCH_ONLY:-gemv,fp8} 2>&1 > "$OUT/bench.txt"; grep -E "CUDA|copy|FAIL" "$OUT/bench.txt" | head -40
+timeout ${BENCH_S:-170} python benchmarks/kernels.py --only ${BENCH_ONLY:-gemv,fp8,routed} 2>&1 > "$OUT/bench.txt"; grep -E "CUDA|copy|FAIL" "$OUT/bench.txt" | head -40
 timeout ${DECODE_S:-150} python benchmarks/decode.py --configs flash --batches 1,8 --no-compile --profile --steps 20 > "$OUT/decode-profile.txt" 2>&1
 grep -E "^flash |config|bandwidth|Error|decoder step|sampler" "$OUT/decode-profile.txt"

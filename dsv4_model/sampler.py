@@ -49,11 +49,14 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
     srt, order = (logits / temperature.clamp(min=1e-6)[:, None]).sort(dim=-1, descending=True, stable=True)
     rank = torch.arange(V, device=logits.device)[None, :]
     keep = rank < torch.where(top_k > 0, top_k, V)[:, None]
-    p = srt.masked_fill(~keep, float("-inf")).softmax(-1)
-    keep = keep & ((p.cumsum(-1) - p < top_p[:, None]) | (top_p[:, None] >= 1))       # smallest prefix reaching top_p
-    probs = srt.masked_fill(~keep, float("-inf")).softmax(-1)
+    # unnormalised probabilities of the top-k (sorted, so the row's max is column 0): softmax's numerator. The
+    # normaliser only enters the top-p test and never the argmax, and a softmax over one 129k row is a single
+    # CUDA block (tens of us), where these are a few wide elementwise kernels and one scan
+    e = torch.exp(srt - srt[:, :1]).masked_fill(~keep, 0.0)
+    c = e.cumsum(-1)
+    keep = keep & ((c - e < top_p[:, None] * c[:, -1:]) | (top_p[:, None] >= 1))     # smallest prefix reaching top_p
     expo = -torch.log(noise.gather(-1, order))                                         # noise follows the token id
-    pick = order.gather(-1, (probs / expo).argmax(-1, keepdim=True))[:, 0]
+    pick = order.gather(-1, (e.masked_fill(~keep, 0.0) / expo).argmax(-1, keepdim=True))[:, 0]
     return torch.where(temperature > 0, pick, greedy)
 
 

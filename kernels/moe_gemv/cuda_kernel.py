@@ -81,6 +81,7 @@ def _rows(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mo
 
 
 MMA_SMEM = 200 * 1024     # the tensor-core GEMV stages x in shared memory: B * K * 2 bytes plus 4 KiB
+MMA_MAX_K = 8192          # and reads a row of x in at most 4 16-byte loads per thread
 
 
 def mma_fits(x: torch.Tensor, w) -> bool:
@@ -89,7 +90,8 @@ def mma_fits(x: torch.Tensor, w) -> bool:
     if not (x.dim() == 2 and x.dtype == torch.bfloat16 and x.is_contiguous() and 1 <= x.shape[0] <= 8):
         return False
     B, K = x.shape
-    return (K % 128 == 0 and fits(K, w) and w[2].data_ptr() % 8 == 0 and B * K * 2 + 4096 <= MMA_SMEM
+    return (K % 128 == 0 and K <= MMA_MAX_K and fits(K, w) and w[2].data_ptr() % 8 == 0 and x.data_ptr() % 16 == 0
+            and B * K * 2 + 4096 <= MMA_SMEM
             and w[1].shape[-1] * (1 if w[0] == "fp8" else 2) == K and w[1].dim() == 2)
 
 
@@ -102,8 +104,8 @@ def mma_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
     N = w[1].shape[0]
     codes, scales, g = _parts(w, x)
     y = torch.empty(B, N, dtype=torch.bfloat16, device=x.device)
-    # 4 warps per 16-row tile split K on the widest matrices, 8 elsewhere: about 2 blocks per SM either way
-    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], 4 if N >= 8192 else 8)
+    # the 8 warps of a block split K over one 16-row tile: the most blocks, and bytes in flight, per SM
+    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], 8)
     return y
 
 
@@ -122,11 +124,11 @@ def fp4_gemv_cuda(x: torch.Tensor, w, path: str = "auto") -> torch.Tensor:
 
 def _experts_mma(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mode: int) -> None:
     for w in (wa,) if wb is None else (wa, wb):
-        if not (w[0] in ("mxfp4", "nvfp4") and fits(K, w) and K % 128 == 0 and w[2].data_ptr() % 8 == 0):
+        if not (w[0] in ("mxfp4", "nvfp4") and fits(K, w) and K % 128 == 0 and K <= MMA_MAX_K and w[2].data_ptr() % 8 == 0):
             raise ValueError(f"mma_experts: {w[0]} experts with K={K} are not taken by the tensor-core kernel (FP4, K a "
                              "multiple of 128, contiguous codes 16-byte and scales 8-byte aligned)")
-    if not (x.is_cuda and x.is_contiguous() and x.dtype == torch.bfloat16):
-        raise ValueError(f"mma_experts: x must be contiguous bf16 on CUDA, found {x.dtype} on {x.device}")
+    if not (x.is_cuda and x.is_contiguous() and x.dtype == torch.bfloat16 and x.data_ptr() % 16 == 0):
+        raise ValueError(f"mma_experts: x must be contiguous 16-byte-aligned bf16 on CUDA, found {x.dtype} on {x.device}")
     a = _parts(wa, x)
     b = _parts(wb, x) if wb is not None else a
     _ext().mma_experts(x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0), limit is not None,

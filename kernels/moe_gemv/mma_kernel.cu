@@ -87,33 +87,55 @@ __device__ __forceinline__ int xslot(int k, int pieces, int b) {
 }
 
 // x into fp16 range per token (a power of two each, kept in xscale[]), stored as the B fragments the mmas read.
-// Called after the first weight loads are issued, so the weight stream is already in flight.
+// Called after the first weight loads are issued, so the weight stream is already in flight. One pass per token:
+// 16-byte loads (K <= 8192: at most 4 per thread), the block's amax, then the converted values back from the
+// same registers, 8 per 16-byte shared store (a word's 8 codes map to 8 consecutive slots in both layouts).
+constexpr int MAX_K = 4 * 8 * WARPS * 32;
 template <int FMT, int MAXT>
 __device__ __forceinline__ void stage_x(const __nv_bfloat16* __restrict__ x, float* red, float* xscale, __half* xs,
                                         int nb, int K, int pieces, int tid, int lane, int warp) {
-  float amax[MAXT];
-#pragma unroll
-  for (int b = 0; b < MAXT; ++b) {
-    amax[b] = 0.f;
-    if (b < nb)
-      for (int k = tid; k < K; k += WARPS * 32) amax[b] = fmaxf(amax[b], fabsf(__bfloat162float(x[b * K + k])));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax[b] = fmaxf(amax[b], __shfl_xor_sync(0xffffffffu, amax[b], o));
-    if (lane == 0) red[warp * 8 + b] = amax[b];
-  }
-  __syncthreads();
-  if (tid < MAXT && tid < nb) {
+  constexpr int MAXC = MAX_K / 8 / (WARPS * 32);
+  const int chunks = K / 8;
+  for (int b = 0; b < nb && b < MAXT; ++b) {
+    const uint4* xr = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(b) * K);
+    uint4 v[MAXC];
     float m = 0.f;
-    for (int i = 0; i < WARPS; ++i) m = fmaxf(m, red[i * 8 + tid]);
+#pragma unroll
+    for (int i = 0; i < MAXC; ++i) {
+      const int c = tid + i * WARPS * 32;
+      v[i] = c < chunks ? __ldg(xr + c) : make_uint4(0, 0, 0, 0);
+      const uint32_t q[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        m = fmaxf(m, fmaxf(fabsf(__uint_as_float(q[j] << 16)), fabsf(__uint_as_float(q[j] & 0xffff0000u))));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) red[b * WARPS + warp] = m;
+    __syncthreads();
+    m = 0.f;
+#pragma unroll
+    for (int i = 0; i < WARPS; ++i) m = fmaxf(m, red[b * WARPS + i]);
     // amax * 2^(14 - e) in [2^14, 2^15): below fp16's 65504; e clamped so both factors are normal floats
     const int e = m > 0.f ? max(min(static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 127, 127), -100) : 0;
-    xscale[tid] = __uint_as_float(static_cast<uint32_t>(e - 14 + 127) << 23);
-    red[WARPS * 32 * 4 - 1 - tid] = __uint_as_float(static_cast<uint32_t>(14 - e + 127) << 23);
-  }
-  __syncthreads();
-  for (int b = 0; b < nb && b < MAXT; ++b) {
-    const float inv = red[WARPS * 32 * 4 - 1 - b];
-    for (int k = tid; k < K; k += WARPS * 32) xs[xslot<FMT>(k, pieces, b)] = __float2half_rn(__bfloat162float(x[b * K + k]) * inv);
+    if (tid == 0) xscale[b] = __uint_as_float(static_cast<uint32_t>(e - 14 + 127) << 23);
+    const float inv = __uint_as_float(static_cast<uint32_t>(14 - e + 127) << 23);
+#pragma unroll
+    for (int i = 0; i < MAXC; ++i) {
+      const int c = tid + i * WARPS * 32;
+      if (c >= chunks) continue;
+      const uint32_t q[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+      __half h[8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        h[2 * j] = __float2half_rn(__uint_as_float(q[j] << 16) * inv);
+        h[2 * j + 1] = __float2half_rn(__uint_as_float(q[j] & 0xffff0000u) * inv);
+      }
+      __half o[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[xslot<FMT>(j, 1 << 20, 0) % Mf<FMT>::E % 8] = h[j];
+      *reinterpret_cast<uint4*>(xs + (xslot<FMT>(c * 8, pieces, b) & ~7)) = *reinterpret_cast<const uint4*>(o);
+    }
   }
   __syncthreads();
 }
@@ -215,7 +237,7 @@ __device__ __forceinline__ void fp4_dot(const uint8_t* const (&w)[NM], const uin
 }
 
 template <int FMT, int KS, int MAXT>
-__global__ void __launch_bounds__(WARPS * 32)
+__global__ void __launch_bounds__(WARPS * 32, 3)
 mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, const uint8_t* __restrict__ w,
                 const uint8_t* __restrict__ s, const float* __restrict__ g, int nb, int N, int K) {
   using F = Mf<FMT>;
@@ -312,7 +334,7 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
 //   MODE 2: out[p, n] = w2[e] h[p]                          (fp32)
 // Each projection's output is rounded to bf16 first, as the reference's bf16 linears do.
 template <int FMT, int MODE, int KS>
-__global__ void __launch_bounds__(WARPS * 32)
+__global__ void __launch_bounds__(WARPS * 32, 2)
 mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restrict__ idx, const float* __restrict__ wts,
                    void* __restrict__ out, const uint8_t* __restrict__ wa, const uint8_t* __restrict__ sa,
                    const float* __restrict__ ga, const uint8_t* __restrict__ wb, const uint8_t* __restrict__ sb,
@@ -403,7 +425,7 @@ void launch_experts(const torch::Tensor& x, const torch::Tensor& idx, const torc
                     const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                     const torch::Tensor& sb, const torch::Tensor& gb, int P, int xdiv, int N, int K, float limit,
                     bool has_limit) {
-  constexpr int KS = 4, RT = WARPS / KS, NM = MODE == 1 ? 2 : 1;
+  constexpr int KS = 8, RT = WARPS / KS, NM = MODE == 1 ? 2 : 1;
   const size_t bytes = WARPS * 32 * 4 * NM * sizeof(float) + 8 * sizeof(float) + static_cast<size_t>(K) * sizeof(__half);
   auto kernel = mma_experts_kernel<FMT, MODE, KS>;
   if (bytes > 48 * 1024) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -438,7 +460,7 @@ void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w,
               const torch::Tensor& g, int64_t fmt, int64_t ks) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.dim() == 2, "mma_gemv: x must be contiguous bf16 [B, K]");
   const int64_t nb = x.size(0), K = x.size(1), N = out.size(1);
-  TORCH_CHECK(nb >= 1 && nb <= 8 && K % 128 == 0 && out.size(0) == nb, "mma_gemv: B in 1..8 and K % 128 == 0 expected");
+  TORCH_CHECK(nb >= 1 && nb <= 8 && K % 128 == 0 && K <= MAX_K && out.size(0) == nb, "mma_gemv: B in 1..8 and K % 128 == 0, K <= 8192 expected");
   TORCH_CHECK(fmt >= 0 && fmt <= 2 && (ks == 4 || ks == 8), "mma_gemv: bad format ", fmt, " or split ", ks);
   TORCH_CHECK(w.numel() == N * (fmt == 2 ? K : K / 2) && w.is_contiguous(), "mma_gemv: weight size does not match [N, K]");
   if (N == 0) return;
@@ -454,8 +476,8 @@ void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::
                  const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                  const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
                  double limit, bool has_limit, int64_t fmt, int64_t mode) {
-  TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && K % 128 == 0 && x.size(-1) == K,
-              "mma_experts: x must be contiguous bf16 [rows, K] with K % 128 == 0");
+  TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && K % 128 == 0 && K <= MAX_K && x.size(-1) == K,
+              "mma_experts: x must be contiguous bf16 [rows, K] with K % 128 == 0, K <= 8192");
   TORCH_CHECK(idx.scalar_type() == at::kLong && wts.scalar_type() == at::kFloat && idx.numel() >= P && wts.numel() >= P,
               "mma_experts: idx int64 and wts fp32 with P entries expected");
   TORCH_CHECK((fmt == 0 || fmt == 1) && (mode == 1 || mode == 2), "mma_experts: bad format ", fmt, " or mode ", mode);

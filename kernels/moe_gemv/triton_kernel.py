@@ -78,8 +78,9 @@ def _x_cols(x_ptr, xrow, valid, kb0, K, BK: tl.constexpr, DT: tl.constexpr):
 
 # e2m1 pairs -> fp16 bits for 4 packed bytes at once: spread bytes 0,1 (then 2,3) into the two 16-bit halves
 # (prmt), then one shift-mask per field for both halves. Outputs: lo nibbles (elements 2j) of bytes 0..3 in
-# $0,$1 and hi nibbles (elements 2j+1) in $2,$3, each fp16 = e2m1 * 2^-14.
-_E2M1X4_ASM = """{
+# $0,$1 and hi nibbles (elements 2j+1) in $2,$3, each fp16 = e2m1 * 2^-14. A constexpr: a jit function may read
+# no other kind of global (the H200 run failed to compile it as a plain str).
+_E2M1X4_ASM = tl.constexpr("""{
 .reg .b32 z, t0, t1, a, b;
 mov.b32 z, 0;
 prmt.b32 t0, $4, z, 0x4140;
@@ -88,7 +89,7 @@ shl.b32 a, t0, 9; and.b32 a, a, 0x0E000E00; shl.b32 b, t0, 12; and.b32 b, b, 0x8
 shl.b32 a, t1, 9; and.b32 a, a, 0x0E000E00; shl.b32 b, t1, 12; and.b32 b, b, 0x80008000; or.b32 $1, a, b;
 shl.b32 a, t0, 5; and.b32 a, a, 0x0E000E00; shl.b32 b, t0, 8; and.b32 b, b, 0x80008000; or.b32 $2, a, b;
 shl.b32 a, t1, 5; and.b32 a, a, 0x0E000E00; shl.b32 b, t1, 8; and.b32 b, b, 0x80008000; or.b32 $3, a, b;
-}"""
+}""")
 
 
 @triton.jit

@@ -1,7 +1,7 @@
 """ATen ops per source function in one runner step of the graph-safe decode at Flash structure (3 layers, 16
 experts), on CPU: a proxy for the number of small CUDA kernels per step. The GPU kernels that already exist
 (stored-format GEMVs, Sinkhorn, routed experts) are emulated as one op each; `--fused` also emulates the one-launch
-fake quants and RMSNorm (dsv4_kernels.act_quant, dsv4_kernels.rms_norm) as one op each.
+fake quants, RMSNorm, RoPE and mHC mixes (dsv4_kernels.act_quant, .rms_norm, .rope, .mhc) as one op each.
 
     python benchmarks/opcount.py [B] [--fused]      (with the dsv4_kernels mapping on PYTHONPATH; ~2 min)
 """
@@ -12,10 +12,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dsv4_model.attention import Attention
+from dsv4_model.compressor import Compressor
 from dsv4_model.decode import GraphSafeDecoder
 from dsv4_model.indexer import Indexer
 from dsv4_model.linear import Linear, RMSNorm
-from dsv4_model.mhc import HyperConnection
+from dsv4_model.mhc import HyperConnection, HyperHead
 from dsv4_model.runner import Runner
 from dsv4_model.sampler import Sampler
 from dsv4_model.synthetic import flash_args, random_model
@@ -27,9 +28,15 @@ SKIP = {"aten.view.default", "aten._unsafe_view.default", "aten.unsqueeze.defaul
         "aten.flatten.using_ints", "aten.view.dtype", "aten.numpy_T.default"}
 
 
-def one_op(x, *args):
+def one_op(x, *args, **kwargs):
     """A kernel emulated as one launch (same shape and dtype as its input)."""
     return x.clone()
+
+
+def one_pre(X, mix, *args):
+    """The mHC pre kernel as one launch: x (one op) and post / comb logits as views of the mix."""
+    hc = X.shape[-2]
+    return X.select(-2, 0).clone(), mix[..., hc:2 * hc], mix[..., 2 * hc:].unflatten(-1, (hc, hc))
 
 
 def main():
@@ -50,9 +57,15 @@ def main():
             elif isinstance(m, RMSNorm):
                 m.kernel = one_op
             elif isinstance(m, Attention):
-                m.rms, m.fp8_quant = one_op, one_op
+                m.rms, m.fp8_quant, m.rope = one_op, one_op, one_op
             elif isinstance(m, Indexer):
-                m.fp4_quant = one_op
+                m.fp4_quant, m.rope = one_op, one_op
+            elif isinstance(m, Compressor):
+                m.rope = one_op
+            elif isinstance(m, HyperHead):
+                m.head_mix = lambda X, *a: X.select(-2, 0).clone()
+            if isinstance(m, HyperConnection):
+                m.pre_mix, m.post_mix = one_pre, lambda y, X, post, comb: X.clone()
     dec.experts = lambda x, idx, wts, w1, w3, w2, limit, act=True: torch.zeros_like(x)
     runner = Runner(dec, Sampler(B, a.vocab_size, device="cpu"), buckets=(B,), log=lambda s: None)
     for r in range(B):

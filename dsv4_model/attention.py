@@ -36,9 +36,9 @@ class Attention(nn.Module):
                                      batch, args.max_seq_len) if self.ratio else None
         self.indexer = Indexer(args, dtype, batch) if self.ratio == 4 else None
         self.fp8_sim = True
-        # the per-head q norm and the KV FP8 sim: the references, or one-launch kernels set once at load on CUDA
-        # (decode.kernel_modules)
-        self.rms, self.fp8_quant = rms_norm_ref, fp8_fake_quant
+        # the per-head q norm, the KV FP8 sim and the RoPE: the references, or one-launch kernels set once at load on
+        # CUDA (decode.kernel_modules)
+        self.rms, self.fp8_quant, self.rope = rms_norm_ref, fp8_fake_quant, rope_tail
         self.init_state()
 
     def init_state(self, device=None) -> None:
@@ -61,8 +61,8 @@ class Attention(nn.Module):
         """q [B,T,H,D], kv [B,T,D] (rotated at the positions in cs [T, rd/2, 2]), qr [B,T,q_lora]."""
         qr = self.q_norm(self.wq_a(x))
         q = self.rms(self.wq_b(qr).unflatten(-1, (self.H, self.D)), None, self.eps)
-        q = rope_tail(q, cs.unsqueeze(-3), self.rd)
-        kv = self._nope_fp8(rope_tail(self.kv_norm(self.wkv(x)), cs, self.rd))
+        q = self.rope(q, cs.unsqueeze(-3), self.rd)
+        kv = self._nope_fp8(self.rope(self.kv_norm(self.wkv(x)), cs, self.rd))
         return q, kv, qr
 
     def _attend(self, q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, cs: torch.Tensor) -> torch.Tensor:
@@ -73,7 +73,7 @@ class Attention(nn.Module):
         sink = self.attn_sink.view(1, 1, self.H, 1).expand(*s.shape[:-1], 1)
         p = torch.softmax(torch.cat([s, sink], -1), -1)[..., :-1]                       # sink takes mass, no value
         o = torch.einsum("bthn,btnd->bthd", p, K.float())
-        o = rope_tail(o, cs.unsqueeze(-3), self.rd, inverse=True).to(q.dtype)           # de-rotate by -t
+        o = self.rope(o, cs.unsqueeze(-3), self.rd, inverse=True).to(q.dtype)          # de-rotate by -t
         B, T = o.shape[:2]
         o = o.reshape(B, T, self.G, -1)
         # in the model dtype, as the reference's einsum: no fp32 copy of the 8192x4096 weight per step

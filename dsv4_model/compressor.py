@@ -28,6 +28,7 @@ class Compressor(nn.Module):
         self.wgate = Linear(dim, coff * width, torch.float32)
         self.ape = nn.Parameter(torch.zeros(ratio, coff * width), requires_grad=False)
         self.norm = RMSNorm(width, eps)
+        self.rope = rope_tail              # or its one-launch kernel, set once at load on CUDA (decode.kernel_modules)
         self.dtype, self.batch, self.capacity, self.coff = dtype, batch, capacity, coff
         self.init_state()
 
@@ -59,7 +60,7 @@ class Compressor(nn.Module):
 
     def _finish(self, c: torch.Tensor, block_start: torch.Tensor | int, cs: torch.Tensor, post) -> torch.Tensor:
         c = self.norm(c.to(self.entries.dtype))
-        c = rope_tail(c, cs[block_start], self.rd)
+        c = self.rope(c, cs[block_start], self.rd)
         return post(c)
 
     def step(self, x: torch.Tensor, pos: int, cs: torch.Tensor, post) -> None:

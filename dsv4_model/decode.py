@@ -34,14 +34,16 @@ from torch import nn
 
 from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref, fp8_fake_quant_ref
 from dsv4_kernels.compressor_reduce import compressor_reduce
+from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref
 from dsv4_kernels.rms_norm.reference import rms_norm_ref
+from dsv4_kernels.rope.reference import rope_tail_ref
 from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
 from .attention import Attention
 from .compressor import Compressor
 from .indexer import Indexer, topk_blocks
 from .linear import Linear, RMSNorm
-from .mhc import HyperConnection
+from .mhc import HyperConnection, HyperHead
 from .model import Transformer
 from .moe import routed_experts
 from .quant import act_sim
@@ -134,13 +136,26 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, pos
     return attn._attend(q, K, torch.cat(masks, 1).unsqueeze(1), cs)
 
 
+# the one-launch small-op kernels: key -> (dsv4_kernels name, reference, name in the log note)
+SMALL_KERNELS = {
+    "fp8": ("fp8_fake_quant", fp8_fake_quant_ref, "FP8 fake quant"),
+    "fp4": ("fp4_fake_quant", fp4_fake_quant_ref, "FP4 fake quant"),
+    "rms": ("rms_norm", rms_norm_ref, "RMSNorm"),
+    "rope": ("rope_tail", rope_tail_ref, "RoPE"),
+    "mhc_pre": ("mhc_pre", mhc_pre_ref, "mHC pre"),
+    "mhc_post": ("mhc_post", mhc_post_ref, "mHC post"),
+    "mhc_head": ("mhc_head", mhc_head_ref, "mHC head"),
+}
+
+
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
-    """The one-launch kernels of the small ops, decided once at load: {"fp8", "fp4", "rms"} -> the function,
-    each the Triton kernel where the device is CUDA and it is usable, else its PyTorch reference."""
-    chosen = {"fp8": fp8_fake_quant_ref, "fp4": fp4_fake_quant_ref, "rms": rms_norm_ref}
+    """The one-launch kernels of the small ops, decided once at load: {"fp8", "fp4", "rms", "rope", "mhc_pre",
+    "mhc_post", "mhc_head"} -> the function, each the Triton kernel where the device is CUDA and it is usable, else
+    its PyTorch reference."""
+    chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
     if use_kernels and torch.device(device).type == "cuda":
         from dsv4_kernels import available, select
-        for key, name in (("fp8", "fp8_fake_quant"), ("fp4", "fp4_fake_quant"), ("rms", "rms_norm")):
+        for key, (name, _, _) in SMALL_KERNELS.items():
             if available(name)[0]:
                 chosen[key] = select(name, device)
     return chosen
@@ -171,9 +186,10 @@ def kernel_experts(device: torch.device, use_kernels: bool = True):
 def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = True) -> str:
     """Give the model's modules their decode kernels, decided once at load: every quantised `Linear` the
     stored-format GEMV (`dsv4_kernels.moe_gemv.weight_gemv`: FP8 and FP4 weights read as stored, no dequantised
-    copy per step), every `HyperConnection` the one-launch Sinkhorn, and the modules that fake-quantise or
-    normalise (`Linear`, `RMSNorm`, `Attention`, `Indexer`) the one-launch FP8/FP4 fake quants and RMSNorm, on
-    CUDA; the references elsewhere or when kernels are off. Returns the log note."""
+    copy per step), every `HyperConnection` the one-launch Sinkhorn and mHC mixes (`HyperHead` its mix), and the
+    modules that fake-quantise, normalise or rotate (`Linear`, `RMSNorm`, `Attention`, `Indexer`, `Compressor`) the
+    one-launch FP8/FP4 fake quants, RMSNorm and RoPE, on CUDA; the references elsewhere or when kernels are off.
+    Returns the log note."""
     on = use_kernels and torch.device(device).type == "cuda"
     gemv, sink = None, sinkhorn_ref
     small = small_kernels(device, use_kernels)
@@ -189,18 +205,20 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
             m.fp8_quant = small["fp8"]
             n += m.gemv is not None
         elif isinstance(m, HyperConnection):
-            m.sinkhorn = sink
+            m.sinkhorn, m.pre_mix, m.post_mix = sink, small["mhc_pre"], small["mhc_post"]
+        elif isinstance(m, HyperHead):
+            m.head_mix = small["mhc_head"]
         elif isinstance(m, RMSNorm):
             m.kernel = small["rms"]
         elif isinstance(m, Attention):
-            m.rms, m.fp8_quant = small["rms"], small["fp8"]
+            m.rms, m.fp8_quant, m.rope = small["rms"], small["fp8"], small["rope"]
         elif isinstance(m, Indexer):
-            m.fp4_quant = small["fp4"]
+            m.fp4_quant, m.rope = small["fp4"], small["rope"]
+        elif isinstance(m, Compressor):
+            m.rope = small["rope"]
     if not on:
-        return "projections: F.linear; mHC: PyTorch Sinkhorn; fake quants and RMSNorm: PyTorch"
-    fused = [name for name, key, ref in (("FP8 fake quant", "fp8", fp8_fake_quant_ref),
-                                         ("FP4 fake quant", "fp4", fp4_fake_quant_ref), ("RMSNorm", "rms", rms_norm_ref))
-             if small[key] is not ref]
+        return "projections: F.linear; mHC: PyTorch Sinkhorn; fake quants, RMSNorm, RoPE and mHC mixes: PyTorch"
+    fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
     return (f"projections: {n} quantised ones through the stored-format GEMV; mHC: "
             f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; one-launch: {', '.join(fused) or 'none'}")
 

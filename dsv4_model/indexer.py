@@ -34,7 +34,8 @@ class Indexer(nn.Module):
         self.weights_proj = Linear(args.dim, self.Hi, dtype)
         self.compressor = Compressor(args.dim, self.Di, 4, self.rd, args.norm_eps, dtype, batch, args.max_seq_len)
         self.fp4_sim = True
-        self.fp4_quant = fp4_fake_quant     # or its one-launch kernel, set once at load on CUDA (decode.kernel_modules)
+        # the FP4 sim and the RoPE: the references, or one-launch kernels set once at load on CUDA (decode.kernel_modules)
+        self.fp4_quant, self.rope = fp4_fake_quant, rope_tail
         self.init_state()
 
     def init_state(self, device=None) -> None:
@@ -46,7 +47,7 @@ class Indexer(nn.Module):
 
     def _q(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
         q = self.wq_b(qr).unflatten(-1, (self.Hi, self.Di))
-        return self._rotate(rope_tail(q, cs_q, self.rd))
+        return self._rotate(self.rope(q, cs_q, self.rd))
 
     def _scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         w = self.weights_proj(x).float() * (self.Di ** -0.5 * self.Hi ** -0.5)          # [B,T,Hi]

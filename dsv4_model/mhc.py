@@ -1,10 +1,14 @@
 """mHC: manifold-constrained hyper-connections. The residual is hc copies X [B,S,hc,d]; each sublayer reads a
-sigmoid-weighted mix and writes back through a Sinkhorn-normalised hc x hc matrix (fixed 20 iterations)."""
+sigmoid-weighted mix and writes back through a Sinkhorn-normalised hc x hc matrix (fixed 20 iterations).
+
+The `f @ fn.T` matmul is a torch op here; what surrounds it (the rsqrt norm, sigmoids, scale/base, the weighted sums)
+is `dsv4_kernels.mhc`'s reference, or its one-launch kernel set once at load on CUDA (decode.kernel_modules)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref
 from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
 
@@ -16,28 +20,20 @@ class HyperConnection(nn.Module):
         self.fn = nn.Parameter(torch.zeros(mix, hc * dim), requires_grad=False)
         self.base = nn.Parameter(torch.zeros(mix), requires_grad=False)
         self.scale = nn.Parameter(torch.ones(3), requires_grad=False)
-        # the softmax + Sinkhorn of `pre`: the reference, or its one-launch kernel set at load on CUDA
-        # (decode.kernel_modules)
-        self.sinkhorn = sinkhorn_ref
+        # the softmax + Sinkhorn of `pre` and the mixes around its matmul and of `post`: the references, or their
+        # one-launch kernels set once at load on CUDA (decode.kernel_modules)
+        self.sinkhorn, self.pre_mix, self.post_mix = sinkhorn_ref, mhc_pre_ref, mhc_post_ref
 
     def pre(self, X: torch.Tensor):
         """X [B,S,hc,d] -> (x [B,S,d], post [B,S,hc], comb [B,S,hc,hc])."""
-        hc = self.hc
-        f = X.flatten(-2).float()
-        r = torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + self.norm_eps)
-        mix = (f @ self.fn.T) * r                                                  # [B,S,24]
-        pre = torch.sigmoid(mix[..., :hc] * self.scale[0] + self.base[:hc]) + self.eps
-        post = 2 * torch.sigmoid(mix[..., hc:2 * hc] * self.scale[1] + self.base[hc:2 * hc])
-        comb = mix[..., 2 * hc:].unflatten(-1, (hc, hc)) * self.scale[2] + self.base[2 * hc:].view(hc, hc)
+        mix = X.flatten(-2).float() @ self.fn.T                                    # [B,S,24], before the norm
+        x, post, comb = self.pre_mix(X, mix, self.scale, self.base, self.eps, self.norm_eps)
         comb = self.sinkhorn(comb, self.iters, self.eps)     # fixed count: no host convergence check
-        x = (pre.unsqueeze(-1) * X.float()).sum(-2)
-        return x.to(X.dtype), post, comb
+        return x, post, comb
 
-    @staticmethod
-    def post(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+    def post(self, y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
         # X'_k = post_k * y + sum_j comb[j, k] * X_j   (comb used transposed)
-        out = post.unsqueeze(-1) * y.float().unsqueeze(-2) + torch.einsum("bsjk,bsjd->bskd", comb, X.float())
-        return out.to(X.dtype)
+        return self.post_mix(y, X, post, comb)
 
 
 class HyperHead(nn.Module):
@@ -47,9 +43,8 @@ class HyperHead(nn.Module):
         self.fn = nn.Parameter(torch.zeros(hc, hc * dim), requires_grad=False)
         self.base = nn.Parameter(torch.zeros(hc), requires_grad=False)
         self.scale = nn.Parameter(torch.ones(1), requires_grad=False)
+        self.head_mix = mhc_head_ref    # or its one-launch kernel, set once at load on CUDA (decode.kernel_modules)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        f = X.flatten(-2).float()
-        mix = (f @ self.fn.T) * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + self.norm_eps)
-        pre = torch.sigmoid(mix * self.scale + self.base) + self.eps
-        return (pre.unsqueeze(-1) * X.float()).sum(-2).to(X.dtype)
+        mix = X.flatten(-2).float() @ self.fn.T                                    # [B,S,hc], before the norm
+        return self.head_mix(X, mix, self.scale, self.base, self.eps, self.norm_eps)

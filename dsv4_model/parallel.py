@@ -28,7 +28,6 @@ from .indexer import Indexer
 from .linear import Linear, get_qweight, set_qweight
 from .moe import Gate, MoE
 from .quant import FP4_MAX, FP8_MAX, QWeight, _pow2_scale, act_sim, dequant, nvfp4_act_fake_quant
-from .rope import rope_tail
 
 
 class ShardError(ValueError):
@@ -122,7 +121,7 @@ class ParallelIndexer(Indexer):
 
     def _q(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
         q = self.wq_b(qr).unflatten(-1, (-1, self.Di))                    # [B,T,Hi/N,Di]: this rank's heads
-        return self._rotate(rope_tail(q, cs_q, self.rd))
+        return self._rotate(self.rope(q, cs_q, self.rd))
 
     def _scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         s = super()._scores(x, q, k)

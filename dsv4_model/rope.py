@@ -1,10 +1,14 @@
 """Partial interleaved RoPE on the trailing `rope_head_dim` dims. Two tables: main (no YaRN) for SWA-only
-layers; compress (theta 160000 + YaRN, no mscale) for everything in CSA/HCA layers."""
+layers; compress (theta 160000 + YaRN, no mscale) for everything in CSA/HCA layers. `apply_rope` / `rope_tail` are
+the references in `dsv4_kernels.rope` (the modules hold `rope_tail` or its one-launch kernel as `.rope`)."""
 from __future__ import annotations
 
 import math
 
 import torch
+
+from dsv4_kernels.rope.reference import apply_rope_ref as apply_rope  # noqa: F401  (beside the kernel)
+from dsv4_kernels.rope.reference import rope_tail_ref as rope_tail  # noqa: F401
 
 from .config import ModelArgs
 
@@ -30,19 +34,3 @@ def rope_table(args: ModelArgs, compressed: bool, length: int) -> torch.Tensor:
         f = rope_freqs(args.rope_head_dim, args.rope_theta, None)
     ang = torch.arange(length, dtype=torch.float64)[:, None] * f[None]
     return torch.stack([ang.cos(), ang.sin()], -1).float()
-
-
-def apply_rope(x: torch.Tensor, cs: torch.Tensor, inverse: bool = False) -> torch.Tensor:
-    """Rotate interleaved pairs (2i, 2i+1) of x[..., rd]; cs [..., rd/2, 2] broadcast against x's leading dims."""
-    xf = x.float().unflatten(-1, (-1, 2))
-    a, b = xf[..., 0], xf[..., 1]
-    cos, sin = cs[..., 0], cs[..., 1]
-    if inverse:
-        sin = -sin
-    out = torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
-    return out.to(x.dtype)
-
-
-def rope_tail(x: torch.Tensor, cs: torch.Tensor, rd: int, inverse: bool = False) -> torch.Tensor:
-    """x with RoPE applied to its last rd dims (returns a new tensor)."""
-    return torch.cat([x[..., :-rd], apply_rope(x[..., -rd:], cs, inverse)], -1)

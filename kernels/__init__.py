@@ -4,7 +4,9 @@ from ._select import KERNELS, available, select  # noqa: F401
 from .act_quant import fp4_fake_quant, fp8_fake_quant  # noqa: F401
 from .compressor_reduce import compressor_reduce  # noqa: F401
 from .fused_swiglu import fused_swiglu  # noqa: F401
+from .mhc import mhc_head, mhc_post, mhc_pre  # noqa: F401
 from .moe_gemv import fp4_gemv, routed_experts  # noqa: F401
 from .nvfp4_kvcache import dequantize_nvfp4_kvcache  # noqa: F401
 from .rms_norm import rms_norm  # noqa: F401
+from .rope import rope_tail  # noqa: F401
 from .sinkhorn import sinkhorn  # noqa: F401

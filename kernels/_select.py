@@ -23,6 +23,10 @@ KERNELS = {
     "fp8_fake_quant": ("act_quant", "fp8_fake_quant", "fp8_fake_quant_ref"),
     "fp4_fake_quant": ("act_quant", "fp4_fake_quant", "fp4_fake_quant_ref"),
     "rms_norm": ("rms_norm", "rms_norm", "rms_norm_ref"),
+    "rope_tail": ("rope", "rope_tail", "rope_tail_ref"),
+    "mhc_pre": ("mhc", "mhc_pre", "mhc_pre_ref"),
+    "mhc_post": ("mhc", "mhc_post", "mhc_post_ref"),
+    "mhc_head": ("mhc", "mhc_head", "mhc_head_ref"),
 }
 
 

@@ -288,14 +288,18 @@ def test_kernel_choice_is_made_once_at_load(model):
 
 
 def _small_kernels_of(model):
-    """{(module kind, attribute): set of function names} over the model: which fake quant / norm each one calls."""
+    """{(module kind, attribute): set of function names} over the model: which fake quant / norm / RoPE / mHC mix
+    each one calls."""
     from dsv4_model.attention import Attention
+    from dsv4_model.compressor import Compressor
     from dsv4_model.indexer import Indexer
     from dsv4_model.linear import Linear, RMSNorm
+    from dsv4_model.mhc import HyperConnection, HyperHead
     seen = {}
     for m in model.modules():
-        for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("rms", "fp8_quant")),
-                            (Indexer, ("fp4_quant",))):
+        for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("rms", "fp8_quant", "rope")),
+                            (Indexer, ("fp4_quant", "rope")), (Compressor, ("rope",)),
+                            (HyperConnection, ("pre_mix", "post_mix")), (HyperHead, ("head_mix",))):
             if isinstance(m, kind):
                 for a in attrs:
                     seen.setdefault((kind.__name__, a), set()).add(getattr(m, a).__name__)
@@ -303,27 +307,34 @@ def _small_kernels_of(model):
 
 
 def test_small_kernels_stay_references_on_cpu(model):
-    """On CPU (and with kernels off) every module that fake-quantises or normalises keeps the PyTorch reference."""
+    """On CPU (and with kernels off) every module that fake-quantises, normalises, rotates or mixes the hc streams keeps
+    the PyTorch reference."""
     for kernels in (True, False):
         dec = GraphSafeDecoder(model, batch=1, kernels=kernels)
-        assert "fake quants and RMSNorm: PyTorch" in dec.kernel_note, dec.kernel_note
+        assert "fake quants, RMSNorm, RoPE and mHC mixes: PyTorch" in dec.kernel_note, dec.kernel_note
         seen = _small_kernels_of(model)
         assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "rms"),
-                             ("Attention", "fp8_quant"), ("Indexer", "fp4_quant")}
+                             ("Attention", "fp8_quant"), ("Indexer", "fp4_quant"), ("Attention", "rope"),
+                             ("Indexer", "rope"), ("Compressor", "rope"), ("HyperConnection", "pre_mix"),
+                             ("HyperConnection", "post_mix"), ("HyperHead", "head_mix")}
         assert all(len(v) == 1 and next(iter(v)).endswith("_ref") for v in seen.values()), seen
 
 
 @pytest.mark.cuda
 def test_cuda_small_kernels_chosen_once_at_load():
-    """On CUDA kernel_modules gives the modules the one-launch fake quants and RMSNorm; kernels=False puts the
-    references back."""
+    """On CUDA kernel_modules gives the modules the one-launch fake quants, RMSNorm, RoPE and mHC mixes; kernels=False
+    puts the references back."""
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
     dec = GraphSafeDecoder(model, batch=1)
-    assert "one-launch: FP8 fake quant, FP4 fake quant, RMSNorm" in dec.kernel_note, dec.kernel_note
+    assert ("one-launch: FP8 fake quant, FP4 fake quant, RMSNorm, RoPE, mHC pre, mHC post, mHC head"
+            in dec.kernel_note), dec.kernel_note
     seen = _small_kernels_of(model)
     assert seen[("Linear", "fp8_quant")] == seen[("Attention", "fp8_quant")] == {"fp8_fake_quant"}
     assert seen[("RMSNorm", "kernel")] == seen[("Attention", "rms")] == {"rms_norm"}
     assert seen[("Indexer", "fp4_quant")] == {"fp4_fake_quant"}
+    assert seen[("Attention", "rope")] == seen[("Indexer", "rope")] == seen[("Compressor", "rope")] == {"rope_tail"}
+    assert seen[("HyperConnection", "pre_mix")] == {"mhc_pre"} and seen[("HyperConnection", "post_mix")] == {"mhc_post"}
+    assert seen[("HyperHead", "head_mix")] == {"mhc_head"}
     GraphSafeDecoder(model, batch=1, kernels=False)
     assert all(next(iter(v)).endswith("_ref") for v in _small_kernels_of(model).values())
 
@@ -356,8 +367,9 @@ def test_cuda_greedy_tokens_with_kernels_equal_without():
 @pytest.mark.cuda
 def test_cuda_flash_dims_kernels_close_to_references():
     """The Flash-dimension layers in their release formats (FP8 projections, MXFP4 experts): 16 steps with every
-    kernel (stored-format GEMVs, routed experts, Sinkhorn, fake quants, RMSNorm) against the same steps with the PyTorch references,
-    both fed the same tokens. bf16 activations, so the bound is bf16-sized: logits within 3e-2 of the largest."""
+    kernel (stored-format GEMVs, routed experts, Sinkhorn, fake quants, RMSNorm, RoPE, mHC mixes) against the same
+    steps with the PyTorch references, both fed the same tokens. bf16 activations, so the bound is bf16-sized:
+    logits within 3e-2 of the largest."""
     from dsv4_model.synthetic import flash_layers
     model = flash_layers(device="cuda")
     feed = torch.randint(0, model.args.vocab_size, (16, 2), generator=torch.Generator().manual_seed(1)).cuda()

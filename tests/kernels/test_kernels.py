@@ -147,7 +147,7 @@ def test_kvcache_reference_matches_the_weight_dequant():
 
 @pytest.mark.parametrize("factory", ["compressor_reduce_csa", "compressor_reduce_hca", "nvfp4_kvcache", "fused_swiglu",
                                      "fp4_gemv", "routed_experts", "sinkhorn", "fp8_fake_quant", "fp4_fake_quant",
-                                     "rms_norm"])
+                                     "rms_norm", "rope_tail", "mhc_pre", "mhc_post", "mhc_head"])
 def test_kernel_targets_capture_clean(factory):
     """On CPU this is the emulation over the references; on a GPU, real capture of the kernels."""
     assert capture_test(getattr(targets, factory)(), steps=2) == []
@@ -745,3 +745,259 @@ def test_rms_norm_parity(dt, shape, weighted):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
         else:
             torch.testing.assert_close(got.float(), want.float(), rtol=8e-3, atol=1e-6)
+
+
+
+# ---------------------------------------------------------------------------------------------- RoPE and mHC mixes
+def _old_apply_rope(x, cs, inverse=False):
+    """dsv4_model/rope.py's apply_rope before it moved to dsv4_kernels.rope.reference."""
+    xf = x.float().unflatten(-1, (-1, 2))
+    a, b = xf[..., 0], xf[..., 1]
+    cos, sin = cs[..., 0], cs[..., 1]
+    if inverse:
+        sin = -sin
+    out = torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+    return out.to(x.dtype)
+
+
+def _old_rope_tail(x, cs, rd, inverse=False):
+    return torch.cat([x[..., :-rd], _old_apply_rope(x[..., -rd:], cs, inverse)], -1)
+
+
+def _cs(*lead_half, generator, device="cpu"):
+    """A cos/sin table [*lead, rd/2, 2] (fp32) at random angles."""
+    ang = torch.rand(*lead_half, generator=generator) * 200
+    return torch.stack([ang.cos(), ang.sin()], -1).to(device)
+
+
+# (x shape, cs leading dims, rd): the decode's call sites at the tiny preset's and Flash's dims (q [n,1,H,D] against
+# [n,1,1], kv [n,1,D] against [n,1], the compressor's [n,D] against [n], the indexer's q, the de-rotation), the
+# reference decode's one row for all, prefill's [T,1] against [B,T,H] (three levels: expanded first), odd sizes
+ROPE_CASES = [((1, 1, 2, 128), (1, 1, 1), 64), ((8, 1, 64, 512), (8, 1, 1), 64), ((8, 1, 512), (8, 1), 64),
+              ((8, 512), (8,), 64), ((8, 1, 64, 128), (8, 1, 1), 64), ((3, 1, 2, 64), (3, 1, 1), 64),
+              ((2, 1, 64, 512), (1, 1, 1), 64), ((4, 512), (), 64), ((2, 5, 3, 96), (5, 1), 32),
+              ((37, 1, 7, 40), (37, 1, 1), 8), ((1, 1, 1, 64), (1, 1, 1), 64)]
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
+def test_rope_reference_is_the_old_formula(dt):
+    """Moved into dsv4_kernels.rope without numerical change (bits); dsv4_model.rope still names it."""
+    from dsv4_kernels.rope.reference import apply_rope_ref, rope_tail_ref
+    from dsv4_model import rope
+    assert rope.rope_tail is rope_tail_ref and rope.apply_rope is apply_rope_ref
+    g = torch.Generator().manual_seed(13)
+    for shape, lead, rd in ROPE_CASES:
+        x = (torch.randn(*shape, generator=g) * 3).to(dt)
+        cs = _cs(*lead, rd // 2, generator=g)
+        for inverse in (False, True):
+            assert _bit_equal(rope_tail_ref(x, cs, rd, inverse), _old_rope_tail(x, cs, rd, inverse)), (shape, inverse)
+
+
+def _old_hc_pre(hc_mod, X):
+    """dsv4_model/mhc.py's HyperConnection.pre before its mixes moved to dsv4_kernels.mhc.reference."""
+    hc = hc_mod.hc
+    f = X.flatten(-2).float()
+    r = torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + hc_mod.norm_eps)
+    mix = (f @ hc_mod.fn.T) * r
+    pre = torch.sigmoid(mix[..., :hc] * hc_mod.scale[0] + hc_mod.base[:hc]) + hc_mod.eps
+    post = 2 * torch.sigmoid(mix[..., hc:2 * hc] * hc_mod.scale[1] + hc_mod.base[hc:2 * hc])
+    comb = mix[..., 2 * hc:].unflatten(-1, (hc, hc)) * hc_mod.scale[2] + hc_mod.base[2 * hc:].view(hc, hc)
+    comb = hc_mod.sinkhorn(comb, hc_mod.iters, hc_mod.eps)
+    x = (pre.unsqueeze(-1) * X.float()).sum(-2)
+    return x.to(X.dtype), post, comb
+
+
+def _old_hc_post(y, X, post, comb):
+    out = post.unsqueeze(-1) * y.float().unsqueeze(-2) + torch.einsum("bsjk,bsjd->bskd", comb, X.float())
+    return out.to(X.dtype)
+
+
+def _old_hc_head(head, X):
+    f = X.flatten(-2).float()
+    mix = (f @ head.fn.T) * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + head.norm_eps)
+    pre = torch.sigmoid(mix * head.scale + head.base) + head.eps
+    return (pre.unsqueeze(-1) * X.float()).sum(-2).to(X.dtype)
+
+
+def _hc_modules(hc, d, g):
+    from dsv4_model.mhc import HyperConnection, HyperHead
+    m, h = HyperConnection(hc, d, 20, 1e-6, 1e-6), HyperHead(hc, d, 1e-6, 1e-6)
+    for mod in (m, h):
+        mod.fn.data = torch.randn(mod.fn.shape, generator=g) * 0.05
+        mod.base.data = torch.randn(mod.base.shape, generator=g)
+        mod.scale.data = torch.rand(mod.scale.shape, generator=g) + 0.5
+    return m, h
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
+def test_mhc_references_are_the_old_formulas(dt):
+    """HyperConnection.pre / .post and HyperHead split at the matmul compute exactly what they always computed."""
+    from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref
+    g = torch.Generator().manual_seed(17)
+    for B, S, hc, d in ((1, 1, 4, 128), (3, 1, 4, 96), (2, 3, 4, 64), (2, 1, 3, 40)):
+        m, h = _hc_modules(hc, d, g)
+        assert (m.pre_mix, m.post_mix, h.head_mix) == (mhc_pre_ref, mhc_post_ref, mhc_head_ref)
+        X = (torch.randn(B, S, hc, d, generator=g) * 2).to(dt)
+        got, want = m.pre(X), _old_hc_pre(m, X)
+        assert all(_bit_equal(a, b) for a, b in zip(got, want))
+        y = torch.randn(B, S, d, generator=g).to(dt)
+        post, comb = torch.rand(B, S, hc, generator=g) * 2, torch.rand(B, S, hc, hc, generator=g)
+        assert _bit_equal(m.post(y, X, post, comb), _old_hc_post(y, X, post, comb))
+        assert _bit_equal(h(X), _old_hc_head(h, X))
+
+
+def test_rope_and_mhc_select_references_on_cpu():
+    from dsv4_kernels.mhc import mhc_head_ref, mhc_post_ref, mhc_pre_ref
+    from dsv4_kernels.rope import rope_tail_ref
+    assert kernels.select("rope_tail", "cpu") is rope_tail_ref
+    assert kernels.select("mhc_pre", "cpu") is mhc_pre_ref and kernels.select("mhc_head", "cpu") is mhc_head_ref
+    assert kernels.select("mhc_post", "cuda", force_reference=True) is mhc_post_ref
+    with pytest.raises(ValueError, match="do not broadcast"):
+        kernels.rope_tail(torch.zeros(2, 3, 64), torch.zeros(3, 1, 32, 2), 64)
+    with pytest.raises(ValueError, match="expected"):
+        kernels.rope_tail(torch.zeros(2, 64), torch.zeros(2, 16, 2), 64)
+    with pytest.raises(ValueError, match="expected mix"):
+        kernels.mhc_pre(torch.zeros(2, 1, 4, 8), torch.zeros(2, 1, 23), torch.ones(3), torch.zeros(24), 1e-6, 1e-6)
+    with pytest.raises(ValueError, match="expected y"):
+        kernels.mhc_post(torch.zeros(2, 1, 8), torch.zeros(2, 1, 4, 8), torch.zeros(2, 1, 4), torch.zeros(2, 1, 4, 3))
+
+
+ROPE_MHC_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.rope.triton_kernel import rope_tail_triton
+    from dsv4_kernels.rope.reference import rope_tail_ref
+    from dsv4_kernels.mhc.triton_kernel import mhc_head_triton, mhc_post_triton, mhc_pre_triton
+    from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref
+    g = torch.Generator().manual_seed(4)
+    def close(a, b):
+        return a.shape == b.shape and (a - b).abs().max().item() <= 1e-6 * (1 + b.abs().max().item())
+    bad = []
+    # fp32 only: the interpreter converts fp32 to bf16 by truncation, not round-to-nearest (checked on the GPU)
+    for shape, lead, rd in (((3, 1, 4, 96), (3, 1, 1), 32), ((3, 1, 96), (3, 1), 32), ((5, 96), (5,), 32),
+                            ((5, 64), (), 64), ((2, 5, 3, 40), (5, 1), 8), ((2, 1, 64, 128), (2, 1, 1), 64),
+                            ((7, 1, 3, 24), (1, 1, 1), 24)):
+        x = torch.randn(*shape, generator=g) * 3
+        ang = torch.rand(*lead, rd // 2, generator=g) * 200
+        cs = torch.stack([ang.cos(), ang.sin()], -1)
+        for inv in (False, True):
+            got = rope_tail_triton(x, cs, rd, inv)
+            if not close(got, rope_tail_ref(x, cs, rd, inv)) or not torch.equal(got[..., :-rd], x[..., :-rd]):
+                bad.append(f"rope {shape} {lead} {rd} {inv}")
+    x = torch.randn(4, 1, 160, generator=g)[..., 32:]                   # a strided row
+    cs = torch.stack([torch.ones(4, 1, 16), torch.zeros(4, 1, 16)], -1)
+    bad += [] if close(rope_tail_triton(x, cs, 32, True), rope_tail_ref(x, cs, 32, True)) else ["rope strided"]
+    for B, S, hc, d, scale in ((3, 1, 4, 96, 2.0), (2, 2, 4, 4096, 2.0), (5, 1, 3, 40, 2.0), (1, 1, 4, 7, 2.0),
+                               (3, 1, 4, 96, 1e-3)):                     # mean(X^2) ~ norm_eps: it must be there
+        X = torch.randn(B, S, hc, d, generator=g) * scale
+        W = (2 + hc) * hc
+        mix = X.flatten(-2) @ (torch.randn(W, hc * d, generator=g) * 0.05).T
+        sc, base = torch.rand(3, generator=g) + 0.5, torch.randn(W, generator=g)
+        got, want = mhc_pre_triton(X, mix, sc, base, 1e-6, 1e-6), mhc_pre_ref(X, mix, sc, base, 1e-6, 1e-6)
+        bad += [] if all(close(a, b) for a, b in zip(got, want)) else [f"mhc_pre {B, S, hc, d}"]
+        args = (X, mix[..., :hc], sc[:1], base[:hc], 1e-6, 1e-6)
+        bad += [] if close(mhc_head_triton(*args), mhc_head_ref(*args)) else [f"mhc_head {B, S, hc, d}"]
+        y, post = torch.randn(B, S, d, generator=g), torch.rand(B, S, hc, generator=g) * 2
+        comb = torch.rand(B, S, hc, hc, generator=g)
+        got, want = mhc_post_triton(y, X, post, comb), mhc_post_ref(y, X, post, comb)
+        bad += [] if close(got, want) else [f"mhc_post {B, S, hc, d}"]
+    print("BAD", bad)
+""")
+
+
+def test_rope_and_mhc_under_the_interpreter():
+    """The RoPE and mHC Triton kernels' logic on CPU in fp32 (TRITON_INTERPRET=1 in a subprocess; skipped where triton
+    does not import)."""
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-c", ROPE_MHC_INTERPRET], env=env, capture_output=True, text=True,
+                       timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "BAD []" in r.stdout, r.stdout[-2000:]
+
+
+def _assert_fp32_rounding(got, want, dt, scale):
+    """Within fp32 rounding (FMA contraction, summation order, hardware rsqrt/exp): fp32 to 1e-5 relative plus
+    2e-6 of the inputs' magnitude (cancellation); bf16 within one bf16 rounding step."""
+    assert got.dtype == want.dtype and got.shape == want.shape and torch.isfinite(got.float()).all()
+    if dt == torch.float32:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6 * scale)
+    else:
+        torch.testing.assert_close(got.float(), want.float(), rtol=8e-3, atol=2e-6 * scale)
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("inverse", [False, True])
+@pytest.mark.parametrize("shape,lead,rd", ROPE_CASES)
+def test_rope_tail_parity(dt, inverse, shape, lead, rd):
+    """The one-launch RoPE against the reference on CUDA: fresh data, outputs poisoned first; the unrotated dims
+    bit for bit (a copy), the rotated ones within fp32 rounding."""
+    from dsv4_kernels.rope import rope_tail, rope_tail_ref
+    g = torch.Generator().manual_seed(shape[-1] + len(lead))
+    for scale in (1e-2, 1.0, 300.0):
+        x = (torch.randn(*shape, generator=g) * scale).to("cuda", dt)
+        cs = _cs(*lead, rd // 2, generator=g, device="cuda")
+        _poison(x.numel() * 8)
+        got, want = rope_tail(x, cs, rd, inverse), rope_tail_ref(x, cs, rd, inverse)
+        assert torch.equal(got[..., :-rd], x[..., :-rd])
+        _assert_fp32_rounding(got, want, dt, scale)
+
+
+@cuda
+def test_rope_tail_inverse_undoes_the_rotation():
+    """Rotating by +t then de-rotating (inverse) gives x back to fp32 rounding; inverse is not a no-op."""
+    from dsv4_kernels.rope import rope_tail
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(8, 1, 64, 512, generator=g).cuda()
+    cs = _cs(8, 1, 1, 32, generator=g, device="cuda")
+    y = rope_tail(x, cs, 64)
+    assert (y - x).abs().max() > 0.1
+    torch.testing.assert_close(rope_tail(y, cs, 64, inverse=True), x, rtol=1e-5, atol=1e-5)
+
+
+def _mhc_inputs(B, S, hc, d, dt, scale, g):
+    W = (2 + hc) * hc
+    X = (torch.randn(B, S, hc, d, generator=g) * scale).to("cuda", dt)
+    fn = torch.randn(W, hc * d, generator=g).cuda() * (hc * d) ** -0.5
+    mix = X.flatten(-2).float() @ fn.T
+    return X, mix, (torch.rand(3, generator=g) + 0.5).cuda(), torch.randn(W, generator=g).cuda()
+
+
+# (B, S, hc, d): Flash (dim 4096, hc 4) at decode batches 1 and 8, the tiny preset (dim 128), odd sizes
+MHC_CASES = [(1, 1, 4, 4096), (8, 1, 4, 4096), (1, 1, 4, 128), (8, 1, 4, 128), (3, 2, 4, 96), (5, 1, 3, 1000)]
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("B,S,hc,d", MHC_CASES)
+def test_mhc_pre_and_head_parity(dt, B, S, hc, d):
+    """The one-launch mHC pre and head mixes against the references: x within fp32 rounding (one bf16 step in bf16),
+    post and the comb logits (fp32) to 1e-5."""
+    from dsv4_kernels.mhc import mhc_head, mhc_head_ref, mhc_pre, mhc_pre_ref
+    g = torch.Generator().manual_seed(d + B)
+    for scale in (1e-3, 1.0, 300.0):                                     # 1e-3: mean(X^2) ~ norm_eps
+        X, mix, sc, base = _mhc_inputs(B, S, hc, d, dt, scale, g)
+        _poison(X.numel() * 16)
+        got, want = mhc_pre(X, mix, sc, base, 1e-6, 1e-6), mhc_pre_ref(X, mix, sc, base, 1e-6, 1e-6)
+        _assert_fp32_rounding(got[0], want[0], dt, scale)
+        for a, b in zip(got[1:], want[1:]):
+            assert a.dtype == torch.float32
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        hm = mix[..., :hc]
+        _assert_fp32_rounding(mhc_head(X, hm, sc[:1], base[:hc], 1e-6, 1e-6),
+                              mhc_head_ref(X, hm, sc[:1], base[:hc], 1e-6, 1e-6), dt, scale)
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("B,S,hc,d", MHC_CASES)
+def test_mhc_post_parity(dt, B, S, hc, d):
+    """The one-launch mHC post against the reference (comb used transposed): within fp32 rounding."""
+    from dsv4_kernels.mhc import mhc_post, mhc_post_ref
+    g = torch.Generator().manual_seed(d + 2 * B)
+    for scale in (1e-2, 1.0, 300.0):
+        X = (torch.randn(B, S, hc, d, generator=g) * scale).to("cuda", dt)
+        y = (torch.randn(B, S, d, generator=g) * scale).to("cuda", dt)
+        post, comb = (torch.rand(B, S, hc, generator=g) * 2).cuda(), torch.rand(B, S, hc, hc, generator=g).cuda()
+        _poison(X.numel() * 16)
+        _assert_fp32_rounding(mhc_post(y, X, post, comb), mhc_post_ref(y, X, post, comb), dt, 4 * scale)

@@ -20,6 +20,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--no-sim", action="store_true", help="FP8/FP4 activation simulations off (no rounding flips)")
     a = ap.parse_args(argv)
     from dsv4_kernels import select
     from dsv4_kernels.moe_gemv import cuda_kernel, weight_gemv
@@ -33,6 +34,7 @@ def main(argv=None) -> int:
     from dsv4_model.synthetic import flash_layers
 
     model = flash_layers(device="cuda")
+    model.set_simulation(not a.no_sim)
     feed = torch.randint(0, model.args.vocab_size, (a.steps, a.batch), generator=torch.Generator().manual_seed(1)).cuda()
     small = small_kernels(torch.device("cuda"))
     routed = select("routed_experts", "cuda")

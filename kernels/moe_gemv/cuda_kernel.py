@@ -9,9 +9,9 @@ Same semantics and rounding as triton_kernel.py and the references; K a multiple
 (16-byte pieces of codes). `build()` says whether the extension builds here, and why not.
 
 Two kernels: the CUDA-core rows kernel of cuda_kernel.cu (any of its shapes, bf16 or fp32 x, and the routed
-experts) and the tensor-core GEMV of mma_kernel.cu, which `fp4_gemv_cuda` takes for bf16 x of at most 8 rows
-with K a multiple of 128 (every projection of the Flash model): it costs fewer instructions per weight, and 8
-token rows cost what one does.
+experts) and the tensor-core GEMV of mma_kernel.cu, which `fp4_gemv_cuda` takes for bf16 x of 2 to 8 rows with
+K a multiple of 128 (every projection of the Flash model): 8 token rows cost about twice what one does, where
+the rows kernel's cost grows with each. At one row the rows kernel is faster (measured; BENCHMARKS.md).
 """
 from __future__ import annotations
 
@@ -111,8 +111,10 @@ def mma_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
 
 def fp4_gemv_cuda(x: torch.Tensor, w, path: str = "auto") -> torch.Tensor:
     """x [B, K] bf16/fp32 contiguous, w an FP4 weight tuple [N, K/2] (or FP8 [N, K]) -> y [B, N] in x.dtype.
-    path: "auto" (the tensor-core GEMV where `mma_fits`, else the rows kernel), "rows" or "mma"."""
-    if path == "mma" or path == "auto" and x.is_cuda and mma_fits(x, w):
+    path: "auto" (the tensor-core GEMV for 2..8 rows where `mma_fits`, else the rows kernel), "rows" or "mma"."""
+    # measured on the H200 (BENCHMARKS.md): the tensor-core GEMV is 1.7-2.4x the rows kernel at 4 and 8 rows and
+    # 0.8-0.9x at one row (its per-block staging of x and 4-byte loads), so one row keeps the rows kernel
+    if path == "mma" or path == "auto" and x.is_cuda and x.shape[0] > 1 and mma_fits(x, w):
         return mma_gemv_cuda(x, w)
     B, K = x.shape
     N = w[1].shape[-2]
@@ -138,13 +140,15 @@ def _experts_mma(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, li
 def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None, path: str = "auto") -> torch.Tensor:
     """Two launches: w1 and w3 with SwiGLU (clamp before SiLU) times the routing weight -> h [P, inter] in x.dtype;
     w2 -> y2 [P, dim] fp32; then the sum over each token's k pairs (a fixed-order reduction: deterministic).
-    path: "auto" (the tensor-core kernel for bf16 x with dim and inter multiples of 128, else the rows kernel),
-    "rows" or "mma"."""
+    path: "auto" / "rows" (the rows kernel) or "mma" (the tensor-core kernel: bf16 x, dim and inter multiples of
+    128)."""
     T, k = idx.shape
     P, dim, inter = T * k, x.shape[1], w1[1].shape[1]
     flat, wflat = idx.reshape(-1).long().contiguous(), wts.reshape(-1).float().contiguous()
     x, xdiv = expert_rows(x, flat, k, w1, act_sim)
-    mma = path == "mma" or path == "auto" and x.dtype == torch.bfloat16 and dim % 128 == 0 and inter % 128 == 0
+    # the tensor-core variant is 0.7-0.8x the rows kernel here (one token column per pair; BENCHMARKS.md): "auto"
+    # keeps the rows kernel, "mma" is there to measure it
+    mma = path == "mma"
     h = torch.empty(P, inter, dtype=x.dtype, device=x.device)
     if mma:
         _experts_mma(x.contiguous(), flat, wflat, h, w1, w3, P, xdiv, inter, dim, limit, 1)

@@ -1,0 +1,177 @@
+"""Build every Triton kernel of `dsv4_kernels` for the H200 (sm_90) on a machine without a GPU.
+
+    python tests/kernels/sm90_build.py        # prints one line per specialisation, then "BUILT n FAILED [...]"
+
+The interpreter tests check a kernel's logic on CPU but never compile it: a kernel that reads a plain module global,
+a libdevice call or an inline-asm constraint that does not lower, a dtype the sm_90 backend rejects, or a block that
+needs more shared memory than a Hopper SM has, all pass there and fail on the first GPU run. Here Triton's real
+pipeline (TTIR -> TTGIR -> LLVM -> PTX -> ptxas cubin) runs for compute capability 9.0 behind a stand-in driver that
+loads and launches nothing, and the kernels are called through their Python entry points with the dtypes and
+shapes the decode uses (the tiny preset's and Flash's), so every specialisation the decode compiles is built.
+Outputs are never read: nothing runs.
+
+Requires triton (the wheel ships ptxas); the tensors stay on the CPU and claim to be CUDA tensors only for the
+entry points that pick a code path by device (act_quant's libdevice path).
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+import traceback
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+from triton.runtime.jit import JITFunction
+
+H200_SHARED = 232448                                      # bytes of shared memory per block an H200 allows (opt-in)
+
+
+class _Utils:
+    def load_binary(self, name, kernel, shared, device):
+        return None, None, 0, 0, 1024                     # module, function, regs, spills, max threads
+
+    def get_device_properties(self, device):
+        return {"max_shared_mem": H200_SHARED, "multiprocessor_count": 132, "max_num_regs": 65536, "warpSize": 32}
+
+
+class BuildOnlyDriver:
+    """Triton's driver interface as far as compile-and-launch needs it: the target is sm_90, launches do nothing,
+    and each built kernel is recorded (name, metadata)."""
+
+    def __init__(self):
+        self.utils, self.built = _Utils(), []
+
+    def is_active(self):
+        return True
+
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+    def launcher_cls(self, src, metadata):
+        self.built.append((getattr(src, "name", str(src)), metadata))
+        return lambda *args, **kwargs: None
+
+
+class _Cuda(torch.Tensor):
+    """A CPU tensor whose `is_cuda` is True: entry points that pick the libdevice path by device take it."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def _t(*shape, dtype=torch.bfloat16, g):
+    return (torch.randn(*shape, generator=g)).to(dtype).as_subclass(_Cuda)
+
+
+def cases(g: torch.Generator):
+    """(label, thunk) for every entry point at the decode's dtypes and shapes."""
+    from dsv4_kernels.act_quant.triton_kernel import fp4_fake_quant_triton, fp8_fake_quant_triton
+    from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
+    from dsv4_kernels.fused_swiglu.triton_kernel import fused_swiglu_triton
+    from dsv4_kernels.mhc.triton_kernel import mhc_head_triton, mhc_post_triton, mhc_pre_triton
+    from dsv4_kernels.moe_gemv import triton_kernel as moe
+    from dsv4_kernels.moe_gemv.reference import random_weight
+    from dsv4_kernels.nvfp4_kvcache.triton_kernel import dequantize_nvfp4_kvcache_triton
+    from dsv4_kernels.rms_norm.triton_kernel import rms_norm_triton
+    from dsv4_kernels.rope.triton_kernel import rope_tail_triton
+    from dsv4_kernels.sinkhorn.triton_kernel import sinkhorn_triton
+
+    out = []
+    for dt in (torch.bfloat16, torch.float32):
+        n = str(dt).split(".")[-1]
+        for K, block in ((4096, 128), (512, 64), (448, 64)):
+            out.append((f"fp8_fake_quant {n} K={K}/{block}", lambda K=K, b=block, dt=dt: fp8_fake_quant_triton(_t(8, K, dtype=dt, g=g), b)))
+        out.append((f"fp4_fake_quant {n}", lambda dt=dt: fp4_fake_quant_triton(_t(8, 1, 128, dtype=dt, g=g), 32)))
+        for shape, weighted in (((8, 4096), True), ((8, 1, 512), False), ((8, 1, 1024), True)):
+            w = _t(shape[-1], dtype=dt, g=g) if weighted else None
+            out.append((f"rms_norm {n} {shape}", lambda s=shape, w=w, dt=dt: rms_norm_triton(_t(*s, dtype=dt, g=g), w, 1e-6)))
+        for shape, lead in (((8, 1, 64, 512), (8, 1, 1)), ((8, 1, 512), (8, 1)), ((8, 512), (8,)), ((1, 1, 2, 128), (1, 1, 1))):
+            for inv in (False, True):
+                out.append((f"rope_tail {n} {shape} inverse={inv}",
+                            lambda s=shape, ld=lead, inv=inv, dt=dt: rope_tail_triton(
+                                _t(*s, dtype=dt, g=g), _t(*ld, 32, 2, dtype=torch.float32, g=g), 64, inv)))
+        for B, hc, d in ((1, 4, 4096), (8, 4, 4096), (8, 4, 128)):
+            X, W = _t(B, 1, hc, d, dtype=dt, g=g), (2 + hc) * hc
+            mix, sc, base = _t(B, 1, W, dtype=torch.float32, g=g), _t(3, dtype=torch.float32, g=g), _t(W, dtype=torch.float32, g=g)
+            out.append((f"mhc_pre {n} B={B} d={d}", lambda X=X, m=mix, s=sc, b=base: mhc_pre_triton(X, m, s, b, 1e-6, 1e-6)))
+            out.append((f"mhc_head {n} B={B} d={d}",
+                        lambda X=X, m=mix, s=sc, b=base, hc=hc: mhc_head_triton(X, m[..., :hc], s[:1], b[:hc], 1e-6, 1e-6)))
+            post, comb = _t(B, 1, hc, dtype=torch.float32, g=g), _t(B, 1, hc, hc, dtype=torch.float32, g=g)
+            out.append((f"mhc_post {n} B={B} d={d}",
+                        lambda X=X, p=post, c=comb, B=B, d=d, dt=dt: mhc_post_triton(_t(B, 1, d, dtype=dt, g=g), X, p, c)))
+        out.append((f"fused_swiglu {n}", lambda dt=dt: (fused_swiglu_triton(_t(48, 4096, dtype=dt, g=g), 10.0, "split"),
+                                                         fused_swiglu_triton(_t(48, 4096, dtype=dt, g=g), None, "interleaved"))))
+        for fmt in ("mxfp4", "nvfp4"):
+            w = tuple(p.as_subclass(_Cuda) if isinstance(p, torch.Tensor) else p for p in random_weight(fmt, 256, 512, generator=g))
+            for cfg in (moe.CONFIG["gemv"][:4] + (decode,) for decode in (0, 1, 2)):   # bf16 dot, fp16 dot, e2m1 asm
+                out.append((f"fp4_gemv {n} {fmt} cfg={cfg}", lambda w=w, c=cfg, dt=dt: moe.fp4_gemv_triton(_t(8, 512, dtype=dt, g=g), w, cfg=c)))
+            E, dim, inter = 8, 512, 256
+            ws = [tuple(p.as_subclass(_Cuda) if isinstance(p, torch.Tensor) else p for p in random_weight(fmt, a, b, E, g))
+                  for a, b in ((inter, dim), (inter, dim), (dim, inter))]
+            idx = torch.randint(0, E, (8, 6), generator=g).as_subclass(_Cuda)
+            wts = torch.rand(8, 6, generator=g).as_subclass(_Cuda)
+            out.append((f"routed_experts {n} {fmt}",
+                        lambda ws=ws, idx=idx, wts=wts, dt=dt: moe.routed_experts_triton(_t(8, dim, dtype=dt, g=g), idx, wts, *ws, 10.0)))
+    for S, D in ((4, 512), (128, 512), (4, 128)):
+        out.append((f"compressor_reduce S={S} D={D}", lambda S=S, D=D: compressor_reduce_triton(
+            _t(8, S, D, dtype=torch.float32, g=g), _t(8, S, D, dtype=torch.float32, g=g), _t(S, D, dtype=torch.float32, g=g))))
+    for dt in (torch.bfloat16, torch.float32):
+        q = torch.randint(0, 256, (64, 256), dtype=torch.uint8, generator=g).as_subclass(_Cuda)
+        sf = torch.rand(64, 32, generator=g).to(torch.float8_e4m3fn).as_subclass(_Cuda)
+        gs = torch.rand(64, generator=g).as_subclass(_Cuda)
+        out.append((f"nvfp4_kvcache -> {dt}", lambda q=q, sf=sf, gs=gs, dt=dt: dequantize_nvfp4_kvcache_triton(q, sf, gs, 64, 512, dt)))
+    for hc in (4, 3):
+        out.append((f"sinkhorn hc={hc}", lambda hc=hc: sinkhorn_triton(_t(8, hc, hc, dtype=torch.float32, g=g), 20, 1e-6)))
+    return out
+
+
+def kernels_defined() -> set[str]:
+    """Every `@triton.jit` entry kernel (`_..._kernel`) defined in a `dsv4_kernels.*.triton_kernel` module."""
+    import dsv4_kernels
+    names = set()
+    for info in pkgutil.iter_modules(dsv4_kernels.__path__):
+        try:
+            mod = importlib.import_module(f"dsv4_kernels.{info.name}.triton_kernel")
+        except ModuleNotFoundError:
+            continue
+        names |= {v.__name__ for v in vars(mod).values()
+                  if isinstance(v, JITFunction) and v.__name__.endswith("_kernel") and v.__module__ == mod.__name__}
+    return names
+
+
+def main() -> int:
+    drv = BuildOnlyDriver()
+    driver.set_active(drv)
+    failed = []
+    for label, thunk in cases(torch.Generator().manual_seed(0)):
+        before = len(drv.built)
+        try:
+            thunk()
+            print(f"ok     {label}: {len(drv.built) - before} new build(s)")
+        except Exception as e:  # noqa: BLE001 - every failure is reported with its case, then the run goes on
+            failed.append(label)
+            print(f"FAILED {label}: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            traceback.print_exc(limit=-3, file=sys.stdout)
+    missing = sorted(kernels_defined() - {name for name, _ in drv.built})
+    for name, meta in drv.built:
+        if meta.shared > H200_SHARED:
+            failed.append(f"{name} needs {meta.shared} B of shared memory")
+    print(f"BUILT {len(drv.built)} FAILED {failed} NOT-BUILT {missing} triton {triton.__version__}")
+    return 1 if failed or missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,7 +3,7 @@ experts), on CPU: a proxy for the number of small CUDA kernels per step. The GPU
 (stored-format GEMVs, Sinkhorn, routed experts) are emulated as one op each; `--fused` also emulates the one-launch
 fake quants, RMSNorm, RoPE and mHC mixes (dsv4_kernels.act_quant, .rms_norm, .rope, .mhc) as one op each.
 
-    python benchmarks/opcount.py [B] [--fused]      (with the dsv4_kernels mapping on PYTHONPATH; ~2 min)
+    python benchmarks/opcount.py [B] [--fused] [--by-function]      (with the dsv4_kernels mapping on PYTHONPATH; ~2 min)
 """
 import collections
 import sys
@@ -71,11 +71,14 @@ def main():
     for r in range(B):
         runner.start(r, [0, 5 + r, 6 + r], temperature=0.8, top_k=50, top_p=0.95, seed=r)
     runner.body(B)
-    where, ops = collections.Counter(), collections.Counter()
+    where, ops, pairs = collections.Counter(), collections.Counter(), collections.Counter()
 
     class Count(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = str(func)
+            out = func(*args, **(kwargs or {}))
+            if name == "aten.to.dtype" and out is args[0]:       # already that dtype: no kernel
+                return out
             if name not in SKIP:
                 f, key = sys._getframe(1), "?"
                 while f:
@@ -85,8 +88,9 @@ def main():
                         break
                     f = f.f_back
                 where[key] += 1
+                pairs[key, name] += 1
                 ops[name] += 1
-            return func(*args, **(kwargs or {}))
+            return out
 
     with Count():
         runner.body(B)
@@ -96,6 +100,10 @@ def main():
     print()
     for k, v in ops.most_common(25):
         print(f"{v:5d} {k}")
+    if "--by-function" in sys.argv:
+        print()
+        for (fn, op), v in sorted(pairs.items(), key=lambda kv: (-where[kv[0][0]], -kv[1])):
+            print(f"{v:5d} {fn:36s} {op}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Every GPU check and measurement of the project, as stages of one script (each stage fits one 10-minute device
+# call; name several to run them in order in one call):
+#
+#   bash benchmarks/h200.sh check      build the CUDA extension; side by side: the kernel tests, every other cuda test
+#                                      (graph-safe decode, runtime layers) and `graphcheck capture` of the graph-safe
+#                                      target (correctness only: nothing is timed while they share the GPU)
+#   bash benchmarks/h200.sh memcheck   the kernel parity tests under compute-sanitizer memcheck, and the capture of
+#                                      every kernel target
+#   bash benchmarks/h200.sh kernels    benchmarks/kernels.py, alone on the GPU (KERNELS_ARGS, e.g. "--only gemv,fp8")
+#   bash benchmarks/h200.sh decode     benchmarks/decode.py: eager, graph replay, reduce-overhead, HBM floor, both
+#                                      configs at B=1 and 8 (DECODE_ARGS, default "--compile-rows tiny:1,tiny:8,flash:1")
+#   bash benchmarks/h200.sh profile    the Flash decode step's kernel profile (decode.py --profile, no compile)
+#   bash benchmarks/h200.sh drift      benchmarks/kernel_drift.py: where kernels and references part over steps
+#   bash benchmarks/h200.sh thirdparty the third-party verdict table on CUDA
+#
+# Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
+# commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
+# cached per machine (TORCH_EXTENSIONS_DIR): a fresh machine spends about 80 s on it in `check`.
+set -u
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+PP=$(mktemp -d); ln -sfn "$PWD/kernels" "$PP/dsv4_kernels"        # kernels/ importable as dsv4_kernels, no install
+export PYTHONPATH=$PWD:$PP:${PYTHONPATH:-} DSV4_CACHE_DIR=/tmp/dsv4 PYTHONUNBUFFERED=1 GRAPHCHECK_CACHE_DIR=/tmp/gc
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/root/torch_ext}
+python - <<'PY' 2>&1 | tee "$OUT/env.txt"
+import datetime, sys, torch
+try:
+    import triton; tv = triton.__version__
+except Exception as e:  # noqa: BLE001
+    tv = f"none ({e.__class__.__name__})"
+print(datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"), "python", sys.version.split()[0],
+      "torch", torch.__version__, "cuda", torch.version.cuda, "triton", tv, torch.cuda.get_device_name())
+PY
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,clocks.max.sm --format=csv,noheader >> "$OUT/env.txt" 2>&1
+
+capture_graphsafe() {
+  timeout "$1" python -m graphcheck capture dsv4_model.target:graphsafe_decode --device cuda \
+    --config graphcheck-graphsafe.toml --output-format full > "$OUT/$2" 2>&1; echo "exit $?" >> "$OUT/$2"
+}
+summary() { for f in "$@"; do echo "== $f"; grep -E "^FAILED|^ERROR|Fatal|Segmentation|ERROR SUMMARY|passed|failed|^exit" "$OUT/$f" | tail -25; done; }
+
+for stage in "${@:-check}"; do
+  echo "#### $stage $(date -u +%H:%M:%S)"
+  case $stage in
+  check)
+    ( time python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())" ) \
+      > "$OUT/check-build.txt" 2>&1; grep -E "build|real" "$OUT/check-build.txt"
+    (timeout 330 python -X faulthandler -m pytest -q -rfE -p no:cacheprovider tests/kernels > "$OUT/check-pytest-kernels.txt" 2>&1) &
+    (timeout 330 python -m pytest -q -rfE -p no:cacheprovider -m cuda tests --deselect tests/kernels > "$OUT/check-pytest-cuda.txt" 2>&1) &
+    capture_graphsafe 240 check-capture-graphsafe.txt &
+    wait
+    summary check-pytest-kernels.txt check-pytest-cuda.txt check-capture-graphsafe.txt ;;
+  memcheck)
+    timeout 360 compute-sanitizer --tool memcheck --print-limit 20 python -m pytest -q -p no:cacheprovider \
+      tests/kernels/test_kernels.py -k "parity and not flash" > "$OUT/memcheck-pytest.txt" 2>&1
+    for t in compressor_reduce_csa compressor_reduce_hca nvfp4_kvcache fused_swiglu fp4_gemv routed_experts sinkhorn \
+             fp8_fake_quant fp4_fake_quant rms_norm rope_tail mhc_pre mhc_post mhc_head; do
+      echo "== capture dsv4_kernels.targets:$t"
+      timeout 60 python -m graphcheck capture "dsv4_kernels.targets:$t" --device cuda 2>&1 | grep -E "GC0|clean|passed|Error" | cut -c1-220
+    done > "$OUT/memcheck-capture-targets.txt" 2>&1
+    summary memcheck-pytest.txt; grep -c "passed" "$OUT/memcheck-capture-targets.txt" ;;
+  kernels)
+    timeout 540 python benchmarks/kernels.py ${KERNELS_ARGS:-} --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
+    grep -E "kernel|CUDA|copy|FAIL|Error" "$OUT/kernels.txt" | head -60 ;;
+  decode)
+    timeout 540 python benchmarks/decode.py ${DECODE_ARGS:---compile-rows tiny:1,tiny:8,flash:1 --compile-budget 220} \
+      > "$OUT/decode.txt" 2>&1
+    grep -vE "^\s*$|Warning|warn" "$OUT/decode.txt" | tail -14 ;;
+  profile)
+    timeout 300 python benchmarks/decode.py --configs flash --batches 1,8 --no-compile --profile --steps 20 > "$OUT/profile.txt" 2>&1
+    grep -E "^flash |config|bandwidth|Error|decoder step|sampler" "$OUT/profile.txt" ;;
+  drift)
+    timeout 300 python benchmarks/kernel_drift.py > "$OUT/drift.txt" 2>&1; tail -30 "$OUT/drift.txt" ;;
+  thirdparty)
+    timeout 400 python benchmarks/thirdparty_verdicts.py --device cuda --out "$OUT/thirdparty-cuda.md" > "$OUT/thirdparty-cuda.log" 2>&1
+    echo "exit $?" >> "$OUT/thirdparty-cuda.log"; tail -15 "$OUT/thirdparty-cuda.md" 2>/dev/null || tail -5 "$OUT/thirdparty-cuda.log" ;;
+  *) echo "h200.sh: unknown stage '$stage': expected check, memcheck, kernels, decode, profile, drift or thirdparty" >&2; exit 2 ;;
+  esac
+done

@@ -80,6 +80,10 @@ def load(path: str | Path = "tiny", device: str | torch.device = "cpu", dtype: t
                 mod, prefix = model.get_submodule(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]
             else:
                 mod, prefix = model.get_submodule(module_key(name)), ""
+                if val.fmt == "plain" and val.data.dtype != getattr(mod, "dtype", val.data.dtype):
+                    # the dtype the reference declares the projection in (fp32 head and compressor projections over
+                    # a bf16 checkpoint): cast once here, the values the per-step cast gave, not a copy every step
+                    val = QWeight("plain", val.data.to(mod.dtype))
             set_qweight(mod, prefix, val)
             continue
         key = module_key(name)

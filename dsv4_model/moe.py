@@ -106,6 +106,7 @@ class Gate(nn.Module):
         if self.score_func not in SCORE_FUNCS:
             raise ValueError(f"score_func {self.score_func!r} is not supported; expected one of {', '.join(SCORE_FUNCS)}")
         self.hash = layer < args.n_hash_layers
+        self.dtype = torch.float32          # the reference computes the router in fp32
         init_qweight(self, "", (args.n_routed_experts, args.dim), dtype)
         if self.hash:
             self.register_buffer("tid2eid", torch.zeros(args.vocab_size, self.k, dtype=torch.int64))
@@ -118,7 +119,7 @@ class Gate(nn.Module):
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [N, d], ids [N] -> (weights [N, k] fp32, expert indices [N, k]). The reference computes in fp32."""
-        logits = x.float() @ dequant(get_qweight(self), dtype=torch.float32).T
+        logits = x.float() @ dequant(get_qweight(self), dtype=self.dtype).T
         if self.score_func == "softmax":
             scores = logits.softmax(-1)
         elif self.score_func == "sigmoid":

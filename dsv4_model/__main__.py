@@ -56,7 +56,7 @@ def cmd_generate(a) -> int:
         print("dsv4_model: --no-graph: running the graph-safe step eagerly", file=sys.stderr)
     generate_batch(model, prompts, max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k,
                    top_p=a.top_p, repetition_penalty=a.repetition_penalty, seed=a.seed, eos_id=tok.eos_id,
-                   graphs=not a.no_graph, check=a.check, on_token=stream)
+                   graphs=not a.no_graph, check=a.check, on_token=stream, kernels=not a.no_kernels)
     for i, (p, o) in enumerate(zip(prompts, outs)):
         if len(prompts) == 1:
             sys.stdout.write(tok.decode(o)[len(shown[0]):] + "\n")
@@ -122,6 +122,8 @@ def main(argv=None) -> int:
     g.add_argument("--repetition-penalty", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-graph", action="store_true", help="run the graph-safe step eagerly (no CUDA graphs)")
+    g.add_argument("--no-kernels", action="store_true",
+                   help="the PyTorch references instead of the CUDA kernels (the GEMVs, experts, fake quants, norms, RoPE, mHC)")
     g.add_argument("--check", action="store_true",
                    help="before capturing a batch bucket, run graphcheck's capture-under-test on it and print the verdict")
     s = sub.add_parser("score", help="teacher-forced fp32 logits of a token sequence")

@@ -69,12 +69,13 @@ def generate(model, prompt: list[int], max_new_tokens: int = 32, temperature: fl
 def generate_batch(model, prompts: list[list[int]], max_new_tokens: int = 32, temperature: float = 1.0, top_k: int = 0,
                    top_p: float = 1.0, repetition_penalty: float = 1.0, seed: int = 0, eos_id: int | None = None,
                    graphs: bool = True, check: bool = False, on_token: Callable[[int, int], None] | None = None,
-                   log: Callable[[str], None] | None = None) -> list[list[int]]:
+                   log: Callable[[str], None] | None = None, kernels: bool = True) -> list[list[int]]:
     """Several prompts at once through the graph-safe runner (CUDA graphs on a GPU, eager otherwise).
 
     Rows run at their own positions; the device feeds each prompt token by token and then the sampled tokens.
     The host loop only reads the sampled tokens of each step for the stop check and streaming (on_token(row, tok)).
-    Returns the new tokens of each prompt (each stops at EOS or max_new_tokens).
+    Returns the new tokens of each prompt (each stops at EOS or max_new_tokens). `kernels=False`: the PyTorch
+    references instead of the CUDA kernels (chosen once, when the decoder is built).
     """
     from .decode import GraphSafeDecoder
     from .runner import BUCKETS, Runner
@@ -89,7 +90,7 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int = 32, te
             raise ValueError(f"generate: prompt {len(p)} + max_new_tokens {max_new_tokens} exceeds max_seq_len={cap}")
     eos = model.args.eos_token_id if eos_id is None else eos_id
     n = len(prompts)
-    dec = GraphSafeDecoder(model, batch=Runner.bucket_for(n))
+    dec = GraphSafeDecoder(model, batch=Runner.bucket_for(n), kernels=kernels)
     runner = Runner(dec, Sampler(dec.batch, model.args.vocab_size, device=dec.tokens.device), graphs=graphs,
                     check=check, log=log)
     for r, p in enumerate(prompts):

@@ -213,6 +213,21 @@ def test_generate_several_prompts_cli():
     assert "eagerly" in r.stderr and r.stderr.count("generated") == 2
 
 
+def test_generate_cli_no_kernels_reaches_the_decoder(monkeypatch):
+    """--no-kernels builds the decoder with the references (kernels=False); without it, the kernels."""
+    from dsv4_model import __main__ as cli, decode
+    seen = []
+    real = decode.GraphSafeDecoder.__init__
+
+    def spy(self, *a, kernels=True, **kw):
+        seen.append(kernels)
+        real(self, *a, kernels=kernels, **kw)
+    monkeypatch.setattr(decode.GraphSafeDecoder, "__init__", spy)
+    for extra in ([], ["--no-kernels"]):
+        assert cli.main(["generate", "--prompt", "hi", "--max-new-tokens", "1", "--temperature", "0", *extra]) == 0
+    assert seen == [True, False]
+
+
 # -- graphcheck on the graph-safe path ------------------------------------------------------------------------
 def test_static_scan_of_the_graphsafe_config_is_clean():
     r = subprocess.run([sys.executable, "-m", "graphcheck", "scan", "--config", "graphcheck-graphsafe.toml"],

@@ -204,25 +204,26 @@ INTERPRET = textwrap.dedent("""
 """)
 
 
-def _interpreter_or_skip() -> None:
-    """Skip where Triton's interpreter cannot run: triton missing, or triton <= 3.6 with numpy >= 2.4 (its
-    interpreter converts 1-element arrays with int(), which numpy 2.4 refuses; CI pins numpy < 2.4)."""
+def _under_interpreter(script: str, timeout: int = 600) -> None:
+    """Run `script` with TRITON_INTERPRET=1 in a subprocess (it must be set before triton.jit runs) and expect it
+    to print "BAD []". Skipped where the interpreter cannot run: triton missing, or triton <= 3.6 with numpy >= 2.4
+    (its interpreter converts 1-element arrays with int(), which numpy 2.4 refuses; CI pins numpy < 2.4)."""
     triton = pytest.importorskip("triton")
     import numpy
     ver = lambda v: tuple(int(p) for p in v.split("+")[0].split(".")[:2])   # noqa: E731
     if ver(numpy.__version__) >= (2, 4) and ver(triton.__version__) <= (3, 6):
         pytest.skip(f"triton {triton.__version__}'s interpreter fails under numpy {numpy.__version__} (needs < 2.4)")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "BAD []" in r.stdout, r.stdout[-2000:]
 
 
 @pytest.mark.slow
 def test_triton_kernels_under_the_interpreter():
     """fp32 parity of every kernel's logic on CPU (TRITON_INTERPRET must be set before triton.jit runs: a
     subprocess). bf16 tl.dot is wrong in the 3.6 interpreter, so bf16 is checked on the GPU only."""
-    _interpreter_or_skip()
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", INTERPRET], env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "BAD []" in r.stdout, r.stdout[-2000:]
+    _under_interpreter(INTERPRET, timeout=900)
 
 
 @pytest.mark.slow
@@ -683,12 +684,7 @@ ACT_QUANT_INTERPRET = textwrap.dedent("""
 
 def test_act_quant_and_rms_norm_under_the_interpreter():
     """The Triton kernels' logic on CPU (TRITON_INTERPRET=1 in a subprocess; skipped where triton does not import)."""
-    _interpreter_or_skip()
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", ACT_QUANT_INTERPRET], env=env, capture_output=True, text=True,
-                       timeout=600, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "BAD []" in r.stdout, r.stdout[-2000:]
+    _under_interpreter(ACT_QUANT_INTERPRET, timeout=600)
 
 
 def _fq(kind):
@@ -930,12 +926,7 @@ ROPE_MHC_INTERPRET = textwrap.dedent("""
 def test_rope_and_mhc_under_the_interpreter():
     """The RoPE and mHC Triton kernels' logic on CPU in fp32 (TRITON_INTERPRET=1 in a subprocess; skipped where triton
     does not import)."""
-    _interpreter_or_skip()
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", ROPE_MHC_INTERPRET], env=env, capture_output=True, text=True,
-                       timeout=600, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "BAD []" in r.stdout, r.stdout[-2000:]
+    _under_interpreter(ROPE_MHC_INTERPRET, timeout=600)
 
 
 def _assert_fp32_rounding(got, want, dt, scale):

@@ -67,12 +67,13 @@ class Attention(nn.Module):
 
     def _attend(self, q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, cs: torch.Tensor) -> torch.Tensor:
         """q [B,T,H,D], K [B,T|1,N,D] (V = K), mask [B|1,T,N] -> projected output [B,T,dim]."""
-        s = torch.einsum("bthd,btnd->bthn", q.float(), K.float()) * self.D ** -0.5
+        K = K.float()                                                                    # V = K: one cast for both
+        s = torch.einsum("bthd,btnd->bthn", q.float(), K) * self.D ** -0.5
         if mask is not None:
             s = s.masked_fill(~mask.unsqueeze(-2), float("-inf"))
         sink = self.attn_sink.view(1, 1, self.H, 1).expand(*s.shape[:-1], 1)
         p = torch.softmax(torch.cat([s, sink], -1), -1)[..., :-1]                       # sink takes mass, no value
-        o = torch.einsum("bthn,btnd->bthd", p, K.float())
+        o = torch.einsum("bthn,btnd->bthd", p, K)
         o = self.rope(o, cs.unsqueeze(-3), self.rd, inverse=True).to(q.dtype)          # de-rotate by -t
         B, T = o.shape[:2]
         o = o.reshape(B, T, self.G, -1)

@@ -25,8 +25,13 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
 
 def uniform_noise(seed: torch.Tensor, counter: torch.Tensor, vocab: int) -> torch.Tensor:
     """[n, V] float32 in (0, 1), a pure function of seed [n], counter [n] and the token id."""
-    key = _mix32(_mix32(seed) ^ _mix32(counter + 0x9E3779B9))                          # [n]
-    h = _mix32(key[:, None] ^ torch.arange(vocab, device=seed.device)[None, :])
+    return keyed_noise(_mix32(seed), counter, vocab)
+
+
+def keyed_noise(seed_key: torch.Tensor, counter: torch.Tensor, vocab: int) -> torch.Tensor:
+    """uniform_noise with the seed already mixed (`_mix32(seed)`, once per sequence instead of every step)."""
+    key = _mix32(seed_key ^ _mix32(counter + 0x9E3779B9))                               # [n]
+    h = _mix32(key[:, None] ^ torch.arange(vocab, device=seed_key.device)[None, :])
     return ((h.double() + 0.5) * 2.0 ** -32).float()
 
 
@@ -72,6 +77,7 @@ class Sampler(nn.Module):
         self.register_buffer("top_p", torch.ones(batch, **f), persistent=False)
         self.register_buffer("penalty", torch.ones(batch, **f), persistent=False)
         self.register_buffer("seed", torch.zeros(batch, dtype=torch.long, **f), persistent=False)
+        self.register_buffer("seed_key", _mix32(torch.zeros(batch, dtype=torch.long, **f)), persistent=False)
         self.register_buffer("counter", torch.zeros(batch, dtype=torch.long, **f), persistent=False)
         self.register_buffer("ring", torch.full((batch, ring), -1, dtype=torch.long, **f), persistent=False)
         self.register_buffer("ring_pos", torch.zeros(batch, dtype=torch.long, **f), persistent=False)
@@ -84,6 +90,7 @@ class Sampler(nn.Module):
                              f"{temperature}, {top_k}, {top_p}, {repetition_penalty}")
         self.temperature[row], self.top_k[row], self.top_p[row] = temperature, top_k, top_p
         self.penalty[row], self.seed[row] = repetition_penalty, seed
+        self.seed_key[row] = _mix32(self.seed[row])
         self.counter[row], self.ring_pos[row] = 0, 0
         self.ring[row] = -1
 
@@ -92,7 +99,7 @@ class Sampler(nn.Module):
         n = logits.shape[0]
         logits = apply_repetition_penalty(logits, self.ring[:n], self.penalty[:n])
         tok = sample(logits, self.temperature[:n], self.top_k[:n], self.top_p[:n],
-                     uniform_noise(self.seed[:n], self.counter[:n], logits.shape[-1]))
+                     keyed_noise(self.seed_key[:n], self.counter[:n], logits.shape[-1]))
         self.counter[:n] += 1
         return tok
 

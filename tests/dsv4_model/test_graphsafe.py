@@ -162,6 +162,26 @@ def test_sampler_greedy_topk1_and_noise_determinism():
     assert torch.equal(sample(logits, hot, k, torch.full((3,), 1e-6), noise), logits.argmax(-1))
 
 
+def test_sampler_draws_each_rows_seeded_stream():
+    """Sampler.forward uses each row's own seed (mixed once at configure) and step counter: its picks are those of
+    sample() over uniform_noise(seed, counter), step after step, and a re-configured row starts its stream over."""
+    V, seeds = 64, [11, 7, 123456789]
+    s = Sampler(3, V)
+    for r, seed in enumerate(seeds):
+        s.configure(r, temperature=1.5, seed=seed)
+    g = torch.Generator().manual_seed(1)
+    t, k, p = torch.full((3,), 1.5), torch.zeros(3, dtype=torch.long), torch.ones(3)
+    first = None
+    for step in range(3):
+        logits = torch.randn(3, V, generator=g)
+        want = sample(logits, t, k, p, uniform_noise(torch.tensor(seeds), torch.full((3,), step), V))
+        got = s(logits)
+        assert torch.equal(got, want)
+        first = (logits, got) if first is None else first
+    s.configure(1, temperature=1.5, seed=seeds[1])
+    assert s(first[0])[1] == first[1][1]
+
+
 def test_sampler_gumbel_max_follows_the_distribution():
     logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).expand(4000, 4).contiguous()
     noise = uniform_noise(torch.arange(4000), torch.zeros(4000, dtype=torch.long), 4)

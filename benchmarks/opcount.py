@@ -1,6 +1,6 @@
 """ATen ops per source function in one runner step of the graph-safe decode at Flash structure (3 layers, 16
 experts), on CPU: a proxy for the number of small CUDA kernels per step. The GPU kernels that already exist
-(stored-format GEMVs, Sinkhorn, routed experts) are emulated as one op each; `--fused` also emulates the one-launch
+(stored-format GEMVs, Sinkhorn, routed experts, compressor pooling) are emulated as one op each; `--fused` also emulates the one-launch
 fake quants, RMSNorm, RoPE and mHC mixes (dsv4_kernels.act_quant, .rms_norm, .rope, .mhc) as one op each.
 
     python benchmarks/opcount.py [B] [--fused] [--by-function]      (with the dsv4_kernels mapping on PYTHONPATH; ~2 min)
@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from dsv4_model.attention import Attention
 from dsv4_model.compressor import Compressor
+from dsv4_model import decode
 from dsv4_model.decode import GraphSafeDecoder
 from dsv4_model.indexer import Indexer
 from dsv4_model.linear import Linear, RMSNorm
@@ -67,6 +68,8 @@ def main():
             if isinstance(m, HyperConnection):
                 m.pre_mix, m.post_mix = one_pre, lambda y, X, post, comb: X.clone()
     dec.experts = lambda x, idx, wts, w1, w3, w2, limit, act=True: torch.zeros_like(x)
+    # compressor_reduce picks its kernel by the tensor's device (one Triton launch on CUDA): one op here too
+    decode.compressor_reduce = lambda kv, gate, bias: kv[:, 0].clone()
     runner = Runner(dec, Sampler(B, a.vocab_size, device="cpu"), buckets=(B,), log=lambda s: None)
     for r in range(B):
         runner.start(r, [0, 5 + r, 6 + r], temperature=0.8, top_k=50, top_p=0.95, seed=r)

@@ -58,9 +58,11 @@ class Compressor(nn.Module):
         m, D = self.m, self.D
         return (torch.cat([kv[..., :m, :D], kv[..., m:, D:]], -2), torch.cat([gate[..., :m, :D], gate[..., m:, D:]], -2))
 
-    def _finish(self, c: torch.Tensor, block_start: torch.Tensor | int, cs: torch.Tensor, post) -> torch.Tensor:
+    def _finish(self, c: torch.Tensor, cs_start: torch.Tensor, post) -> torch.Tensor:
+        """Pooled c [.., D] -> the entry: RMSNorm, RoPE by the rows cs_start of the table at each block's first
+        position (cs[block_start]), then `post`."""
         c = self.norm(c.to(self.entries.dtype))
-        c = self.rope(c, cs[block_start], self.rd)
+        c = self.rope(c, cs_start, self.rd)
         return post(c)
 
     def step(self, x: torch.Tensor, pos: int, cs: torch.Tensor, post) -> None:
@@ -76,7 +78,7 @@ class Compressor(nn.Module):
         kv, gate = self._rows(self.kv_state, self.gate_state)
         c = compressor_reduce(kv, gate, self._slot_bias())                       # [B, D] fp32
         b = pos // m
-        self.entries[:, b] = self._finish(c, b * m, cs, post)
+        self.entries[:, b] = self._finish(c, cs[b * m], post)
         if self.overlap:  # the closed block becomes "previous"
             self.kv_state[:, :m] = self.kv_state[:, m:]
             self.gate_state[:, :m] = self.gate_state[:, m:]
@@ -97,4 +99,4 @@ class Compressor(nn.Module):
         kv, gate = self._rows(C, Z)
         c = compressor_reduce(kv.flatten(0, 1), gate.flatten(0, 1), self._slot_bias()).view(B, nb, D)
         starts = torch.arange(nb, device=x.device) * m
-        return self._finish(c, starts, cs, post)
+        return self._finish(c, cs[starts], post)

@@ -83,19 +83,56 @@ class LayerState(nn.Module):
                 c.reset_rows(rows)
 
 
-def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
-                    table: torch.Tensor, post) -> None:
-    """Fold token x [n,1,d] at positions pos [n] into the open block; write the entry of every block that closes."""
-    m = comp.m
+class StepIndex:
+    """What a step derives from the positions alone, made once per step and shared by every layer: the rope rows,
+    the window slot and mask, and per block size the open block's slot, the block index, whether it closes and
+    which compressed slots are valid. Each is a kernel launch in the graph; per layer and per compressor they were
+    some 40 of the step's launches at Flash structure. Lives for one forward call (no state across steps)."""
+
+    def __init__(self, pos: torch.Tensor, rows: torch.Tensor, tables: dict[bool, torch.Tensor]):
+        self.pos, self.rows, self.tables, self._made = pos, rows, tables, {}
+
+    def _once(self, key, make):
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
+
+    def cs(self, compressed: bool) -> torch.Tensor:
+        """The rope rows at each position [n,1,rd/2,2] of the layer's table."""
+        return self._once(("cs", compressed), lambda: self.tables[compressed][self.pos].unsqueeze(1))
+
+    def window(self, W: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ring slot [n], valid slots [n, W]): the ring is full once pos >= W-1."""
+        pos = self.pos
+        return self._once(("window", W), lambda: (pos % W, torch.arange(W, device=pos.device)[None, :] <= pos[:, None]))
+
+    def blocks(self, m: int, overlap: bool, N: int) -> tuple[torch.Tensor, ...]:
+        """For blocks of m with N slots: (open block's state slot [n], block index [n] (clamped into N), closes
+        [n, 1], closed blocks [n], valid compressed slots [n, N])."""
+        def make():
+            pos = self.pos
+            closed = (pos + 1) // m
+            return ((m if overlap else 0) + pos % m, (pos // m).clamp(max=N - 1), (closed * m == pos + 1).unsqueeze(-1),
+                    closed, torch.arange(N, device=pos.device)[None, :] < closed[:, None])
+        return self._once(("blocks", m, overlap, N), make)
+
+    def block_cs(self, compressed: bool, m: int, overlap: bool, N: int) -> torch.Tensor:
+        """The rope rows at the first position of each row's open block [n, rd/2, 2]."""
+        return self._once(("block_cs", compressed, m, N),
+                          lambda: self.tables[compressed][self.blocks(m, overlap, N)[1] * m])
+
+
+def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool,
+                    post) -> None:
+    """Fold token x [n,1,d] into each row's open block; write the entry of every block that closes."""
+    m, rows = comp.m, ix.rows
     kv_state, gate_state, entries = st.kv_state[:n], st.gate_state[:n], st.entries[:n]
-    slot = (m if comp.overlap else 0) + pos % m
+    slot, b, closes, _, _ = ix.blocks(m, comp.overlap, entries.shape[1])
     kv_state.index_put_((rows, slot), comp.wkv(x).float()[:, 0])
     gate_state.index_put_((rows, slot), comp.wgate(x).float()[:, 0])
     kv, gate = comp._rows(kv_state, gate_state)
     c = compressor_reduce(kv, gate, comp._slot_bias())                              # [n, D] fp32, every step
-    b = (pos // m).clamp(max=entries.shape[1] - 1)
-    c = comp._finish(c, b * m, table, post)
-    closes = ((pos + 1) % m == 0).unsqueeze(-1)                                      # [n, 1]
+    c = comp._finish(c, ix.block_cs(compressed, m, comp.overlap, entries.shape[1]), post)
     entries.index_put_((rows, b), torch.where(closes, c, entries[rows, b]))       # masked write
     if comp.overlap:  # a closed block becomes "previous" (only its rows are ever read again)
         closes = closes.unsqueeze(-1)
@@ -103,32 +140,30 @@ def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tens
         gate_state[:, :m] = torch.where(closes, gate_state[:, m:], gate_state[:, :m])
 
 
-def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
-                   table: torch.Tensor) -> torch.Tensor:
+def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool) -> torch.Tensor:
     """x [n,1,d] -> [n,1,d]; the reference order: window write, indexer, compressor, attention."""
-    cs = table[pos].unsqueeze(1)                                                     # [n,1,rd/2,2]
+    cs = ix.cs(compressed)                                                           # [n,1,rd/2,2]
     q, kv, qr = attn._qkv(x, cs)
     window = st.kv_window[:n]
-    W = window.shape[1]
-    window.index_put_((rows, pos % W), kv[:, 0])
-    slots = torch.arange(W, device=x.device)
-    keys, masks = [window], [slots[None, :] <= pos[:, None]]                        # ring full once pos >= W-1
+    slot, win_valid = ix.window(window.shape[1])
+    window.index_put_((ix.rows, slot), kv[:, 0])
+    keys, masks = [window], [win_valid]
     sel = None
     if attn.indexer is not None:
-        ix = attn.indexer
-        compressor_step(ix.compressor, st.icomp, n, x, pos, rows, table, ix._rotate)
+        idx = attn.indexer
+        compressor_step(idx.compressor, st.icomp, n, x, ix, compressed, idx._rotate)
         ent = st.icomp.entries[:n]
-        closed = (pos + 1) // 4
-        valid = torch.arange(ent.shape[1], device=x.device)[None, :] < closed[:, None]
-        scores = ix._scores(x, ix._q(qr, cs.unsqueeze(-3)), ent)[:, 0]               # [n, N]
-        sel = topk_blocks(scores.masked_fill(~valid, float("-inf")), min(ix.topk, ent.shape[1]))
+        _, _, _, closed, valid = ix.blocks(idx.compressor.m, idx.compressor.overlap, ent.shape[1])
+        scores = idx._scores(x, idx._q(qr, cs.unsqueeze(-3)), ent)[:, 0]             # [n, N]
+        sel = topk_blocks(scores.masked_fill(~valid, float("-inf")), min(idx.topk, ent.shape[1]))
         sel_valid = sel < closed[:, None]                                            # padded picks masked
     if attn.compressor is not None:
-        compressor_step(attn.compressor, st.comp, n, x, pos, rows, table, attn._nope_fp8)
+        comp = attn.compressor
+        compressor_step(comp, st.comp, n, x, ix, compressed, attn._nope_fp8)
         ent = st.comp.entries[:n]
         if sel is None:                                                              # HCA: every closed block
             keys.append(ent)
-            masks.append(torch.arange(ent.shape[1], device=x.device)[None, :] < ((pos + 1) // attn.ratio)[:, None])
+            masks.append(ix.blocks(comp.m, comp.overlap, ent.shape[1])[4])
         else:                                                                        # CSA: the fixed-k picks
             keys.append(torch.gather(ent, 1, sel.unsqueeze(-1).expand(-1, -1, ent.shape[-1])))
             masks.append(sel_valid)
@@ -275,10 +310,10 @@ class GraphSafeDecoder(nn.Module):
         pos = pos.clamp(max=self.capacity - 1)        # rows past capacity (idle padding) never index out of range
         ids = tokens.view(n, 1)
         X = model.embed(ids).unsqueeze(2).repeat(1, 1, model.args.hc_mult, 1)         # [n,1,hc,d]
+        ix = StepIndex(pos, rows, {False: model.rope_main, True: model.rope_compress})
         for blk, st in zip(model.layers, self.layers):
-            table = model.rope_compress if blk.compressed else model.rope_main
             x, post, comb = blk.hc_attn.pre(X)
-            X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), pos, rows, table), X, post, comb)
+            X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), ix, blk.compressed), X, post, comb)
             x, post, comb = blk.hc_ffn.pre(X)
             X = blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids, self.experts), X, post, comb)
         return model._logits(X)[:, -1]

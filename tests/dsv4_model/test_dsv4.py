@@ -109,10 +109,10 @@ def test_compressor_module_pools_with_ape_on_the_score(ratio):
     else:
         rows_c, rows_z, ape = C[ratio:], Z[ratio:], comp.ape
     pooled = (torch.softmax(rows_z + ape, 0) * rows_c).sum(0)
-    expected = comp._finish(pooled.view(1, D), b * ratio, cs, lambda c: c)
+    expected = comp._finish(pooled.view(1, D), cs[b * ratio], lambda c: c)
     assert torch.allclose(comp.entries[0, b], expected[0], atol=1e-5)
     wrong = (torch.softmax(rows_z, 0) * (rows_c + ape)).sum(0)
-    assert not torch.allclose(comp.entries[0, b], comp._finish(wrong.view(1, D), b * ratio, cs, lambda c: c)[0], atol=1e-3)
+    assert not torch.allclose(comp.entries[0, b], comp._finish(wrong.view(1, D), cs[b * ratio], lambda c: c)[0], atol=1e-3)
 
 
 def test_swiglu_clamps_the_raw_gate_before_silu():

@@ -123,6 +123,28 @@ def test_compressor_writes_only_on_block_close(exact):
             assert (not torch.equal(hca[r], before[1][r])) == closes128, (r, int(p[r]))
 
 
+def test_position_indices_are_made_once_per_step(exact):
+    """Every launch in the graph costs a few us at Flash size: the step derives the window slot and each block size's
+    slot, block index and masks from the positions once (decode.StepIndex), not once per layer and compressor:
+    one `pos % k` per distinct window and block size."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    dec = GraphSafeDecoder(exact, batch=2)
+    seen = []
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append((str(func), args[1] if len(args) > 1 and isinstance(args[1], int) else None))
+            return func(*args, **(kwargs or {}))
+
+    with Ops():
+        dec.forward(dec.tokens[:2], dec.pos[:2])
+    mods = {layer.attn.W for layer in exact.layers}
+    mods |= {c.m for layer in exact.layers for c in (layer.attn.compressor, getattr(layer.attn.indexer, "compressor", None))
+             if c is not None}
+    rems = sorted(k for f, k in seen if f == "aten.remainder.Scalar")
+    assert rems == sorted(mods), rems
+
+
 @pytest.mark.parametrize("fmt", ["plain", "mxfp4", "nvfp4"])
 def test_routed_experts_equals_the_per_expert_dispatch(fmt):
     """The fixed-shape dispatch (gathered stacks, batched matmul) against the reference's loop over the experts hit,

@@ -13,7 +13,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from dsv4_model.attention import Attention
 from dsv4_model.compressor import Compressor
-from dsv4_model import decode
 from dsv4_model.decode import GraphSafeDecoder
 from dsv4_model.indexer import Indexer
 from dsv4_model.linear import Linear, RMSNorm
@@ -52,6 +51,8 @@ def main():
             m.gemv = lambda x, w: torch.zeros(x.shape[0], w[1].shape[0], dtype=x.dtype)
         if isinstance(m, HyperConnection):
             m.sinkhorn = lambda c, it, eps: c.clone()
+        if isinstance(m, Compressor):      # the pooling: one Triton launch on CUDA
+            m.reduce = lambda kv, gate, bias: kv[:, 0].clone()
         if fused:
             if isinstance(m, Linear):
                 m.fp8_quant = one_op
@@ -68,8 +69,6 @@ def main():
             if isinstance(m, HyperConnection):
                 m.pre_mix, m.post_mix = one_pre, lambda y, X, post, comb: X.clone()
     dec.experts = lambda x, idx, wts, w1, w3, w2, limit, act=True: torch.zeros_like(x)
-    # compressor_reduce picks its kernel by the tensor's device (one Triton launch on CUDA): one op here too
-    decode.compressor_reduce = lambda kv, gate, bias: kv[:, 0].clone()
     runner = Runner(dec, Sampler(B, a.vocab_size, device="cpu"), buckets=(B,), log=lambda s: None)
     for r in range(B):
         runner.start(r, [0, 5 + r, 6 + r], temperature=0.8, top_k=50, top_p=0.95, seed=r)

@@ -55,7 +55,9 @@ def load(path: str | Path = "tiny", device: str | torch.device = "cpu", dtype: t
     """Validate a checkpoint (from its headers, before any data is read) and load it into a Transformer.
 
     Weights stay in the format the checkpoint stores (QWeight) and move to `device` one at a time; the modules
-    are built on the meta device first, so nothing is allocated twice. `precision`: a policy name and/or
+    are built on the meta device first, so nothing is allocated twice. A plain (unquantised) weight is held in the
+    dtype its module computes in (the reference declares the head, router and compressor projections fp32): cast
+    once here, where the step would otherwise cast it every time. `precision`: a policy name and/or
     COMPONENT=FORMAT overrides (see precision.py); the default computes every projection as stored.
     """
     dev = _device(device)

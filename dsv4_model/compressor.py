@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dsv4_kernels.compressor_reduce import compressor_reduce
+from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
 
 from .linear import Linear, RMSNorm
 from .rope import rope_tail
@@ -29,6 +29,7 @@ class Compressor(nn.Module):
         self.ape = nn.Parameter(torch.zeros(ratio, coff * width), requires_grad=False)
         self.norm = RMSNorm(width, eps)
         self.rope = rope_tail              # or its one-launch kernel, set once at load on CUDA (decode.kernel_modules)
+        self.reduce = compressor_reduce_ref   # the pooling: likewise
         self.dtype, self.batch, self.capacity, self.coff = dtype, batch, capacity, coff
         self.init_state()
 
@@ -76,7 +77,7 @@ class Compressor(nn.Module):
         if (pos + 1) % m:
             return
         kv, gate = self._rows(self.kv_state, self.gate_state)
-        c = compressor_reduce(kv, gate, self._slot_bias())                       # [B, D] fp32
+        c = self.reduce(kv, gate, self._slot_bias())                             # [B, D] fp32
         b = pos // m
         self.entries[:, b] = self._finish(c, cs[b * m], post)
         if self.overlap:  # the closed block becomes "previous"
@@ -97,6 +98,6 @@ class Compressor(nn.Module):
             prevZ = torch.cat([Z.new_full((B, 1, m, 2 * D), float("-inf")), Z[:, :-1]], 1)
             C, Z = torch.cat([prevC, C], 2), torch.cat([prevZ, Z], 2)
         kv, gate = self._rows(C, Z)
-        c = compressor_reduce(kv.flatten(0, 1), gate.flatten(0, 1), self._slot_bias()).view(B, nb, D)
+        c = self.reduce(kv.flatten(0, 1), gate.flatten(0, 1), self._slot_bias()).view(B, nb, D)
         starts = torch.arange(nb, device=x.device) * m
         return self._finish(c, cs[starts], post)

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref, fp8_fake_quant_ref
-from dsv4_kernels.compressor_reduce import compressor_reduce
+from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
 from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref
 from dsv4_kernels.rms_norm.reference import rms_norm_ref
 from dsv4_kernels.rope.reference import rope_tail_ref
@@ -131,7 +131,7 @@ def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tens
     kv_state.index_put_((rows, slot), comp.wkv(x).float()[:, 0])
     gate_state.index_put_((rows, slot), comp.wgate(x).float()[:, 0])
     kv, gate = comp._rows(kv_state, gate_state)
-    c = compressor_reduce(kv, gate, comp._slot_bias())                              # [n, D] fp32, every step
+    c = comp.reduce(kv, gate, comp._slot_bias())                                    # [n, D] fp32, every step
     c = comp._finish(c, ix.block_cs(compressed, m, comp.overlap, entries.shape[1]), post)
     entries.index_put_((rows, b), torch.where(closes, c, entries[rows, b]))       # masked write
     if comp.overlap:  # a closed block becomes "previous" (only its rows are ever read again)
@@ -180,12 +180,13 @@ SMALL_KERNELS = {
     "mhc_pre": ("mhc_pre", mhc_pre_ref, "mHC pre"),
     "mhc_post": ("mhc_post", mhc_post_ref, "mHC post"),
     "mhc_head": ("mhc_head", mhc_head_ref, "mHC head"),
+    "reduce": ("compressor_reduce", compressor_reduce_ref, "compressor pooling"),
 }
 
 
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
     """The one-launch kernels of the small ops, decided once at load: {"fp8", "fp4", "rms", "rope", "mhc_pre",
-    "mhc_post", "mhc_head"} -> the function, each the Triton kernel where the device is CUDA and it is usable, else
+    "mhc_post", "mhc_head", "reduce"} -> the function, each the Triton kernel where the device is CUDA and it is usable, else
     its PyTorch reference."""
     chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
     if use_kernels and torch.device(device).type == "cuda":
@@ -222,8 +223,8 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
     """Give the model's modules their decode kernels, decided once at load: every quantised `Linear` the
     stored-format GEMV (`dsv4_kernels.moe_gemv.weight_gemv`: FP8 and FP4 weights read as stored, no dequantised
     copy per step), every `HyperConnection` the one-launch Sinkhorn and mHC mixes (`HyperHead` its mix), and the
-    modules that fake-quantise, normalise or rotate (`Linear`, `RMSNorm`, `Attention`, `Indexer`, `Compressor`) the
-    one-launch FP8/FP4 fake quants, RMSNorm and RoPE, on CUDA; the references elsewhere or when kernels are off.
+    modules that fake-quantise, normalise, rotate or pool (`Linear`, `RMSNorm`, `Attention`, `Indexer`, `Compressor`)
+    the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, on CUDA; the references elsewhere or when kernels are off.
     Returns the log note."""
     on = use_kernels and torch.device(device).type == "cuda"
     gemv, sink = None, sinkhorn_ref
@@ -250,9 +251,10 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         elif isinstance(m, Indexer):
             m.fp4_quant, m.rope = small["fp4"], small["rope"]
         elif isinstance(m, Compressor):
-            m.rope = small["rope"]
+            m.rope, m.reduce = small["rope"], small["reduce"]
     if not on:
-        return "projections: F.linear; mHC: PyTorch Sinkhorn; fake quants, RMSNorm, RoPE and mHC mixes: PyTorch"
+        return ("projections: F.linear; mHC: PyTorch Sinkhorn; fake quants, RMSNorm, RoPE, mHC mixes and compressor "
+                "pooling: PyTorch")
     fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
     return (f"projections: {n} quantised ones through the stored-format GEMV; mHC: "
             f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; one-launch: {', '.join(fused) or 'none'}")

@@ -106,8 +106,8 @@ class Gate(nn.Module):
         if self.score_func not in SCORE_FUNCS:
             raise ValueError(f"score_func {self.score_func!r} is not supported; expected one of {', '.join(SCORE_FUNCS)}")
         self.hash = layer < args.n_hash_layers
-        self.dtype = torch.float32          # the reference computes the router in fp32
-        init_qweight(self, "", (args.n_routed_experts, args.dim), dtype)
+        self.dtype = torch.float32          # the reference computes the router in fp32 (and holds its weight so)
+        init_qweight(self, "", (args.n_routed_experts, args.dim), self.dtype)
         if self.hash:
             self.register_buffer("tid2eid", torch.zeros(args.vocab_size, self.k, dtype=torch.int64))
         else:

@@ -6,8 +6,9 @@ weights, MXFP4 experts -> FP8 act x FP4 weights, NVFP4 -> W4A4 with the checkpoi
 exception is the reference's own: `wo_a` is dequantised at load (its convert.py does so, its einsum runs in bf16).
 
 `floor` (for quantised checkpoints; validated on the real NVFP4 model): the LM head, router gate, compressor and
-indexer helper projections are dequantised to BF16 once at load; the indexer's q_b_proj (QAT-trained) and the
-routed experts stay as stored.
+indexer helper projections are dequantised to BF16 values once at load (held in the dtype the reference computes
+each in: fp32 for all but the indexer's weights_proj); the indexer's q_b_proj (QAT-trained) and the routed experts
+stay as stored.
 
 Per-component overrides `COMPONENT=FORMAT` (FORMAT: stored | plain | bf16 | fp8 | mxfp4 | nvfp4) come on top;
 a quantised format on a projection stored otherwise simulates that deployment (an explicit opt-in, e.g.

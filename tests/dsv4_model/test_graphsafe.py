@@ -355,7 +355,7 @@ def _small_kernels_of(model):
     seen = {}
     for m in model.modules():
         for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("rms", "fp8_quant", "rope")),
-                            (Indexer, ("fp4_quant", "rope")), (Compressor, ("rope",)),
+                            (Indexer, ("fp4_quant", "rope")), (Compressor, ("rope", "reduce")),
                             (HyperConnection, ("pre_mix", "post_mix")), (HyperHead, ("head_mix",))):
             if isinstance(m, kind):
                 for a in attrs:
@@ -368,30 +368,31 @@ def test_small_kernels_stay_references_on_cpu(model):
     the PyTorch reference."""
     for kernels in (True, False):
         dec = GraphSafeDecoder(model, batch=1, kernels=kernels)
-        assert "fake quants, RMSNorm, RoPE and mHC mixes: PyTorch" in dec.kernel_note, dec.kernel_note
+        assert "fake quants, RMSNorm, RoPE, mHC mixes and compressor pooling: PyTorch" in dec.kernel_note, dec.kernel_note
         seen = _small_kernels_of(model)
         assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "rms"),
                              ("Attention", "fp8_quant"), ("Indexer", "fp4_quant"), ("Attention", "rope"),
-                             ("Indexer", "rope"), ("Compressor", "rope"), ("HyperConnection", "pre_mix"),
+                             ("Indexer", "rope"), ("Compressor", "rope"), ("Compressor", "reduce"),
+                             ("HyperConnection", "pre_mix"),
                              ("HyperConnection", "post_mix"), ("HyperHead", "head_mix")}
         assert all(len(v) == 1 and next(iter(v)).endswith("_ref") for v in seen.values()), seen
 
 
 @pytest.mark.cuda
 def test_cuda_small_kernels_chosen_once_at_load():
-    """On CUDA kernel_modules gives the modules the one-launch fake quants, RMSNorm, RoPE and mHC mixes; kernels=False
-    puts the references back."""
+    """On CUDA kernel_modules gives the modules the one-launch fake quants, RMSNorm, RoPE, mHC mixes and compressor
+    pooling; kernels=False puts the references back."""
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
     dec = GraphSafeDecoder(model, batch=1)
-    assert ("one-launch: FP8 fake quant, FP4 fake quant, RMSNorm, RoPE, mHC pre, mHC post, mHC head"
-            in dec.kernel_note), dec.kernel_note
+    assert ("one-launch: FP8 fake quant, FP4 fake quant, RMSNorm, RoPE, mHC pre, mHC post, mHC head, compressor "
+            "pooling" in dec.kernel_note), dec.kernel_note
     seen = _small_kernels_of(model)
     assert seen[("Linear", "fp8_quant")] == seen[("Attention", "fp8_quant")] == {"fp8_fake_quant"}
     assert seen[("RMSNorm", "kernel")] == seen[("Attention", "rms")] == {"rms_norm"}
     assert seen[("Indexer", "fp4_quant")] == {"fp4_fake_quant"}
     assert seen[("Attention", "rope")] == seen[("Indexer", "rope")] == seen[("Compressor", "rope")] == {"rope_tail"}
     assert seen[("HyperConnection", "pre_mix")] == {"mhc_pre"} and seen[("HyperConnection", "post_mix")] == {"mhc_post"}
-    assert seen[("HyperHead", "head_mix")] == {"mhc_head"}
+    assert seen[("HyperHead", "head_mix")] == {"mhc_head"} and seen[("Compressor", "reduce")] == {"compressor_reduce_kernel"}
     GraphSafeDecoder(model, batch=1, kernels=False)
     assert all(next(iter(v)).endswith("_ref") for v in _small_kernels_of(model).values())
 

@@ -118,7 +118,7 @@ class StepIndex:
 
     def block_cs(self, compressed: bool, m: int, overlap: bool, N: int) -> torch.Tensor:
         """The rope rows at the first position of each row's open block [n, rd/2, 2]."""
-        return self._once(("block_cs", compressed, m, N),
+        return self._once(("block_cs", compressed, m, overlap, N),
                           lambda: self.tables[compressed][self.blocks(m, overlap, N)[1] * m])
 
 

@@ -76,7 +76,7 @@ class Sampler(nn.Module):
         self.register_buffer("top_k", torch.zeros(batch, dtype=torch.long, **f), persistent=False)
         self.register_buffer("top_p", torch.ones(batch, **f), persistent=False)
         self.register_buffer("penalty", torch.ones(batch, **f), persistent=False)
-        self.register_buffer("seed", torch.zeros(batch, dtype=torch.long, **f), persistent=False)
+        # each row's seed as the noise uses it: mixed once here, not on every step (uniform_noise mixes per call)
         self.register_buffer("seed_key", _mix32(torch.zeros(batch, dtype=torch.long, **f)), persistent=False)
         self.register_buffer("counter", torch.zeros(batch, dtype=torch.long, **f), persistent=False)
         self.register_buffer("ring", torch.full((batch, ring), -1, dtype=torch.long, **f), persistent=False)
@@ -89,8 +89,7 @@ class Sampler(nn.Module):
             raise ValueError(f"sampler: expected temperature >= 0, top_k >= 0, 0 < top_p <= 1, penalty > 0; found "
                              f"{temperature}, {top_k}, {top_p}, {repetition_penalty}")
         self.temperature[row], self.top_k[row], self.top_p[row] = temperature, top_k, top_p
-        self.penalty[row], self.seed[row] = repetition_penalty, seed
-        self.seed_key[row] = _mix32(self.seed[row])
+        self.penalty[row], self.seed_key[row] = repetition_penalty, _mix32(torch.tensor(seed))
         self.counter[row], self.ring_pos[row] = 0, 0
         self.ring[row] = -1
 

@@ -12,6 +12,7 @@
 #                                      configs at B=1 and 8 (DECODE_ARGS, default "--compile-rows tiny:1,tiny:8,flash:1")
 #   bash benchmarks/h200.sh profile    the Flash decode step's kernel profile (decode.py --profile, no compile)
 #   bash benchmarks/h200.sh drift      benchmarks/kernel_drift.py: where kernels and references part over steps
+#                                      (DRIFT_ARGS, e.g. "--no-sim")
 #   bash benchmarks/h200.sh thirdparty the third-party verdict table on CUDA
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
@@ -76,7 +77,7 @@ for stage in "${@:-check}"; do
     run profile.txt 300 python benchmarks/decode.py --configs flash --batches 1,8 --no-compile --profile --steps 20
     grep -E "^flash |config|bandwidth|Error|decoder step|sampler" "$OUT/profile.txt" ;;
   drift)
-    run drift.txt 300 python benchmarks/kernel_drift.py; tail -30 "$OUT/drift.txt" ;;
+    run drift.txt 300 python benchmarks/kernel_drift.py ${DRIFT_ARGS:-}; tail -30 "$OUT/drift.txt" ;;
   thirdparty)
     run thirdparty-cuda.log 400 python benchmarks/thirdparty_verdicts.py --device cuda --out "$OUT/thirdparty-cuda.md"
     tail -15 "$OUT/thirdparty-cuda.md" 2>/dev/null || tail -5 "$OUT/thirdparty-cuda.log" ;;

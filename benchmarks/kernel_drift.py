@@ -5,8 +5,10 @@
 Builds the Flash layers (random weights in the release formats) once and runs the graph-safe step `--steps` times
 with every module on its PyTorch reference, then again with one kernel group switched on at a time (and all of
 them), fed the same tokens. Prints max |kernel - reference| / max |reference| of the logits after the first, a
-middle and the last step. A group whose first step is already far off computes something else; one that starts
-at rounding size and grows is rounding amplified by the layers (FP8 activation rounding flips, bf16 outputs).
+middle and the last step, and the largest one-step error (each step started from the references' state of that
+step). A group whose one-step error is far off computes something else; one whose one-step error stays at rounding
+size while the free-running gap grows is rounding amplified by the random-weight layers (FP8 activation rounding
+flips, bf16 outputs).
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ def main(argv=None) -> int:
     from dsv4_model.linear import Linear, RMSNorm
     from dsv4_model.attention import Attention
     from dsv4_model.indexer import Indexer
-    from dsv4_model.mhc import HyperConnection
+    from dsv4_model.compressor import Compressor
+    from dsv4_model.mhc import HyperConnection, HyperHead
     from dsv4_model.quant import act_sim
     from dsv4_model.synthetic import flash_layers
 
@@ -68,6 +71,14 @@ def main(argv=None) -> int:
                 m.fp8_quant = value
             elif kind == "fp4" and isinstance(m, Indexer):
                 m.fp4_quant = value
+            elif kind == "rope" and isinstance(m, (Attention, Indexer, Compressor)):
+                m.rope = value
+            elif kind == "mhc" and isinstance(m, HyperConnection):
+                m.pre_mix, m.post_mix = value["mhc_pre"], value["mhc_post"]
+            elif kind == "mhc" and isinstance(m, HyperHead):
+                m.head_mix = value["mhc_head"]
+            elif kind == "reduce" and isinstance(m, Compressor):
+                m.reduce = value
 
     groups = {
         "reference (again)": [],
@@ -79,10 +90,15 @@ def main(argv=None) -> int:
         "fp8 fake quant": [("fp8", small["fp8"])],
         "fp4 fake quant": [("fp4", small["fp4"])],
         "rms_norm": [("rms", small["rms"])],
+        "rope": [("rope", small["rope"])],
+        "mhc mixes": [("mhc", small)],
+        "compressor pooling": [("reduce", small["reduce"])],
         "all (as loaded)": None,
     }
 
-    def run(group):
+    def run(group, states=None):
+        """Logits of every step [steps, batch, V] and the decoder state before each step; with `states`, each step
+        starts from the given state (one-step error, no carried drift)."""
         dec = GraphSafeDecoder(model, batch=a.batch, kernels=group is None)     # resets every module attribute
         for kind, value in group or []:
             if kind == "experts":
@@ -90,20 +106,28 @@ def main(argv=None) -> int:
             else:
                 setattrs(kind, value)
         dec.reset()
-        outs = []
+        outs, before = [], []
         for t in range(a.steps):
             dec.tokens[:a.batch] = feed[t]
+            if states is not None:
+                for k, v in dec.state().items():
+                    v.copy_(states[t][k])
+            else:
+                before.append({k: v.clone() for k, v in dec.state().items()})
             outs.append(dec.step(a.batch).clone())
-        return torch.stack(outs)
+        return torch.stack(outs), before
 
-    ref = run([])
+    ref, states = run([])
     marks = sorted({0, a.steps // 4, a.steps // 2, a.steps - 1})
-    print(f"max |kernel - reference| / max |reference| of the logits after steps {[m + 1 for m in marks]}")
+    rel = lambda got, m: ((got[m] - ref[m]).abs().max() / ref[m].abs().max()).item()   # noqa: E731
+    print(f"max |kernel - reference| / max |reference| of the logits: free-running after steps "
+          f"{[m + 1 for m in marks]} | the largest one-step error (each step from the references' state)")
     for name, group in groups.items():
         try:
-            got = run(group)
-            err = [((got[m] - ref[m]).abs().max() / ref[m].abs().max()).item() for m in marks]
-            print(f"{name:20} " + "  ".join(f"{e:9.2e}" for e in err))
+            got, _ = run(group)
+            one, _ = run(group, states)
+            print(f"{name:20} " + "  ".join(f"{rel(got, m):9.2e}" for m in marks)
+                  + f"  | {max(rel(one, m) for m in range(a.steps)):9.2e}")
         except Exception as e:  # noqa: BLE001 - one group's failure must not hide the others
             print(f"{name:20} FAILED {type(e).__name__}: {str(e)[:200]}")
     return 0

@@ -425,22 +425,31 @@ def test_cuda_greedy_tokens_with_kernels_equal_without():
 @pytest.mark.cuda
 def test_cuda_flash_dims_kernels_close_to_references():
     """The Flash-dimension layers in their release formats (FP8 projections, MXFP4 experts): 16 steps with every
-    kernel (stored-format GEMVs, routed experts, Sinkhorn, fake quants, RMSNorm, RoPE, mHC mixes) against the same
-    steps with the PyTorch references, both fed the same tokens. bf16 activations, so the bound is bf16-sized:
-    logits within 3e-2 of the largest."""
+    kernel (stored-format GEMVs, routed experts, Sinkhorn, RMSNorm, RoPE, mHC mixes, compressor pooling) against the
+    PyTorch references, each step started from the references' own state of that step (one-step error; the state is
+    the decoder's, copied in). Free-running, random-weight layers amplify bf16 rounding: on the H200 the reference
+    path itself, with only Sinkhorn or only RMSNorm swapped (bit-identical at step 1), was 1e-1 off by step 16
+    (`benchmarks/kernel_drift.py`), so a free-running bound tests the weights, not the kernels. The FP8/FP4
+    activation simulations are off here: their kernels are bit-exact (kernel tests), and on, one rounding flip moves
+    an element by an FP8 step. Bound: logits within 2e-2 of the largest per step (6.7e-3 measured at step 1)."""
     from dsv4_model.synthetic import flash_layers
     model = flash_layers(device="cuda")
+    model.set_simulation(False)
     feed = torch.randint(0, model.args.vocab_size, (16, 2), generator=torch.Generator().manual_seed(1)).cuda()
-    runs = []
-    for kernels in (True, False):
-        dec = GraphSafeDecoder(model, batch=2, kernels=kernels)
-        assert ("stored-format GEMV" in dec.kernel_note) == kernels, dec.kernel_note
-        dec.reset()
-        outs = []
-        for t in range(16):
-            dec.tokens[:2] = feed[t]
-            outs.append(dec.step(2).clone())
-        runs.append(torch.stack(outs))
-    k, r = runs
-    assert torch.isfinite(k).all()
-    assert ((k - r).abs().max() / r.abs().max()).item() < 3e-2
+    ref = GraphSafeDecoder(model, batch=2, kernels=False)
+    ref.reset()
+    states, outs = [], []
+    for t in range(16):
+        ref.tokens[:2] = feed[t]
+        states.append({k: v.clone() for k, v in ref.state().items()})
+        outs.append(ref.step(2).clone())
+    dec = GraphSafeDecoder(model, batch=2, kernels=True)        # sets the modules' kernels: after the reference run
+    assert "stored-format GEMV" in dec.kernel_note and "RoPE" in dec.kernel_note, dec.kernel_note
+    errs = []
+    for t in range(16):
+        for k, v in dec.state().items():
+            v.copy_(states[t][k])
+        got = dec.step(2)
+        assert torch.isfinite(got).all()
+        errs.append(((got - outs[t]).abs().max() / outs[t].abs().max()).item())
+    assert max(errs) < 2e-2, errs

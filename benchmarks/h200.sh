@@ -5,8 +5,9 @@
 #   bash benchmarks/h200.sh check      build the CUDA extension; side by side: the kernel tests, every other cuda test
 #                                      (graph-safe decode, runtime layers) and `graphcheck capture` of the graph-safe
 #                                      target (correctness only: nothing is timed while they share the GPU)
-#   bash benchmarks/h200.sh memcheck   the kernel parity tests under compute-sanitizer memcheck, and the capture of
-#                                      every kernel target
+#   bash benchmarks/h200.sh memcheck   the kernel parity tests under compute-sanitizer memcheck, in MEMCHECK_SHARDS (4)
+#                                      processes side by side
+#   bash benchmarks/h200.sh targets    `graphcheck capture` of every kernel target
 #   bash benchmarks/h200.sh kernels    benchmarks/kernels.py, alone on the GPU (KERNELS_ARGS, e.g. "--only gemv,fp8")
 #   bash benchmarks/h200.sh decode     benchmarks/decode.py: eager, graph replay, reduce-overhead, HBM floor, both
 #                                      configs at B=1 and 8 (DECODE_ARGS, default "--compile-rows tiny:1,tiny:8,flash:1")
@@ -53,20 +54,32 @@ for stage in "${@:-check}"; do
     grep -E "build|exit" "$OUT/check-build.txt"
     # the slow tests are CPU work (the Triton interpreter, the sm_90 build): CPU CI runs them
     run check-pytest-kernels.txt 330 python -X faulthandler -m pytest -q -rfE -p no:cacheprovider -m "not slow" tests/kernels &
-    run check-pytest-cuda.txt 330 python -m pytest -q -rfE -p no:cacheprovider -m cuda tests --ignore=tests/kernels &
+    run check-pytest-cuda.txt 330 python -m pytest -q -rfEP -p no:cacheprovider -m cuda tests --ignore=tests/kernels &
     run check-capture-graphsafe.txt 240 python -m graphcheck capture dsv4_model.target:graphsafe_decode --device cuda \
       --config graphcheck-graphsafe.toml --output-format full &
     wait
     summary check-pytest-kernels.txt check-pytest-cuda.txt check-capture-graphsafe.txt ;;
   memcheck)
-    run memcheck-pytest.txt 360 compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 3 \
-      python -m pytest -q -p no:cacheprovider tests/kernels/test_kernels.py -k "parity and not flash"
+    # one sanitizer process took over 6 minutes for the ~300 parity tests (run 12: cut off at 291): the test ids go
+    # round-robin to MEMCHECK_SHARDS processes side by side (the sanitizer's instrumentation is CPU-bound)
+    python -m pytest -q -p no:cacheprovider --collect-only tests/kernels/test_kernels.py -k "parity and not flash" \
+      | grep "::" > "$OUT/memcheck-ids.txt"
+    n=${MEMCHECK_SHARDS:-4}
+    for i in $(seq 0 $((n - 1))); do
+      awk -v n="$n" -v i="$i" 'NR % n == i' "$OUT/memcheck-ids.txt" > "$OUT/memcheck-ids-$i.txt"
+      run "memcheck-pytest-$i.txt" 500 compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 3 \
+        python -m pytest -q -p no:cacheprovider "@$OUT/memcheck-ids-$i.txt" &
+    done
+    wait
+    echo "$(wc -l < "$OUT/memcheck-ids.txt") test ids in $n shards"
+    summary $(cd "$OUT" && ls memcheck-pytest-*.txt) ;;
+  targets)
     for t in compressor_reduce_csa compressor_reduce_hca nvfp4_kvcache fused_swiglu fp4_gemv routed_experts sinkhorn \
              fp8_fake_quant fp4_fake_quant rms_norm rope_tail mhc_pre mhc_post mhc_head; do
       echo "== capture dsv4_kernels.targets:$t"
       timeout 60 python -m graphcheck capture "dsv4_kernels.targets:$t" --device cuda 2>&1 | grep -E "GC0|clean|passed|Error" | cut -c1-220
-    done > "$OUT/memcheck-capture-targets.txt" 2>&1
-    summary memcheck-pytest.txt; grep -c "passed" "$OUT/memcheck-capture-targets.txt" ;;
+    done > "$OUT/targets-capture.txt" 2>&1
+    grep -c "passed" "$OUT/targets-capture.txt" ;;
   kernels)
     run kernels.txt 540 python benchmarks/kernels.py ${KERNELS_ARGS:-} --json "$OUT/kernels.json"
     grep -E "kernel|CUDA|copy|FAIL|Error" "$OUT/kernels.txt" | head -60 ;;
@@ -81,7 +94,7 @@ for stage in "${@:-check}"; do
   thirdparty)
     run thirdparty-cuda.log 400 python benchmarks/thirdparty_verdicts.py --device cuda --out "$OUT/thirdparty-cuda.md"
     tail -15 "$OUT/thirdparty-cuda.md" 2>/dev/null || tail -5 "$OUT/thirdparty-cuda.log" ;;
-  *) echo "h200.sh: unknown stage '$stage': expected check, memcheck, kernels, decode, profile, drift or thirdparty" >&2; exit 2 ;;
+  *) echo "h200.sh: unknown stage '$stage': expected check, memcheck, targets, kernels, decode, profile, drift or thirdparty" >&2; exit 2 ;;
   esac
 done
 if [ -s "$OUT/.failed" ]; then echo "h200.sh: non-zero exit in: $(tr '\n' ' ' < "$OUT/.failed")" >&2; exit 1; fi

@@ -14,7 +14,7 @@ import dsv4_model
 from conftest import ROOT
 from dsv4_model.decode import GraphSafeDecoder
 from dsv4_model.runner import Runner
-from dsv4_model.sampler import Sampler, apply_repetition_penalty, sample, uniform_noise
+from dsv4_model.sampler import Sampler, apply_repetition_penalty, row_cumsum, sample, uniform_noise
 
 STEPS = 300
 
@@ -170,6 +170,16 @@ def test_routed_experts_equals_the_per_expert_dispatch(fmt):
 
 
 # -- sampler --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("V", [129280, 1000, 128, 5])
+def test_row_cumsum_is_the_cumulative_sum(V):
+    """The sampler's two-level scan (chunks, then their totals) equals torch.cumsum within fp32 rounding, for a
+    vocabulary that is a multiple of the chunk (Flash: 1010 x 128), one that is not, one chunk, and less."""
+    x = torch.rand(3, V, generator=torch.Generator().manual_seed(V))
+    got = row_cumsum(x)
+    assert got.shape == (3, V)
+    assert torch.allclose(got, x.double().cumsum(-1).float(), rtol=1e-6, atol=0)
+
+
 def test_sampler_greedy_topk1_and_noise_determinism():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 50, generator=g)
@@ -431,25 +441,39 @@ def test_cuda_flash_dims_kernels_close_to_references():
     path itself, with only Sinkhorn or only RMSNorm swapped (bit-identical at step 1), was 1e-1 off by step 16
     (`benchmarks/kernel_drift.py`), so a free-running bound tests the weights, not the kernels. The FP8/FP4
     activation simulations are off here: their kernels are bit-exact (kernel tests), and on, one rounding flip moves
-    an element by an FP8 step. Bound: logits within 2e-2 of the largest per step (6.7e-3 measured at step 1)."""
+    an element by an FP8 step. Bound: logits within 2e-2 of the largest per step (6.5-7.6e-3 measured), except on a
+    step where rounding flipped a learned router's near-tie (a different expert: 0.19 off on the H200), which must
+    be rare."""
+    from dsv4_model.moe import Gate
     from dsv4_model.synthetic import flash_layers
     model = flash_layers(device="cuda")
     model.set_simulation(False)
+    picks = []                                                  # every gate's expert ids, in call order
+    for m in model.modules():
+        if isinstance(m, Gate):
+            m.register_forward_hook(lambda mod, inp, out: picks.append(out[1].clone()))
     feed = torch.randint(0, model.args.vocab_size, (16, 2), generator=torch.Generator().manual_seed(1)).cuda()
     ref = GraphSafeDecoder(model, batch=2, kernels=False)
     ref.reset()
-    states, outs = [], []
+    states, outs, ref_picks = [], [], []
     for t in range(16):
         ref.tokens[:2] = feed[t]
         states.append({k: v.clone() for k, v in ref.state().items()})
+        picks.clear()
         outs.append(ref.step(2).clone())
+        ref_picks.append(list(picks))
     dec = GraphSafeDecoder(model, batch=2, kernels=True)        # sets the modules' kernels: after the reference run
     assert "stored-format GEMV" in dec.kernel_note and "RoPE" in dec.kernel_note, dec.kernel_note
-    errs = []
+    errs, flipped = [], []
     for t in range(16):
         for k, v in dec.state().items():
             v.copy_(states[t][k])
+        picks.clear()
         got = dec.step(2)
         assert torch.isfinite(got).all()
         errs.append(((got - outs[t]).abs().max() / outs[t].abs().max()).item())
-    assert max(errs) < 2e-2, errs
+        flipped.append(any(not torch.equal(a.sort(-1).values, b.sort(-1).values) for a, b in zip(picks, ref_picks[t])))
+    print("one-step errors", [f"{e:.1e}" for e in errs], "router flips", flipped)
+    close = [e < 2e-2 for e in errs]
+    assert all(c or f for c, f in zip(close, flipped)), (errs, flipped)     # far off only where routing flipped
+    assert sum(close) >= 12, (errs, flipped)

@@ -72,7 +72,11 @@ for stage in "${@:-check}"; do
     done
     wait
     echo "$(wc -l < "$OUT/memcheck-ids.txt") test ids in $n shards"
-    summary $(cd "$OUT" && ls memcheck-pytest-*.txt) ;;
+    summary $(cd "$OUT" && ls memcheck-pytest-*.txt)
+    # one log: the device tool returns only a few files per call (run 2 of 2026-12-04 lost the shards' logs)
+    for i in $(seq 0 $((n - 1))); do echo "#### shard $i"; cat "$OUT/memcheck-ids-$i.txt" "$OUT/memcheck-pytest-$i.txt"; done \
+      > "$OUT/memcheck-pytest.txt"
+    rm -f "$OUT"/memcheck-ids*.txt "$OUT"/memcheck-pytest-*.txt ;;
   targets)
     for t in compressor_reduce_csa compressor_reduce_hca nvfp4_kvcache fused_swiglu fp4_gemv routed_experts sinkhorn \
              fp8_fake_quant fp4_fake_quant rms_norm rope_tail mhc_pre mhc_post mhc_head; do

@@ -56,12 +56,28 @@ def row_cumsum(x: torch.Tensor, chunk: int = 128) -> torch.Tensor:
     return (c + (tot.cumsum(-1) - tot)[..., None]).view(n, -1)[:, :V]
 
 
+def row_argmax(x: torch.Tensor, chunk: int = 128) -> torch.Tensor:
+    """x [n, V] -> the index of each row's first largest value [n], as x.argmax(-1) (NaN counts as largest), in
+    two levels for long rows: the max of each chunk of `chunk`, then the first chunk holding the row's max. ATen
+    reduces one row with few blocks: on the H200 an argmax over one 129,280-wide row took 27 us (BENCHMARKS,
+    2026-12-04 run 3), two per sampler step. Rows shorter than 16 chunks stay one ATen argmax."""
+    n, V = x.shape
+    if V < 16 * chunk:
+        return x.argmax(-1)
+    pad = -V % chunk
+    if pad:   # a pad of the row's own first value never comes before it, so it cannot win a tie
+        x = torch.cat([x, x[:, :1].expand(n, pad)], 1)
+    val, at = x.view(n, -1, chunk).max(-1)                                            # [n, V/chunk] each
+    j = val.argmax(-1, keepdim=True)                                                   # first chunk with the max
+    return (at.gather(-1, j) + j * chunk)[:, 0]
+
+
 def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
            noise: torch.Tensor) -> torch.Tensor:
     """logits [n,V] fp32 -> tokens [n]. temperature [n] (0 = greedy), top_k [n] (0 = off), top_p [n] (1 = off),
     noise [n,V] uniform. Gumbel-max: argmax p / Exp(1), the exponential drawn by inverse CDF from the noise."""
     V = logits.shape[-1]
-    greedy = logits.argmax(-1)
+    greedy = row_argmax(logits)
     srt, order = (logits / temperature.clamp(min=1e-6)[:, None]).sort(dim=-1, descending=True, stable=True)
     rank = torch.arange(V, device=logits.device)[None, :]
     keep = rank < torch.where(top_k > 0, top_k, V)[:, None]
@@ -72,7 +88,7 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
     c = row_cumsum(e)
     keep = keep & ((c - e < top_p[:, None] * c[:, -1:]) | (top_p[:, None] >= 1))     # smallest prefix reaching top_p
     expo = -torch.log(noise.gather(-1, order))                                         # noise follows the token id
-    pick = order.gather(-1, (e.masked_fill(~keep, 0.0) / expo).argmax(-1, keepdim=True))[:, 0]
+    pick = order.gather(-1, row_argmax(e.masked_fill(~keep, 0.0) / expo)[:, None])[:, 0]
     return torch.where(temperature > 0, pick, greedy)
 
 

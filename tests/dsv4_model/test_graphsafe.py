@@ -14,7 +14,7 @@ import dsv4_model
 from conftest import ROOT
 from dsv4_model.decode import GraphSafeDecoder
 from dsv4_model.runner import Runner
-from dsv4_model.sampler import Sampler, apply_repetition_penalty, row_cumsum, sample, uniform_noise
+from dsv4_model.sampler import Sampler, apply_repetition_penalty, row_argmax, row_cumsum, sample, uniform_noise
 
 STEPS = 300
 
@@ -178,6 +178,23 @@ def test_row_cumsum_is_the_cumulative_sum(V):
     got = row_cumsum(x)
     assert got.shape == (3, V)
     assert torch.allclose(got, x.double().cumsum(-1).float(), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("V", [129280, 4096, 2049, 1000])
+def test_row_argmax_is_argmax_ties_and_nan_included(V):
+    """The sampler's two-level argmax returns argmax's index: the first of tied maxima (in one chunk, across
+    chunks, at column 0 with the row padded by its own first value), NaN as the largest, and a row of -inf."""
+    g = torch.Generator().manual_seed(V)
+    x = torch.randint(-50, 50, (8, V), generator=g).float()             # many ties by construction
+    x[1, 7] = x[1, V - 1] = 1e4                                           # tie across chunks: 7 wins
+    x[2, 0] = x[2, V - 1] = 2e4                                           # tie at column 0 and in the padded chunk
+    x[3, 300], x[3, 5] = float("nan"), float("nan")                       # first NaN wins
+    x[4] = float("-inf")
+    x[5, 130] = x[5, 131] = 3e4                                           # tie inside one chunk
+    x[6, V - 1] = 4e4                                                     # the last column
+    want = x.argmax(-1)
+    assert want[1] == 7 and want[2] == 0 and want[3] == 5 and want[5] == 130 and want[6] == V - 1
+    assert torch.equal(row_argmax(x), want)
 
 
 def test_sampler_greedy_topk1_and_noise_determinism():

@@ -19,9 +19,10 @@ from ..rules import CALLS_BY_NAME as _CALLS_BY_NAME
 from ..rules import CALLS_BY_PREFIX as _CALLS_BY_PREFIX
 from ..rules import CHECKERS, format_message
 from ..rules._base import dotted
-from .inference import DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSORS, Env, infer, join, name_hint
+from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
+                        annotation_kind, infer, join, name_hint)
 
-ENGINE_VERSION = "4"
+ENGINE_VERSION = "5"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -121,7 +122,9 @@ class _Ctx:
 
     def tensor(self, node: ast.AST) -> bool:
         k = self.env.kind(node)
-        return k in TENSORS or isinstance(k, frozenset)
+        # a field of a class-typed parameter ("a:") is unknown here, as before the scope could resolve it: a rule
+        # asking "is it a tensor?" (to stay quiet) must not take it for one
+        return k in TENSORS or isinstance(k, frozenset) and any(not d.startswith("a:") for d in k)
 
     def host(self, node: ast.AST) -> bool:
         """A CPU tensor that is not pinned."""
@@ -287,8 +290,9 @@ class FileAnalyzer:
             kinds, mods = _class_kinds(self.imports, aliases, module_kinds, methods)
             class_kinds[cname] = (kinds, mods)
             class_info[cname] = {"line": cnode.lineno, "bases": [dotted(b) for b in cnode.bases if dotted(b)],
-                                 "attrs": _attr_types(methods, registries), "refs": _class_refs(cnode, methods),
-                                 "tensors": sorted(a for a, k in kinds.items() if k in TENSORS or k == NP)}
+                                 "attrs": _attr_types(cnode, methods, registries), "refs": _class_refs(cnode, methods),
+                                 "tensors": sorted(a for a, k in kinds.items() if k in TENSORS or k == NP),
+                                 "fields": _field_kinds(cnode, kinds)}
         ctx = _Ctx(self)
         functions: dict[str, dict] = {}
         for f in funcs:
@@ -662,8 +666,25 @@ def _self_attr(t: ast.AST) -> str:
     return t.attr if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" else ""
 
 
-def _attr_types(methods: list[_Func], registries: dict) -> dict[str, list[str]]:
-    """self.X -> scope entries: assigned in any method, appended to, extended, or set by key."""
+def _field_kinds(cnode: ast.ClassDef, kinds: dict) -> dict[str, str]:
+    """What each attribute is, for code that holds an instance (`batch: InputBatch` -> batch.seq_lens): the class
+    body's annotations (a dataclass's fields), else what the methods assign."""
+    out = {a: k for a, k in kinds.items() if isinstance(k, str)}
+    for n in cnode.body:
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+            k = annotation_kind(n.annotation)
+            hint = name_hint(n.target.id)       # `seq_lens_cpu: torch.Tensor` is a host tensor, as for self.X
+            if hint is not None and k in (None, TENSOR):
+                k = hint
+            if k is not None and k != "none":
+                out[n.target.id] = k
+    return out
+
+
+def _attr_types(cnode: ast.ClassDef, methods: list[_Func], registries: dict) -> dict[str, list[str]]:
+    """self.X -> scope entries: assigned in any method, appended to, extended, or set by key; typed by an
+    annotation (`x: Cls` in the class body, `self.x: Cls = ...`) or assigned a parameter annotated with a class
+    (`def __init__(self, dec: Decoder): self.dec = dec`)."""
     out: dict[str, list[str]] = {}
 
     def add(attr: str, syms: list[str]) -> None:
@@ -671,8 +692,14 @@ def _attr_types(methods: list[_Func], registries: dict) -> dict[str, list[str]]:
             cur = out.setdefault(attr, [])
             cur.extend(s for s in syms if s not in cur)
 
+    for s in cnode.body:
+        if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name):
+            add(s.target.id, annotation_classes(s.annotation))
     for f in methods:
         local = _local_ctors(f, registries)
+        args = f.node.args if isinstance(f.node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        params = {a.arg: annotation_classes(a.annotation)
+                  for a in ([*args.posonlyargs, *args.args, *args.kwonlyargs] if args else []) if a.annotation}
         for n in f.nodes:
             t = type(n)
             if t is ast.Assign:
@@ -681,6 +708,16 @@ def _attr_types(methods: list[_Func], registries: dict) -> dict[str, list[str]]:
                     add(_self_attr(tgt), syms)
                     if isinstance(tgt, ast.Subscript):          # self.experts[str(i)] = Expert(...)
                         add(_self_attr(tgt.value), syms)
+                    pairs = zip(tgt.elts, n.value.elts) if isinstance(tgt, ast.Tuple) and isinstance(n.value, ast.Tuple) \
+                        and len(tgt.elts) == len(n.value.elts) else [(tgt, n.value)]
+                    for one, v in pairs:                        # self.dec, self.sampler = dec, sampler
+                        if isinstance(v, ast.Name) and v.id in params:
+                            add(_self_attr(one), params[v.id])
+                        elif one is not tgt:
+                            add(_self_attr(one), _ctor_symbols(v, local))
+            elif t is ast.AnnAssign:
+                add(_self_attr(n.target), annotation_classes(n.annotation) +
+                    (_ctor_symbols(n.value, local) if n.value is not None else []))
             elif t is ast.AugAssign:
                 add(_self_attr(n.target), _ctor_symbols(n.value, local))
             elif t is ast.Call and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "extend", "insert") and n.args:

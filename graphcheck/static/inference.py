@@ -136,6 +136,28 @@ def annotation_kind(ann: ast.AST | None):
     return None
 
 
+_NOT_CLASSES = frozenset({"None", "int", "float", "str", "bool", "bytes", "list", "dict", "tuple", "set", "object",
+                          "Any"})
+
+
+def annotation_classes(a: ast.AST | None) -> list[str]:
+    """The classes an annotation names (`Cls`, `mod.Cls`, `"Cls"`, `Cls | None`, `Optional[Cls]`,
+    `Union[A, B]`) as `ann:` scope entries: an attribute typed so holds an instance of one of them, or of a
+    subclass (the scope resolves a name only where it is a class of the scanned tree)."""
+    if isinstance(a, ast.Constant) and isinstance(a.value, str):
+        try:
+            a = ast.parse(a.value, mode="eval").body
+        except SyntaxError:
+            return []
+    if isinstance(a, ast.BinOp) and isinstance(a.op, ast.BitOr):
+        return annotation_classes(a.left) + annotation_classes(a.right)
+    if isinstance(a, ast.Subscript) and dotted(a.value).split(".")[-1] in ("Optional", "Union"):
+        elts = a.slice.elts if isinstance(a.slice, ast.Tuple) else [a.slice]
+        return [x for e in elts for x in annotation_classes(e)]
+    name = dotted(a) if isinstance(a, (ast.Name, ast.Attribute)) else ""
+    return [f"ann:{name}"] if name and name.split(".")[-1] not in _NOT_CLASSES else []
+
+
 def _targets(t: ast.AST):
     if isinstance(t, (ast.Tuple, ast.List)):
         for e in t.elts:
@@ -165,6 +187,7 @@ class Env:
         self.module_calls: set[int] = set()
         self.quals: dict[int, str] = {}
         self.names: dict[str, object] = {}
+        self.param_classes: dict[str, list[str]] = {}   # parameter -> the classes its annotation names
         self.bools: set[str] = set()
         self.memo: dict[int, object] | None = None
 
@@ -227,6 +250,10 @@ class Env:
             if node.attr in TENSOR_ATTRS:
                 k = self.kind(v)
                 return k if k in TENSORS or isinstance(k, frozenset) else None
+            if isinstance(v, ast.Name) and v.id in self.param_classes and v.id not in self.names:
+                # a field of a parameter typed by a class (`batch: InputBatch` -> batch.seq_lens): what the class
+                # declares it to be, resolved across files by the scope ("a:" dependencies)
+                return frozenset(f"a:{c}:{node.attr}" for c in self.param_classes[v.id])
             return None
         if t is ast.Subscript:
             k = self.kind(node.value)
@@ -482,6 +509,10 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
             k = annotation_kind(a.annotation)
             if k == "none":
                 k = None
+            if k is None and a.annotation is not None and name_hint(a.arg) is None:
+                classes = [c[4:] for c in annotation_classes(a.annotation)]
+                if classes:
+                    env.param_classes[a.arg] = classes
             hint = name_hint(a.arg)
             if hint is not None:
                 k = hint

@@ -39,6 +39,7 @@ class Program:
         self._calls: dict[int, tuple] = {}
         self._mros: dict[tuple[str, str], list] = {}
         self._syms: dict[tuple[str, str], tuple[str, str] | None] = {}
+        self._subs: dict[tuple[str, str], list] | None = None
 
     # -- symbol resolution --------------------------------------------------------------------------
     def _import_target(self, path: str, alias: str) -> str:
@@ -127,6 +128,16 @@ class Program:
                 out += [r for r in self._mro(ref, depth + 1) if r not in out]
         return out
 
+    def _subclasses(self, cls_ref: tuple[str, str]) -> list[tuple[str, str]]:
+        """Every class of the tree with cls_ref among its bases, at any depth."""
+        if self._subs is None:
+            self._subs = {}
+            for path, summ in self.s.items():
+                for cname in summ["classes"]:
+                    for base in self._mro((path, cname))[1:]:
+                        self._subs.setdefault(base, []).append((path, cname))
+        return self._subs.get(cls_ref, [])
+
     def _has_external_base(self, cls_ref: tuple[str, str]) -> bool:
         for path, cname in self._mro(cls_ref):
             for b in self.s[path]["classes"][cname]["bases"]:
@@ -163,6 +174,11 @@ class Program:
                 if ref and ref[1] in self.s[ref[0]]["classes"]:
                     out.append(ref)
             return out, False
+        if entry.startswith("ann:"):     # typed by an annotation: that class or any subclass in the tree
+            ref = self.resolve_symbol(path, entry[4:])
+            if ref is None or ref[1] not in self.s[ref[0]]["classes"]:
+                return [], False         # a type outside the tree says nothing about what runs: stays unresolved
+            return [ref, *self._subclasses(ref)], False
         if entry.startswith("self:"):
             name = entry[5:]
             out, ext = [], False
@@ -482,6 +498,14 @@ class Program:
                 else:
                     continue
                 k = join(k, self._decode(cpath, cq, a, within, depth + 1))
+        elif dep.startswith("a:"):       # a:Cls:attr, a field of a parameter typed Cls
+            cls, _, attr = dep[2:].rpartition(":")
+            ref = self.resolve_symbol(path, cls)
+            if ref and ref[1] in self.s[ref[0]]["classes"]:
+                for cpath, cname in self._mro(ref):
+                    k = self.s[cpath]["classes"][cname].get("fields", {}).get(attr)
+                    if k is not None:
+                        break
         elif dep.startswith(("r:", "R:")):
             i = int(dep[2:])
             calls = fn["calls"]

@@ -348,3 +348,83 @@ def test_ctrl_c_in_the_worker_pool_exits_130_and_leaves_no_partial_cache(tmp_pat
     assert not list(cache.rglob("*.tmp"))
     entries = list(cache.rglob("*.bin"))
     assert entries and all(marshal.loads(e.read_bytes())["v"] for e in entries)
+
+
+def test_attributes_typed_by_annotations_resolve_to_the_class_and_its_subclasses(tmp_path):
+    """Serving code passes its parts in (`def __init__(self, runner: ModelRunner)`): an attribute assigned an
+    annotated parameter, or annotated itself, resolves to that class and every subclass in the tree (the runtime
+    type may be any of them); a type from outside the tree (nn.Module) stays an unresolved call."""
+    root = _pkg(tmp_path, {"m.py": '''
+        from typing import Optional
+        import torch
+
+        class Sampler:
+            def pick(self, x):
+                return x.argmax().item()
+
+        class Base:
+            def run(self, x):
+                raise NotImplementedError
+
+        class Fast(Base):
+            def run(self, x):
+                torch.cuda.synchronize()
+                return x
+
+        class Engine:
+            cache: "Optional[Sampler]"
+
+            def __init__(self, base: Base, sampler: Sampler, model: torch.nn.Module, n: int):
+                self.base, self.sampler = base, sampler
+                self.model = model
+                self.n = n
+                self.other: Sampler | None = None
+
+            def step(self, x: torch.Tensor):
+                x = self.base.run(x)
+                self.sampler.pick(x)
+                self.cache.pick(x)
+                self.other.pick(x)
+                return self.model(x)
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Engine.step"], root=root, cache=False, jobs=1)
+    assert {"pkg/m.py:Base.run", "pkg/m.py:Fast.run", "pkg/m.py:Sampler.pick"} <= set(res.scope)
+    got = {(f.rule, f.function) for f in res.findings}
+    assert ("GC101", "Sampler.pick") in got and any(f == "Fast.run" for _, f in got), got
+    assert res.unresolved == []          # self.model(): a parameter of an outside type counts as external
+
+
+def test_fields_of_a_class_typed_parameter_take_the_class_declaration(tmp_path):
+    """vLLM's step takes `input_batch: InputBatch`, a dataclass whose fields are NumPy arrays, CPU and device
+    tensors: `.item()` on a NumPy field is no sync (it was reported before the scope read the class), on a device
+    field it is; a `_cpu` field is a host tensor by its name, as for self attributes; a field the class does not
+    declare, or a class outside the tree, stays reported."""
+    root = _pkg(tmp_path, {"batch.py": '''
+        from dataclasses import dataclass
+        import numpy as np
+        import torch
+
+        @dataclass
+        class Batch:
+            lens_np: np.ndarray
+            lens: torch.Tensor
+            lens_cpu: torch.Tensor
+            n: int
+    ''', "step.py": '''
+        import torch
+        from external import Config
+        from .batch import Batch
+
+        def step(batch: Batch, cfg: Config, x: torch.Tensor):
+            a = batch.lens_np.max().item()
+            b = batch.lens.max().item()
+            c = int(batch.lens_cpu.max())
+            d = batch.undeclared.item()
+            e = cfg.scale.item()
+            if batch.lens.any():
+                x = x + 1
+            return x
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.step:step"], root=root, cache=False, jobs=1)
+    got = sorted((f.rule, f.line) for f in res.findings)
+    assert got == [("GC101", 8), ("GC101", 10), ("GC101", 11), ("GC201", 12)], got

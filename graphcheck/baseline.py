@@ -27,9 +27,13 @@ def load(path: Path) -> dict[str, dict]:
         raise BaselineError(f"baseline {path}: cannot read it ({e.strerror or e})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BaselineError(f"{path}: corrupt baseline, not valid JSON ({e}); fix it or regenerate with `graphcheck baseline`") from None
-    if not isinstance(doc, dict) or doc.get("version") != BASELINE_VERSION or not isinstance(doc.get("entries"), list):
-        found = doc.get("version") if isinstance(doc, dict) else type(doc).__name__
-        raise BaselineError(f"{path}: expected a graphcheck baseline with version {BASELINE_VERSION} and an 'entries' list, found version {found!r}")
+    want = f"expected a graphcheck baseline (an object with version {BASELINE_VERSION} and an 'entries' list)"
+    if not isinstance(doc, dict):
+        raise BaselineError(f"{path}: {want}, found a JSON {type(doc).__name__ if doc is not None else 'null'}")
+    if doc.get("version") != BASELINE_VERSION:
+        raise BaselineError(f"{path}: {want}, found version {doc.get('version')!r}")
+    if not isinstance(doc.get("entries"), list):
+        raise BaselineError(f"{path}: {want}, found 'entries' of type {type(doc.get('entries')).__name__}")
     out: dict[str, dict] = {}
     for i, e in enumerate(doc["entries"]):
         if not isinstance(e, dict) or not isinstance(e.get("fingerprint"), str) or not isinstance(e.get("reason"), str):

@@ -50,7 +50,7 @@ def _format(args, cfg: Config | None) -> str:
 def finish(result: Result, args, fmt: str) -> int:
     """Render, write to -o or stdout, name on stderr what could not be checked, return the exit code."""
     from .report.render import render, summary_line
-    to_file = args.output is not None
+    to_file = args.output is not None and str(args.output) != "-"      # `-o -` is stdout
     color = not to_file and fmt in ("full", "text") and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     text = render(result, fmt, statistics=args.statistics, quiet=args.quiet, color=color)
     if to_file:
@@ -70,7 +70,8 @@ def finish(result: Result, args, fmt: str) -> int:
 
 def _check_out(args, cfg: Config | None, *extra) -> None:
     if args.output is not None:
-        check_output(args.output, [cfg.source if cfg else None, cfg.baseline_path if cfg else None, *extra])
+        inputs = [p for p in getattr(args, "paths", None) or () if p != "-"]    # what `scan` reads, whatever its name
+        check_output(args.output, [cfg.source if cfg else None, cfg.baseline_path if cfg else None, *extra, *inputs])
 
 
 # ---------------------------------------------------------------------------------------------------- static layer
@@ -130,6 +131,9 @@ def cmd_scan(args, cfg: Config) -> int:
         paths = []
     elif args.stdin_filename:
         raise ConfigError("--stdin-filename needs `-` as the path")
+    missing = [p for p in paths if not os.path.lexists(p)]
+    if missing:    # one line naming it, instead of "nothing to check" plus a per-file read error
+        raise ConfigError(f"path {missing[0]}: no such file or directory")
     entry = [] if args.all_functions else args.entry_point
     t0 = time.perf_counter()
     findings, layer, problems = static_layer(cfg, paths=paths, entry_points=entry, select=_codes(args.select) or cfg.select,
@@ -217,7 +221,10 @@ def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, 
 
 
 def _targets(args, cfg: Config) -> list[str]:
-    specs = [args.target] if getattr(args, "target", None) else cfg.targets
+    given = getattr(args, "target", None)
+    if given is not None and not given.strip():
+        raise ConfigError("target '': expected module:factory (omit it to use `targets` from [tool.graphcheck])")
+    specs = [given] if given else cfg.targets
     if not specs:
         raise ConfigError("no target: pass module:factory, or set `targets` in [tool.graphcheck]")
     return specs
@@ -259,7 +266,8 @@ def _progress(enabled: bool):
         return
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True,
+    # markup=False: a step names user input (a target such as "[/]:fn"), which rich would parse as markup
+    with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(), transient=True,
                   console=Console(file=sys.stderr)) as p:
         @contextlib.contextmanager
         def step(name: str):

@@ -124,5 +124,5 @@ def assign_fingerprints(findings: Iterable[Finding]) -> list[Finding]:
         idx = seen.get(key, 0)
         seen[key] = idx + 1
         raw = "\x1f".join([*key, str(idx)])
-        f.fingerprint = hashlib.sha256(raw.encode()).hexdigest()[:20]
+        f.fingerprint = hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:20]   # non-UTF-8 names
     return out

@@ -6,6 +6,7 @@ give a byte-identical file; its shape is `schema/inventory.schema.json`.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from .findings import Finding, assign_fingerprints
@@ -43,7 +44,13 @@ def merge(static: list[Finding], runtime: list[Finding]) -> list[Finding]:
 
 
 def dumps(doc: dict) -> str:
-    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    # a file name that is not UTF-8 holds surrogate escapes (os.fsdecode): written as \udcXX they keep the JSON
+    # valid UTF-8 and read back to the same name
+    text = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_SURROGATE = re.compile("[\udc80-\udcff]")
 
 
 def load(path: Path) -> Result:

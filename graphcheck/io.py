@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -18,9 +20,13 @@ def check_output(path: Path | str, protected: list[Path | str | None] = ()) -> P
     """Refuse an output path that is a directory, one of `protected` (the config, the baseline, an input
     file), a source/config/checkpoint file by its suffix, or a file inside a checkpoint directory; and one
     whose directory cannot be written. Called before any work, so a long run never dies at its last step."""
+    if str(path) == "-":                       # stdout, as the output format's own stream
+        return Path("-")
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"-o {path}: is a directory, expected a file path")
+    if path.exists() and not path.is_file():   # /dev/null, a FIFO: written through, never replaced
+        return path
     real = path.resolve()
     for p in protected:
         if p is not None and Path(p).exists() and real == Path(p).resolve():
@@ -40,13 +46,27 @@ def check_output(path: Path | str, protected: list[Path | str | None] = ()) -> P
 
 
 def write_atomic(path: Path | str, text: str) -> None:
+    """Write `text` as the whole new content of `path`: "-" is stdout; a device or FIFO is written through (an
+    atomic replace would put a regular file in place of /dev/null); a regular file is replaced in one rename and
+    keeps its permissions (a new one gets the umask's). Paths that are not valid UTF-8 go back out as their
+    original bytes (surrogateescape)."""
+    if str(path) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     path = Path(path)
+    if path.exists() and not path.is_file():
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as fh:
+            fh.write(text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
             fh.write(text)
             fh.flush()
+            os.fchmod(fh.fileno(), mode)       # mkstemp makes 0600: a replaced baseline would lose its read bits
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:    # Ctrl-C included: no partial file, no stray temp file
@@ -55,3 +75,9 @@ def write_atomic(path: Path | str, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)       # the only portable way to read it: set and restore at once
+    os.umask(mask)
+    return mask

@@ -86,6 +86,7 @@ class Result:
                 raise ResultError(f"findings[{i}]: {e}") from None
             if f.kind not in KINDS:
                 raise ResultError(f"findings[{i}]: kind {f.kind!r}, expected one of {', '.join(KINDS)}")
+            _check_evidence(i, f.evidence)
             if not f.fingerprint or f.fingerprint in status:
                 raise ResultError(f"findings[{i}]: missing or repeated fingerprint {f.fingerprint!r}")
             findings.append(f)
@@ -96,10 +97,31 @@ class Result:
             raise ResultError(f"'problems' must be a list of strings, found {problems!r}"[:200])
         if not isinstance(stale, list) or not all(isinstance(e, dict) for e in stale):
             raise ResultError(f"'gate.stale_entries' must be a list of objects, found {stale!r}"[:200])
+        targets, layers = doc.get("targets", []), doc.get("layers", {})
+        if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+            raise ResultError(f"'targets' must be a list of strings, found {targets!r}"[:200])
+        if not isinstance(layers, dict) or not all(isinstance(v, dict) for v in layers.values()):
+            raise ResultError(f"'layers' must be an object of objects, found {layers!r}"[:200])
+        if "static" in layers and not isinstance(layers["static"].get("files"), int):
+            raise ResultError(f"'layers.static.files' must be an integer, found {layers['static'].get('files')!r}"[:200])
         return cls(command=str(doc.get("command", "run")), findings=findings, status=status, problems=problems,
-                   stale=stale, layers=doc.get("layers") if isinstance(doc.get("layers"), dict) else {},
-                   targets=[t for t in doc.get("targets", []) if isinstance(t, str)],
+                   stale=stale, layers=layers, targets=targets,
                    baseline=gate.get("baseline"), strict_baseline=bool(gate.get("strict_baseline", False)))
+
+
+def _check_evidence(i: int, ev: Any) -> None:
+    """The evidence fields the reports read: `kinds` (strings) and `call_chain` (path, line, function)."""
+    if not isinstance(ev, dict):
+        raise ResultError(f"findings[{i}].evidence: expected an object, found {type(ev).__name__}")
+    kinds = ev.get("kinds", [])
+    if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
+        raise ResultError(f"findings[{i}].evidence.kinds: expected a list of strings, found {kinds!r}"[:200])
+    chain = ev.get("call_chain", [])
+    if not isinstance(chain, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("path"), str) and isinstance(c.get("line"), int)
+            and isinstance(c.get("function"), str) for c in chain):
+        raise ResultError(f"findings[{i}].evidence.call_chain: expected a list of {{path, line, function}} objects, "
+                          f"found {chain!r}"[:200])
 
 
 def classify(command: str, findings: list[Finding], baseline: dict[str, dict] | None, *, problems: list[str] | None = None,

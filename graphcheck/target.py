@@ -52,7 +52,7 @@ def load_target(spec: str, root: Path | None = None, device: str | None = None) 
         sys.path.insert(0, str(root))
     try:
         mod = importlib.import_module(mod_name)
-    except Exception as e:   # ImportError, or whatever the module raises at import time
+    except (Exception, SystemExit) as e:   # ImportError, or whatever the module raises (sys.exit included)
         raise TargetError(f"target {spec!r}: cannot import module {mod_name!r} ({type(e).__name__}: {_first(e)})") from None
     obj = mod
     for part in attr.split("."):
@@ -74,7 +74,7 @@ def load_target(spec: str, root: Path | None = None, device: str | None = None) 
             pass   # a builtin without a signature: calling it tells
         try:
             t = obj(**kwargs)
-        except Exception as e:
+        except (Exception, SystemExit) as e:     # a factory calling sys.exit must not end graphcheck silently
             raise TargetError(f"target {spec!r}: the factory raised {type(e).__name__}: {_first(e)}") from None
     else:
         raise TargetError(f"target {spec!r}: {attr!r} is a {type(obj).__name__}, not a factory; expected graphcheck.Target or a factory returning one")

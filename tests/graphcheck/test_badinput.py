@@ -15,9 +15,11 @@ def _targets(p: Path, body: str, spec: str = "demo.bad:make"):
     (p / "pyproject.toml").write_text(PROJECT.replace('targets = ["demo.step:make"]', f'targets = ["{spec}"]'))
 
 
-def _inventory(p: Path, line):
+def _inventory(p: Path, line, **top):
     doc = json.loads(gc(p, "run", "--no-runtime", "--output-format", "json").stdout)
-    doc["findings"][0]["line"] = line
+    if line is not None:
+        doc["findings"][0]["line"] = line
+    doc.update(top)
     (p / "inv.json").write_text(json.dumps(doc))
 
 
@@ -71,6 +73,18 @@ CASES = {
                            ("scan",), 2, "unknown key 'entry_point'"),
     "select-unknown": ("`--select GC999`", None, ("scan", "--select", "GC999"), 2, "GC999"),
     "stdin-mixed": ("`scan - other.py`", None, ("scan", "-", "demo"), 2, "cannot be combined with other paths"),
+    "out-scanned-file": ("`scan F -o F`, whatever F is named", lambda p: shutil.copy(p / "demo" / "step.py", p / "step.txt"),
+                         ("scan", "step.txt", "-o", "step.txt"), 2, "refusing to overwrite an input (step.txt)"),
+    "scan-missing": ("`scan` a path that does not exist", None, ("scan", "nope/x.py"), 2,
+                     "path nope/x.py: no such file or directory"),
+    "target-exits": ("a target factory that calls `sys.exit(3)`",
+                     lambda p: _targets(p, "import sys\n\ndef make():\n    sys.exit(3)\n"),
+                     ("audit",), 2, "the factory raised SystemExit: 3"),
+    "target-empty": ("`audit ''`", None, ("audit", ""), 2, "target '': expected module:factory"),
+    "baseline-list": ("a baseline that is a JSON list", lambda p: (p / "graphcheck-baseline.json").write_text("[]"),
+                      ("run", "--no-runtime"), 2, "found a JSON list"),
+    "report-bad-targets": ("an inventory whose `targets` is not a list", lambda p: _inventory(p, None, targets=None),
+                           ("report", "inv.json"), 2, "'targets' must be a list of strings, found None"),
 }
 
 

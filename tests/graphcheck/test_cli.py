@@ -285,3 +285,39 @@ def test_a_step_that_raises_is_never_a_pass(project):
     assert again.returncode == 2 and "(not checked)" in again.stdout and "NOT CHECKED" in again.stdout
     assert gc(project, "report", "inv.json", "--output-format", "github").returncode == 2
     assert gc(project, "run", "--exit-zero").returncode == 2        # --exit-zero never hides what was not checked
+
+
+def test_output_to_a_fifo_is_written_through_and_files_keep_their_mode(project, tmp_path):
+    """`-o` a FIFO (as `-o /dev/null`) writes into it: an atomic replace would leave a regular file in place of
+    the device. A replaced output keeps its permissions (mkstemp's 0600 would hide a committed baseline from the
+    group), and a new one gets the umask's."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    r = gc(project, "scan", "-o", str(fifo), "--output-format", "json")
+    got = reader.communicate(timeout=60)[0]
+    assert r.returncode == 1 and json.loads(got)["findings"], r.stderr
+    assert fifo.is_fifo()
+    out = project / "inv.json"
+    out.write_text("{}")
+    out.chmod(0o644)
+    assert gc(project, "scan", "-o", "inv.json").returncode == 1
+    assert out.stat().st_mode & 0o777 == 0o644 and out.read_text() != "{}"
+    r = gc(project, "scan", "-o", "-", "--output-format", "concise")
+    assert "GC104" in r.stdout and not (project / "-").exists()
+
+
+def test_a_file_name_that_is_not_utf8_is_reported_not_a_crash(project):
+    name = os.fsdecode(b"st\xe9p.py")
+    (project / "demo" / name).write_text((project / "demo" / "step.py").read_text())
+    for fmt in ("full", "json", "sarif"):
+        r = gc(project, "scan", "--all-functions", "--output-format", fmt, "-o", f"out.{fmt}")
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    paths = {f["path"] for f in json.loads((project / "out.json").read_text())["findings"]}
+    assert f"demo/{name}" in paths, paths
+
+
+def test_a_target_with_rich_markup_in_a_terminal(project):
+    rc, out = in_terminal(project, "audit", "[/]:fn")
+    assert rc == 2 and "Traceback" not in out and "MarkupError" not in out, out
+    assert "cannot import module '[/]'" in out

@@ -59,13 +59,47 @@ class ByteTokenizer:
         path.write_text(json.dumps(self.to_json(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, path: Path) -> "ByteTokenizer":
+    def load(cls, path: Path, vocab_size: int | None = None) -> "ByteTokenizer":
+        """Read and check a tokenizer.json; `vocab_size` (the model's, when given) must hold every id it can emit."""
+        path = Path(path)
         try:
-            cfg = json.loads(Path(path).read_text(encoding="utf-8"))
+            cfg = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ValueError(f"{path}: tokenizer.json not found") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: expected UTF-8 JSON, found byte 0x{e.object[e.start]:02x} at offset {e.start}") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: invalid JSON ({e})") from None
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{path}: expected a JSON object, found {type(cfg).__name__}")
         if cfg.get("type") != "byte-level":
             raise ValueError(f"{path}: expected a byte-level tokenizer (type='byte-level'), found type={cfg.get('type')!r}")
-        return cls(cfg["specials"], cfg["byte_offset"])
+
+        def is_id(v) -> bool:
+            return type(v) is int and v >= 0              # not bool, which JSON true/false would give
+
+        def found(key: str) -> str:
+            return f"{type(cfg[key]).__name__} {cfg[key]!r}"[:80] if key in cfg else "no such key"
+        if not is_id(cfg.get("byte_offset")):
+            raise ValueError(f"{path}: key 'byte_offset': expected an integer >= 0, found {found('byte_offset')}")
+        specials, off = cfg.get("specials"), cfg["byte_offset"]
+        if not isinstance(specials, dict):
+            raise ValueError(f"{path}: key 'specials': expected an object of token -> id, found {found('specials')}")
+        for s, i in specials.items():
+            if not is_id(i):
+                raise ValueError(f"{path}: key 'specials' entry {s!r}: expected an integer id >= 0, found {type(i).__name__} {i!r}")
+        for s in (BOS, EOS):
+            if s not in specials:
+                raise ValueError(f"{path}: key 'specials': expected an entry for {s!r}, found none")
+        if vocab_size is not None:                        # an id past the model's embedding fails deep in torch
+            if off + 256 > vocab_size:
+                raise ValueError(f"{path}: key 'byte_offset': expected at most {vocab_size - 256} (bytes at "
+                                 f"[byte_offset, byte_offset+256) within the model's vocabulary [0, {vocab_size})), found {off}")
+            for s, i in specials.items():
+                if i >= vocab_size:
+                    raise ValueError(f"{path}: key 'specials' entry {s!r}: expected an id in the model's vocabulary "
+                                     f"[0, {vocab_size}), found {i}")
+        try:
+            return cls(specials, off)
+        except ValueError as e:                           # the byte-range clash: name the file
+            raise ValueError(f"{path}: {e}") from None

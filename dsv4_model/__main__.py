@@ -69,11 +69,7 @@ def _root(checkpoint: str) -> Path:
 def _config(root: Path, max_seq_len: int | None):
     """The checkpoint's ModelArgs, read before the weights so config and input errors come first and cheaply."""
     from .config import load_args
-    p = root / "config.json"
-    try:
-        return load_args(p, max_seq_len)
-    except UnicodeDecodeError as e:                       # load_args' message would not name the file
-        raise ValueError(f"{p}: expected UTF-8 JSON, found byte 0x{e.object[e.start]:02x} at offset {e.start}") from None
+    return load_args(root / "config.json", max_seq_len)
 
 
 def _model(a, root: Path):

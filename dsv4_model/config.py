@@ -281,9 +281,11 @@ def hf_config(args: ModelArgs, fmt: str = "release") -> dict:
 def load_args(path: str | Path, max_seq_len: int | None = None) -> ModelArgs:
     p = Path(path)
     try:
-        cfg = json.loads(p.read_text())
+        cfg = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"{p}: config.json not found") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: expected UTF-8 JSON, found byte 0x{e.object[e.start]:02x} at offset {e.start}") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{p}: invalid JSON ({e})") from None
     return args_from_config(cfg, max_seq_len)

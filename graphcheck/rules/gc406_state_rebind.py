@@ -8,10 +8,10 @@ from ._base import Rule, on
 RULE = Rule(
     code='GC406',
     name='state-rebind',
-    message='`self.{attr}` is rebound to a new tensor inside the captured step',
+    message='`self.{attr}` is rebound to another tensor inside the captured step',
     hint='write in place (`self.{attr}.copy_(...)`, `index_copy_`)',
     what='Flags assigning a tensor to `self.<attr>` (or re-registering a buffer) outside `__init__` in the captured region (`self.cache = torch.cat(...)`).',
-    why='A graph replays into the memory it captured. A state tensor rebound to a fresh allocation is never updated by replay, and a growing `cat` changes the shape every step.',
+    why='A graph replays into the memory it captured. Rebinding runs in Python, which replay skips: a state tensor rebound to a fresh allocation (or to another buffer) is never updated by replay, which keeps reading and writing the tensor it captured, and a growing `cat` changes the shape every step.',
     example='self.k_cache = torch.cat([self.k_cache, k], dim=1)',
     instead='self.k_cache.index_copy_(1, pos, k)   # fixed capacity, device pos',
 )

@@ -15,6 +15,8 @@
 #   bash benchmarks/h200.sh drift      benchmarks/kernel_drift.py: where kernels and references part over steps
 #                                      (DRIFT_ARGS, e.g. "--no-sim")
 #   bash benchmarks/h200.sh thirdparty the third-party verdict table on CUDA
+#   bash benchmarks/h200.sh ncu        Nsight Compute on the one-token FP4 GEMVs (benchmarks/ncu_gemv.py): issue- or
+#                                      memory-bound
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
@@ -98,7 +100,11 @@ for stage in "${@:-check}"; do
   thirdparty)
     run thirdparty-cuda.log 400 python benchmarks/thirdparty_verdicts.py --device cuda --out "$OUT/thirdparty-cuda.md"
     tail -15 "$OUT/thirdparty-cuda.md" 2>/dev/null || tail -5 "$OUT/thirdparty-cuda.log" ;;
-  *) echo "h200.sh: unknown stage '$stage': expected check, memcheck, targets, kernels, decode, profile, drift or thirdparty" >&2; exit 2 ;;
+  ncu)
+    run ncu-gemv.txt 200 ncu --kernel-name regex:'fp4_rows|mma_gemv' --launch-skip 4 --launch-count 2 --section SpeedOfLight \
+      --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats python benchmarks/ncu_gemv.py
+    grep -E "fp4_rows|mma_gemv|Throughput|Issued Warp|Achieved Active" "$OUT/ncu-gemv.txt" | cut -c1-120 ;;
+  *) echo "h200.sh: unknown stage '$stage': expected check, memcheck, targets, kernels, decode, profile, drift, thirdparty or ncu" >&2; exit 2 ;;
   esac
 done
 if [ -s "$OUT/.failed" ]; then echo "h200.sh: non-zero exit in: $(tr '\n' ' ' < "$OUT/.failed")" >&2; exit 1; fi

@@ -140,6 +140,22 @@ def bench_gemv(tab, sweep):
                             ref=ref, nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
 
 
+def bench_head(tab):
+    """The fp32 LM head at Flash size (vocab 129280, dim 4096): the fp32 rows kernel against F.linear (cuBLAS),
+    which is also the reference."""
+    N, K = 129280, 4096
+    w = torch.randn(N, K, device="cuda")
+    for B in (1, 2, 8):
+        x = torch.randn(B, K, device="cuda")
+        nbytes = N * K * 4 + B * (K + N) * 4
+        base = both(lambda: F.linear(x, w), iters=10)
+        with guard(f"f32 head B={B}"):
+            ck = _cuda()
+            err = _relerr(ck.f32_gemv_cuda(x, w), F.linear(x, w))
+            tab.add(f"f32_gemv head B={B} {N}x{K} CUDA C++ rows", both(lambda: ck.f32_gemv_cuda(x, w), iters=10),
+                    ref=base, nbytes=nbytes, base=base, base_name="fp32 F.linear", err=err)
+
+
 def bench_fp8(tab):
     """The FP8 projections of the decode (e4m3 + 128x128 fp32 block scales) at Flash attention shapes, against
     the model's reference path (dequantise, then F.linear) and bf16 F.linear of the same matrix."""
@@ -253,7 +269,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--sweep", action="store_true", help="also time the tile configurations in SWEEP")
-    ap.add_argument("--only", default="gemv,fp8,routed,swiglu,compressor,kvcache")
+    ap.add_argument("--only", default="gemv,fp8,head,routed,swiglu,compressor,kvcache")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py: needs a CUDA GPU", file=sys.stderr)
@@ -268,7 +284,7 @@ def main() -> int:
     tab = Table(bw)
     only = set(a.only.split(","))
     for name, fn in (("compressor", lambda: bench_compressor(tab)), ("routed", lambda: bench_routed(tab, a.sweep)),
-                     ("gemv", lambda: bench_gemv(tab, a.sweep)), ("fp8", lambda: bench_fp8(tab)), ("swiglu", lambda: bench_swiglu(tab)),
+                     ("gemv", lambda: bench_gemv(tab, a.sweep)), ("fp8", lambda: bench_fp8(tab)), ("head", lambda: bench_head(tab)), ("swiglu", lambda: bench_swiglu(tab)),
                      ("kvcache", lambda: bench_kvcache(tab))):
         if name in only:
             try:

@@ -237,7 +237,8 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
     n = 0
     for m in model.modules():
         if isinstance(m, Linear):
-            m.gemv = gemv if m.fmt in ("fp8", "mxfp4", "nvfp4") else None
+            # quantised projections, and the fp32 LM head (cuBLAS ran it at half the bandwidth for 8 rows)
+            m.gemv = gemv if m.fmt in ("fp8", "mxfp4", "nvfp4") or m.fmt == "plain" and m.dtype == torch.float32 else None
             m.fp8_quant = small["fp8"]
             n += m.gemv is not None
         elif isinstance(m, HyperConnection):
@@ -256,7 +257,7 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         return ("projections: F.linear; mHC: PyTorch Sinkhorn; fake quants, RMSNorm, RoPE, mHC mixes and compressor "
                 "pooling: PyTorch")
     fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
-    return (f"projections: {n} quantised ones through the stored-format GEMV; mHC: "
+    return (f"projections: {n} (quantised, and fp32) through the stored-format GEMV; mHC: "
             f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; one-launch: {', '.join(fused) or 'none'}")
 
 

@@ -24,6 +24,9 @@ import torch
 from .reference import FP4_FORMATS, check_weight, fp4_gemv_ref, fp8_gemv_ref, routed_experts_ref  # noqa: F401
 
 MAX_PAIRS = 256   # decode batches (T * k); the kernel's pair bookkeeping is O(P) per program
+# the fp32 rows kernel runs 16 rows per block without splitting K: below ~4 blocks per SM it is slower than cuBLAS
+# (the compressor's 1024-row fp32 projections took 60-110 us in it against ~10 in cuBLAS: H200 profile of this session)
+F32_MIN_ROWS = 8192
 
 
 def _kernel_input(x: torch.Tensor) -> bool:
@@ -80,7 +83,8 @@ def fp4_gemv(x: torch.Tensor, w) -> torch.Tensor:
 def weight_gemv(x: torch.Tensor, w) -> torch.Tensor:
     """y = x @ W^T at decode sizes for a weight in its stored format, weight-only (the caller simulates the
     activation format): FP4 as `fp4_gemv`; FP8 (e4m3 + 128x128 fp32 block scales) through the CUDA kernel where it
-    builds and fits, else dequantised; plain weights through F.linear. x [B, K] bf16/fp32."""
+    builds and fits, else dequantised; plain fp32 weights of at least F32_MIN_ROWS rows with fp32 x (the LM head)
+    through the CUDA fp32 rows kernel where it builds, other plain weights through F.linear. x [B, K] bf16/fp32."""
     fmt = w[0]
     if fmt in FP4_FORMATS:
         return fp4_gemv(x, w)
@@ -89,4 +93,9 @@ def weight_gemv(x: torch.Tensor, w) -> torch.Tensor:
             from .cuda_kernel import fp4_gemv_cuda
             return fp4_gemv_cuda(x.contiguous(), w)
         return fp8_gemv_ref(x, w)
+    if (w[1].dtype == torch.float32 and w[1].shape[0] >= F32_MIN_ROWS and _kernel_input(x) and x.dim() == 2
+            and x.dtype == torch.float32 and 1 <= x.shape[0] <= 8):
+        from . import cuda_kernel
+        if cuda_kernel.build()[0] and cuda_kernel.f32_fits(x.contiguous(), w[1]):
+            return cuda_kernel.f32_gemv_cuda(x.contiguous(), w[1])       # the fp32 LM head: cuBLAS ran it at ~half bandwidth at 8 rows
     return torch.nn.functional.linear(x, w[1].to(x.dtype))

@@ -92,22 +92,40 @@ __device__ __forceinline__ void octet(const uint4& q, int o, float (&w)[8]) {
   }
 }
 
-// the scale(s) of piece c of `row`, times Fmt::UNDO. s: bytes (FP4) or fp32 (FP8); sk: scales per row (FP4) or
-// per 128-row band (FP8)
+// The scale(s) of piece c of `row` as loaded (an e8m0 byte, two e4m3 bytes, or fp32 bits; 0 past the row's end),
+// fetched one piece ahead with the codes: loaded where they are used, each piece waited for its scale's trip to
+// memory. s: bytes (FP4) or fp32 (FP8); sk: scales per row (FP4) or per 128-row band (FP8).
 template <int FMT>
-__device__ __forceinline__ void piece_scales(const uint8_t* __restrict__ s, int64_t row, int sk, int c, float (&out)[2]) {
+__device__ __forceinline__ uint32_t raw_scale(const uint8_t* __restrict__ s, int64_t row, int sk, int c, bool ok) {
+  if (!ok) return 0u;
+  if constexpr (FMT == 0) return __ldg(s + row * sk + c);
+  else if constexpr (FMT == 1) return __ldg(reinterpret_cast<const uint16_t*>(s + row * sk) + c);
+  else return __float_as_uint(__ldg(reinterpret_cast<const float*>(s) + (row / 128) * sk + (c * 16) / 128));
+}
+
+// raw_scale's value(s) times Fmt::UNDO: out[0] for the piece's first 16 elements, out[1] for the rest
+template <int FMT>
+__device__ __forceinline__ void piece_scales(uint32_t raw, float (&out)[2]) {
   if constexpr (FMT == 0) {
-    out[0] = out[1] = __uint_as_float(static_cast<uint32_t>(__ldg(s + row * sk + c)) << 23) * Fmt<0>::UNDO;
+    out[0] = out[1] = __uint_as_float(raw << 23) * Fmt<0>::UNDO;
   } else if constexpr (FMT == 1) {
-    const uint16_t two = __ldg(reinterpret_cast<const uint16_t*>(s + row * sk) + c);
     __nv_fp8_e4m3 a, b;
-    a.__x = two & 0xff;
-    b.__x = two >> 8;
+    a.__x = raw & 0xff;
+    b.__x = (raw >> 8) & 0xff;
     out[0] = static_cast<float>(a) * Fmt<1>::UNDO;
     out[1] = static_cast<float>(b) * Fmt<1>::UNDO;
   } else {
-    out[0] = out[1] = __ldg(reinterpret_cast<const float*>(s) + (row / 128) * sk + (c * 16) / 128);
+    out[0] = out[1] = __uint_as_float(raw);
   }
+}
+
+// A 16-byte load of streamed data (weights, read once): not kept in L1, where it would push out x, which every
+// row of the block reads again.
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
 }
 
 template <int A, int B, int C>
@@ -136,27 +154,28 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[NM], const ui
   const int64_t stride = FMT == 2 ? K : K / 2;                       // bytes per row
   const int sk = FMT == 0 ? K / 32 : FMT == 1 ? K / 16 : (K + 127) / 128;
   uint4 q[NM][R];
-  auto fetch = [&](int c, uint4 (&dst)[NM][R]) {
-#pragma unroll
-    for (int m = 0; m < NM; ++m)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        dst[m][r] = (row0 + r < N && c < pieces)
-                        ? __ldg(reinterpret_cast<const uint4*>(w[m] + static_cast<int64_t>(row0 + r) * stride) + c)
-                        : make_uint4(0, 0, 0, 0);
-  };
-  fetch(lane, q);
-  for (int c = lane; c < pieces; c += 32) {
-    uint4 next[NM][R];
-    fetch(c + 32, next);
-    float sc[NM][R][2];
+  uint32_t qs[NM][R];
+  auto fetch = [&](int c, uint4 (&dst)[NM][R], uint32_t (&dsts)[NM][R]) {
 #pragma unroll
     for (int m = 0; m < NM; ++m)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        if (row0 + r < N) piece_scales<FMT>(s[m], row0 + r, sk, c, sc[m][r]);
-        else sc[m][r][0] = sc[m][r][1] = 0.f;
+        const bool ok = row0 + r < N && c < pieces;
+        dst[m][r] = ok ? ld_stream(reinterpret_cast<const uint4*>(w[m] + static_cast<int64_t>(row0 + r) * stride) + c)
+                       : make_uint4(0, 0, 0, 0);
+        dsts[m][r] = raw_scale<FMT>(s[m], row0 + r, sk, c, ok);
       }
+  };
+  fetch(lane, q, qs);
+  for (int c = lane; c < pieces; c += 32) {
+    uint4 next[NM][R];
+    uint32_t nexts[NM][R];
+    fetch(c + 32, next, nexts);
+    float sc[NM][R][2];
+#pragma unroll
+    for (int m = 0; m < NM; ++m)
+#pragma unroll
+      for (int r = 0; r < R; ++r) piece_scales<FMT>(qs[m][r], sc[m][r]);     // rows past N: codes and scales 0
     float blk[NM][R][MAXT];
     zero(blk);
 #pragma unroll
@@ -198,6 +217,7 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&w)[NM], const ui
 #pragma unroll
         for (int b = 0; b < MAXT; ++b) acc[m][r][b] = fmaf(blk[m][r][b], sc[m][r][1], acc[m][r][b]);
         q[m][r] = next[m][r];
+        qs[m][r] = nexts[m][r];
       }
   }
 }
@@ -288,14 +308,11 @@ fp4_rows_kernel(const XT* __restrict__ x, const int64_t* __restrict__ idx, const
     }
 }
 
-template <int FMT, int MODE, int MAXT, typename XT, typename OT>
+template <int FMT, int MODE, int MAXT, int R, typename XT, typename OT>
 void launch(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor& out,
             const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
             const torch::Tensor& sb, const torch::Tensor& gb, int P, int xdiv, int N, int K, float limit,
             bool has_limit, bool round) {
-  // rows per warp: 4 weight rows per matrix (8 pieces in flight per lane with the prefetch), 2 when the 8 token
-  // columns' accumulators need the registers
-  constexpr int R = MAXT >= 8 ? 2 : 4;
   const dim3 grid(MODE == 0 ? (P + MAXT - 1) / MAXT : P, (N + WARPS * R - 1) / (WARPS * R));
   fp4_rows_kernel<FMT, MODE, R, MAXT, XT, OT><<<grid, WARPS * 32, 0, at::cuda::getCurrentCUDAStream()>>>(
       reinterpret_cast<const XT*>(x.data_ptr()), idx.data_ptr<int64_t>(), wts.data_ptr<float>(),
@@ -305,18 +322,20 @@ void launch(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tenso
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <int FMT, int MODE, int MAXT>
+// rows per warp (R): 4 weight rows per matrix (8 pieces in flight per lane with the prefetch), 2 when the 8 token
+// columns' accumulators need the registers (8 rows at one token measured 4-25% slower: fewer warps per SM)
+template <int FMT, int MODE, int MAXT, int R>
 void by_dtype(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor& out,
               const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
               const torch::Tensor& sb, const torch::Tensor& gb, int P, int xdiv, int N, int K, float limit,
               bool has_limit, bool round) {
   const bool bf = x.scalar_type() == at::kBFloat16;
   if constexpr (MODE == 2) {
-    if (bf) launch<FMT, MODE, MAXT, __nv_bfloat16, float>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
-    else launch<FMT, MODE, MAXT, float, float>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
+    if (bf) launch<FMT, MODE, MAXT, R, __nv_bfloat16, float>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
+    else launch<FMT, MODE, MAXT, R, float, float>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
   } else {
-    if (bf) launch<FMT, MODE, MAXT, __nv_bfloat16, __nv_bfloat16>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
-    else launch<FMT, MODE, MAXT, float, float>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
+    if (bf) launch<FMT, MODE, MAXT, R, __nv_bfloat16, __nv_bfloat16>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
+    else launch<FMT, MODE, MAXT, R, float, float>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
   }
 }
 
@@ -325,8 +344,71 @@ void by_width(int maxt, const torch::Tensor& x, const torch::Tensor& idx, const 
               torch::Tensor& out, const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga,
               const torch::Tensor& wb, const torch::Tensor& sb, const torch::Tensor& gb, int P, int xdiv, int N,
               int K, float limit, bool has_limit, bool round) {
-  if (maxt == 1) by_dtype<FMT, MODE, 1>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
-  else if constexpr (MODE == 0) by_dtype<FMT, MODE, 8>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
+  if (maxt == 1) by_dtype<FMT, MODE, 1, 4>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
+  else if constexpr (MODE == 0) by_dtype<FMT, MODE, 8, 2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
+}
+
+// fp32 weights (the LM head, which the reference keeps in fp32) against 1..8 fp32 token rows:
+// out[b, n] = x[b] . W[n]. The same streaming as the FP4 rows kernel: each lane takes 16-byte pieces of R rows,
+// the next piece in flight while the current one is multiplied, R rows sharing each read of x (from L1: the weights
+// bypass it), a shuffle sum per row (deterministic). cuBLAS's choice for 8 rows of this shape ran at half the copy
+// bandwidth on the H200 (sgemm_largek, 0.95 ms for the Flash head against a 0.53 ms floor).
+template <int MAXT>
+__global__ void __launch_bounds__(WARPS * 32)
+f32_rows_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int nb, int N, int K) {
+  constexpr int R = 4;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row0 = (blockIdx.x * WARPS + warp) * R;
+  if (row0 >= N) return;
+  const int pieces = K / 4;
+  float acc[R][MAXT];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < MAXT; ++b) acc[r][b] = 0.f;
+  auto fetch = [&](int c, float4 (&dst)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint4 u = row0 + r < N && c < pieces
+                          ? ld_stream(reinterpret_cast<const float4*>(w + static_cast<int64_t>(row0 + r) * K) + c)
+                          : make_uint4(0, 0, 0, 0);
+      dst[r] = make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w));
+    }
+  };
+  float4 q[R];
+  fetch(lane, q);
+  for (int c = lane; c < pieces; c += 32) {
+    float4 next[R];
+    fetch(c + 32, next);
+#pragma unroll
+    for (int b = 0; b < MAXT; ++b) {
+      if (b < nb) {
+        const float4 xv = __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(b) * K) + c);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          acc[r][b] = fmaf(q[r].x, xv.x, acc[r][b]);
+          acc[r][b] = fmaf(q[r].y, xv.y, acc[r][b]);
+          acc[r][b] = fmaf(q[r].z, xv.z, acc[r][b]);
+          acc[r][b] = fmaf(q[r].w, xv.w, acc[r][b]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) q[r] = next[r];
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < MAXT; ++b)
+      if (b < nb)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[r][b] += __shfl_xor_sync(FULL, acc[r][b], o);
+  // lane (r * MAXT + b) stores (row0 + r, b): the stores spread over the warp
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < MAXT; ++b)
+      if (lane == r * MAXT + b && b < nb && row0 + r < N) out[static_cast<int64_t>(b) * N + row0 + r] = acc[r][b];
 }
 
 }  // namespace
@@ -361,6 +443,29 @@ void fp4_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Ten
 #undef FP4_ROWS_CASE
 }
 
+// y[B, N] = x[B, K] W[N, K]^T in fp32 for 1..8 rows (the Python wrapper `f32_gemv_cuda` checks first)
+void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out) {
+  TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kFloat && x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= 8,
+              "f32_rows: x must be contiguous fp32 [1..8, K] on CUDA");
+  TORCH_CHECK(w.is_contiguous() && w.scalar_type() == at::kFloat && w.dim() == 2 && w.size(1) == x.size(1) && x.size(1) % 4 == 0 &&
+              reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
+              "f32_rows: w must be contiguous 16-byte-aligned fp32 [N, K], K a multiple of 4");
+  TORCH_CHECK(out.is_contiguous() && out.scalar_type() == at::kFloat && out.size(0) == x.size(0) && out.size(1) == w.size(0),
+              "f32_rows: out must be contiguous fp32 [B, N]");
+  const int nb = static_cast<int>(x.size(0)), N = static_cast<int>(w.size(0)), K = static_cast<int>(x.size(1));
+  if (N == 0) return;
+  const dim3 grid((N + WARPS * 4 - 1) / (WARPS * 4));
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  if (nb == 1) f32_rows_kernel<1><<<grid, WARPS * 32, 0, stream>>>(xp, wp, op, nb, N, K);
+  else if (nb <= 2) f32_rows_kernel<2><<<grid, WARPS * 32, 0, stream>>>(xp, wp, op, nb, N, K);
+  else if (nb <= 4) f32_rows_kernel<4><<<grid, WARPS * 32, 0, stream>>>(xp, wp, op, nb, N, K);
+  else f32_rows_kernel<8><<<grid, WARPS * 32, 0, stream>>>(xp, wp, op, nb, N, K);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 // mma_kernel.cu: the tensor-core GEMV for bf16 decode rows
 void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w, const torch::Tensor& s,
               const torch::Tensor& g, int64_t fmt, int64_t ks);
@@ -371,6 +476,7 @@ void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fp4_rows", &fp4_rows, "FP4/FP8 weight-only rows kernel (modes: 0 gemv, 1 expert up + SwiGLU, 2 expert down)");
+  m.def("f32_rows", &f32_rows, "fp32 weights against 1..8 fp32 rows (the LM head)");
   m.def("mma_gemv", &mma_gemv, "FP4/FP8 weight-only GEMV on the tensor cores for bf16 x of 1..8 rows");
   m.def("mma_experts", &mma_experts, "FP4 routed experts on the tensor cores for bf16 x (modes 1 and 2)");
 }

@@ -10,8 +10,9 @@ Same semantics and rounding as triton_kernel.py and the references; K a multiple
 
 Two kernels: the CUDA-core rows kernel of cuda_kernel.cu (any of its shapes, bf16 or fp32 x, and the routed
 experts) and the tensor-core GEMV of mma_kernel.cu, which `fp4_gemv_cuda` takes for bf16 x of 2 to 8 rows with
-K a multiple of 128 (every projection of the Flash model): 8 token rows cost about twice what one does, where
-the rows kernel's cost grows with each. At one row the rows kernel is faster (measured; BENCHMARKS.md).
+K a multiple of 128 (every projection of the Flash model), and for FP8 at one row too: 8 token rows cost about
+twice what one does, where the rows kernel's cost grows with each. At one FP4 row the rows kernel is faster
+(measured; BENCHMARKS.md). A third, `f32_gemv_cuda`, streams the fp32 LM head for 1..8 rows.
 """
 from __future__ import annotations
 
@@ -104,23 +105,45 @@ def mma_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
     N = w[1].shape[0]
     codes, scales, g = _parts(w, x)
     y = torch.empty(B, N, dtype=torch.bfloat16, device=x.device)
-    # the 8 warps of a block split K over one 16-row tile: the most blocks, and bytes in flight, per SM
-    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], 8)
+    # the 8 warps of a block split K over one 16-row tile (the most blocks, and bytes in flight, per SM) while
+    # that leaves each warp at least 4 iterations of 128; short rows (K 1024: 8 iterations) split over 2 warps,
+    # 4 tiles a block, so a block's staging of x serves 64 rows, not 16
+    iters = K // 128
+    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], 8 if iters >= 32 else 4 if iters >= 16 else 2)
     return y
 
 
 def fp4_gemv_cuda(x: torch.Tensor, w, path: str = "auto") -> torch.Tensor:
     """x [B, K] bf16/fp32 contiguous, w an FP4 weight tuple [N, K/2] (or FP8 [N, K]) -> y [B, N] in x.dtype.
     path: "auto" (the tensor-core GEMV for 2..8 rows where `mma_fits`, else the rows kernel), "rows" or "mma"."""
-    # measured on the H200 (BENCHMARKS.md): the tensor-core GEMV is 1.7-2.4x the rows kernel at 4 and 8 rows and
-    # 0.8-0.9x at one row (its per-block staging of x and 4-byte loads), so one row keeps the rows kernel
-    if path == "mma" or path == "auto" and x.is_cuda and x.shape[0] > 1 and mma_fits(x, w):
+    # measured on the H200 (BENCHMARKS.md): the tensor-core GEMV is 1.7-2.4x the rows kernel at 4 and 8 rows; at
+    # one row it is 0.85x for FP4 (decode on the CUDA cores is cheaper than its staging of x and 4-byte loads) and
+    # 1.4-1.8x for FP8 (the rows kernel's FP8 decode costs more), so one FP4 row keeps the rows kernel
+    if path == "mma" or path == "auto" and x.is_cuda and (x.shape[0] > 1 or w[0] == "fp8") and mma_fits(x, w):
         return mma_gemv_cuda(x, w)
     B, K = x.shape
     N = w[1].shape[-2]
     y = torch.empty(B, N, dtype=x.dtype, device=x.device)
     none = x.new_empty(0, dtype=torch.long)
     _rows(x, none, x.new_empty(0, dtype=torch.float32), y, w, None, B, 1, N, K, None, 0, 1 if B == 1 else WIDTH)
+    return y
+
+
+def f32_fits(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Inputs the fp32 rows kernel takes: x contiguous fp32 [1..8, K] on CUDA, w contiguous fp32 [N, K], K a
+    multiple of 4, both 16-byte aligned."""
+    return (x.is_cuda and x.dim() == 2 and x.dtype == torch.float32 and 1 <= x.shape[0] <= 8 and x.is_contiguous()
+            and w.dim() == 2 and w.dtype == torch.float32 and w.is_contiguous() and w.shape[1] == x.shape[1]
+            and x.shape[1] % 4 == 0 and x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0)
+
+
+def f32_gemv_cuda(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """y = x @ w^T for fp32 x [1..8, K] and a plain fp32 weight [N, K] (the LM head), fp32 sums."""
+    if not f32_fits(x, w):
+        raise ValueError(f"f32_rows: x {tuple(x.shape)} {x.dtype} and w {tuple(w.shape)} {w.dtype} are not taken "
+                         "(contiguous 16-byte-aligned fp32, 1..8 rows of x on CUDA, K a multiple of 4)")
+    y = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
+    _ext().f32_rows(x, w, y)
     return y
 
 

@@ -87,54 +87,97 @@ __device__ __forceinline__ int xslot(int k, int pieces, int b) {
 }
 
 // x into fp16 range per token (a power of two each, kept in xscale[]), stored as the B fragments the mmas read.
-// Called after the first weight loads are issued, so the weight stream is already in flight. One pass per token:
-// 16-byte loads (K <= 8192: at most 4 per thread), the block's amax, then the converted values back from the
-// same registers, 8 per 16-byte shared store (a word's 8 codes map to 8 consecutive slots in both layouts).
+// Called after the first weight loads are issued, so the weight stream is already in flight. Rows of at most
+// 2048 (one 16-byte load per thread and token): every token's load and amax at once, one barrier for all, then
+// the conversion from the same registers (a barrier per token put 8 round trips to memory in a row before the
+// first mma: the 1024-wide projections at 8 tokens ran at 17% of copy bandwidth). Longer rows, one token at a
+// time (holding 8 tokens' 4 loads each would take 128 registers). 8 converted values per 16-byte shared store (a
+// word's 8 codes map to 8 consecutive slots in both layouts).
 constexpr int MAX_K = 4 * 8 * WARPS * 32;
+
+template <int FMT>
+__device__ __forceinline__ float amax8(const uint4& v) {
+  const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+  float m = 0.f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) m = fmaxf(m, fmaxf(fabsf(__uint_as_float(q[j] << 16)), fabsf(__uint_as_float(q[j] & 0xffff0000u))));
+  return m;
+}
+
+// the token's power of two from the block's amax (red[b * WARPS ..]): amax * 2^(14 - e) in [2^14, 2^15), below
+// fp16's 65504; e clamped so both factors are normal floats. Returns the factor into fp16 range.
+__device__ __forceinline__ float token_scale(const float* red, float* xscale, int b, int tid) {
+  float m = 0.f;
+#pragma unroll
+  for (int i = 0; i < WARPS; ++i) m = fmaxf(m, red[b * WARPS + i]);
+  const int e = m > 0.f ? max(min(static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 127, 127), -100) : 0;
+  if (tid == 0) xscale[b] = __uint_as_float(static_cast<uint32_t>(e - 14 + 127) << 23);
+  return __uint_as_float(static_cast<uint32_t>(14 - e + 127) << 23);
+}
+
+template <int FMT>
+__device__ __forceinline__ void store8(__half* xs, const uint4& v, float inv, int c, int pieces, int b) {
+  const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+  __half h[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    h[2 * j] = __float2half_rn(__uint_as_float(q[j] << 16) * inv);
+    h[2 * j + 1] = __float2half_rn(__uint_as_float(q[j] & 0xffff0000u) * inv);
+  }
+  __half o[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) o[xslot<FMT>(j, 1 << 20, 0) % Mf<FMT>::E % 8] = h[j];
+  *reinterpret_cast<uint4*>(xs + (xslot<FMT>(c * 8, pieces, b) & ~7)) = *reinterpret_cast<const uint4*>(o);
+}
+
+__device__ __forceinline__ float warp_max(float m) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  return m;
+}
+
 template <int FMT, int MAXT>
 __device__ __forceinline__ void stage_x(const __nv_bfloat16* __restrict__ x, float* red, float* xscale, __half* xs,
                                         int nb, int K, int pieces, int tid, int lane, int warp) {
   constexpr int MAXC = MAX_K / 8 / (WARPS * 32);
   const int chunks = K / 8;
-  for (int b = 0; b < nb && b < MAXT; ++b) {
-    const uint4* xr = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(b) * K);
-    uint4 v[MAXC];
-    float m = 0.f;
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  if (chunks <= WARPS * 32) {
+    uint4 v[MAXT];
 #pragma unroll
-    for (int i = 0; i < MAXC; ++i) {
-      const int c = tid + i * WARPS * 32;
-      v[i] = c < chunks ? __ldg(xr + c) : make_uint4(0, 0, 0, 0);
-      const uint32_t q[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+    for (int b = 0; b < MAXT; ++b)
+      v[b] = b < nb && tid < chunks ? __ldg(x4 + static_cast<int64_t>(b) * chunks + tid) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        m = fmaxf(m, fmaxf(fabsf(__uint_as_float(q[j] << 16)), fabsf(__uint_as_float(q[j] & 0xffff0000u))));
+    for (int b = 0; b < MAXT; ++b) {
+      const float m = warp_max(amax8<FMT>(v[b]));
+      if (b < nb && lane == 0) red[b * WARPS + warp] = m;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0) red[b * WARPS + warp] = m;
     __syncthreads();
-    m = 0.f;
 #pragma unroll
-    for (int i = 0; i < WARPS; ++i) m = fmaxf(m, red[b * WARPS + i]);
-    // amax * 2^(14 - e) in [2^14, 2^15): below fp16's 65504; e clamped so both factors are normal floats
-    const int e = m > 0.f ? max(min(static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 127, 127), -100) : 0;
-    if (tid == 0) xscale[b] = __uint_as_float(static_cast<uint32_t>(e - 14 + 127) << 23);
-    const float inv = __uint_as_float(static_cast<uint32_t>(14 - e + 127) << 23);
+    for (int b = 0; b < MAXT; ++b) {
+      if (b >= nb) continue;
+      const float inv = token_scale(red, xscale, b, tid);
+      if (tid < chunks) store8<FMT>(xs, v[b], inv, tid, pieces, b);
+    }
+  } else {
+    for (int b = 0; b < nb && b < MAXT; ++b) {
+      uint4 v[MAXC];
+      float m = 0.f;
 #pragma unroll
-    for (int i = 0; i < MAXC; ++i) {
-      const int c = tid + i * WARPS * 32;
-      if (c >= chunks) continue;
-      const uint32_t q[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
-      __half h[8];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        h[2 * j] = __float2half_rn(__uint_as_float(q[j] << 16) * inv);
-        h[2 * j + 1] = __float2half_rn(__uint_as_float(q[j] & 0xffff0000u) * inv);
+      for (int i = 0; i < MAXC; ++i) {
+        const int c = tid + i * WARPS * 32;
+        v[i] = c < chunks ? __ldg(x4 + static_cast<int64_t>(b) * chunks + c) : make_uint4(0, 0, 0, 0);
+        m = fmaxf(m, amax8<FMT>(v[i]));
       }
-      __half o[8];
+      m = warp_max(m);
+      if (lane == 0) red[b * WARPS + warp] = m;
+      __syncthreads();
+      const float inv = token_scale(red, xscale, b, tid);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) o[xslot<FMT>(j, 1 << 20, 0) % Mf<FMT>::E % 8] = h[j];
-      *reinterpret_cast<uint4*>(xs + (xslot<FMT>(c * 8, pieces, b) & ~7)) = *reinterpret_cast<const uint4*>(o);
+      for (int i = 0; i < MAXC; ++i) {
+        const int c = tid + i * WARPS * 32;
+        if (c < chunks) store8<FMT>(xs, v[i], inv, c, pieces, b);
+      }
     }
   }
   __syncthreads();
@@ -449,7 +492,8 @@ template <int FMT>
 void by_split(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
               const torch::Tensor& g, int nb, int N, int K, int ks) {
   if (ks == 8) by_width<FMT, 8>(x, out, w, s, g, nb, N, K);
-  else by_width<FMT, 4>(x, out, w, s, g, nb, N, K);
+  else if (ks == 4) by_width<FMT, 4>(x, out, w, s, g, nb, N, K);
+  else by_width<FMT, 2>(x, out, w, s, g, nb, N, K);
 }
 
 }  // namespace
@@ -461,7 +505,7 @@ void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w,
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.dim() == 2, "mma_gemv: x must be contiguous bf16 [B, K]");
   const int64_t nb = x.size(0), K = x.size(1), N = out.size(1);
   TORCH_CHECK(nb >= 1 && nb <= 8 && K % 128 == 0 && K <= MAX_K && out.size(0) == nb, "mma_gemv: B in 1..8 and K % 128 == 0, K <= 8192 expected");
-  TORCH_CHECK(fmt >= 0 && fmt <= 2 && (ks == 4 || ks == 8), "mma_gemv: bad format ", fmt, " or split ", ks);
+  TORCH_CHECK(fmt >= 0 && fmt <= 2 && (ks == 2 || ks == 4 || ks == 8), "mma_gemv: bad format ", fmt, " or split ", ks);
   TORCH_CHECK(w.numel() == N * (fmt == 2 ? K : K / 2) && w.is_contiguous(), "mma_gemv: weight size does not match [N, K]");
   if (N == 0) return;
   const int b = static_cast<int>(nb), n = static_cast<int>(N), k = static_cast<int>(K), split = static_cast<int>(ks);

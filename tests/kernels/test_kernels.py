@@ -189,7 +189,7 @@ INTERPRET = textwrap.dedent("""
     h = torch.randn(3, 74, generator=g) * 5
     for lay in ("split", "interleaved"):
         bad += [] if close(fused_swiglu_triton(h, 3.0, lay), fused_swiglu_ref(h, 3.0, lay)) else [f"swiglu {lay}"]
-    for S in (8, 6):
+    for S in (8, 6, 40):
         kv, z, b = torch.randn(3, S, 40, generator=g), torch.randn(3, S, 40, generator=g), torch.randn(S, 40, generator=g)
         bad += [] if close(compressor_reduce_triton(kv, z, b), compressor_reduce_ref(kv, z, b)) else [f"compressor S={S}"]
     q = torch.randint(0, 256, (5, 48), dtype=torch.uint8, generator=g)
@@ -333,8 +333,9 @@ def test_routed_experts_flash_size_and_weight_before_w2():
                                    (5, 1000, 1152), (2, 40, 128), (7, 8192, 2048)])
 def test_fp4_gemv_parity(backend, fmt, B, N, K):
     """cuda: the C++ entry (tensor-core GEMV where it fits, else the rows kernel); cuda-rows / cuda-mma: each
-    kernel alone. N 1000 and 40 are not multiples of a 16-row tile; K 1152 is 9 iterations of 128 over 4 or 8
-    warps; K 128 leaves most warps of a block without an iteration."""
+    kernel alone. N 1000 and 40 are not multiples of a 16-row tile; K 1152 is 9 iterations of 128 over 2 warps
+    (K 2048: 4 warps, K >= 4096: 8); K 128 and 512 leave one warp of each pair without an iteration or with few;
+    K <= 2048 stage x in one pass, longer rows token by token."""
     from dsv4_kernels.moe_gemv import cuda_kernel
     fp4_gemv = _impl(backend, "gemv")
     for dt in (torch.bfloat16, torch.float32):
@@ -373,6 +374,43 @@ def test_fp8_gemv_parity(path, B, N, K):
         got, ref = gemv(x, w), fp8_gemv_ref(x, w)
         assert got.dtype == dt and torch.isfinite(got.float()).all()
         torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-3 * ref.float().abs().max().item())
+
+
+@cuda
+@pytest.mark.parametrize("B,N,K", [(1, 129280, 4096), (8, 129280, 4096), (3, 8193, 12), (2, 8195, 4100), (5, 16384, 512)])
+def test_f32_head_gemv_parity(B, N, K):
+    """The fp32 LM head through the stored-format GEMV (fp32 rows kernel) against F.linear in fp32: N not a
+    multiple of a warp's 4 rows or a block's 16, K not a multiple of 128 (a lane's last piece past the row)."""
+    from dsv4_kernels.moe_gemv import cuda_kernel, weight_gemv
+    assert cuda_kernel.build()[0], cuda_kernel.build()[1]
+    g = torch.Generator(device="cuda").manual_seed(B * 31 + K)
+    w = torch.randn(N, K, device="cuda", generator=g)
+    x = torch.randn(B, K, device="cuda", generator=g)
+    _poison(B * N * 4)
+    got = weight_gemv(x, ("plain", w, None, None, None))
+    ref = torch.nn.functional.linear(x.double(), w.double()).float()
+    assert got.dtype == torch.float32 and torch.isfinite(got).all()
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
+    torch.testing.assert_close(cuda_kernel.f32_gemv_cuda(x, w), got, rtol=0, atol=0)     # the entry took the kernel
+    wrong = torch.nn.functional.linear(x, w.roll(1, 0))                                  # a row off: detectably different
+    assert not torch.allclose(got, wrong, atol=1e-2)
+
+
+def test_f32_head_kernel_only_for_wide_matrices(monkeypatch):
+    """Narrow fp32 projections (the compressor's 1024 rows) stay with F.linear: the rows kernel does not split K and
+    was 6-10x slower there on the H200. Checked on any machine by making the kernel look built and available."""
+    from dsv4_kernels import moe_gemv
+    from dsv4_kernels.moe_gemv import cuda_kernel
+    calls = []
+    monkeypatch.setattr(moe_gemv, "_kernel_input", lambda x: True)
+    monkeypatch.setattr(cuda_kernel, "build", lambda: (True, "ok"))
+    monkeypatch.setattr(cuda_kernel, "f32_fits", lambda x, w: True)
+    monkeypatch.setattr(cuda_kernel, "f32_gemv_cuda", lambda x, w: calls.append(w.shape[0]) or x @ w.T)
+    x = torch.randn(2, 16)
+    for n in (moe_gemv.F32_MIN_ROWS - 1, moe_gemv.F32_MIN_ROWS):
+        y = moe_gemv.weight_gemv(x, ("plain", torch.randn(n, 16), None, None, None))
+        assert y.shape == (2, n)
+    assert calls == [moe_gemv.F32_MIN_ROWS]
 
 
 @cuda
@@ -477,6 +515,8 @@ def test_cuda_kernel_refuses_what_it_does_not_take_before_calling_cpp():
     with pytest.raises(ValueError, match=r"mxfp4 weight with K=40 is not taken by the CUDA kernel"):
         cuda_kernel.fp4_gemv_cuda(torch.randn(1, 40), w)
     assert cuda_kernel.fits(64, random_weight("nvfp4", 8, 64)) and not cuda_kernel.fits(48, random_weight("nvfp4", 8, 48))
+    with pytest.raises(ValueError, match=r"f32_rows: x \(9, 8\) torch.float32 and w \(4, 8\) .* are not taken"):
+        cuda_kernel.f32_gemv_cuda(torch.randn(9, 8), torch.randn(4, 8))      # nine rows, and not on CUDA
 
 
 @cuda

@@ -93,8 +93,9 @@ __device__ __forceinline__ void octet(const uint4& q, int o, float (&w)[8]) {
 }
 
 // The scale(s) of piece c of `row` as loaded (an e8m0 byte, two e4m3 bytes, or fp32 bits; 0 past the row's end),
-// fetched one piece ahead with the codes: loaded where they are used, each piece waited for its scale's trip to
-// memory. s: bytes (FP4) or fp32 (FP8); sk: scales per row (FP4) or per 128-row band (FP8).
+// fetched one piece ahead with the codes, so no load in the loop waits on memory. (It did not change the time at
+// one token on the H200: that kernel is bound by instruction issue, ~5.5 per weight; BENCHMARKS.md.) s: bytes
+// (FP4) or fp32 (FP8); sk: scales per row (FP4) or per 128-row band (FP8).
 template <int FMT>
 __device__ __forceinline__ uint32_t raw_scale(const uint8_t* __restrict__ s, int64_t row, int sk, int c, bool ok) {
   if (!ok) return 0u;

@@ -96,6 +96,7 @@ def weight_gemv(x: torch.Tensor, w) -> torch.Tensor:
     if (w[1].dtype == torch.float32 and w[1].shape[0] >= F32_MIN_ROWS and _kernel_input(x) and x.dim() == 2
             and x.dtype == torch.float32 and 1 <= x.shape[0] <= 8):
         from . import cuda_kernel
-        if cuda_kernel.build()[0] and cuda_kernel.f32_fits(x.contiguous(), w[1]):
-            return cuda_kernel.f32_gemv_cuda(x.contiguous(), w[1])       # the fp32 LM head: cuBLAS ran it at ~half bandwidth at 8 rows
+        xc = x.contiguous()
+        if cuda_kernel.build()[0] and cuda_kernel.f32_fits(xc, w[1]):
+            return cuda_kernel.f32_gemv_cuda(xc, w[1])       # the fp32 LM head: cuBLAS ran it at ~half bandwidth at 8 rows
     return torch.nn.functional.linear(x, w[1].to(x.dtype))

@@ -362,11 +362,8 @@ f32_rows_kernel(const float* __restrict__ x, const float* __restrict__ w, float*
   const int row0 = (blockIdx.x * WARPS + warp) * R;
   if (row0 >= N) return;
   const int pieces = K / 4;
-  float acc[R][MAXT];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int b = 0; b < MAXT; ++b) acc[r][b] = 0.f;
+  float acc[1][R][MAXT];                               // [1]: the shape zero() and warp_sum() take (one matrix)
+  zero(acc);
   auto fetch = [&](int c, float4 (&dst)[R]) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -387,29 +384,23 @@ f32_rows_kernel(const float* __restrict__ x, const float* __restrict__ w, float*
         const float4 xv = __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(b) * K) + c);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          acc[r][b] = fmaf(q[r].x, xv.x, acc[r][b]);
-          acc[r][b] = fmaf(q[r].y, xv.y, acc[r][b]);
-          acc[r][b] = fmaf(q[r].z, xv.z, acc[r][b]);
-          acc[r][b] = fmaf(q[r].w, xv.w, acc[r][b]);
+          acc[0][r][b] = fmaf(q[r].x, xv.x, acc[0][r][b]);
+          acc[0][r][b] = fmaf(q[r].y, xv.y, acc[0][r][b]);
+          acc[0][r][b] = fmaf(q[r].z, xv.z, acc[0][r][b]);
+          acc[0][r][b] = fmaf(q[r].w, xv.w, acc[0][r][b]);
         }
       }
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) q[r] = next[r];
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int b = 0; b < MAXT; ++b)
-      if (b < nb)
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[r][b] += __shfl_xor_sync(FULL, acc[r][b], o);
+  warp_sum<1, R, MAXT>(acc, nb);
   // lane (r * MAXT + b) stores (row0 + r, b): the stores spread over the warp
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int b = 0; b < MAXT; ++b)
-      if (lane == r * MAXT + b && b < nb && row0 + r < N) out[static_cast<int64_t>(b) * N + row0 + r] = acc[r][b];
+      if (lane == r * MAXT + b && b < nb && row0 + r < N) out[static_cast<int64_t>(b) * N + row0 + r] = acc[0][r][b];
 }
 
 }  // namespace

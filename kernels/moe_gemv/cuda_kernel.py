@@ -115,7 +115,8 @@ def mma_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
 
 def fp4_gemv_cuda(x: torch.Tensor, w, path: str = "auto") -> torch.Tensor:
     """x [B, K] bf16/fp32 contiguous, w an FP4 weight tuple [N, K/2] (or FP8 [N, K]) -> y [B, N] in x.dtype.
-    path: "auto" (the tensor-core GEMV for 2..8 rows where `mma_fits`, else the rows kernel), "rows" or "mma"."""
+    path: "auto" (the tensor-core GEMV for 2..8 rows, and for one FP8 row, where `mma_fits`; else the rows
+    kernel), "rows" or "mma"."""
     # measured on the H200 (BENCHMARKS.md): the tensor-core GEMV is 1.7-2.4x the rows kernel at 4 and 8 rows; at
     # one row it is 0.85x for FP4 (decode on the CUDA cores is cheaper than its staging of x and 4-byte loads) and
     # 1.4-1.8x for FP8 (the rows kernel's FP8 decode costs more), so one FP4 row keeps the rows kernel

@@ -95,7 +95,6 @@ __device__ __forceinline__ int xslot(int k, int pieces, int b) {
 // word's 8 codes map to 8 consecutive slots in both layouts).
 constexpr int MAX_K = 4 * 8 * WARPS * 32;
 
-template <int FMT>
 __device__ __forceinline__ float amax8(const uint4& v) {
   const uint32_t q[4] = {v.x, v.y, v.z, v.w};
   float m = 0.f;
@@ -149,7 +148,7 @@ __device__ __forceinline__ void stage_x(const __nv_bfloat16* __restrict__ x, flo
       v[b] = b < nb && tid < chunks ? __ldg(x4 + static_cast<int64_t>(b) * chunks + tid) : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int b = 0; b < MAXT; ++b) {
-      const float m = warp_max(amax8<FMT>(v[b]));
+      const float m = warp_max(amax8(v[b]));
       if (b < nb && lane == 0) red[b * WARPS + warp] = m;
     }
     __syncthreads();
@@ -167,7 +166,7 @@ __device__ __forceinline__ void stage_x(const __nv_bfloat16* __restrict__ x, flo
       for (int i = 0; i < MAXC; ++i) {
         const int c = tid + i * WARPS * 32;
         v[i] = c < chunks ? __ldg(x4 + static_cast<int64_t>(b) * chunks + c) : make_uint4(0, 0, 0, 0);
-        m = fmaxf(m, amax8<FMT>(v[i]));
+        m = fmaxf(m, amax8(v[i]));
       }
       m = warp_max(m);
       if (lane == 0) red[b * WARPS + warp] = m;

@@ -8,11 +8,12 @@ a minute; cached under TORCH_EXTENSIONS_DIR afterwards), then called like the Tr
 Same semantics and rounding as triton_kernel.py and the references; K a multiple of 32 for FP4, 16 for FP8
 (16-byte pieces of codes). `build()` says whether the extension builds here, and why not.
 
-Two kernels: the CUDA-core rows kernel of cuda_kernel.cu (any of its shapes, bf16 or fp32 x, and the routed
-experts) and the tensor-core GEMV of mma_kernel.cu, which `fp4_gemv_cuda` takes for bf16 x of 2 to 8 rows with
-K a multiple of 128 (every projection of the Flash model), and for FP8 at one row too: 8 token rows cost about
-twice what one does, where the rows kernel's cost grows with each. At one FP4 row the rows kernel is faster
-(measured; BENCHMARKS.md). A third, `f32_gemv_cuda`, streams the fp32 LM head for 1..8 rows.
+Two kernels: the CUDA-core rows kernel of cuda_kernel.cu (any of its shapes, bf16 or fp32 x) and the tensor-core
+kernels of mma_kernel.cu, which `fp4_gemv_cuda` and `routed_experts_cuda` take for bf16 x of 1 to 8 rows with K a
+multiple of 128 (every projection of the Flash model): 8 token rows cost about twice what one does, where the rows
+kernel's cost grows with each, and one token (its one-column loop) is 1.15-1.2x the rows kernel for the GEMV and
+the routed experts (measured on the H200; BENCHMARKS.md). A third, `f32_gemv_cuda`, streams the fp32 LM head for
+1..8 rows.
 """
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def _rows(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mo
                     _FMT[wa[0]], mode, x.dtype == torch.bfloat16, width)
 
 
-MMA_SMEM = 200 * 1024     # the tensor-core GEMV stages x in shared memory: B * K * 2 bytes plus 4 KiB
+MMA_SMEM = 200 * 1024     # the tensor-core GEMV stages x in shared memory: B * K * 2 bytes plus 4192 (sums, scales, zeros)
 MMA_MAX_K = 8192          # and reads a row of x in at most 4 16-byte loads per thread
 
 
@@ -92,12 +93,14 @@ def mma_fits(x: torch.Tensor, w) -> bool:
         return False
     B, K = x.shape
     return (K % 128 == 0 and K <= MMA_MAX_K and fits(K, w) and w[2].data_ptr() % 8 == 0 and x.data_ptr() % 16 == 0
-            and B * K * 2 + 4096 <= MMA_SMEM
+            and B * K * 2 + 4192 <= MMA_SMEM
             and w[1].shape[-1] * (1 if w[0] == "fp8" else 2) == K and w[1].dim() == 2)
 
 
-def mma_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
-    """x [B <= 8, K] bf16, w an FP4 weight tuple [N, K/2] or FP8 [N, K] -> y [B, N] bf16 on the tensor cores."""
+def mma_gemv_cuda(x: torch.Tensor, w, ring: int = 2) -> torch.Tensor:
+    """x [B <= 8, K] bf16, w an FP4 weight tuple [N, K/2] or FP8 [N, K] -> y [B, N] bf16 on the tensor cores.
+    ring (one FP4 token): 2 keeps one 128-element chunk of codes in flight per lane at 4 blocks per SM, 3 two
+    chunks at 3 blocks per SM (the same speed on the H200 within noise, runs 13-16: 2 stays the default)."""
     if not (x.is_cuda and mma_fits(x, w)):
         raise ValueError(f"mma_gemv: x {tuple(x.shape)} {x.dtype} with a {w[0]} weight {tuple(w[1].shape)} is not taken "
                          "(bf16 x of 1..8 rows on CUDA, K a multiple of 128, contiguous aligned codes and scales)")
@@ -109,18 +112,18 @@ def mma_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
     # that leaves each warp at least 4 iterations of 128; short rows (K 1024: 8 iterations) split over 2 warps,
     # 4 tiles a block, so a block's staging of x serves 64 rows, not 16
     iters = K // 128
-    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], 8 if iters >= 32 else 4 if iters >= 16 else 2)
+    if ring not in (2, 3):
+        raise ValueError(f"mma_gemv: ring must be 2 or 3, found {ring}")
+    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], 8 if iters >= 32 else 4 if iters >= 16 else 2, ring)
     return y
 
 
 def fp4_gemv_cuda(x: torch.Tensor, w, path: str = "auto") -> torch.Tensor:
     """x [B, K] bf16/fp32 contiguous, w an FP4 weight tuple [N, K/2] (or FP8 [N, K]) -> y [B, N] in x.dtype.
-    path: "auto" (the tensor-core GEMV for 2..8 rows, and for one FP8 row, where `mma_fits`; else the rows
-    kernel), "rows" or "mma"."""
-    # measured on the H200 (BENCHMARKS.md): the tensor-core GEMV is 1.7-2.4x the rows kernel at 4 and 8 rows; at
-    # one row it is 0.85x for FP4 (decode on the CUDA cores is cheaper than its staging of x and 4-byte loads) and
-    # 1.4-1.8x for FP8 (the rows kernel's FP8 decode costs more), so one FP4 row keeps the rows kernel
-    if path == "mma" or path == "auto" and x.is_cuda and (x.shape[0] > 1 or w[0] == "fp8") and mma_fits(x, w):
+    path: "auto" (the tensor-core GEMV where `mma_fits`, else the rows kernel), "rows" or "mma"."""
+    # measured on the H200 (BENCHMARKS.md): the tensor-core GEMV is 1.7-2.4x the rows kernel at 4 and 8 rows,
+    # 1.4-1.8x for one FP8 row and 1.15-1.2x for one FP4 row (its one-column loop)
+    if path == "mma" or path == "auto" and x.is_cuda and mma_fits(x, w):
         return mma_gemv_cuda(x, w)
     B, K = x.shape
     N = w[1].shape[-2]
@@ -148,9 +151,14 @@ def f32_gemv_cuda(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return y
 
 
+def _mma_experts_fit(K: int, *ws) -> bool:
+    return all(w[0] in ("mxfp4", "nvfp4") and fits(K, w) and K % 128 == 0 and K <= MMA_MAX_K and w[2].data_ptr() % 8 == 0
+               for w in ws)
+
+
 def _experts_mma(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mode: int) -> None:
     for w in (wa,) if wb is None else (wa, wb):
-        if not (w[0] in ("mxfp4", "nvfp4") and fits(K, w) and K % 128 == 0 and K <= MMA_MAX_K and w[2].data_ptr() % 8 == 0):
+        if not _mma_experts_fit(K, w):
             raise ValueError(f"mma_experts: {w[0]} experts with K={K} are not taken by the tensor-core kernel (FP4, K a "
                              "multiple of 128, contiguous codes 16-byte and scales 8-byte aligned)")
     if not (x.is_cuda and x.is_contiguous() and x.dtype == torch.bfloat16 and x.data_ptr() % 16 == 0):
@@ -164,15 +172,14 @@ def _experts_mma(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, li
 def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None, path: str = "auto") -> torch.Tensor:
     """Two launches: w1 and w3 with SwiGLU (clamp before SiLU) times the routing weight -> h [P, inter] in x.dtype;
     w2 -> y2 [P, dim] fp32; then the sum over each token's k pairs (a fixed-order reduction: deterministic).
-    path: "auto" / "rows" (the rows kernel) or "mma" (the tensor-core kernel: bf16 x, dim and inter multiples of
-    128)."""
+    path: "rows" (the rows kernel), "mma" (the tensor-core kernel: bf16 x, FP4 experts, dim and inter multiples of
+    128) or "auto" (mma where it fits, else rows)."""
     T, k = idx.shape
     P, dim, inter = T * k, x.shape[1], w1[1].shape[1]
     flat, wflat = idx.reshape(-1).long().contiguous(), wts.reshape(-1).float().contiguous()
     x, xdiv = expert_rows(x, flat, k, w1, act_sim)
-    # the tensor-core variant is 0.7-0.8x the rows kernel here (one token column per pair; BENCHMARKS.md): "auto"
-    # keeps the rows kernel, "mma" is there to measure it
-    mma = path == "mma"
+    mma = path == "mma" or (path == "auto" and x.dtype == torch.bfloat16 and _mma_experts_fit(dim, w1, w3)
+                            and _mma_experts_fit(inter, w2))
     h = torch.empty(P, inter, dtype=x.dtype, device=x.device)
     if mma:
         _experts_mma(x.contiguous(), flat, wflat, h, w1, w3, P, xdiv, inter, dim, limit, 1)

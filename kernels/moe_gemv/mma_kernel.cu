@@ -1,5 +1,6 @@
 // Decode GEMV on the tensor cores: y[b, n] = x[b] . W[n] for bf16 x with up to 8 token rows and W stored as
-// MXFP4, NVFP4 or FP8 (e4m3, 128x128 fp32 block scales). Built into the same extension as cuda_kernel.cu.
+// MXFP4, NVFP4 or FP8 (e4m3, 128x128 fp32 block scales), and the routed experts of a decode batch (FP4, one
+// token per token-expert pair). Built into the same extension as cuda_kernel.cu.
 //
 // Why the tensor cores when Hopper has no FP4 ones: the CUDA-core kernel (cuda_kernel.cu) spends about four
 // instructions per weight (decode, fp16 -> fp32, FMA) and stalls on them at half the copy bandwidth. Here the
@@ -16,8 +17,10 @@
 //    and lies in [2^-17, 21]); 2^-7 and the per-matrix scale come back in fp32 at the end;
 //  - FP8: a 16-byte load per thread, 4 threads = 64 elements inside one 128x128 scale block; 8 mmas per block
 //    accumulate from zero and are scaled in fp32;
-//  - x is brought into fp16 range per token by a power of two (amax -> [2^14, 2^15)), exact for every value down
-//    to 2^-28 of the row's largest, and undone in fp32 at the end.
+//  - one token (fp4_dot1): the mma columns keep the scale blocks apart instead of tokens, so every (half-)block's
+//    partial sum leaves the mma on its own and is scaled in fp32 (MXFP4 and NVFP4 alike; no fp16 scaling);
+//  - x is brought into fp16 range per token (per warp's slice of it, for one token) by a power of two
+//    (amax -> [2^14, 2^15)), exact for every value down to 2^-28 of the largest, and undone in fp32 at the end.
 // The only differences from the reference (dequantise, then an fp32-accumulating matmul) are the order of the
 // fp32 sums and the tensor cores' accumulation rounding. Deterministic: fixed-order shared-memory reduction over
 // the warps that split K, no atomics, so a graph replay equals eager bit for bit. Launched on torch's current
@@ -105,16 +108,26 @@ __device__ __forceinline__ float amax8(const uint4& v) {
 
 // the token's power of two from the block's amax (red[b * WARPS ..]): amax * 2^(14 - e) in [2^14, 2^15), below
 // fp16's 65504; e clamped so both factors are normal floats. Returns the factor into fp16 range.
+__device__ __forceinline__ float pow2_for(float m, float& undo) {
+  const int e = m > 0.f ? max(min(static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 127, 127), -100) : 0;
+  undo = __uint_as_float(static_cast<uint32_t>(e - 14 + 127) << 23);
+  return __uint_as_float(static_cast<uint32_t>(14 - e + 127) << 23);
+}
+
 __device__ __forceinline__ float token_scale(const float* red, float* xscale, int b, int tid) {
   float m = 0.f;
 #pragma unroll
   for (int i = 0; i < WARPS; ++i) m = fmaxf(m, red[b * WARPS + i]);
-  const int e = m > 0.f ? max(min(static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 127, 127), -100) : 0;
-  if (tid == 0) xscale[b] = __uint_as_float(static_cast<uint32_t>(e - 14 + 127) << 23);
-  return __uint_as_float(static_cast<uint32_t>(14 - e + 127) << 23);
+  float undo;
+  const float inv = pow2_for(m, undo);
+  if (tid == 0) xscale[b] = undo;
+  return inv;
 }
 
-template <int FMT>
+// ONE: the layout of fp4_dot1 (a warp's own chunks of one token; c counts its 8-element pieces): element
+// 128 i + 32 t + 8 u + j of the warp's i-th chunk at half 128 i + 32 u + 8 t + (j's place in the word), so the 4
+// lanes of a group read 4 consecutive 16-byte words.
+template <int FMT, bool ONE>
 __device__ __forceinline__ void store8(__half* xs, const uint4& v, float inv, int c, int pieces, int b) {
   const uint32_t q[4] = {v.x, v.y, v.z, v.w};
   __half h[8];
@@ -126,7 +139,8 @@ __device__ __forceinline__ void store8(__half* xs, const uint4& v, float inv, in
   __half o[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) o[xslot<FMT>(j, 1 << 20, 0) % Mf<FMT>::E % 8] = h[j];
-  *reinterpret_cast<uint4*>(xs + (xslot<FMT>(c * 8, pieces, b) & ~7)) = *reinterpret_cast<const uint4*>(o);
+  const int at = ONE ? ((c & ~15) << 3) + ((c & 3) << 5) + (((c >> 2) & 3) << 3) : xslot<FMT>(c * 8, pieces, b) & ~7;
+  *reinterpret_cast<uint4*>(xs + at) = *reinterpret_cast<const uint4*>(o);
 }
 
 __device__ __forceinline__ float warp_max(float m) {
@@ -156,7 +170,7 @@ __device__ __forceinline__ void stage_x(const __nv_bfloat16* __restrict__ x, flo
     for (int b = 0; b < MAXT; ++b) {
       if (b >= nb) continue;
       const float inv = token_scale(red, xscale, b, tid);
-      if (tid < chunks) store8<FMT>(xs, v[b], inv, tid, pieces, b);
+      if (tid < chunks) store8<FMT, false>(xs, v[b], inv, tid, pieces, b);
     }
   } else {
     for (int b = 0; b < nb && b < MAXT; ++b) {
@@ -175,7 +189,7 @@ __device__ __forceinline__ void stage_x(const __nv_bfloat16* __restrict__ x, flo
 #pragma unroll
       for (int i = 0; i < MAXC; ++i) {
         const int c = tid + i * WARPS * 32;
-        if (c < chunks) store8<FMT>(xs, v[i], inv, c, pieces, b);
+        if (c < chunks) store8<FMT, false>(xs, v[i], inv, c, pieces, b);
       }
     }
   }
@@ -278,8 +292,144 @@ __device__ __forceinline__ void fp4_dot(const uint8_t* const (&w)[NM], const uin
   }
 }
 
-template <int FMT, int KS, int MAXT>
-__global__ void __launch_bounds__(WARPS * 32, 3)
+// A 16-byte load of streamed weights (read once): not kept in L1, where x and the scales are reused.
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// The FP4 loop for one token column (the one-token GEMV and the routed experts, one token per pair). With one
+// token, 7 of an mma's 8 columns would idle; here they keep the scale blocks apart instead, which lets a lane
+// load 16 bytes (32 codes) of each of its rows per 128-element chunk and never scale a weight before the mma.
+// Lane t of a group holds codes 32 t .. 32 t + 31 of the chunk (words u = 0..3); half h of them (words 2h, 2h + 1)
+// is one NVFP4 block, both halves one MXFP4 block. Column n = 2t + h of every mma gets x only at the k-slots of
+// lane t and only in the mmas of half h's words; every other B value is 0. So D[row][2t + h] is the dot product
+// of that half of the row's codes with x, and lane (g, t) holds exactly columns 2t, 2t + 1: its own halves, each
+// multiplied by its block's scale in fp32 once per chunk. (fp4_dot's 4-byte loads kept the tensor-core GEMV
+// L1-bound at one token: Nsight Compute, BENCHMARKS.md.) RING register sets of codes: RING - 1 chunks stay in
+// flight while one is computed. x is staged by the warp itself (stage_x1) into xs, its XW_HALVES of shared
+// memory. acc[m][r]: this lane's part of row ra (r = 0) / rb (r = 1) of matrix m, in units of 2^-14; the sum over
+// the group's 4 lanes is the caller's.
+constexpr int XW_CHUNKS = 16;                        // chunks of 128 a warp of fp4_dot1 takes at most
+constexpr int XW_HALVES = XW_CHUNKS * 128 + 32;      // its shared x: the chunks, then 64 zero bytes
+
+// x for fp4_dot1, by one warp for itself: only the chunks it computes (ks, ks + KS, ...), with its own power of
+// two, into its own shared region (xw, XW_HALVES). No block barrier, and a warp reads 1/KS of x instead of all
+// of it (the block-wide staging had every block read and convert the whole row for 16 rows of weights). Two
+// passes over the warp's slice (amax, then convert; the second reads L1), so no lane holds more than 4 loads.
+// Returns the factor that undoes the power of two.
+template <int FMT, int KS>
+__device__ __forceinline__ float stage_x1(const __nv_bfloat16* __restrict__ x, __half* xw, int K, int ks, int lane) {
+  const int n = (K / 128 - ks + KS - 1) / KS;           // this warp's chunks: 16 pieces of 8 each
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  auto piece = [&](int q) { return q < 16 * n ? __ldg(x4 + (ks + (q >> 4) * KS) * 16 + (q & 15)) : make_uint4(0, 0, 0, 0); };
+  float m = 0.f;
+#pragma unroll 4
+  for (int q = lane; q < 16 * n; q += 32) m = fmaxf(m, amax8(piece(q)));
+  float undo;
+  const float inv = pow2_for(warp_max(m), undo);
+#pragma unroll 4
+  for (int q = lane; q < 16 * n; q += 32) store8<FMT, true>(xw, piece(q), inv, q, 0, 0);
+  if (lane < 4) reinterpret_cast<uint4*>(xw + XW_CHUNKS * 128)[lane] = make_uint4(0, 0, 0, 0);
+  __syncwarp();
+  return undo;
+}
+
+template <int FMT, int KS, int NM, int RING>
+__device__ __forceinline__ void fp4_dot1(const uint8_t* const (&w)[NM], const uint8_t* const (&s)[NM],
+                                         const __nv_bfloat16* __restrict__ x, __half* xs, int N, int K, int ra, int rb,
+                                         int lane, int ks, float (&acc)[NM][2]) {
+  static_assert(FMT == 0 || FMT == 1, "FP4 only");
+  const int g = lane >> 2, t = lane & 3, iters = K / 128;
+  const int64_t rowa = ra < N ? ra : 0, rowb = rb < N ? rb : 0;       // rows past N read row 0, never stored
+  const int64_t stride = K / 2, sbytes = FMT == 0 ? K / 32 : K / 16;
+  const uint4* pa[NM];
+  const uint4* pb[NM];
+  const uint8_t* sa[NM];
+  const uint8_t* sb[NM];
+#pragma unroll
+  for (int m = 0; m < NM; ++m) {
+    pa[m] = reinterpret_cast<const uint4*>(w[m] + rowa * stride) + t;
+    pb[m] = reinterpret_cast<const uint4*>(w[m] + rowb * stride) + t;
+    sa[m] = s[m] + rowa * sbytes + (FMT == 0 ? t : 2 * t);           // the lane's e8m0 byte / two e4m3 bytes
+    sb[m] = s[m] + rowb * sbytes + (FMT == 0 ? t : 2 * t);
+  }
+  uint4 qa[RING][NM], qb[RING][NM];
+  uint32_t ea[RING][NM], eb[RING][NM];
+  auto fetch = [&](int it, int r) {       // the tail reads the last chunk again (never used)
+    it = min(it, iters - 1);
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+      qa[r][m] = ld_stream(pa[m] + 4 * it);
+      qb[r][m] = ld_stream(pb[m] + 4 * it);
+      if constexpr (FMT == 0) {
+        ea[r][m] = __ldg(sa[m] + 4 * it);
+        eb[r][m] = __ldg(sb[m] + 4 * it);
+      } else {
+        ea[r][m] = __ldg(reinterpret_cast<const uint16_t*>(sa[m] + 8 * it));
+        eb[r][m] = __ldg(reinterpret_cast<const uint16_t*>(sb[m] + 8 * it));
+      }
+    }
+  };
+#pragma unroll
+  for (int r = 0; r < RING - 1; ++r) fetch(ks + r * KS, r);
+  const float undo = stage_x1<FMT, KS>(x, xs, K, ks, lane);
+  // this lane feeds column g when it is lane g / 2 of its group, with x of the words of half g & 1; its other B
+  // values come from the 64 zero bytes after the warp's x (a broadcast read)
+  const bool feeds = t == (g >> 1), lo = feeds && !(g & 1), hi = feeds && (g & 1);
+  const uint4* xw = reinterpret_cast<const uint4*>(xs) + t;          // the warp's chunk i, word u: + 16 i + 4 u
+  const uint4* zero = reinterpret_cast<const uint4*>(xs + XW_CHUNKS * 128);
+  for (int it0 = ks, i0 = 0; it0 < iters; it0 += RING * KS, i0 += RING) {
+#pragma unroll
+    for (int r = 0; r < RING; ++r) {
+      const int it = it0 + r * KS;
+      fetch(it + (RING - 1) * KS, (r + RING - 1) % RING);
+      if (it >= iters) break;
+      const uint4* xl = lo ? xw + 16 * (i0 + r) : zero;
+      const uint4* xh = hi ? xw + 16 * (i0 + r) + 8 : zero;
+      const uint4 xv[4] = {xl[0], xl[lo ? 4 : 1], xh[0], xh[hi ? 4 : 1]};
+#pragma unroll
+      for (int m = 0; m < NM; ++m) {
+        const uint32_t wa[4] = {qa[r][m].x, qa[r][m].y, qa[r][m].z, qa[r][m].w};
+        const uint32_t wb[4] = {qb[r][m].x, qb[r][m].y, qb[r][m].z, qb[r][m].w};
+        float c[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const uint32_t a0[4] = {e2m1_pair<0>(wa[u]), e2m1_pair<0>(wb[u]), e2m1_pair<1>(wa[u]), e2m1_pair<1>(wb[u])};
+          const uint32_t a1[4] = {e2m1_pair<2>(wa[u]), e2m1_pair<2>(wb[u]), e2m1_pair<3>(wa[u]), e2m1_pair<3>(wb[u])};
+          if (u == 0) mma_zero(c, a0, xv[u].x, xv[u].y);
+          else mma_acc(c, a0, xv[u].x, xv[u].y);
+          mma_acc(c, a1, xv[u].z, xv[u].w);
+        }
+        float sc[4];                       // the scales of columns 2t, 2t + 1 of rows ra, rb
+        if constexpr (FMT == 0) {
+          sc[0] = sc[1] = __uint_as_float(ea[r][m] << 23);
+          sc[2] = sc[3] = __uint_as_float(eb[r][m] << 23);
+        } else {
+          const float2 fa = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(ea[r][m]), __NV_E4M3)));
+          const float2 fb = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(eb[r][m]), __NV_E4M3)));
+          sc[0] = fa.x; sc[1] = fa.y; sc[2] = fb.x; sc[3] = fb.y;
+        }
+        acc[m][0] = fmaf(c[1], sc[1], fmaf(c[0], sc[0], acc[m][0]));
+        acc[m][1] = fmaf(c[3], sc[3], fmaf(c[2], sc[2], acc[m][1]));
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < NM; ++m) { acc[m][0] *= undo; acc[m][1] *= undo; }
+}
+
+// the sum of a row's part over the 4 lanes of a group (every lane gets it; a fixed order: deterministic)
+__device__ __forceinline__ float group_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// RING: fp4_dot1's register sets (the one-token FP4 GEMV; 2 fits 64 registers, so 4 blocks per SM)
+template <int FMT, int KS, int MAXT, int RING>
+__global__ void __launch_bounds__(WARPS * 32, FMT != 2 && MAXT == 1 && RING == 2 ? 4 : 3)
 mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, const uint8_t* __restrict__ w,
                 const uint8_t* __restrict__ s, const float* __restrict__ g, int nb, int N, int K) {
   using F = Mf<FMT>;
@@ -287,7 +437,7 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);                         // [WARPS][32][4] partial sums
   float* xscale = red + WARPS * 32 * 4;                                // [8] per-token power of two
-  __half* xs = reinterpret_cast<__half*>(xscale + 8);                  // [nb][pieces][4][E]
+  __half* xs = reinterpret_cast<__half*>(xscale + 8);                  // [nb][pieces][4][E] or [WARPS][XW_HALVES]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gq = lane >> 2, t = lane & 3;
   const int pieces = K / F::PIECE;
@@ -341,6 +491,14 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
 #pragma unroll
       for (int u = 0; u < 2; ++u) { qa[u] = na[u]; qb[u] = nb2[u]; }
     }
+  } else if constexpr (MAXT == 1) {
+    const uint8_t* const wm[1] = {w};
+    const uint8_t* const sm[1] = {s};
+    float a1[1][2] = {{0.f, 0.f}};
+    fp4_dot1<FMT, KS, 1, RING>(wm, sm, x, xs + warp * XW_HALVES, N, K, ra, rb, lane, ks, a1);
+    acc[0] = group_sum(a1[0][0]);                    // token column 0 of rows ra, rb: where fp4_dot leaves them
+    acc[2] = group_sum(a1[0][1]);
+    if (tid == 0) xscale[0] = 1.f;                   // fp4_dot1 undid each warp's power of two itself
   } else {
     const uint8_t* const wm[1] = {w};
     const uint8_t* const sm[1] = {s};
@@ -362,7 +520,7 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
     for (int i = 0; i < 4; ++i) v[i] += red[((warp + j) * 32 + lane) * 4 + i];
   float undo = 1.f;                                 // 2^14 of e2m1_pair (MXFP4); 2^14 * 2^-7 and scale2 (NVFP4)
   if constexpr (FMT == 0) undo = 16384.f;
-  if constexpr (FMT == 1) undo = 128.f * __ldg(g);
+  if constexpr (FMT == 1) undo = (MAXT == 1 ? 16384.f : 128.f) * __ldg(g);   // fp4_dot1 scales in fp32: no 2^7
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int row = i < 2 ? ra : rb, tok = 2 * t + (i & 1);
@@ -371,72 +529,62 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
 }
 
 // The routed experts of a decode batch: block (tile, p) computes pair p (token p / xdiv, expert idx[p]) against
-// 16 * RT rows of its expert's matrices, the same loop as the GEMV with one token column.
+// 16 rows (MODE 1: w1 in warps 0-3, w3 in warps 4-7, each set splitting K) or 16 * WARPS / KS rows (MODE 2) of
+// its expert's matrices: the one-column loop of the GEMV (fp4_dot1), one matrix per warp, so a warp fits 64
+// registers and 4 blocks share an SM (with w1 and w3 in each warp it took 128: 2 blocks, 47% of copy bandwidth).
 //   MODE 1: out[p, n] = wts[p] * swiglu(w1[e] x, w3[e] x)  (bf16; clamp before SiLU when has_limit)
 //   MODE 2: out[p, n] = w2[e] h[p]                          (fp32)
 // Each projection's output is rounded to bf16 first, as the reference's bf16 linears do.
 template <int FMT, int MODE, int KS>
-__global__ void __launch_bounds__(WARPS * 32, 2)
+__global__ void __launch_bounds__(WARPS * 32, 4)
 mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restrict__ idx, const float* __restrict__ wts,
                    void* __restrict__ out, const uint8_t* __restrict__ wa, const uint8_t* __restrict__ sa,
                    const float* __restrict__ ga, const uint8_t* __restrict__ wb, const uint8_t* __restrict__ sb,
                    const float* __restrict__ gb, int xdiv, int N, int K, float limit, bool has_limit) {
-  static_assert(FMT != 2 && (MODE == 1 || MODE == 2), "experts are FP4, modes 1 and 2");
-  constexpr int NM = MODE == 1 ? 2 : 1, RT = WARPS / KS;
+  static_assert(FMT != 2 && (MODE == 2 || KS * 2 == WARPS), "experts are FP4; mode 1 puts w1 and w3 in half the warps each");
+  constexpr int NM = MODE == 1 ? 2 : 1, RT = MODE == 1 ? 1 : WARPS / KS;
   extern __shared__ __align__(16) unsigned char smem[];
-  float* red = reinterpret_cast<float*>(smem);                         // [WARPS][32][4 NM]
-  float* xscale = red + WARPS * 32 * 4 * NM;
-  __half* xs = reinterpret_cast<__half*>(xscale + 8);                  // [1][pieces][4][E]
+  float* red = reinterpret_cast<float*>(smem);                         // [WARPS][8][2] each warp's row sums
+  __half* xs = reinterpret_cast<__half*>(red + WARPS * 16);            // [WARPS][XW_HALVES]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t = lane & 3;
-  const int p = blockIdx.y, rt = warp / KS, ks = warp % KS;
+  const int p = blockIdx.y, grp = warp / KS, ks = warp % KS;
+  const int m = MODE == 1 ? grp : 0, rt = MODE == 1 ? 0 : grp;
   const int64_t e = __ldg(idx + p);
   const int ra = (blockIdx.x * RT + rt) * 16 + gq, rb = ra + 8;
   const int64_t wsize = static_cast<int64_t>(N) * (K / 2), ssize = static_cast<int64_t>(N) * (FMT == 0 ? K / 32 : K / 16);
-  const uint8_t* wm[NM];
-  const uint8_t* sm[NM];
-  wm[0] = wa + e * wsize;
-  sm[0] = sa + e * ssize;
-  if constexpr (NM == 2) {
-    wm[NM - 1] = wb + e * wsize;
-    sm[NM - 1] = sb + e * ssize;
+  const uint8_t* const wm[1] = {(m == 0 ? wa : wb) + e * wsize};
+  const uint8_t* const sm[1] = {(m == 0 ? sa : sb) + e * ssize};
+  float acc[1][2] = {{0.f, 0.f}};
+  fp4_dot1<FMT, KS, 1, 2>(wm, sm, x + static_cast<int64_t>(p / xdiv) * K, xs + warp * XW_HALVES, N, K, ra, rb, lane,
+                          ks, acc);
+  const float sa_ = group_sum(acc[0][0]), sb_ = group_sum(acc[0][1]);
+  if (t == 0) {
+    red[(warp * 8 + gq) * 2] = sa_;
+    red[(warp * 8 + gq) * 2 + 1] = sb_;
   }
-  float acc[NM][4];
-#pragma unroll
-  for (int m = 0; m < NM; ++m)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[m][i] = 0.f;
-  fp4_dot<FMT, KS, 1, NM>(wm, sm, x + static_cast<int64_t>(p / xdiv) * K, red, xscale, xs, 1, N, K, ra, rb, tid, lane,
-                          warp, ks, t, 0, acc);
   __syncthreads();
-#pragma unroll
-  for (int m = 0; m < NM; ++m)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) red[((warp * 32 + lane) * NM + m) * 4 + i] = acc[m][i];
-  __syncthreads();
-  if (ks != 0 || t != 0) return;                  // token column 0 lives in c0 and c2 of the lanes with t == 0
+  if (ks != 0 || t != 0 || m != 0) return;        // warp 0 (mode 1) or each tile's first warp (mode 2) finishes
   float v[NM][2];
 #pragma unroll
-  for (int m = 0; m < NM; ++m) v[m][0] = v[m][1] = 0.f;
-  for (int j = 0; j < KS; ++j)
+  for (int mm = 0; mm < NM; ++mm)
 #pragma unroll
-    for (int m = 0; m < NM; ++m) {
-      v[m][0] += red[(((warp + j) * 32 + lane) * NM + m) * 4 + 0];
-      v[m][1] += red[(((warp + j) * 32 + lane) * NM + m) * 4 + 2];
+    for (int r = 0; r < 2; ++r) {
+      v[mm][r] = 0.f;
+      for (int j = 0; j < KS; ++j) v[mm][r] += red[((warp + mm * KS + j) * 8 + gq) * 2 + r];
     }
-  const float xsc = xscale[0];
   float undo[NM];
 #pragma unroll
-  for (int m = 0; m < NM; ++m) {
-    undo[m] = 16384.f;                                                  // 2^14 of e2m1_pair
-    if constexpr (FMT == 1) undo[m] = 128.f * __ldg((m == 0 ? ga : gb) + e);   // 2^-7 of k7, scale2 of expert e
+  for (int mm = 0; mm < NM; ++mm) {
+    undo[mm] = 16384.f;                                                  // 2^14 of e2m1_pair
+    if constexpr (FMT == 1) undo[mm] *= __ldg((mm == 0 ? ga : gb) + e);  // scale2 of expert e
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = r == 0 ? ra : rb;
     if (row >= N) continue;
-    float a = __bfloat162float(__float2bfloat16(v[0][r] * undo[0] * xsc));
+    float a = __bfloat162float(__float2bfloat16(v[0][r] * undo[0]));
     if constexpr (MODE == 1) {
-      float u = __bfloat162float(__float2bfloat16(v[NM - 1][r] * undo[NM - 1] * xsc));
+      float u = __bfloat162float(__float2bfloat16(v[NM - 1][r] * undo[NM - 1]));
       if (has_limit) { a = fminf(a, limit); u = fminf(fmaxf(u, -limit), limit); }   // clamp, then SiLU
       a = a / (1.f + expf(-a)) * u * __ldg(wts + p);
       static_cast<__nv_bfloat16*>(out)[static_cast<int64_t>(p) * N + row] = __float2bfloat16(a);
@@ -446,14 +594,14 @@ mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restric
   }
 }
 
-template <int FMT, int KS, int MAXT>
+template <int FMT, int KS, int MAXT, int RING>
 void launch(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
             const torch::Tensor& g, int nb, int N, int K) {
   constexpr int RT = WARPS / KS;
   const int pieces = K / Mf<FMT>::PIECE;
   const size_t bytes = WARPS * 32 * 4 * sizeof(float) + 8 * sizeof(float) +
-                       static_cast<size_t>(nb) * pieces * 4 * Mf<FMT>::E * sizeof(__half);
-  auto kernel = mma_gemv_kernel<FMT, KS, MAXT>;
+                       (FMT != 2 && MAXT == 1 ? WARPS * XW_HALVES : static_cast<size_t>(nb) * pieces * 4 * Mf<FMT>::E) * sizeof(__half);
+  auto kernel = mma_gemv_kernel<FMT, KS, MAXT, RING>;
   if (bytes > 48 * 1024) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   const dim3 grid((N + RT * 16 - 1) / (RT * 16));
   kernel<<<grid, WARPS * 32, bytes, at::cuda::getCurrentCUDAStream()>>>(
@@ -462,13 +610,13 @@ void launch(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, 
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <int FMT, int MODE>
+template <int FMT, int MODE, int KS>
 void launch_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor& out,
                     const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                     const torch::Tensor& sb, const torch::Tensor& gb, int P, int xdiv, int N, int K, float limit,
                     bool has_limit) {
-  constexpr int KS = 8, RT = WARPS / KS, NM = MODE == 1 ? 2 : 1;
-  const size_t bytes = WARPS * 32 * 4 * NM * sizeof(float) + 8 * sizeof(float) + static_cast<size_t>(K) * sizeof(__half);
+  constexpr int RT = MODE == 1 ? 1 : WARPS / KS;
+  const size_t bytes = WARPS * 16 * sizeof(float) + WARPS * XW_HALVES * sizeof(__half);
   auto kernel = mma_experts_kernel<FMT, MODE, KS>;
   if (bytes > 48 * 1024) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   const dim3 grid((N + RT * 16 - 1) / (RT * 16), P);
@@ -482,17 +630,22 @@ void launch_experts(const torch::Tensor& x, const torch::Tensor& idx, const torc
 
 template <int FMT, int KS>
 void by_width(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int nb, int N, int K) {
-  if (nb == 1) launch<FMT, KS, 1>(x, out, w, s, g, nb, N, K);
-  else launch<FMT, KS, 8>(x, out, w, s, g, nb, N, K);
+              const torch::Tensor& g, int nb, int N, int K, int ring) {
+  if (nb > 1) launch<FMT, KS, 8, 3>(x, out, w, s, g, nb, N, K);
+  else if constexpr (FMT != 2) {
+    if (ring == 2) launch<FMT, KS, 1, 2>(x, out, w, s, g, nb, N, K);
+    else launch<FMT, KS, 1, 3>(x, out, w, s, g, nb, N, K);
+  } else {
+    launch<FMT, KS, 1, 3>(x, out, w, s, g, nb, N, K);
+  }
 }
 
 template <int FMT>
 void by_split(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int nb, int N, int K, int ks) {
-  if (ks == 8) by_width<FMT, 8>(x, out, w, s, g, nb, N, K);
-  else if (ks == 4) by_width<FMT, 4>(x, out, w, s, g, nb, N, K);
-  else by_width<FMT, 2>(x, out, w, s, g, nb, N, K);
+              const torch::Tensor& g, int nb, int N, int K, int ks, int ring) {
+  if (ks == 8) by_width<FMT, 8>(x, out, w, s, g, nb, N, K, ring);
+  else if (ks == 4) by_width<FMT, 4>(x, out, w, s, g, nb, N, K, ring);
+  else by_width<FMT, 2>(x, out, w, s, g, nb, N, K, ring);
 }
 
 }  // namespace
@@ -500,17 +653,20 @@ void by_split(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w
 // The Python wrapper (cuda_kernel.py `mma_gemv_cuda`) checks every input first and raises ValueError; the checks
 // here only keep a launch inside its buffers.
 void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int64_t fmt, int64_t ks) {
+              const torch::Tensor& g, int64_t fmt, int64_t ks, int64_t ring) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.dim() == 2, "mma_gemv: x must be contiguous bf16 [B, K]");
   const int64_t nb = x.size(0), K = x.size(1), N = out.size(1);
   TORCH_CHECK(nb >= 1 && nb <= 8 && K % 128 == 0 && K <= MAX_K && out.size(0) == nb, "mma_gemv: B in 1..8 and K % 128 == 0, K <= 8192 expected");
-  TORCH_CHECK(fmt >= 0 && fmt <= 2 && (ks == 2 || ks == 4 || ks == 8), "mma_gemv: bad format ", fmt, " or split ", ks);
+  TORCH_CHECK(fmt >= 0 && fmt <= 2 && (ks == 2 || ks == 4 || ks == 8) && (ring == 2 || ring == 3),
+              "mma_gemv: bad format ", fmt, ", split ", ks, " or ring ", ring);
   TORCH_CHECK(w.numel() == N * (fmt == 2 ? K : K / 2) && w.is_contiguous(), "mma_gemv: weight size does not match [N, K]");
+  TORCH_CHECK(nb > 1 || fmt == 2 || K / 128 <= XW_CHUNKS * ks, "mma_gemv: one token: at most ", XW_CHUNKS, " chunks of 128 per warp");
   if (N == 0) return;
   const int b = static_cast<int>(nb), n = static_cast<int>(N), k = static_cast<int>(K), split = static_cast<int>(ks);
-  if (fmt == 0) by_split<0>(x, out, w, s, g, b, n, k, split);
-  else if (fmt == 1) by_split<1>(x, out, w, s, g, b, n, k, split);
-  else by_split<2>(x, out, w, s, g, b, n, k, split);
+  const int rg = static_cast<int>(ring);
+  if (fmt == 0) by_split<0>(x, out, w, s, g, b, n, k, split, rg);
+  else if (fmt == 1) by_split<1>(x, out, w, s, g, b, n, k, split, rg);
+  else by_split<2>(x, out, w, s, g, b, n, k, split, rg);
 }
 
 // Routed experts on the tensor cores (bf16 x, FP4 experts, K a multiple of 128): mode 1 (w1, w3, SwiGLU, routing
@@ -529,8 +685,14 @@ void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::
   if (P == 0 || N == 0) return;
   const int p = static_cast<int>(P), xd = static_cast<int>(xdiv), n = static_cast<int>(N), k = static_cast<int>(K);
   const float lim = static_cast<float>(limit);
-  if (fmt == 0 && mode == 1) launch_experts<0, 1>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit);
-  else if (fmt == 0) launch_experts<0, 2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit);
-  else if (mode == 1) launch_experts<1, 1>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit);
-  else launch_experts<1, 2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit);
+  // mode 1: 4 warps split K for each of w1 and w3; mode 2: 8 warps over one 16-row tile from 32 chunks of 128 up,
+  // else 4 warps over each of two tiles (w2, K = inter 2048: 4 chunks a warp, not 2 behind each staging of x)
+  const bool wide = K / 128 >= 32;
+#define DSV4_EXPERTS(F, KS2) (mode == 1 ? launch_experts<F, 1, WARPS / 2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit) \
+                                        : launch_experts<F, 2, KS2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit))
+  if (fmt == 0 && wide) DSV4_EXPERTS(0, 8);
+  else if (fmt == 0) DSV4_EXPERTS(0, 4);
+  else if (wide) DSV4_EXPERTS(1, 8);
+  else DSV4_EXPERTS(1, 4);
+#undef DSV4_EXPERTS
 }

@@ -196,9 +196,9 @@ __device__ __forceinline__ void stage_x(const __nv_bfloat16* __restrict__ x, flo
   __syncthreads();
 }
 
-// The FP4 loop of one warp: rows ra, rb (the lane's two rows of a 16-row tile) of NM matrices (w1 and w3 share
-// each read of x), iterations ks, ks + KS, ... of 128 elements of K. x is staged (stage_x) after the first
-// weight loads are issued. acc[m] holds the C fragment of matrix m in units of 2^-14 (MXFP4: the e8m0 block
+// The FP4 loop of one warp for 2..8 tokens (one token takes fp4_dot1): rows ra, rb (the lane's two rows of a
+// 16-row tile) of NM matrices sharing each read of x, iterations ks, ks + KS, ... of 128 elements of K. x is
+// staged (stage_x) after the first weight loads are issued. acc[m] holds the C fragment of matrix m in units of 2^-14 (MXFP4: the e8m0 block
 // scales applied; NVFP4: the block scales times 2^7 applied, the per-matrix scale not).
 template <int FMT, int KS, int MAXT, int NM>
 __device__ __forceinline__ void fp4_dot(const uint8_t* const (&w)[NM], const uint8_t* const (&s)[NM],

@@ -12,8 +12,9 @@ weighted hidden are rounded to x.dtype, as the reference expert's bf16 linears d
 of the two once, at load.
 
 Two implementations of the kernel, chosen by measurement (BENCHMARKS.md, `benchmarks/kernels.py`): the CUDA C++
-one (cuda_kernel.cu: CUDA-core decode and FMA, 16-byte weight loads) where it builds and the shapes fit (K a
-multiple of 32), else the Triton one (triton_kernel.py: tensor-core dots on decoded tiles). Inputs neither
+one (cuda_kernel.cu: CUDA-core decode and FMA, 16-byte weight loads; mma_kernel.cu: the same decode feeding
+mma.sync, taken for bf16 x where K is a multiple of 128) where it builds and the shapes fit (K a multiple of 32),
+else the Triton one (triton_kernel.py: tensor-core dots on decoded tiles). Inputs neither
 covers (non-FP4 formats, mixed formats, a device other than CUDA, more than MAX_PAIRS token-expert pairs) take
 the reference, which is also fixed-shape and capture-safe.
 """

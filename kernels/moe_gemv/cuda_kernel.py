@@ -82,7 +82,9 @@ def _rows(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mo
                     _FMT[wa[0]], mode, x.dtype == torch.bfloat16, width)
 
 
-MMA_SMEM = 200 * 1024     # the tensor-core GEMV stages x in shared memory: B * K * 2 bytes plus 4192 (sums, scales, zeros)
+# the tensor-core GEMV stages x in shared memory: B * K * 2 bytes plus 4128 (sums, scales); one FP4 token takes
+# 8 warps' slices (33,280 bytes) instead, below this bound for every K it accepts
+MMA_SMEM = 200 * 1024
 MMA_MAX_K = 8192          # and reads a row of x in at most 4 16-byte loads per thread
 
 
@@ -93,7 +95,7 @@ def mma_fits(x: torch.Tensor, w) -> bool:
         return False
     B, K = x.shape
     return (K % 128 == 0 and K <= MMA_MAX_K and fits(K, w) and w[2].data_ptr() % 8 == 0 and x.data_ptr() % 16 == 0
-            and B * K * 2 + 4192 <= MMA_SMEM
+            and B * K * 2 + 4128 <= MMA_SMEM
             and w[1].shape[-1] * (1 if w[0] == "fp8" else 2) == K and w[1].dim() == 2)
 
 

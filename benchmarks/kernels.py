@@ -138,11 +138,6 @@ def bench_gemv(tab, sweep):
                     err = _relerr(ck.fp4_gemv_cuda(x, w, path=path), want)
                     tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {label}", both(lambda: ck.fp4_gemv_cuda(x, w, path=path)),
                             ref=ref, nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
-            if B == 1:              # the one-token loop's other register ring (two chunks in flight, 3 blocks per SM)
-                with guard(f"fp4_gemv cuda mma ring 3 {fmt}"):
-                    err = _relerr(ck.mma_gemv_cuda(x, w, ring=3), want)
-                    tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} CUDA C++ mma ring 3", both(lambda: ck.mma_gemv_cuda(x, w, ring=3)),
-                            ref=ref, nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
 
 
 def bench_head(tab):

@@ -24,6 +24,8 @@
 #include <cuda_fp8.h>
 #include <cstdint>
 
+#include "stream_load.cuh"
+
 namespace {
 
 constexpr int WARPS = 4;          // warps per block; each warp owns R consecutive output rows
@@ -118,15 +120,6 @@ __device__ __forceinline__ void piece_scales(uint32_t raw, float (&out)[2]) {
   } else {
     out[0] = out[1] = __uint_as_float(raw);
   }
-}
-
-// A 16-byte load of streamed data (weights, read once): not kept in L1, where it would push out x, which every
-// row of the block reads again.
-__device__ __forceinline__ uint4 ld_stream(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
 }
 
 template <int A, int B, int C>
@@ -460,7 +453,7 @@ void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out)
 
 // mma_kernel.cu: the tensor-core GEMV for bf16 decode rows
 void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int64_t fmt, int64_t ks, int64_t ring);
+              const torch::Tensor& g, int64_t fmt, int64_t ks);
 void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
                  const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                  const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,

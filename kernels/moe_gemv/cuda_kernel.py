@@ -99,10 +99,8 @@ def mma_fits(x: torch.Tensor, w) -> bool:
             and w[1].shape[-1] * (1 if w[0] == "fp8" else 2) == K and w[1].dim() == 2)
 
 
-def mma_gemv_cuda(x: torch.Tensor, w, ring: int = 2) -> torch.Tensor:
-    """x [B <= 8, K] bf16, w an FP4 weight tuple [N, K/2] or FP8 [N, K] -> y [B, N] bf16 on the tensor cores.
-    ring (one FP4 token): 2 keeps one 128-element chunk of codes in flight per lane at 4 blocks per SM, 3 two
-    chunks at 3 blocks per SM (the same speed on the H200 within noise, runs 13-16: 2 stays the default)."""
+def mma_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
+    """x [B <= 8, K] bf16, w an FP4 weight tuple [N, K/2] or FP8 [N, K] -> y [B, N] bf16 on the tensor cores."""
     if not (x.is_cuda and mma_fits(x, w)):
         raise ValueError(f"mma_gemv: x {tuple(x.shape)} {x.dtype} with a {w[0]} weight {tuple(w[1].shape)} is not taken "
                          "(bf16 x of 1..8 rows on CUDA, K a multiple of 128, contiguous aligned codes and scales)")
@@ -114,9 +112,7 @@ def mma_gemv_cuda(x: torch.Tensor, w, ring: int = 2) -> torch.Tensor:
     # that leaves each warp at least 4 iterations of 128; short rows (K 1024: 8 iterations) split over 2 warps,
     # 4 tiles a block, so a block's staging of x serves 64 rows, not 16
     iters = K // 128
-    if ring not in (2, 3):
-        raise ValueError(f"mma_gemv: ring must be 2 or 3, found {ring}")
-    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], 8 if iters >= 32 else 4 if iters >= 16 else 2, ring)
+    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], 8 if iters >= 32 else 4 if iters >= 16 else 2)
     return y
 
 

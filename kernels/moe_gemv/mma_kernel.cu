@@ -32,6 +32,8 @@
 #include <cuda_fp8.h>
 #include <cstdint>
 
+#include "stream_load.cuh"
+
 namespace {
 
 constexpr int WARPS = 8;
@@ -197,48 +199,38 @@ __device__ __forceinline__ void stage_x(const __nv_bfloat16* __restrict__ x, flo
 }
 
 // The FP4 loop of one warp for 2..8 tokens (one token takes fp4_dot1): rows ra, rb (the lane's two rows of a
-// 16-row tile) of NM matrices sharing each read of x, iterations ks, ks + KS, ... of 128 elements of K. x is
-// staged (stage_x) after the first weight loads are issued. acc[m] holds the C fragment of matrix m in units of 2^-14 (MXFP4: the e8m0 block
-// scales applied; NVFP4: the block scales times 2^7 applied, the per-matrix scale not).
-template <int FMT, int KS, int MAXT, int NM>
-__device__ __forceinline__ void fp4_dot(const uint8_t* const (&w)[NM], const uint8_t* const (&s)[NM],
+// 16-row tile), iterations ks, ks + KS, ... of 128 elements of K. x is staged (stage_x) after the first weight
+// loads are issued. acc holds the C fragment in units of 2^-14 (MXFP4: the e8m0 block scales applied; NVFP4: the
+// block scales times 2^7 applied, the per-matrix scale not).
+template <int FMT, int KS, int MAXT>
+__device__ __forceinline__ void fp4_dot(const uint8_t* w, const uint8_t* s,
                                         const __nv_bfloat16* __restrict__ x, float* red, float* xscale, __half* xs,
                                         int nb, int N, int K, int ra, int rb, int tid, int lane, int warp, int ks,
-                                        int t, int xb_tok, float (&acc)[NM][4]) {
+                                        int t, int xb_tok, float (&acc)[4]) {
   const bool va = ra < N, vb = rb < N;
   const int pieces = K / Mf<FMT>::PIECE, iters = K / 128;
   const int64_t stride = K / 2;                                // bytes per row
   const int sbytes = FMT == 0 ? K / 32 : K / 16;               // scale bytes per row
-  const uint32_t* pa[NM];
-  const uint32_t* pb[NM];
-  const uint8_t* sa[NM];
-  const uint8_t* sb[NM];
-#pragma unroll
-  for (int m = 0; m < NM; ++m) {
-    pa[m] = reinterpret_cast<const uint32_t*>(w[m] + static_cast<int64_t>(va ? ra : 0) * stride) + t;
-    pb[m] = reinterpret_cast<const uint32_t*>(w[m] + static_cast<int64_t>(vb ? rb : 0) * stride) + t;
-    sa[m] = s[m] + static_cast<int64_t>(va ? ra : 0) * sbytes;
-    sb[m] = s[m] + static_cast<int64_t>(vb ? rb : 0) * sbytes;
-  }
+  const uint32_t* pa = reinterpret_cast<const uint32_t*>(w + static_cast<int64_t>(va ? ra : 0) * stride) + t;
+  const uint32_t* pb = reinterpret_cast<const uint32_t*>(w + static_cast<int64_t>(vb ? rb : 0) * stride) + t;
+  const uint8_t* sa = s + static_cast<int64_t>(va ? ra : 0) * sbytes;
+  const uint8_t* sb = s + static_cast<int64_t>(vb ? rb : 0) * sbytes;
   // loads are never predicated: rows past N read row 0, the tail reads the last iteration again (never stored)
-  uint32_t qa[NM][4], qb[NM][4];
-  uint2 sca[NM], scb[NM];
-  auto fetch = [&](int it, uint32_t (&da)[NM][4], uint32_t (&db)[NM][4], uint2 (&ea)[NM], uint2 (&eb)[NM]) {
+  uint32_t qa[4], qb[4];
+  uint2 sca, scb;
+  auto fetch = [&](int it, uint32_t (&da)[4], uint32_t (&db)[4], uint2& ea, uint2& eb) {
     it = min(it, iters - 1);
 #pragma unroll
-    for (int m = 0; m < NM; ++m) {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {          // piece (4 it + u): 4 words per row, this thread's is t
-        da[m][u] = __ldg(pa[m] + (4 * it + u) * 4);
-        db[m][u] = __ldg(pb[m] + (4 * it + u) * 4);
-      }
-      if constexpr (FMT == 0) {              // one e8m0 byte per piece
-        ea[m].x = __ldg(reinterpret_cast<const uint32_t*>(sa[m]) + it);
-        eb[m].x = __ldg(reinterpret_cast<const uint32_t*>(sb[m]) + it);
-      } else {                               // two e4m3 bytes per piece
-        ea[m] = __ldg(reinterpret_cast<const uint2*>(sa[m]) + it);
-        eb[m] = __ldg(reinterpret_cast<const uint2*>(sb[m]) + it);
-      }
+    for (int u = 0; u < 4; ++u) {            // piece (4 it + u): 4 words per row, this thread's is t
+      da[u] = __ldg(pa + (4 * it + u) * 4);
+      db[u] = __ldg(pb + (4 * it + u) * 4);
+    }
+    if constexpr (FMT == 0) {                // one e8m0 byte per piece
+      ea.x = __ldg(reinterpret_cast<const uint32_t*>(sa) + it);
+      eb.x = __ldg(reinterpret_cast<const uint32_t*>(sb) + it);
+    } else {                                 // two e4m3 bytes per piece
+      ea = __ldg(reinterpret_cast<const uint2*>(sa) + it);
+      eb = __ldg(reinterpret_cast<const uint2*>(sb) + it);
     }
   };
   fetch(ks, qa, qb, sca, scb);
@@ -249,55 +241,39 @@ __device__ __forceinline__ void fp4_dot(const uint8_t* const (&w)[NM], const uin
 #pragma unroll
   for (int u = 0; u < 4; ++u) { const uint32_t j = 2 * u + (t >> 1); sel[u] = j | (j << 4); }
   for (int it = ks; it < iters; it += KS) {
-    uint32_t na[NM][4], nbq[NM][4];
-    uint2 nsa[NM], nsb[NM];
+    uint32_t na[4], nbq[4];
+    uint2 nsa, nsb;
     fetch(it + KS, na, nbq, nsa, nsb);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const uint4 xv = reinterpret_cast<const uint4*>(xs)[(xb_tok * pieces + 4 * it + u) * 4 + t];
-#pragma unroll
-      for (int m = 0; m < NM; ++m) {
-        uint32_t a0[4] = {e2m1_pair<0>(qa[m][u]), e2m1_pair<0>(qb[m][u]), e2m1_pair<1>(qa[m][u]), e2m1_pair<1>(qb[m][u])};
-        uint32_t a1[4] = {e2m1_pair<2>(qa[m][u]), e2m1_pair<2>(qb[m][u]), e2m1_pair<3>(qa[m][u]), e2m1_pair<3>(qb[m][u])};
-        if constexpr (FMT == 0) {
-          float c[4];
-          mma_zero(c, a0, xv.x, xv.y);
-          mma_acc(c, a1, xv.z, xv.w);
-          const float wsa = __uint_as_float(((sca[m].x >> (8 * u)) & 0xffu) << 23);
-          const float wsb = __uint_as_float(((scb[m].x >> (8 * u)) & 0xffu) << 23);
-          acc[m][0] = fmaf(c[0], wsa, acc[m][0]);
-          acc[m][2] = fmaf(c[2], wsb, acc[m][2]);
-          if constexpr (MAXT > 1) {
-            acc[m][1] = fmaf(c[1], wsa, acc[m][1]);
-            acc[m][3] = fmaf(c[3], wsb, acc[m][3]);
-          }
-        } else {
-          const uint32_t k7 = 0x58005800u;                 // fp16x2 (128, 128)
-          const uint32_t fa = hmul2(e4m3_pair(__byte_perm(sca[m].x, sca[m].y, sel[u])), k7);
-          const uint32_t fb = hmul2(e4m3_pair(__byte_perm(scb[m].x, scb[m].y, sel[u])), k7);
-          a0[0] = hmul2(a0[0], fa); a0[2] = hmul2(a0[2], fa); a1[0] = hmul2(a1[0], fa); a1[2] = hmul2(a1[2], fa);
-          a0[1] = hmul2(a0[1], fb); a0[3] = hmul2(a0[3], fb); a1[1] = hmul2(a1[1], fb); a1[3] = hmul2(a1[3], fb);
-          mma_acc(acc[m], a0, xv.x, xv.y);
-          mma_acc(acc[m], a1, xv.z, xv.w);
-        }
+      uint32_t a0[4] = {e2m1_pair<0>(qa[u]), e2m1_pair<0>(qb[u]), e2m1_pair<1>(qa[u]), e2m1_pair<1>(qb[u])};
+      uint32_t a1[4] = {e2m1_pair<2>(qa[u]), e2m1_pair<2>(qb[u]), e2m1_pair<3>(qa[u]), e2m1_pair<3>(qb[u])};
+      if constexpr (FMT == 0) {
+        float c[4];
+        mma_zero(c, a0, xv.x, xv.y);
+        mma_acc(c, a1, xv.z, xv.w);
+        const float wsa = __uint_as_float(((sca.x >> (8 * u)) & 0xffu) << 23);
+        const float wsb = __uint_as_float(((scb.x >> (8 * u)) & 0xffu) << 23);
+        acc[0] = fmaf(c[0], wsa, acc[0]);
+        acc[2] = fmaf(c[2], wsb, acc[2]);
+        acc[1] = fmaf(c[1], wsa, acc[1]);
+        acc[3] = fmaf(c[3], wsb, acc[3]);
+      } else {
+        const uint32_t k7 = 0x58005800u;                 // fp16x2 (128, 128)
+        const uint32_t fa = hmul2(e4m3_pair(__byte_perm(sca.x, sca.y, sel[u])), k7);
+        const uint32_t fb = hmul2(e4m3_pair(__byte_perm(scb.x, scb.y, sel[u])), k7);
+        a0[0] = hmul2(a0[0], fa); a0[2] = hmul2(a0[2], fa); a1[0] = hmul2(a1[0], fa); a1[2] = hmul2(a1[2], fa);
+        a0[1] = hmul2(a0[1], fb); a0[3] = hmul2(a0[3], fb); a1[1] = hmul2(a1[1], fb); a1[3] = hmul2(a1[3], fb);
+        mma_acc(acc, a0, xv.x, xv.y);
+        mma_acc(acc, a1, xv.z, xv.w);
       }
     }
 #pragma unroll
-    for (int m = 0; m < NM; ++m) {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) { qa[m][u] = na[m][u]; qb[m][u] = nbq[m][u]; }
-      sca[m] = nsa[m];
-      scb[m] = nsb[m];
-    }
+    for (int u = 0; u < 4; ++u) { qa[u] = na[u]; qb[u] = nbq[u]; }
+    sca = nsa;
+    scb = nsb;
   }
-}
-
-// A 16-byte load of streamed weights (read once): not kept in L1, where x and the scales are reused.
-__device__ __forceinline__ uint4 ld_stream(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
 }
 
 // The FP4 loop for one token column (the one-token GEMV and the routed experts, one token per pair). With one
@@ -310,8 +286,8 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
 // multiplied by its block's scale in fp32 once per chunk. (fp4_dot's 4-byte loads kept the tensor-core GEMV
 // L1-bound at one token: Nsight Compute, BENCHMARKS.md.) RING register sets of codes: RING - 1 chunks stay in
 // flight while one is computed. x is staged by the warp itself (stage_x1) into xs, its XW_HALVES of shared
-// memory. acc[m][r]: this lane's part of row ra (r = 0) / rb (r = 1) of matrix m, in units of 2^-14; the sum over
-// the group's 4 lanes is the caller's.
+// memory. acc[r]: this lane's part of row ra (r = 0) / rb (r = 1), in units of 2^-14; the sum over the group's
+// 4 lanes is the caller's.
 constexpr int XW_CHUNKS = 16;                        // chunks of 128 a warp of fp4_dot1 takes at most
 constexpr int XW_HALVES = XW_CHUNKS * 128 + 32;      // its shared x: the chunks, then 64 zero bytes
 
@@ -337,40 +313,31 @@ __device__ __forceinline__ float stage_x1(const __nv_bfloat16* __restrict__ x, _
   return undo;
 }
 
-template <int FMT, int KS, int NM, int RING>
-__device__ __forceinline__ void fp4_dot1(const uint8_t* const (&w)[NM], const uint8_t* const (&s)[NM],
+template <int FMT, int KS>
+__device__ __forceinline__ void fp4_dot1(const uint8_t* w, const uint8_t* s,
                                          const __nv_bfloat16* __restrict__ x, __half* xs, int N, int K, int ra, int rb,
-                                         int lane, int ks, float (&acc)[NM][2]) {
+                                         int lane, int ks, float (&acc)[2]) {
   static_assert(FMT == 0 || FMT == 1, "FP4 only");
+  constexpr int RING = 2;            // 3 (two chunks in flight, 80 registers, 3 blocks per SM) measured no faster
   const int g = lane >> 2, t = lane & 3, iters = K / 128;
   const int64_t rowa = ra < N ? ra : 0, rowb = rb < N ? rb : 0;       // rows past N read row 0, never stored
   const int64_t stride = K / 2, sbytes = FMT == 0 ? K / 32 : K / 16;
-  const uint4* pa[NM];
-  const uint4* pb[NM];
-  const uint8_t* sa[NM];
-  const uint8_t* sb[NM];
-#pragma unroll
-  for (int m = 0; m < NM; ++m) {
-    pa[m] = reinterpret_cast<const uint4*>(w[m] + rowa * stride) + t;
-    pb[m] = reinterpret_cast<const uint4*>(w[m] + rowb * stride) + t;
-    sa[m] = s[m] + rowa * sbytes + (FMT == 0 ? t : 2 * t);           // the lane's e8m0 byte / two e4m3 bytes
-    sb[m] = s[m] + rowb * sbytes + (FMT == 0 ? t : 2 * t);
-  }
-  uint4 qa[RING][NM], qb[RING][NM];
-  uint32_t ea[RING][NM], eb[RING][NM];
+  const uint4* pa = reinterpret_cast<const uint4*>(w + rowa * stride) + t;
+  const uint4* pb = reinterpret_cast<const uint4*>(w + rowb * stride) + t;
+  const uint8_t* sa = s + rowa * sbytes + (FMT == 0 ? t : 2 * t);     // the lane's e8m0 byte / two e4m3 bytes
+  const uint8_t* sb = s + rowb * sbytes + (FMT == 0 ? t : 2 * t);
+  uint4 qa[RING], qb[RING];
+  uint32_t ea[RING], eb[RING];
   auto fetch = [&](int it, int r) {       // the tail reads the last chunk again (never used)
     it = min(it, iters - 1);
-#pragma unroll
-    for (int m = 0; m < NM; ++m) {
-      qa[r][m] = ld_stream(pa[m] + 4 * it);
-      qb[r][m] = ld_stream(pb[m] + 4 * it);
-      if constexpr (FMT == 0) {
-        ea[r][m] = __ldg(sa[m] + 4 * it);
-        eb[r][m] = __ldg(sb[m] + 4 * it);
-      } else {
-        ea[r][m] = __ldg(reinterpret_cast<const uint16_t*>(sa[m] + 8 * it));
-        eb[r][m] = __ldg(reinterpret_cast<const uint16_t*>(sb[m] + 8 * it));
-      }
+    qa[r] = ld_stream(pa + 4 * it);
+    qb[r] = ld_stream(pb + 4 * it);
+    if constexpr (FMT == 0) {
+      ea[r] = __ldg(sa + 4 * it);
+      eb[r] = __ldg(sb + 4 * it);
+    } else {
+      ea[r] = __ldg(reinterpret_cast<const uint16_t*>(sa + 8 * it));
+      eb[r] = __ldg(reinterpret_cast<const uint16_t*>(sb + 8 * it));
     }
   };
 #pragma unroll
@@ -390,35 +357,32 @@ __device__ __forceinline__ void fp4_dot1(const uint8_t* const (&w)[NM], const ui
       const uint4* xl = lo ? xw + 16 * (i0 + r) : zero;
       const uint4* xh = hi ? xw + 16 * (i0 + r) + 8 : zero;
       const uint4 xv[4] = {xl[0], xl[lo ? 4 : 1], xh[0], xh[hi ? 4 : 1]};
+      const uint32_t wa[4] = {qa[r].x, qa[r].y, qa[r].z, qa[r].w};
+      const uint32_t wb[4] = {qb[r].x, qb[r].y, qb[r].z, qb[r].w};
+      float c[4];
 #pragma unroll
-      for (int m = 0; m < NM; ++m) {
-        const uint32_t wa[4] = {qa[r][m].x, qa[r][m].y, qa[r][m].z, qa[r][m].w};
-        const uint32_t wb[4] = {qb[r][m].x, qb[r][m].y, qb[r][m].z, qb[r][m].w};
-        float c[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const uint32_t a0[4] = {e2m1_pair<0>(wa[u]), e2m1_pair<0>(wb[u]), e2m1_pair<1>(wa[u]), e2m1_pair<1>(wb[u])};
-          const uint32_t a1[4] = {e2m1_pair<2>(wa[u]), e2m1_pair<2>(wb[u]), e2m1_pair<3>(wa[u]), e2m1_pair<3>(wb[u])};
-          if (u == 0) mma_zero(c, a0, xv[u].x, xv[u].y);
-          else mma_acc(c, a0, xv[u].x, xv[u].y);
-          mma_acc(c, a1, xv[u].z, xv[u].w);
-        }
-        float sc[4];                       // the scales of columns 2t, 2t + 1 of rows ra, rb
-        if constexpr (FMT == 0) {
-          sc[0] = sc[1] = __uint_as_float(ea[r][m] << 23);
-          sc[2] = sc[3] = __uint_as_float(eb[r][m] << 23);
-        } else {
-          const float2 fa = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(ea[r][m]), __NV_E4M3)));
-          const float2 fb = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(eb[r][m]), __NV_E4M3)));
-          sc[0] = fa.x; sc[1] = fa.y; sc[2] = fb.x; sc[3] = fb.y;
-        }
-        acc[m][0] = fmaf(c[1], sc[1], fmaf(c[0], sc[0], acc[m][0]));
-        acc[m][1] = fmaf(c[3], sc[3], fmaf(c[2], sc[2], acc[m][1]));
+      for (int u = 0; u < 4; ++u) {
+        const uint32_t a0[4] = {e2m1_pair<0>(wa[u]), e2m1_pair<0>(wb[u]), e2m1_pair<1>(wa[u]), e2m1_pair<1>(wb[u])};
+        const uint32_t a1[4] = {e2m1_pair<2>(wa[u]), e2m1_pair<2>(wb[u]), e2m1_pair<3>(wa[u]), e2m1_pair<3>(wb[u])};
+        if (u == 0) mma_zero(c, a0, xv[u].x, xv[u].y);
+        else mma_acc(c, a0, xv[u].x, xv[u].y);
+        mma_acc(c, a1, xv[u].z, xv[u].w);
       }
+      float sc[4];                         // the scales of columns 2t, 2t + 1 of rows ra, rb
+      if constexpr (FMT == 0) {
+        sc[0] = sc[1] = __uint_as_float(ea[r] << 23);
+        sc[2] = sc[3] = __uint_as_float(eb[r] << 23);
+      } else {
+        const float2 fa = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(ea[r]), __NV_E4M3)));
+        const float2 fb = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(eb[r]), __NV_E4M3)));
+        sc[0] = fa.x; sc[1] = fa.y; sc[2] = fb.x; sc[3] = fb.y;
+      }
+      acc[0] = fmaf(c[1], sc[1], fmaf(c[0], sc[0], acc[0]));
+      acc[1] = fmaf(c[3], sc[3], fmaf(c[2], sc[2], acc[1]));
     }
   }
-#pragma unroll
-  for (int m = 0; m < NM; ++m) { acc[m][0] *= undo; acc[m][1] *= undo; }
+  acc[0] *= undo;
+  acc[1] *= undo;
 }
 
 // the sum of a row's part over the 4 lanes of a group (every lane gets it; a fixed order: deterministic)
@@ -427,9 +391,9 @@ __device__ __forceinline__ float group_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// RING: fp4_dot1's register sets (the one-token FP4 GEMV; 2 fits 64 registers, so 4 blocks per SM)
-template <int FMT, int KS, int MAXT, int RING>
-__global__ void __launch_bounds__(WARPS * 32, FMT != 2 && MAXT == 1 && RING == 2 ? 4 : 3)
+// one FP4 token (fp4_dot1) fits 64 registers: 4 blocks per SM
+template <int FMT, int KS, int MAXT>
+__global__ void __launch_bounds__(WARPS * 32, FMT != 2 && MAXT == 1 ? 4 : 3)
 mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, const uint8_t* __restrict__ w,
                 const uint8_t* __restrict__ s, const float* __restrict__ g, int nb, int N, int K) {
   using F = Mf<FMT>;
@@ -492,20 +456,12 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
       for (int u = 0; u < 2; ++u) { qa[u] = na[u]; qb[u] = nb2[u]; }
     }
   } else if constexpr (MAXT == 1) {
-    const uint8_t* const wm[1] = {w};
-    const uint8_t* const sm[1] = {s};
-    float a1[1][2] = {{0.f, 0.f}};
-    fp4_dot1<FMT, KS, 1, RING>(wm, sm, x, xs + warp * XW_HALVES, N, K, ra, rb, lane, ks, a1);
-    acc[0] = group_sum(a1[0][0]);                    // token column 0 of rows ra, rb: where fp4_dot leaves them
-    acc[2] = group_sum(a1[0][1]);
-    if (tid == 0) xscale[0] = 1.f;                   // fp4_dot1 undid each warp's power of two itself
+    float a1[2] = {0.f, 0.f};
+    fp4_dot1<FMT, KS>(w, s, x, xs + warp * XW_HALVES, N, K, ra, rb, lane, ks, a1);
+    acc[0] = group_sum(a1[0]);                       // token column 0 of rows ra, rb: where fp4_dot leaves them
+    acc[2] = group_sum(a1[1]);
   } else {
-    const uint8_t* const wm[1] = {w};
-    const uint8_t* const sm[1] = {s};
-    float a1[1][4] = {{0.f, 0.f, 0.f, 0.f}};
-    fp4_dot<FMT, KS, MAXT, 1>(wm, sm, x, red, xscale, xs, nb, N, K, ra, rb, tid, lane, warp, ks, t, xb_tok, a1);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] = a1[0][i];
+    fp4_dot<FMT, KS, MAXT>(w, s, x, red, xscale, xs, nb, N, K, ra, rb, tid, lane, warp, ks, t, xb_tok, acc);
   }
 
   // -- fixed-order sum over the KS warps of a row tile, then the scales that were left for the end -----------
@@ -518,13 +474,17 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
   for (int j = 0; j < KS; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] += red[((warp + j) * 32 + lane) * 4 + i];
-  float undo = 1.f;                                 // 2^14 of e2m1_pair (MXFP4); 2^14 * 2^-7 and scale2 (NVFP4)
+  // 2^14 of e2m1_pair (MXFP4); 2^14 * 2^-7 and scale2 (NVFP4; fp4_dot1 scales in fp32: no 2^7). fp4_dot1 also
+  // undid its warps' powers of two of x; the other loops leave the token's in xscale[]
+  constexpr bool ONE = FMT != 2 && MAXT == 1;
+  float undo = 1.f;
   if constexpr (FMT == 0) undo = 16384.f;
-  if constexpr (FMT == 1) undo = (MAXT == 1 ? 16384.f : 128.f) * __ldg(g);   // fp4_dot1 scales in fp32: no 2^7
+  if constexpr (FMT == 1) undo = (ONE ? 16384.f : 128.f) * __ldg(g);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int row = i < 2 ? ra : rb, tok = 2 * t + (i & 1);
-    if (row < N && tok < nb && tok < MAXT) out[static_cast<int64_t>(tok) * N + row] = __float2bfloat16(v[i] * undo * xscale[tok]);
+    if (row < N && tok < nb && tok < MAXT)
+      out[static_cast<int64_t>(tok) * N + row] = __float2bfloat16(v[i] * undo * (ONE ? 1.f : xscale[tok]));
   }
 }
 
@@ -552,12 +512,10 @@ mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restric
   const int64_t e = __ldg(idx + p);
   const int ra = (blockIdx.x * RT + rt) * 16 + gq, rb = ra + 8;
   const int64_t wsize = static_cast<int64_t>(N) * (K / 2), ssize = static_cast<int64_t>(N) * (FMT == 0 ? K / 32 : K / 16);
-  const uint8_t* const wm[1] = {(m == 0 ? wa : wb) + e * wsize};
-  const uint8_t* const sm[1] = {(m == 0 ? sa : sb) + e * ssize};
-  float acc[1][2] = {{0.f, 0.f}};
-  fp4_dot1<FMT, KS, 1, 2>(wm, sm, x + static_cast<int64_t>(p / xdiv) * K, xs + warp * XW_HALVES, N, K, ra, rb, lane,
-                          ks, acc);
-  const float sa_ = group_sum(acc[0][0]), sb_ = group_sum(acc[0][1]);
+  float acc[2] = {0.f, 0.f};
+  fp4_dot1<FMT, KS>((m == 0 ? wa : wb) + e * wsize, (m == 0 ? sa : sb) + e * ssize, x + static_cast<int64_t>(p / xdiv) * K,
+                    xs + warp * XW_HALVES, N, K, ra, rb, lane, ks, acc);
+  const float sa_ = group_sum(acc[0]), sb_ = group_sum(acc[1]);
   if (t == 0) {
     red[(warp * 8 + gq) * 2] = sa_;
     red[(warp * 8 + gq) * 2 + 1] = sb_;
@@ -594,14 +552,14 @@ mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restric
   }
 }
 
-template <int FMT, int KS, int MAXT, int RING>
+template <int FMT, int KS, int MAXT>
 void launch(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
             const torch::Tensor& g, int nb, int N, int K) {
   constexpr int RT = WARPS / KS;
   const int pieces = K / Mf<FMT>::PIECE;
   const size_t bytes = WARPS * 32 * 4 * sizeof(float) + 8 * sizeof(float) +
                        (FMT != 2 && MAXT == 1 ? WARPS * XW_HALVES : static_cast<size_t>(nb) * pieces * 4 * Mf<FMT>::E) * sizeof(__half);
-  auto kernel = mma_gemv_kernel<FMT, KS, MAXT, RING>;
+  auto kernel = mma_gemv_kernel<FMT, KS, MAXT>;
   if (bytes > 48 * 1024) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   const dim3 grid((N + RT * 16 - 1) / (RT * 16));
   kernel<<<grid, WARPS * 32, bytes, at::cuda::getCurrentCUDAStream()>>>(
@@ -630,22 +588,17 @@ void launch_experts(const torch::Tensor& x, const torch::Tensor& idx, const torc
 
 template <int FMT, int KS>
 void by_width(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int nb, int N, int K, int ring) {
-  if (nb > 1) launch<FMT, KS, 8, 3>(x, out, w, s, g, nb, N, K);
-  else if constexpr (FMT != 2) {
-    if (ring == 2) launch<FMT, KS, 1, 2>(x, out, w, s, g, nb, N, K);
-    else launch<FMT, KS, 1, 3>(x, out, w, s, g, nb, N, K);
-  } else {
-    launch<FMT, KS, 1, 3>(x, out, w, s, g, nb, N, K);
-  }
+              const torch::Tensor& g, int nb, int N, int K) {
+  if (nb == 1) launch<FMT, KS, 1>(x, out, w, s, g, nb, N, K);
+  else launch<FMT, KS, 8>(x, out, w, s, g, nb, N, K);
 }
 
 template <int FMT>
 void by_split(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int nb, int N, int K, int ks, int ring) {
-  if (ks == 8) by_width<FMT, 8>(x, out, w, s, g, nb, N, K, ring);
-  else if (ks == 4) by_width<FMT, 4>(x, out, w, s, g, nb, N, K, ring);
-  else by_width<FMT, 2>(x, out, w, s, g, nb, N, K, ring);
+              const torch::Tensor& g, int nb, int N, int K, int ks) {
+  if (ks == 8) by_width<FMT, 8>(x, out, w, s, g, nb, N, K);
+  else if (ks == 4) by_width<FMT, 4>(x, out, w, s, g, nb, N, K);
+  else by_width<FMT, 2>(x, out, w, s, g, nb, N, K);
 }
 
 }  // namespace
@@ -653,20 +606,18 @@ void by_split(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w
 // The Python wrapper (cuda_kernel.py `mma_gemv_cuda`) checks every input first and raises ValueError; the checks
 // here only keep a launch inside its buffers.
 void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int64_t fmt, int64_t ks, int64_t ring) {
+              const torch::Tensor& g, int64_t fmt, int64_t ks) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.dim() == 2, "mma_gemv: x must be contiguous bf16 [B, K]");
   const int64_t nb = x.size(0), K = x.size(1), N = out.size(1);
   TORCH_CHECK(nb >= 1 && nb <= 8 && K % 128 == 0 && K <= MAX_K && out.size(0) == nb, "mma_gemv: B in 1..8 and K % 128 == 0, K <= 8192 expected");
-  TORCH_CHECK(fmt >= 0 && fmt <= 2 && (ks == 2 || ks == 4 || ks == 8) && (ring == 2 || ring == 3),
-              "mma_gemv: bad format ", fmt, ", split ", ks, " or ring ", ring);
+  TORCH_CHECK(fmt >= 0 && fmt <= 2 && (ks == 2 || ks == 4 || ks == 8), "mma_gemv: bad format ", fmt, " or split ", ks);
   TORCH_CHECK(w.numel() == N * (fmt == 2 ? K : K / 2) && w.is_contiguous(), "mma_gemv: weight size does not match [N, K]");
   TORCH_CHECK(nb > 1 || fmt == 2 || K / 128 <= XW_CHUNKS * ks, "mma_gemv: one token: at most ", XW_CHUNKS, " chunks of 128 per warp");
   if (N == 0) return;
   const int b = static_cast<int>(nb), n = static_cast<int>(N), k = static_cast<int>(K), split = static_cast<int>(ks);
-  const int rg = static_cast<int>(ring);
-  if (fmt == 0) by_split<0>(x, out, w, s, g, b, n, k, split, rg);
-  else if (fmt == 1) by_split<1>(x, out, w, s, g, b, n, k, split, rg);
-  else by_split<2>(x, out, w, s, g, b, n, k, split, rg);
+  if (fmt == 0) by_split<0>(x, out, w, s, g, b, n, k, split);
+  else if (fmt == 1) by_split<1>(x, out, w, s, g, b, n, k, split);
+  else by_split<2>(x, out, w, s, g, b, n, k, split);
 }
 
 // Routed experts on the tensor cores (bf16 x, FP4 experts, K a multiple of 128): mode 1 (w1, w3, SwiGLU, routing

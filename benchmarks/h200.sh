@@ -5,8 +5,9 @@
 #   bash benchmarks/h200.sh check      build the CUDA extension; side by side: the kernel tests, every other cuda test
 #                                      (graph-safe decode, runtime layers) and `graphcheck capture` of the graph-safe
 #                                      target (correctness only: nothing is timed while they share the GPU)
+#   bash benchmarks/h200.sh tests      pytest on TESTS_ARGS (e.g. "tests/kernels -k f32"), building the extension first
 #   bash benchmarks/h200.sh memcheck   the kernel parity tests under compute-sanitizer memcheck, in MEMCHECK_SHARDS (4)
-#                                      processes side by side
+#                                      processes side by side (MEMCHECK_K: the tests' -k, default "parity and not flash")
 #   bash benchmarks/h200.sh targets    `graphcheck capture` of every kernel target
 #   bash benchmarks/h200.sh kernels    benchmarks/kernels.py, alone on the GPU (KERNELS_ARGS, e.g. "--only gemv,fp8")
 #   bash benchmarks/h200.sh decode     benchmarks/decode.py: eager, graph replay, reduce-overhead, HBM floor, both
@@ -61,10 +62,14 @@ for stage in "${@:-check}"; do
       --config graphcheck-graphsafe.toml --output-format full &
     wait
     summary check-pytest-kernels.txt check-pytest-cuda.txt check-capture-graphsafe.txt ;;
+  tests)
+    run tests-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    run tests.txt 500 python -m pytest -q -rfE -p no:cacheprovider ${TESTS_ARGS:-tests/kernels}
+    summary tests-build.txt tests.txt ;;
   memcheck)
     # one sanitizer process took over 6 minutes for the ~300 parity tests (run 12: cut off at 291): the test ids go
     # round-robin to MEMCHECK_SHARDS processes side by side (the sanitizer's instrumentation is CPU-bound)
-    python -m pytest -q -p no:cacheprovider --collect-only tests/kernels/test_kernels.py -k "parity and not flash" \
+    python -m pytest -q -p no:cacheprovider --collect-only tests/kernels/test_kernels.py -k "${MEMCHECK_K:-parity and not flash}" \
       | grep "::" > "$OUT/memcheck-ids.txt"
     n=${MEMCHECK_SHARDS:-4}
     for i in $(seq 0 $((n - 1))); do
@@ -104,7 +109,7 @@ for stage in "${@:-check}"; do
     run ncu-gemv.txt 200 ncu --kernel-name regex:'fp4_rows|mma_gemv' --launch-skip 4 --launch-count 2 --section SpeedOfLight \
       --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats python benchmarks/ncu_gemv.py
     grep -E "fp4_rows|mma_gemv|Throughput|Issued Warp|Achieved Active" "$OUT/ncu-gemv.txt" | cut -c1-120 ;;
-  *) echo "h200.sh: unknown stage '$stage': expected check, memcheck, targets, kernels, decode, profile, drift, thirdparty or ncu" >&2; exit 2 ;;
+  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, drift, thirdparty or ncu" >&2; exit 2 ;;
   esac
 done
 if [ -s "$OUT/.failed" ]; then echo "h200.sh: non-zero exit in: $(tr '\n' ' ' < "$OUT/.failed")" >&2; exit 1; fi

@@ -141,19 +141,22 @@ def bench_gemv(tab, sweep):
 
 
 def bench_head(tab):
-    """The fp32 LM head at Flash size (vocab 129280, dim 4096): the fp32 rows kernel against F.linear (cuBLAS),
-    which is also the reference."""
-    N, K = 129280, 4096
-    w = torch.randn(N, K, device="cuda")
-    for B in (1, 2, 8):
-        x = torch.randn(B, K, device="cuda")
-        nbytes = N * K * 4 + B * (K + N) * 4
-        base = both(lambda: F.linear(x, w), iters=10)
-        with guard(f"f32 head B={B}"):
-            ck = _cuda()
-            err = _relerr(ck.f32_gemv_cuda(x, w), F.linear(x, w))
-            tab.add(f"f32_gemv head B={B} {N}x{K} CUDA C++ rows", both(lambda: ck.f32_gemv_cuda(x, w), iters=10),
-                    ref=base, nbytes=nbytes, base=base, base_name="fp32 F.linear", err=err)
+    """fp32 weights against 1..8 fp32 rows, the fp32 rows kernel against F.linear (cuBLAS, also the reference): the
+    LM head at Flash size (vocab 129280, dim 4096, K not split) and the narrow fp32 products of the Flash step (K
+    split): the mHC mix (24 x 4*4096), the router (256 x 4096) and the CSA compressor projections (1024 x 4096)."""
+    for N, K, what, batches in ((129280, 4096, "head", (1, 2, 8)), (24, 16384, "mHC mix", (1, 8)),
+                                (256, 4096, "router", (1, 8)), (1024, 4096, "compressor", (1, 8))):
+        w = torch.randn(N, K, device="cuda")
+        for B in batches:
+            x = torch.randn(B, K, device="cuda")
+            nbytes = N * K * 4 + B * (K + N) * 4
+            base = both(lambda: F.linear(x, w), iters=10 if what == "head" else 50)
+            with guard(f"f32 {what} B={B}"):
+                ck = _cuda()
+                err = _relerr(ck.f32_gemv_cuda(x, w), F.linear(x, w))
+                tab.add(f"f32_gemv {what} B={B} {N}x{K} CUDA C++ rows", both(lambda: ck.f32_gemv_cuda(x, w),
+                                                                             iters=10 if what == "head" else 50),
+                        ref=base, nbytes=nbytes, base=base, base_name="fp32 F.linear", err=err)
 
 
 def bench_fp8(tab):

@@ -35,6 +35,7 @@ from torch import nn
 from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref, fp8_fake_quant_ref
 from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
 from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref
+from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.rms_norm.reference import rms_norm_ref
 from dsv4_kernels.rope.reference import rope_tail_ref
 from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
@@ -45,7 +46,7 @@ from .indexer import Indexer, topk_blocks
 from .linear import Linear, RMSNorm
 from .mhc import HyperConnection, HyperHead
 from .model import Transformer
-from .moe import routed_experts
+from .moe import Gate, routed_experts
 from .quant import act_sim
 
 # shapes: B bucket rows, W window, D head_dim, m ratio, N compressed slots per sequence, V vocab, d dim
@@ -220,31 +221,36 @@ def kernel_experts(device: torch.device, use_kernels: bool = True):
 
 
 def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = True) -> str:
-    """Give the model's modules their decode kernels, decided once at load: every quantised `Linear` the
+    """Give the model's modules their decode kernels, decided once at load: every quantised or fp32 `Linear` the
     stored-format GEMV (`dsv4_kernels.moe_gemv.weight_gemv`: FP8 and FP4 weights read as stored, no dequantised
-    copy per step), every `HyperConnection` the one-launch Sinkhorn and mHC mixes (`HyperHead` its mix), and the
+    copy per step), the fp32 products of mHC and the router the fp32 GEMV (`f32_linear`), every `HyperConnection`
+    the one-launch Sinkhorn and mHC mixes (`HyperHead` its mix), and the
     modules that fake-quantise, normalise, rotate or pool (`Linear`, `RMSNorm`, `Attention`, `Indexer`, `Compressor`)
     the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, on CUDA; the references elsewhere or when kernels are off.
     Returns the log note."""
     on = use_kernels and torch.device(device).type == "cuda"
-    gemv, sink = None, sinkhorn_ref
+    gemv, sink, f32 = None, sinkhorn_ref, f32_linear_ref
     small = small_kernels(device, use_kernels)
     if on:
         from dsv4_kernels import available
+        from dsv4_kernels.moe_gemv import f32_linear as f32
         from dsv4_kernels.moe_gemv import weight_gemv as gemv
         if available("sinkhorn")[0]:
             from dsv4_kernels.sinkhorn import sinkhorn as sink
     n = 0
     for m in model.modules():
         if isinstance(m, Linear):
-            # quantised projections, and the fp32 LM head (cuBLAS ran it at half the bandwidth for 8 rows)
+            # quantised projections, and the fp32 ones (LM head, compressor): cuBLAS ran them at half the bandwidth
+            # or less for 8 rows
             m.gemv = gemv if m.fmt in ("fp8", "mxfp4", "nvfp4") or m.fmt == "plain" and m.dtype == torch.float32 else None
             m.fp8_quant = small["fp8"]
             n += m.gemv is not None
         elif isinstance(m, HyperConnection):
-            m.sinkhorn, m.pre_mix, m.post_mix = sink, small["mhc_pre"], small["mhc_post"]
+            m.sinkhorn, m.pre_mix, m.post_mix, m.matmul = sink, small["mhc_pre"], small["mhc_post"], f32
         elif isinstance(m, HyperHead):
-            m.head_mix = small["mhc_head"]
+            m.head_mix, m.matmul = small["mhc_head"], f32
+        elif isinstance(m, Gate):
+            m.matmul = f32
         elif isinstance(m, RMSNorm):
             m.kernel = small["rms"]
         elif isinstance(m, Attention):
@@ -257,7 +263,8 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         return ("projections: F.linear; mHC: PyTorch Sinkhorn; fake quants, RMSNorm, RoPE, mHC mixes and compressor "
                 "pooling: PyTorch")
     fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
-    return (f"projections: {n} (quantised, and fp32) through the stored-format GEMV; mHC: "
+    return (f"projections: {n} (quantised, and fp32) through the stored-format GEMV, mHC and router products through "
+            f"the fp32 GEMV; mHC: "
             f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; one-launch: {', '.join(fused) or 'none'}")
 
 

@@ -1,14 +1,16 @@
 """mHC: manifold-constrained hyper-connections. The residual is hc copies X [B,S,hc,d]; each sublayer reads a
 sigmoid-weighted mix and writes back through a Sinkhorn-normalised hc x hc matrix (fixed 20 iterations).
 
-The `f @ fn.T` matmul is a torch op here; what surrounds it (the rsqrt norm, sigmoids, scale/base, the weighted sums)
-is `dsv4_kernels.mhc`'s reference, or its one-launch kernel set once at load on CUDA (decode.kernel_modules)."""
+The `f @ fn.T` matmul is `f32_linear_ref` (fp32, as the reference) or the fp32 decode GEMV; what surrounds it (the
+rsqrt norm, sigmoids, scale/base, the weighted sums) is `dsv4_kernels.mhc`'s reference, or its one-launch kernel:
+each set once at load on CUDA (decode.kernel_modules)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref
+from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
 
@@ -23,10 +25,11 @@ class HyperConnection(nn.Module):
         # the softmax + Sinkhorn of `pre` and the mixes around its matmul and of `post`: the references, or their
         # one-launch kernels set once at load on CUDA (decode.kernel_modules)
         self.sinkhorn, self.pre_mix, self.post_mix = sinkhorn_ref, mhc_pre_ref, mhc_post_ref
+        self.matmul = f32_linear_ref
 
     def pre(self, X: torch.Tensor):
         """X [B,S,hc,d] -> (x [B,S,d], post [B,S,hc], comb [B,S,hc,hc])."""
-        mix = X.flatten(-2).float() @ self.fn.T                                    # [B,S,24], before the norm
+        mix = self.matmul(X.flatten(-2).float(), self.fn)                          # [B,S,24], before the norm
         x, post, comb = self.pre_mix(X, mix, self.scale, self.base, self.eps, self.norm_eps)
         comb = self.sinkhorn(comb, self.iters, self.eps)     # fixed count: no host convergence check
         return x, post, comb
@@ -44,7 +47,8 @@ class HyperHead(nn.Module):
         self.base = nn.Parameter(torch.zeros(hc), requires_grad=False)
         self.scale = nn.Parameter(torch.ones(1), requires_grad=False)
         self.head_mix = mhc_head_ref    # or its one-launch kernel, set once at load on CUDA (decode.kernel_modules)
+        self.matmul = f32_linear_ref    # likewise
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        mix = X.flatten(-2).float() @ self.fn.T                                    # [B,S,hc], before the norm
+        mix = self.matmul(X.flatten(-2).float(), self.fn)                          # [B,S,hc], before the norm
         return self.head_mix(X, mix, self.scale, self.base, self.eps, self.norm_eps)

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dsv4_kernels.fused_swiglu.reference import swiglu_ref
+from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 
 from .linear import Linear, get_qweight, init_qweight
 from .quant import QWeight, act_sim, dequant
@@ -107,6 +108,7 @@ class Gate(nn.Module):
             raise ValueError(f"score_func {self.score_func!r} is not supported; expected one of {', '.join(SCORE_FUNCS)}")
         self.hash = layer < args.n_hash_layers
         self.dtype = torch.float32          # the reference computes the router in fp32 (and holds its weight so)
+        self.matmul = f32_linear_ref        # or the fp32 decode GEMV, set once at load on CUDA (decode.kernel_modules)
         init_qweight(self, "", (args.n_routed_experts, args.dim), self.dtype)
         if self.hash:
             self.register_buffer("tid2eid", torch.zeros(args.vocab_size, self.k, dtype=torch.int64))
@@ -119,7 +121,7 @@ class Gate(nn.Module):
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [N, d], ids [N] -> (weights [N, k] fp32, expert indices [N, k]). The reference computes in fp32."""
-        logits = x.float() @ dequant(get_qweight(self), dtype=self.dtype).T
+        logits = self.matmul(x.float(), dequant(get_qweight(self), dtype=self.dtype))
         if self.score_func == "softmax":
             scores = logits.softmax(-1)
         elif self.score_func == "sigmoid":

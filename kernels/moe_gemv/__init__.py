@@ -3,6 +3,7 @@
     routed_experts(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> y [T, dim] fp32
     fp4_gemv(x, w) -> y [B, N] in x.dtype
     weight_gemv(x, w) -> y [B, N] in x.dtype       (any stored format: fp8 block-128, mxfp4, nvfp4, plain)
+    f32_linear(x, w) -> x @ w^T in fp32            (fp32 x of 1..8 rows, fp32 weight [N, K])
 
 x [T, dim] bf16 or fp32; idx [T, k] device int (expert ids); wts [T, k] fp32 routing weights; each w a tuple
 (fmt, data, scale, scale2, input_scale) as in CONTRACTS §2 (stacked [E, ...] for the experts). limit None means no
@@ -22,12 +23,10 @@ from __future__ import annotations
 
 import torch
 
-from .reference import FP4_FORMATS, check_weight, fp4_gemv_ref, fp8_gemv_ref, routed_experts_ref  # noqa: F401
+from .reference import (FP4_FORMATS, check_weight, f32_linear_ref, fp4_gemv_ref, fp8_gemv_ref,  # noqa: F401
+                        routed_experts_ref)
 
 MAX_PAIRS = 256   # decode batches (T * k); the kernel's pair bookkeeping is O(P) per program
-# the fp32 rows kernel runs 16 rows per block without splitting K: below ~4 blocks per SM it is slower than cuBLAS
-# (the compressor's 1024-row fp32 projections took 60-110 us in it against ~10 in cuBLAS: H200 profile of this session)
-F32_MIN_ROWS = 8192
 
 
 def _kernel_input(x: torch.Tensor) -> bool:
@@ -84,8 +83,8 @@ def fp4_gemv(x: torch.Tensor, w) -> torch.Tensor:
 def weight_gemv(x: torch.Tensor, w) -> torch.Tensor:
     """y = x @ W^T at decode sizes for a weight in its stored format, weight-only (the caller simulates the
     activation format): FP4 as `fp4_gemv`; FP8 (e4m3 + 128x128 fp32 block scales) through the CUDA kernel where it
-    builds and fits, else dequantised; plain fp32 weights of at least F32_MIN_ROWS rows with fp32 x (the LM head)
-    through the CUDA fp32 rows kernel where it builds, other plain weights through F.linear. x [B, K] bf16/fp32."""
+    builds and fits, else dequantised; plain fp32 weights with fp32 x through `f32_linear`, other plain weights
+    through F.linear. x [B, K] bf16/fp32."""
     fmt = w[0]
     if fmt in FP4_FORMATS:
         return fp4_gemv(x, w)
@@ -94,10 +93,22 @@ def weight_gemv(x: torch.Tensor, w) -> torch.Tensor:
             from .cuda_kernel import fp4_gemv_cuda
             return fp4_gemv_cuda(x.contiguous(), w)
         return fp8_gemv_ref(x, w)
-    if (w[1].dtype == torch.float32 and w[1].shape[0] >= F32_MIN_ROWS and _kernel_input(x) and x.dim() == 2
-            and x.dtype == torch.float32 and 1 <= x.shape[0] <= 8):
-        from . import cuda_kernel
-        xc = x.contiguous()
-        if cuda_kernel.build()[0] and cuda_kernel.f32_fits(xc, w[1]):
-            return cuda_kernel.f32_gemv_cuda(xc, w[1])       # the fp32 LM head: cuBLAS ran it at ~half bandwidth at 8 rows
+    if w[1].dtype == torch.float32 and x.dtype == torch.float32:
+        return f32_linear(x, w[1])
     return torch.nn.functional.linear(x, w[1].to(x.dtype))
+
+
+def f32_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """y = x @ w^T for fp32 x [..., K] and an fp32 weight [N, K]: the CUDA fp32 rows kernel (K split for narrow
+    matrices) where it builds and takes them (1..8 rows on CUDA), else `f32_linear_ref`. The reference keeps these
+    in fp32: the LM head, the compressor's projections, the mHC mixes and the router; at 8 rows cuBLAS ran them at
+    a fraction of the copy bandwidth (4-20 us each plus split-K reduces, with the attention's fp32 products ~0.5 ms
+    of the Flash B=8 step on the H200)."""
+    K = x.shape[-1]
+    if (_kernel_input(x) and x.dtype == torch.float32 and w.dtype == torch.float32 and K
+            and 1 <= x.numel() // K <= 8):
+        from . import cuda_kernel
+        xc = x.reshape(-1, K).contiguous()
+        if cuda_kernel.build()[0] and cuda_kernel.f32_fits(xc, w):
+            return cuda_kernel.f32_gemv_cuda(xc, w).view(*x.shape[:-1], w.shape[0])
+    return f32_linear_ref(x, w)

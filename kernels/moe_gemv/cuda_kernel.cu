@@ -22,12 +22,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include <cooperative_groups.h>
 #include <cstdint>
 
 #include "stream_load.cuh"
 
 namespace {
 
+namespace cg = cooperative_groups;
 constexpr int WARPS = 4;          // warps per block; each warp owns R consecutive output rows
 constexpr unsigned FULL = 0xffffffffu;
 
@@ -342,11 +344,65 @@ void by_width(int maxt, const torch::Tensor& x, const torch::Tensor& idx, const 
   else if constexpr (MODE == 0) by_dtype<FMT, MODE, 8, 2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
 }
 
-// fp32 weights (the LM head, which the reference keeps in fp32) against 1..8 fp32 token rows:
-// out[b, n] = x[b] . W[n]. The same streaming as the FP4 rows kernel: each lane takes 16-byte pieces of R rows,
-// the next piece in flight while the current one is multiplied, R rows sharing each read of x (from L1: the weights
-// bypass it), a shuffle sum per row (deterministic). cuBLAS's choice for 8 rows of this shape ran at half the copy
-// bandwidth on the H200 (sgemm_largek, 0.95 ms for the Flash head against a 0.53 ms floor).
+// fp32 weights against 1..8 fp32 token rows: out[b, n] = x[b] . W[n] (the LM head, the compressor's projections,
+// the mHC mixes and the router, all of which the reference computes in fp32). The same streaming as the FP4 rows
+// kernel: each lane takes 16-byte pieces of R = 4 rows, the next piece in flight while the current one is
+// multiplied, the 4 rows sharing each read of x (from L1: the weights bypass it), a shuffle sum per row. cuBLAS's
+// choices for 8 rows ran at half the copy bandwidth or less on the H200 (0.95 ms for the Flash head against a
+// 0.53 ms floor; 3-20 us for the narrow matrices). Two shapes of the same loop:
+// - f32_rows_kernel: a warp owns 4 rows and all of K (the LM head: 129,280 rows fill the GPU);
+// - f32_cluster_kernel: a cluster of blocks owns 4 rows, each block a slice of K, each of its SPLIT_WARPS warps
+//   interleaved pieces of the slice; warps are summed through shared memory, blocks through the cluster's
+//   distributed shared memory, both in a fixed order (deterministic, one launch, no atomics). A narrow matrix (4 to
+//   8191 rows) has too few rows to fill the GPU; one block per row instead read x 8x over per weight byte and ran
+//   the mHC mix (24 x 16384) at 22 us for 8 rows, against cuBLAS's 12.5 (H200, 2026-12-04 run 19).
+constexpr int SPLIT_WARPS = 8;
+constexpr int MAX_CLUSTER = 8;    // the portable cluster size
+
+template <int MAXT, int R, int STEP, bool XBATCH>
+__device__ __forceinline__ void f32_dot(const float* __restrict__ x, const float* __restrict__ w, int nb, int N, int K,
+                                        int end, int row0, int c, float (&acc)[1][R][MAXT]) {
+  auto fetch = [&](int c, float4 (&dst)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint4 u = row0 + r < N && c < end
+                          ? ld_stream(reinterpret_cast<const float4*>(w + static_cast<int64_t>(row0 + r) * K) + c)
+                          : make_uint4(0, 0, 0, 0);
+      dst[r] = make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w));
+    }
+  };
+  auto fma4 = [&](const float4& xv, int b, const float4 (&q)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      acc[0][r][b] = fmaf(q[r].x, xv.x, acc[0][r][b]);
+      acc[0][r][b] = fmaf(q[r].y, xv.y, acc[0][r][b]);
+      acc[0][r][b] = fmaf(q[r].z, xv.z, acc[0][r][b]);
+      acc[0][r][b] = fmaf(q[r].w, xv.w, acc[0][r][b]);
+    }
+  };
+  float4 q[R];
+  fetch(c, q);
+  for (; c < end; c += STEP) {
+    float4 next[R];
+    fetch(c + STEP, next);
+    if constexpr (XBATCH) {          // every row of x in one round trip: a split's few pieces cannot hide nb of them
+      float4 xv[MAXT];
+#pragma unroll
+      for (int b = 0; b < MAXT; ++b)
+        xv[b] = b < nb ? __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(b) * K) + c) : make_float4(0, 0, 0, 0);
+#pragma unroll
+      for (int b = 0; b < MAXT; ++b) fma4(xv[b], b, q);
+    } else {                         // fewer registers: the head's occupancy (89 % of copy bandwidth batched, 94 % not)
+#pragma unroll
+      for (int b = 0; b < MAXT; ++b)
+        if (b < nb) fma4(__ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(b) * K) + c), b, q);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) q[r] = next[r];
+  }
+  warp_sum<1, R, MAXT>(acc, nb);
+}
+
 template <int MAXT>
 __global__ void __launch_bounds__(WARPS * 32)
 f32_rows_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int nb, int N, int K) {
@@ -354,46 +410,51 @@ f32_rows_kernel(const float* __restrict__ x, const float* __restrict__ w, float*
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = (blockIdx.x * WARPS + warp) * R;
   if (row0 >= N) return;
-  const int pieces = K / 4;
   float acc[1][R][MAXT];                               // [1]: the shape zero() and warp_sum() take (one matrix)
   zero(acc);
-  auto fetch = [&](int c, float4 (&dst)[R]) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint4 u = row0 + r < N && c < pieces
-                          ? ld_stream(reinterpret_cast<const float4*>(w + static_cast<int64_t>(row0 + r) * K) + c)
-                          : make_uint4(0, 0, 0, 0);
-      dst[r] = make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w));
-    }
-  };
-  float4 q[R];
-  fetch(lane, q);
-  for (int c = lane; c < pieces; c += 32) {
-    float4 next[R];
-    fetch(c + 32, next);
-#pragma unroll
-    for (int b = 0; b < MAXT; ++b) {
-      if (b < nb) {
-        const float4 xv = __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(b) * K) + c);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          acc[0][r][b] = fmaf(q[r].x, xv.x, acc[0][r][b]);
-          acc[0][r][b] = fmaf(q[r].y, xv.y, acc[0][r][b]);
-          acc[0][r][b] = fmaf(q[r].z, xv.z, acc[0][r][b]);
-          acc[0][r][b] = fmaf(q[r].w, xv.w, acc[0][r][b]);
-        }
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) q[r] = next[r];
-  }
-  warp_sum<1, R, MAXT>(acc, nb);
+  f32_dot<MAXT, R, 32, false>(x, w, nb, N, K, K / 4, row0, lane, acc);
   // lane (r * MAXT + b) stores (row0 + r, b): the stores spread over the warp
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int b = 0; b < MAXT; ++b)
       if (lane == r * MAXT + b && b < nb && row0 + r < N) out[static_cast<int64_t>(b) * N + row0 + r] = acc[0][r][b];
+}
+
+// blockIdx.x: the block's slice of K (its rank in the cluster of gridDim.x blocks), blockIdx.y: the 4-row tile
+template <int MAXT>
+__global__ void __launch_bounds__(SPLIT_WARPS * 32)
+f32_cluster_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int nb, int N,
+                   int K, int slice) {
+  constexpr int R = 4;
+  __shared__ float part[SPLIT_WARPS][R * MAXT];
+  __shared__ float block_sum[R * MAXT];
+  cg::cluster_group cluster = cg::this_cluster();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row0 = blockIdx.y * R, first = blockIdx.x * slice;
+  float acc[1][R][MAXT];
+  zero(acc);
+  f32_dot<MAXT, R, SPLIT_WARPS * 32, true>(x, w, nb, N, K, min(K / 4, first + slice), row0, first + warp * 32 + lane, acc);
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int b = 0; b < MAXT; ++b) part[warp][r * MAXT + b] = acc[0][r][b];
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < R * MAXT) {
+    float s = part[0][t];
+#pragma unroll
+    for (int k = 1; k < SPLIT_WARPS; ++k) s += part[k][t];
+    block_sum[t] = s;
+  }
+  cluster.sync();                                      // every block's sum is in its shared memory
+  if (cluster.block_rank() == 0 && t < R * MAXT && t % MAXT < nb && row0 + t / MAXT < N) {
+    float s = 0.f;
+    for (unsigned k = 0; k < cluster.num_blocks(); ++k) s += cluster.map_shared_rank(block_sum, k)[t];
+    out[static_cast<int64_t>(t % MAXT) * N + row0 + t / MAXT] = s;
+  }
+  cluster.sync();                                      // no block leaves while rank 0 reads its shared memory
 }
 
 }  // namespace
@@ -429,7 +490,28 @@ void fp4_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Ten
 }
 
 // y[B, N] = x[B, K] W[N, K]^T in fp32 for 1..8 rows (the Python wrapper `f32_gemv_cuda` checks first)
-void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out) {
+template <int MAXT>
+void f32_launch(const float* xp, const float* wp, float* op, int nb, int N, int K, int cluster, cudaStream_t stream) {
+  if (cluster == 0) {
+    f32_rows_kernel<MAXT><<<(N + WARPS * 4 - 1) / (WARPS * 4), WARPS * 32, 0, stream>>>(xp, wp, op, nb, N, K);
+    return;
+  }
+  const int pieces = K / 4, slice = (pieces + cluster - 1) / cluster;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(cluster, (N + 3) / 4, 1);
+  cfg.blockDim = dim3(SPLIT_WARPS * 32, 1, 1);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, f32_cluster_kernel<MAXT>, xp, wp, op, nb, N, K, slice));
+}
+
+void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out, int64_t cluster) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kFloat && x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= 8,
               "f32_rows: x must be contiguous fp32 [1..8, K] on CUDA");
   TORCH_CHECK(w.is_contiguous() && w.scalar_type() == at::kFloat && w.dim() == 2 && w.size(1) == x.size(1) && x.size(1) % 4 == 0 &&
@@ -437,17 +519,19 @@ void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out)
               "f32_rows: w must be contiguous 16-byte-aligned fp32 [N, K], K a multiple of 4");
   TORCH_CHECK(out.is_contiguous() && out.scalar_type() == at::kFloat && out.size(0) == x.size(0) && out.size(1) == w.size(0),
               "f32_rows: out must be contiguous fp32 [B, N]");
+  TORCH_CHECK(cluster >= 0 && cluster <= MAX_CLUSTER,
+              "f32_rows: cluster must be 0 (rows kernel) or 1..", MAX_CLUSTER, " blocks splitting K, found ", cluster);
   const int nb = static_cast<int>(x.size(0)), N = static_cast<int>(w.size(0)), K = static_cast<int>(x.size(1));
   if (N == 0) return;
-  const dim3 grid((N + WARPS * 4 - 1) / (WARPS * 4));
   const auto stream = at::cuda::getCurrentCUDAStream();
   const float* xp = x.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  if (nb == 1) f32_rows_kernel<1><<<grid, WARPS * 32, 0, stream>>>(xp, wp, op, nb, N, K);
-  else if (nb <= 2) f32_rows_kernel<2><<<grid, WARPS * 32, 0, stream>>>(xp, wp, op, nb, N, K);
-  else if (nb <= 4) f32_rows_kernel<4><<<grid, WARPS * 32, 0, stream>>>(xp, wp, op, nb, N, K);
-  else f32_rows_kernel<8><<<grid, WARPS * 32, 0, stream>>>(xp, wp, op, nb, N, K);
+  const int cl = static_cast<int>(cluster);
+  if (nb == 1) f32_launch<1>(xp, wp, op, nb, N, K, cl, stream);
+  else if (nb <= 2) f32_launch<2>(xp, wp, op, nb, N, K, cl, stream);
+  else if (nb <= 4) f32_launch<4>(xp, wp, op, nb, N, K, cl, stream);
+  else f32_launch<8>(xp, wp, op, nb, N, K, cl, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -461,7 +545,7 @@ void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fp4_rows", &fp4_rows, "FP4/FP8 weight-only rows kernel (modes: 0 gemv, 1 expert up + SwiGLU, 2 expert down)");
-  m.def("f32_rows", &f32_rows, "fp32 weights against 1..8 fp32 rows (the LM head)");
+  m.def("f32_rows", &f32_rows, "fp32 weights against 1..8 fp32 rows (cluster 0: rows kernel; 1..8: blocks of a cluster splitting K)");
   m.def("mma_gemv", &mma_gemv, "FP4/FP8 weight-only GEMV on the tensor cores for bf16 x of 1..8 rows");
   m.def("mma_experts", &mma_experts, "FP4 routed experts on the tensor cores for bf16 x (modes 1 and 2)");
 }

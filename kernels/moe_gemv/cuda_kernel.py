@@ -12,8 +12,8 @@ Two kernels: the CUDA-core rows kernel of cuda_kernel.cu (any of its shapes, bf1
 kernels of mma_kernel.cu, which `fp4_gemv_cuda` and `routed_experts_cuda` take for bf16 x of 1 to 8 rows with K a
 multiple of 128 (every projection of the Flash model): 8 token rows cost about twice what one does, where the rows
 kernel's cost grows with each, and one token (its one-column loop) is 1.15-1.2x the rows kernel for the GEMV and
-the routed experts (measured on the H200; BENCHMARKS.md). A third, `f32_gemv_cuda`, streams the fp32 LM head for
-1..8 rows.
+the routed experts (measured on the H200; BENCHMARKS.md). A third, `f32_gemv_cuda`, streams fp32 weights (the LM head, and,
+with K split, the narrow fp32 projections: compressor, mHC mixes, router) for 1..8 rows.
 """
 from __future__ import annotations
 
@@ -139,13 +139,31 @@ def f32_fits(x: torch.Tensor, w: torch.Tensor) -> bool:
             and x.shape[1] % 4 == 0 and x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0)
 
 
+F32_ROW_BLOCKS = 1024    # 16-row blocks that fill the GPU by rows alone (~8 per SM): from there K is not split
+F32_MAX_CLUSTER = 8      # the portable thread-block cluster size (mirrors MAX_CLUSTER in cuda_kernel.cu)
+
+
+def f32_cluster(N: int, K: int) -> int:
+    """How the fp32 kernel takes an [N, K] weight: 0, whole rows per warp (the LM head: enough rows to fill the
+    GPU); else blocks of 8 warps splitting K for each 4 rows, in clusters of 1..8 blocks splitting it further where
+    the rows alone give fewer than 256 blocks, each block at least 256 pieces of 4 floats (one per lane): the mHC
+    mixes (24 x 16384) in clusters of 8, the router (256 x 4096) of 4, the CSA compressor (1024 x 4096) alone
+    (clusters of 4 ran it at 21 us for 8 rows against 11 us unclustered; H200, 2026-12-04 runs 19-20)."""
+    if -(-N // 16) >= F32_ROW_BLOCKS:
+        return 0
+    if -(-N // 4) >= 256:
+        return 1
+    return max(1, min(F32_MAX_CLUSTER, K // 4 // 256))
+
+
 def f32_gemv_cuda(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """y = x @ w^T for fp32 x [1..8, K] and a plain fp32 weight [N, K] (the LM head), fp32 sums."""
+    """y = x @ w^T for fp32 x [1..8, K] and a plain fp32 weight [N, K], fp32 sums in a fixed order (deterministic);
+    `f32_cluster` picks the kernel's shape."""
     if not f32_fits(x, w):
         raise ValueError(f"f32_rows: x {tuple(x.shape)} {x.dtype} and w {tuple(w.shape)} {w.dtype} are not taken "
                          "(contiguous 16-byte-aligned fp32, 1..8 rows of x on CUDA, K a multiple of 4)")
     y = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
-    _ext().f32_rows(x, w, y)
+    _ext().f32_rows(x, w, y, f32_cluster(*w.shape))
     return y
 
 

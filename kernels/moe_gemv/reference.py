@@ -107,6 +107,11 @@ def fp4_gemv_ref(x: torch.Tensor, w) -> torch.Tensor:
     return (x.float() @ dequant(w).T).to(x.dtype)
 
 
+def f32_linear_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """y = x @ w^T in fp32, written as the reference model writes its fp32 products (mHC mixes, the router)."""
+    return x @ w.T
+
+
 def fp8_gemv_ref(x: torch.Tensor, w) -> torch.Tensor:
     """y [B, N] (x.dtype) = x [B, K] @ W^T for an FP8 weight: e4m3 data [N, K] times fp32 scales per 128x128 block."""
     _, data, scale, _, _ = w

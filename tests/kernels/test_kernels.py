@@ -377,13 +377,17 @@ def test_fp8_gemv_parity(path, B, N, K):
 
 
 @cuda
-@pytest.mark.parametrize("B,N,K", [(1, 129280, 4096), (8, 129280, 4096), (3, 8193, 12), (2, 8195, 4100), (5, 16384, 512)])
-def test_f32_head_gemv_parity(B, N, K):
-    """The fp32 LM head through the stored-format GEMV (fp32 rows kernel) against F.linear in fp32: N not a
-    multiple of a warp's 4 rows or a block's 16, K not a multiple of 128 (a lane's last piece past the row)."""
-    from dsv4_kernels.moe_gemv import cuda_kernel, weight_gemv
+@pytest.mark.parametrize("B,N,K", [(1, 129280, 4096), (8, 129280, 4096), (3, 8193, 12), (2, 8195, 4100), (5, 16384, 512),
+                                   (8, 24, 16384), (1, 4, 16384), (8, 256, 4096), (5, 1024, 4096), (8, 512, 4096), (3, 5, 4100),
+                                   (7, 513, 1000), (2, 40, 8), (3, 1030, 12), (8, 6, 8200), (4, 9, 2052)])
+def test_f32_gemv_parity(B, N, K):
+    """fp32 weights through the stored-format GEMV (fp32 rows kernel) against F.linear in fp64: the LM head (rows
+    per warp) and the narrow matrices whose K is split over a cluster of blocks (mHC 24 x 16384 and 4 x 16384 in 8,
+    the router and the compressor in 4, short K in 1 or 2), N not a multiple of 4 rows, K not a multiple of a
+    warp's 128 floats or of a block's 1024 (lanes and warps with no piece, a short last slice of K)."""
+    from dsv4_kernels.moe_gemv import cuda_kernel, f32_linear, weight_gemv
     assert cuda_kernel.build()[0], cuda_kernel.build()[1]
-    g = torch.Generator(device="cuda").manual_seed(B * 31 + K)
+    g = torch.Generator(device="cuda").manual_seed(B * 31 + K + N)
     w = torch.randn(N, K, device="cuda", generator=g)
     x = torch.randn(B, K, device="cuda", generator=g)
     _poison(B * N * 4)
@@ -392,25 +396,42 @@ def test_f32_head_gemv_parity(B, N, K):
     assert got.dtype == torch.float32 and torch.isfinite(got).all()
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
     torch.testing.assert_close(cuda_kernel.f32_gemv_cuda(x, w), got, rtol=0, atol=0)     # the entry took the kernel
+    _poison(B * N * 4)
+    torch.testing.assert_close(f32_linear(x.view(B, 1, K), w), got.view(B, 1, N), rtol=0, atol=0)   # [B,S,K] as mHC
     wrong = torch.nn.functional.linear(x, w.roll(1, 0))                                  # a row off: detectably different
     assert not torch.allclose(got, wrong, atol=1e-2)
 
 
-def test_f32_head_kernel_only_for_wide_matrices(monkeypatch):
-    """Narrow fp32 projections (the compressor's 1024 rows) stay with F.linear: the rows kernel does not split K and
-    was 6-10x slower there on the H200. Checked on any machine by making the kernel look built and available."""
+def test_f32_cluster_shape():
+    """The kernel's shape: the LM head whole rows per warp (0), from 1024 rows one block per 4 rows (1), fewer rows
+    K split over a cluster of blocks of at least 1024 floats each, at most the portable 8 (the mHC mixes 8, the
+    router 4)."""
+    from dsv4_kernels.moe_gemv.cuda_kernel import F32_ROW_BLOCKS, f32_cluster
+    assert [f32_cluster(n, 4096) for n in (129280, 16 * F32_ROW_BLOCKS, 16 * F32_ROW_BLOCKS - 16, 1024, 1020, 256, 4)] \
+        == [0, 0, 1, 1, 4, 4, 4]
+    assert [f32_cluster(24, k) for k in (16384, 65536, 8192, 2048, 1024, 1020, 12)] == [8, 8, 8, 2, 1, 1, 1]
+
+
+def test_f32_linear_takes_narrow_matrices(monkeypatch):
+    """Every fp32 weight with 1..8 fp32 rows goes to the kernel (the split of K made narrow ones worth it: the mHC
+    mixes, the router and the compressor ran in cuBLAS at a fraction of the bandwidth); 9 rows, bf16 x or a CPU
+    tensor take the reference, `x @ w.T` exactly. Checked on any machine by making the kernel look built."""
     from dsv4_kernels import moe_gemv
     from dsv4_kernels.moe_gemv import cuda_kernel
     calls = []
+    x, w = torch.randn(2, 1, 16), torch.randn(24, 16)
+    assert torch.equal(moe_gemv.f32_linear(x, w), x @ w.T)                   # CPU: the reference, bit for bit
     monkeypatch.setattr(moe_gemv, "_kernel_input", lambda x: True)
     monkeypatch.setattr(cuda_kernel, "build", lambda: (True, "ok"))
-    monkeypatch.setattr(cuda_kernel, "f32_fits", lambda x, w: True)
-    monkeypatch.setattr(cuda_kernel, "f32_gemv_cuda", lambda x, w: calls.append(w.shape[0]) or x @ w.T)
-    x = torch.randn(2, 16)
-    for n in (moe_gemv.F32_MIN_ROWS - 1, moe_gemv.F32_MIN_ROWS):
-        y = moe_gemv.weight_gemv(x, ("plain", torch.randn(n, 16), None, None, None))
+    monkeypatch.setattr(cuda_kernel, "f32_fits", lambda x, w: x.shape[0] <= 8)
+    monkeypatch.setattr(cuda_kernel, "f32_gemv_cuda", lambda x, w: calls.append(tuple(x.shape)) or x @ w.T)
+    for n in (4, 24, 1024, 129280):
+        y = moe_gemv.weight_gemv(x[:, 0], ("plain", torch.randn(n, 16), None, None, None))
         assert y.shape == (2, n)
-    assert calls == [moe_gemv.F32_MIN_ROWS]
+    assert moe_gemv.f32_linear(x, w).shape == (2, 1, 24)
+    moe_gemv.f32_linear(torch.randn(9, 16), w)                                 # 9 rows: reference
+    moe_gemv.weight_gemv(x[:, 0].bfloat16(), ("plain", w.bfloat16(), None, None, None))   # bf16: F.linear
+    assert calls == [(2, 16)] * 5
 
 
 @cuda

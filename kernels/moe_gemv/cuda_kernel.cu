@@ -429,7 +429,6 @@ f32_cluster_kernel(const float* __restrict__ x, const float* __restrict__ w, flo
   constexpr int R = 4;
   __shared__ float part[SPLIT_WARPS][R * MAXT];
   __shared__ float block_sum[R * MAXT];
-  cg::cluster_group cluster = cg::this_cluster();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = blockIdx.y * R, first = blockIdx.x * slice;
   float acc[1][R][MAXT];
@@ -448,13 +447,20 @@ f32_cluster_kernel(const float* __restrict__ x, const float* __restrict__ w, flo
     for (int k = 1; k < SPLIT_WARPS; ++k) s += part[k][t];
     block_sum[t] = s;
   }
+  const bool store = t < R * MAXT && t % MAXT < nb && row0 + t / MAXT < N;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();                                      // every block's sum is in its shared memory
-  if (cluster.block_rank() == 0 && t < R * MAXT && t % MAXT < nb && row0 + t / MAXT < N) {
+  if (cluster.block_rank() == 0 && store) {
     float s = 0.f;
     for (unsigned k = 0; k < cluster.num_blocks(); ++k) s += cluster.map_shared_rank(block_sum, k)[t];
     out[static_cast<int64_t>(t % MAXT) * N + row0 + t / MAXT] = s;
   }
   cluster.sync();                                      // no block leaves while rank 0 reads its shared memory
+#else
+  // before sm_90 there are no clusters: the host launches one block per 4 rows (gridDim.x 1)
+  if (store) out[static_cast<int64_t>(t % MAXT) * N + row0 + t / MAXT] = block_sum[t];
+#endif
 }
 
 }  // namespace
@@ -497,6 +503,9 @@ void f32_launch(const float* xp, const float* wp, float* op, int nb, int N, int 
     return;
   }
   const int pieces = K / 4, slice = (pieces + cluster - 1) / cluster;
+  const auto* prop = at::cuda::getCurrentDeviceProperties();
+  TORCH_CHECK(cluster == 1 || prop->major >= 9, "f32_rows: a cluster of ", cluster, " blocks needs sm_90 or newer, found sm_",
+              prop->major, prop->minor);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(cluster, (N + 3) / 4, 1);
   cfg.blockDim = dim3(SPLIT_WARPS * 32, 1, 1);
@@ -507,7 +516,7 @@ void f32_launch(const float* xp, const float* wp, float* op, int nb, int N, int 
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = prop->major >= 9 ? 1 : 0;             // before sm_90: no clusters, the kernel's one-block path
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, f32_cluster_kernel<MAXT>, xp, wp, op, nb, N, K, slice));
 }
 

@@ -133,10 +133,18 @@ def fp4_gemv_cuda(x: torch.Tensor, w, path: str = "auto") -> torch.Tensor:
 
 def f32_fits(x: torch.Tensor, w: torch.Tensor) -> bool:
     """Inputs the fp32 rows kernel takes: x contiguous fp32 [1..8, K] on CUDA, w contiguous fp32 [N, K], K a
-    multiple of 4, both 16-byte aligned."""
+    multiple of 4, both 16-byte aligned; a matrix it would split over a cluster of blocks only on sm_90 or newer
+    (before it, such a matrix would run in a few blocks: cuBLAS is the better choice there)."""
     return (x.is_cuda and x.dim() == 2 and x.dtype == torch.float32 and 1 <= x.shape[0] <= 8 and x.is_contiguous()
             and w.dim() == 2 and w.dtype == torch.float32 and w.is_contiguous() and w.shape[1] == x.shape[1]
-            and x.shape[1] % 4 == 0 and x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0)
+            and x.shape[1] % 4 == 0 and x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0
+            and (f32_cluster(*w.shape) <= 1 or _clusters(x.device.index)))
+
+
+@functools.lru_cache(maxsize=None)
+def _clusters(device: int) -> bool:
+    """Thread-block clusters: sm_90 or newer (decided once per device)."""
+    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 F32_ROW_BLOCKS = 1024    # 16-row blocks that fill the GPU by rows alone (~8 per SM): from there K is not split

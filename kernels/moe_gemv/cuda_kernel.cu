@@ -19,6 +19,7 @@
 // nothing is sorted and nothing is read back by the host.
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -353,8 +354,8 @@ void by_width(int maxt, const torch::Tensor& x, const torch::Tensor& idx, const 
 // - f32_rows_kernel: a warp owns 4 rows and all of K (the LM head: 129,280 rows fill the GPU);
 // - f32_cluster_kernel: a cluster of blocks owns 4 rows, each block a slice of K, each of its SPLIT_WARPS warps
 //   interleaved pieces of the slice; warps are summed through shared memory, blocks through the cluster's
-//   distributed shared memory, both in a fixed order (deterministic, one launch, no atomics). A narrow matrix (4 to
-//   8191 rows) has too few rows to fill the GPU; one block per row instead read x 8x over per weight byte and ran
+//   distributed shared memory, both in a fixed order (deterministic, one launch, no atomics). A narrow matrix (fewer
+//   than 16,384 rows) has too few rows to fill the GPU; one block per row instead read x 8x over per weight byte and ran
 //   the mHC mix (24 x 16384) at 22 us for 8 rows, against cuBLAS's 12.5 (H200, 2026-12-04 run 19).
 constexpr int SPLIT_WARPS = 8;
 constexpr int MAX_CLUSTER = 8;    // the portable cluster size
@@ -458,7 +459,8 @@ f32_cluster_kernel(const float* __restrict__ x, const float* __restrict__ w, flo
   }
   cluster.sync();                                      // no block leaves while rank 0 reads its shared memory
 #else
-  // before sm_90 there are no clusters: the host launches one block per 4 rows (gridDim.x 1)
+  // compiled without clusters: the host launches one block per 4 rows (f32_clusters() is false), never more
+  if (gridDim.x != 1) __trap();
   if (store) out[static_cast<int64_t>(t % MAXT) * N + row0 + t / MAXT] = block_sum[t];
 #endif
 }
@@ -496,6 +498,20 @@ void fp4_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Ten
 }
 
 // y[B, N] = x[B, K] W[N, K]^T in fp32 for 1..8 rows (the Python wrapper `f32_gemv_cuda` checks first)
+// Whether the cluster kernel runs with clusters here: its code was compiled for sm_90 or newer (not JIT-compiled from
+// older PTX, which holds only the one-block path) and the current device is sm_90 or newer.
+bool f32_clusters() {
+  static signed char known[256] = {};                 // per device: 0 not asked yet, 1 no, 2 yes
+  const int dev = c10::cuda::current_device();
+  TORCH_CHECK(dev >= 0 && dev < 256, "f32_rows: device index ", dev, " out of range");
+  if (!known[dev]) {
+    cudaFuncAttributes a;
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&a, f32_cluster_kernel<1>));
+    known[dev] = a.ptxVersion >= 90 && at::cuda::getCurrentDeviceProperties()->major >= 9 ? 2 : 1;
+  }
+  return known[dev] == 2;
+}
+
 template <int MAXT>
 void f32_launch(const float* xp, const float* wp, float* op, int nb, int N, int K, int cluster, cudaStream_t stream) {
   if (cluster == 0) {
@@ -503,9 +519,10 @@ void f32_launch(const float* xp, const float* wp, float* op, int nb, int N, int 
     return;
   }
   const int pieces = K / 4, slice = (pieces + cluster - 1) / cluster;
-  const auto* prop = at::cuda::getCurrentDeviceProperties();
-  TORCH_CHECK(cluster == 1 || prop->major >= 9, "f32_rows: a cluster of ", cluster, " blocks needs sm_90 or newer, found sm_",
-              prop->major, prop->minor);
+  const bool clusters = f32_clusters();
+  TORCH_CHECK(cluster == 1 || clusters, "f32_rows: a cluster of ", cluster, " blocks needs the kernel built for sm_90 or "
+              "newer and such a device (f32_clusters() is false here)");
+  TORCH_CHECK((N + 3) / 4 <= 65535, "f32_rows: ", N, " rows are more than 65535 blocks of 4 (take the rows kernel, cluster 0)");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(cluster, (N + 3) / 4, 1);
   cfg.blockDim = dim3(SPLIT_WARPS * 32, 1, 1);
@@ -516,7 +533,7 @@ void f32_launch(const float* xp, const float* wp, float* op, int nb, int N, int 
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = prop->major >= 9 ? 1 : 0;             // before sm_90: no clusters, the kernel's one-block path
+  cfg.numAttrs = clusters ? 1 : 0;                     // without clusters: the kernel's one-block path
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, f32_cluster_kernel<MAXT>, xp, wp, op, nb, N, K, slice));
 }
 
@@ -532,6 +549,7 @@ void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out,
               "f32_rows: cluster must be 0 (rows kernel) or 1..", MAX_CLUSTER, " blocks splitting K, found ", cluster);
   const int nb = static_cast<int>(x.size(0)), N = static_cast<int>(w.size(0)), K = static_cast<int>(x.size(1));
   if (N == 0) return;
+  const c10::cuda::CUDAGuard guard(x.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const float* xp = x.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
@@ -554,6 +572,7 @@ void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fp4_rows", &fp4_rows, "FP4/FP8 weight-only rows kernel (modes: 0 gemv, 1 expert up + SwiGLU, 2 expert down)");
+  m.def("f32_clusters", &f32_clusters, "whether the fp32 cluster kernel runs with thread-block clusters on the current device");
   m.def("f32_rows", &f32_rows, "fp32 weights against 1..8 fp32 rows (cluster 0: rows kernel; 1..8: blocks of a cluster splitting K)");
   m.def("mma_gemv", &mma_gemv, "FP4/FP8 weight-only GEMV on the tensor cores for bf16 x of 1..8 rows");
   m.def("mma_experts", &mma_experts, "FP4 routed experts on the tensor cores for bf16 x (modes 1 and 2)");

@@ -133,8 +133,8 @@ def fp4_gemv_cuda(x: torch.Tensor, w, path: str = "auto") -> torch.Tensor:
 
 def f32_fits(x: torch.Tensor, w: torch.Tensor) -> bool:
     """Inputs the fp32 rows kernel takes: x contiguous fp32 [1..8, K] on CUDA, w contiguous fp32 [N, K], K a
-    multiple of 4, both 16-byte aligned; a matrix it would split over a cluster of blocks only on sm_90 or newer
-    (before it, such a matrix would run in a few blocks: cuBLAS is the better choice there)."""
+    multiple of 4, both 16-byte aligned; a matrix it would split over a cluster of blocks only where clusters run
+    (without them such a matrix would run in a few blocks: cuBLAS is the better choice there)."""
     return (x.is_cuda and x.dim() == 2 and x.dtype == torch.float32 and 1 <= x.shape[0] <= 8 and x.is_contiguous()
             and w.dim() == 2 and w.dtype == torch.float32 and w.is_contiguous() and w.shape[1] == x.shape[1]
             and x.shape[1] % 4 == 0 and x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0
@@ -143,8 +143,10 @@ def f32_fits(x: torch.Tensor, w: torch.Tensor) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _clusters(device: int) -> bool:
-    """Thread-block clusters: sm_90 or newer (decided once per device)."""
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    """Thread-block clusters run here: the kernel was compiled for sm_90 or newer and the device is one (once per
+    device; an sm_90 device running code JIT-compiled from older PTX has none)."""
+    with torch.cuda.device(device):
+        return bool(_ext().f32_clusters())
 
 
 F32_ROW_BLOCKS = 1024    # 16-row blocks that fill the GPU by rows alone (~8 per SM): from there K is not split

@@ -400,6 +400,8 @@ def test_f32_gemv_parity(B, N, K):
     torch.testing.assert_close(f32_linear(x.view(B, 1, K), w), got.view(B, 1, N), rtol=0, atol=0)   # [B,S,K] as mHC
     wrong = torch.nn.functional.linear(x, w.roll(1, 0))                                  # a row off: detectably different
     assert not torch.allclose(got, wrong, atol=1e-2)
+    # each row's sums run in an order that does not depend on how many rows came with it (batch invariance)
+    torch.testing.assert_close(cuda_kernel.f32_gemv_cuda(x[-1:].contiguous(), w), got[-1:], rtol=0, atol=0)
 
 
 def test_f32_cluster_shape():

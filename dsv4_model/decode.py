@@ -229,12 +229,18 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
     the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, on CUDA; the references elsewhere or when kernels are off.
     Returns the log note."""
     on = use_kernels and torch.device(device).type == "cuda"
-    gemv, sink, f32 = None, sinkhorn_ref, f32_linear_ref
+    gemv, sink, f32, f32_note = None, sinkhorn_ref, f32_linear_ref, "PyTorch"
     small = small_kernels(device, use_kernels)
     if on:
         from dsv4_kernels import available
-        from dsv4_kernels.moe_gemv import f32_linear as f32
+        from dsv4_kernels.moe_gemv import cuda_kernel
         from dsv4_kernels.moe_gemv import weight_gemv as gemv
+        built, why = cuda_kernel.build()
+        if built:
+            from dsv4_kernels.moe_gemv import f32_linear as f32
+            f32_note = "the fp32 GEMV"
+        else:
+            f32_note = f"PyTorch ({why})"
         if available("sinkhorn")[0]:
             from dsv4_kernels.sinkhorn import sinkhorn as sink
     n = 0
@@ -263,8 +269,8 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         return ("projections: F.linear; mHC: PyTorch Sinkhorn; fake quants, RMSNorm, RoPE, mHC mixes and compressor "
                 "pooling: PyTorch")
     fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
-    return (f"projections: {n} (quantised, and fp32) through the stored-format GEMV, mHC and router products through "
-            f"the fp32 GEMV; mHC: "
+    return (f"projections: {n} (quantised, and fp32) through the stored-format GEMV; mHC and router products: "
+            f"{f32_note}; mHC: "
             f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; one-launch: {', '.join(fused) or 'none'}")
 
 

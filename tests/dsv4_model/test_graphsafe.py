@@ -379,11 +379,13 @@ def _small_kernels_of(model):
     from dsv4_model.indexer import Indexer
     from dsv4_model.linear import Linear, RMSNorm
     from dsv4_model.mhc import HyperConnection, HyperHead
+    from dsv4_model.moe import Gate
     seen = {}
     for m in model.modules():
         for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("rms", "fp8_quant", "rope")),
                             (Indexer, ("fp4_quant", "rope")), (Compressor, ("rope", "reduce")),
-                            (HyperConnection, ("pre_mix", "post_mix")), (HyperHead, ("head_mix",))):
+                            (HyperConnection, ("pre_mix", "post_mix", "matmul")), (HyperHead, ("head_mix", "matmul")),
+                            (Gate, ("matmul",))):
             if isinstance(m, kind):
                 for a in attrs:
                     seen.setdefault((kind.__name__, a), set()).add(getattr(m, a).__name__)
@@ -401,7 +403,8 @@ def test_small_kernels_stay_references_on_cpu(model):
                              ("Attention", "fp8_quant"), ("Indexer", "fp4_quant"), ("Attention", "rope"),
                              ("Indexer", "rope"), ("Compressor", "rope"), ("Compressor", "reduce"),
                              ("HyperConnection", "pre_mix"),
-                             ("HyperConnection", "post_mix"), ("HyperHead", "head_mix")}
+                             ("HyperConnection", "post_mix"), ("HyperHead", "head_mix"), ("HyperConnection", "matmul"),
+                             ("HyperHead", "matmul"), ("Gate", "matmul")}
         assert all(len(v) == 1 and next(iter(v)).endswith("_ref") for v in seen.values()), seen
 
 
@@ -420,6 +423,8 @@ def test_cuda_small_kernels_chosen_once_at_load():
     assert seen[("Attention", "rope")] == seen[("Indexer", "rope")] == seen[("Compressor", "rope")] == {"rope_tail"}
     assert seen[("HyperConnection", "pre_mix")] == {"mhc_pre"} and seen[("HyperConnection", "post_mix")] == {"mhc_post"}
     assert seen[("HyperHead", "head_mix")] == {"mhc_head"} and seen[("Compressor", "reduce")] == {"compressor_reduce_kernel"}
+    assert seen[("HyperConnection", "matmul")] == seen[("HyperHead", "matmul")] == seen[("Gate", "matmul")] == {"f32_linear"}
+    assert "mHC and router products: the fp32 GEMV" in dec.kernel_note, dec.kernel_note
     GraphSafeDecoder(model, batch=1, kernels=False)
     assert all(next(iter(v)).endswith("_ref") for v in _small_kernels_of(model).values())
 

@@ -147,15 +147,15 @@ def bench_head(tab):
     for N, K, what, batches in ((129280, 4096, "head", (1, 2, 8)), (24, 16384, "mHC mix", (1, 8)),
                                 (256, 4096, "router", (1, 8)), (1024, 4096, "compressor", (1, 8))):
         w = torch.randn(N, K, device="cuda")
+        iters = 10 if what == "head" else 50          # the head is 0.5 ms a call, the narrow ones a few us
         for B in batches:
             x = torch.randn(B, K, device="cuda")
             nbytes = N * K * 4 + B * (K + N) * 4
-            base = both(lambda: F.linear(x, w), iters=10 if what == "head" else 50)
+            base = both(lambda: F.linear(x, w), iters=iters)
             with guard(f"f32 {what} B={B}"):
                 ck = _cuda()
                 err = _relerr(ck.f32_gemv_cuda(x, w), F.linear(x, w))
-                tab.add(f"f32_gemv {what} B={B} {N}x{K} CUDA C++ rows", both(lambda: ck.f32_gemv_cuda(x, w),
-                                                                             iters=10 if what == "head" else 50),
+                tab.add(f"f32_gemv {what} B={B} {N}x{K} CUDA C++ rows", both(lambda: ck.f32_gemv_cuda(x, w), iters=iters),
                         ref=base, nbytes=nbytes, base=base, base_name="fp32 F.linear", err=err)
 
 

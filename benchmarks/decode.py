@@ -68,7 +68,8 @@ def _setup(model, batch: int, kernels: bool = True):
     from dsv4_model.runner import Runner
     from dsv4_model.sampler import Sampler
     dec = GraphSafeDecoder(model, batch=batch, kernels=kernels)
-    runner = Runner(dec, Sampler(batch, model.args.vocab_size, device="cuda"), buckets=(batch,), log=lambda s: None)
+    runner = Runner(dec, Sampler(batch, model.args.vocab_size, device="cuda", kernels=kernels), buckets=(batch,),
+                    log=lambda s: None)
     for r in range(batch):
         runner.start(r, [0, 5 + r, 6 + r], temperature=0.8, top_k=50, top_p=0.95, seed=r)
     for _ in range(3):

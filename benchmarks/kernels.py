@@ -4,7 +4,7 @@ out); the FP4 GEMVs vs BF16 F.linear of the same matrix; the routed experts vs t
 weights dequantised at load, one F.linear per expert hit, tokens grouped per expert as the model does, host-known
 groups so no sync is timed) at B = 1, 4, 8 with top-6 of 256 experts at Flash sizes (dim 4096, inter 2048).
 
-    python benchmarks/kernels.py [--json out.json] [--sweep] [--only gemv,fp8,routed,swiglu,compressor,kvcache]
+    python benchmarks/kernels.py [--json out.json] [--sweep] [--only gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler]
 
 %copy = bytes the kernel must move / graph-replay time / copy bandwidth (copy: bytes read + written / time).
 """
@@ -262,6 +262,34 @@ def bench_kvcache(tab):
                 ref=both(lambda: dequantize_nvfp4_kvcache_ref(fp4, sf, gs, M, N)), nbytes=M * N // 2 + M * N // 16 + M * 4 + M * N * 2)
 
 
+def bench_sampler(tab):
+    """The sampler's pick after the sort (Triton vs reference), and the whole Sampler.forward with each, at the
+    Flash vocab; the settings of benchmarks/decode.py (temperature 0.8, top-k 50, top-p 0.95) and a repetition ring.
+    %copy counts the pick's reads of the sorted logits and ids (12 bytes per token); the relerr column holds the
+    fraction of rows whose pick differs from the reference's (exp, log and the scan round differently)."""
+    from dsv4_kernels.sample_pick.reference import sample_pick_ref
+    from dsv4_kernels.sample_pick.triton_kernel import sample_pick_triton
+    from dsv4_model.sampler import Sampler
+    V = 129280
+    for n in (1, 8):
+        srt, order = torch.randn(n, V, device="cuda").mul(2).sort(dim=-1, descending=True, stable=True)
+        k, p = torch.full((n,), 50, device="cuda"), torch.full((n,), 0.95, device="cuda")
+        key = torch.randint(0, 2**32, (n,), device="cuda")
+        same = (sample_pick_triton(srt, order, k, p, key) == sample_pick_ref(srt, order, k, p, key)).float().mean()
+        tab.add(f"sample_pick B={n} V={V} (top-k 50, top-p 0.95)", both(lambda: sample_pick_triton(srt, order, k, p, key)),
+                ref=both(lambda: sample_pick_ref(srt, order, k, p, key)), nbytes=n * V * 12, err=1 - same.item())
+        logits = torch.randn(n, V, device="cuda") * 2
+        run = {}
+        for kern in (True, False):
+            s = Sampler(n, V, device="cuda", kernels=kern)
+            for r in range(n):
+                s.configure(r, temperature=0.8, top_k=50, top_p=0.95, repetition_penalty=1.1, seed=r)
+            for _ in range(64):                                    # a full ring of recent tokens
+                s.observe(torch.randint(0, V, (n,), device="cuda"))
+            run[kern] = both(lambda s=s: s(logits))
+        tab.add(f"Sampler.forward B={n} V={V} (sort + pick + greedy + penalty)", run[True], ref=run[False])
+
+
 # (BN, BK, num_warps, num_stages, DECODE) tried with --sweep (the first session's sweep of DECODE 0 tiles found
 # BN=64, BK=256, 4 warps best: benchmarks/results/kernels-h200-1.txt)
 SWEEP = [(64, 256, 4, 3, 2), (64, 256, 4, 3, 1), (64, 256, 4, 3, 0)]
@@ -272,7 +300,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--sweep", action="store_true", help="also time the tile configurations in SWEEP")
-    ap.add_argument("--only", default="gemv,fp8,head,routed,swiglu,compressor,kvcache")
+    ap.add_argument("--only", default="gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py: needs a CUDA GPU", file=sys.stderr)
@@ -288,7 +316,7 @@ def main() -> int:
     only = set(a.only.split(","))
     for name, fn in (("compressor", lambda: bench_compressor(tab)), ("routed", lambda: bench_routed(tab, a.sweep)),
                      ("gemv", lambda: bench_gemv(tab, a.sweep)), ("fp8", lambda: bench_fp8(tab)), ("head", lambda: bench_head(tab)), ("swiglu", lambda: bench_swiglu(tab)),
-                     ("kvcache", lambda: bench_kvcache(tab))):
+                     ("kvcache", lambda: bench_kvcache(tab)), ("sampler", lambda: bench_sampler(tab))):
         if name in only:
             try:
                 fn()

@@ -1,7 +1,8 @@
 """ATen ops per source function in one runner step of the graph-safe decode at Flash structure (3 layers, 16
 experts), on CPU: a proxy for the number of small CUDA kernels per step. The GPU kernels that already exist
 (stored-format GEMVs, Sinkhorn, routed experts, compressor pooling) are emulated as one op each; `--fused` also emulates the one-launch
-fake quants, RMSNorm, RoPE and mHC mixes (dsv4_kernels.act_quant, .rms_norm, .rope, .mhc) as one op each.
+fake quants, RMSNorm, RoPE and mHC mixes (dsv4_kernels.act_quant, .rms_norm, .rope, .mhc) as one op each, and the
+sampler's pick (dsv4_kernels.sample_pick) as its two launches plus its torch glue.
 
     python benchmarks/opcount.py [B] [--fused] [--by-function]      (with the dsv4_kernels mapping on PYTHONPATH; ~2 min)
 """
@@ -39,6 +40,16 @@ def one_pre(X, mix, *args):
     return X.select(-2, 0).clone(), mix[..., hc:2 * hc], mix[..., 2 * hc:].unflatten(-1, (hc, hc))
 
 
+class OneLaunch:
+    """A Triton kernel launched as one op: `kernel[grid](*args)` zeroes the output argument at index `out`."""
+
+    def __init__(self, out: int):
+        self.out = out
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: args[self.out].zero_()
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     B, fused = (int(args[0]) if args else 1), "--fused" in sys.argv
@@ -70,6 +81,10 @@ def main():
                 m.pre_mix, m.post_mix = one_pre, lambda y, X, post, comb: X.clone()
     dec.experts = lambda x, idx, wts, w1, w3, w2, limit, act=True: torch.zeros_like(x)
     runner = Runner(dec, Sampler(B, a.vocab_size, device="cpu"), buckets=(B,), log=lambda s: None)
+    if fused:                            # the sampler's Triton pick: its two launches, its torch glue as it runs
+        from dsv4_kernels.sample_pick import triton_kernel as pick
+        pick._chunk_sums_kernel, pick._chunk_picks_kernel = OneLaunch(2), OneLaunch(7)
+        runner.sampler.pick = pick.sample_pick_triton
     for r in range(B):
         runner.start(r, [0, 5 + r, 6 + r], temperature=0.8, top_k=50, top_p=0.95, seed=r)
     runner.body(B)

@@ -91,8 +91,8 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int = 32, te
     eos = model.args.eos_token_id if eos_id is None else eos_id
     n = len(prompts)
     dec = GraphSafeDecoder(model, batch=Runner.bucket_for(n), kernels=kernels)
-    runner = Runner(dec, Sampler(dec.batch, model.args.vocab_size, device=dec.tokens.device), graphs=graphs,
-                    check=check, log=log)
+    runner = Runner(dec, Sampler(dec.batch, model.args.vocab_size, device=dec.tokens.device, kernels=kernels),
+                    graphs=graphs, check=check, log=log)
     for r, p in enumerate(prompts):
         runner.start(r, p, temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
                      seed=seed + r)

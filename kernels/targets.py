@@ -190,3 +190,19 @@ def mhc_post(rows: int = 8, hc: int = 4, d: int = 4096) -> Target:
                 (torch.rand(rows, 1, hc, generator=g) * 2).to(dev), torch.rand(rows, 1, hc, hc, generator=g).to(dev))
 
     return Target(step=lambda a: fn(*a), make_inputs=inputs, state=dict, name=f"mhc_post[{rows}x{hc}x{d}]", device=dev)
+
+
+def sample_pick(rows: int = 8, vocab: int = 129280) -> Target:
+    """Fresh scaled logits (sorted), settings and keys each step: greedy-free rows with top-k, top-p, both, none."""
+    from . import sample_pick as fn
+    dev = _dev()
+
+    def inputs(i):
+        g = _gen(i)
+        srt, order = (torch.randn(rows, vocab, generator=g) * 2).sort(dim=-1, descending=True, stable=True)
+        k = torch.tensor([0, 50, 0, 7] * (rows // 4) + [0] * (rows % 4))
+        p = torch.tensor([1.0, 1.0, 0.9, 0.5] * (rows // 4) + [1.0] * (rows % 4))
+        key = torch.randint(0, 2**32, (rows,), generator=g)
+        return tuple(t.to(dev) for t in (srt, order, k, p, key))
+
+    return Target(step=lambda a: fn(*a), make_inputs=inputs, state=dict, name=f"sample_pick[{rows}x{vocab}]", device=dev)

@@ -14,7 +14,9 @@ import dsv4_model
 from conftest import ROOT
 from dsv4_model.decode import GraphSafeDecoder
 from dsv4_model.runner import Runner
-from dsv4_model.sampler import Sampler, apply_repetition_penalty, row_argmax, row_cumsum, sample, uniform_noise
+from dsv4_kernels.sample_pick.reference import (hash_uniform, mix32, row_argmax, row_cumsum, sample_pick_ref, step_key,
+                                                token_uniform)
+from dsv4_model.sampler import Sampler, apply_repetition_penalty, pick_for, sample
 
 STEPS = 300
 
@@ -197,23 +199,50 @@ def test_row_argmax_is_argmax_ties_and_nan_included(V):
     assert torch.equal(row_argmax(x), want)
 
 
+def _keys(seeds, counter):
+    return step_key(mix32(torch.as_tensor(seeds)), torch.full((len(seeds),), counter))
+
+
 def test_sampler_greedy_topk1_and_noise_determinism():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 50, generator=g)
-    noise = uniform_noise(torch.tensor([1, 2, 3]), torch.tensor([0, 0, 0]), 50)
+    key = _keys([1, 2, 3], 0)
+    noise = token_uniform(key, torch.arange(50).expand(3, 50))
     assert noise.min() > 0 and noise.max() < 1
-    assert torch.equal(noise, uniform_noise(torch.tensor([1, 2, 3]), torch.tensor([0, 0, 0]), 50))
-    assert not torch.equal(noise[0], uniform_noise(torch.tensor([1]), torch.tensor([1]), 50)[0])
+    assert torch.equal(noise, token_uniform(_keys([1, 2, 3], 0), torch.arange(50).expand(3, 50)))
+    assert not torch.equal(noise[0], token_uniform(_keys([1], 1), torch.arange(50)[None])[0])
     t, k, p = torch.tensor([0.0, 0.0, 0.0]), torch.zeros(3, dtype=torch.long), torch.ones(3)
-    assert torch.equal(sample(logits, t, k, p, noise), logits.argmax(-1))
+    assert torch.equal(sample(logits, t, k, p, key), logits.argmax(-1))
     hot = torch.tensor([5.0, 5.0, 5.0])
-    assert torch.equal(sample(logits, hot, torch.ones(3, dtype=torch.long), p, noise), logits.argmax(-1))
-    assert torch.equal(sample(logits, hot, k, torch.full((3,), 1e-6), noise), logits.argmax(-1))
+    assert torch.equal(sample(logits, hot, torch.ones(3, dtype=torch.long), p, key), logits.argmax(-1))
+    assert torch.equal(sample(logits, hot, k, torch.full((3,), 1e-6), key), logits.argmax(-1))
+
+
+def test_noise_is_strictly_inside_0_1_at_every_hash():
+    """The extreme hashes give uniforms strictly inside (0, 1), exact in fp32, so -log(u) > 0 for every token."""
+    h = torch.tensor([0, 511, 512, 2**31, 2**32 - 512, 2**32 - 129, 2**32 - 128, 2**32 - 1])
+    u = hash_uniform(h)
+    assert u.dtype == torch.float32 and (u > 0).all() and (u < 1).all(), u
+    assert (-torch.log(u) > 0).all()
+    assert u[0] == 2.0 ** -24 and u[-1] == 1 - 2.0 ** -24
+
+
+def test_pick_stays_in_top_k_when_a_token_draws_the_largest_noise():
+    """A row-step where a token far outside the top-k draws a hash >= 2^32 - 128: the old (h + 0.5) * 2^-32 rounded
+    its uniform to 1.0, its exponential to -0.0, its score to 0 / -0.0 = NaN, and the argmax took it."""
+    key, tok = _keys([40], 5), 9578
+    assert mix32(key ^ tok).item() >= 2**32 - 128                   # the case is still the one it claims to be
+    logits = torch.randn(1, 129280, generator=torch.Generator().manual_seed(1))
+    logits[0, tok], logits[0, 100:103] = -30.0, 20.0             # three tokens hold almost all the probability
+    srt, order = logits.sort(dim=-1, descending=True, stable=True)
+    for k, p in ((50, 1.0), (0, 0.5), (2, 0.9)):
+        got = sample_pick_ref(srt, order, torch.tensor([k]), torch.tensor([p]), key)
+        assert got.item() in order[0, : k or 3].tolist(), (k, p, got)
 
 
 def test_sampler_draws_each_rows_seeded_stream():
     """Sampler.forward uses each row's own seed (mixed once at configure) and step counter: its picks are those of
-    sample() over uniform_noise(seed, counter), step after step, and a re-configured row starts its stream over."""
+    sample() with step_key(seed, counter), step after step, and a re-configured row starts its stream over."""
     V, seeds = 64, [11, 7, 123456789]
     s = Sampler(3, V)
     for r, seed in enumerate(seeds):
@@ -223,7 +252,7 @@ def test_sampler_draws_each_rows_seeded_stream():
     first = None
     for step in range(3):
         logits = torch.randn(3, V, generator=g)
-        want = sample(logits, t, k, p, uniform_noise(torch.tensor(seeds), torch.full((3,), step), V))
+        want = sample(logits, t, k, p, _keys(seeds, step))
         got = s(logits)
         assert torch.equal(got, want)
         first = (logits, got) if first is None else first
@@ -233,15 +262,34 @@ def test_sampler_draws_each_rows_seeded_stream():
 
 def test_sampler_gumbel_max_follows_the_distribution():
     logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).expand(4000, 4).contiguous()
-    noise = uniform_noise(torch.arange(4000), torch.zeros(4000, dtype=torch.long), 4)
+    key = _keys(torch.arange(4000), 0)
     one = torch.ones(4000)
-    tok = sample(logits, one, torch.zeros(4000, dtype=torch.long), one, noise)
+    tok = sample(logits, one, torch.zeros(4000, dtype=torch.long), one, key)
     freq = torch.bincount(tok, minlength=4).float() / 4000
     assert (freq - logits[0].softmax(-1)).abs().max() < 0.03, freq
-    tok2 = sample(logits, one, torch.full((4000,), 2, dtype=torch.long), one, noise)      # top-k 2: only {1, 2}
+    tok2 = sample(logits, one, torch.full((4000,), 2, dtype=torch.long), one, key)      # top-k 2: only {1, 2}
     assert set(tok2.tolist()) == {1, 2}
-    tok3 = sample(logits, one, torch.zeros(4000, dtype=torch.long), torch.full((4000,), 0.7), noise)
+    tok3 = sample(logits, one, torch.zeros(4000, dtype=torch.long), torch.full((4000,), 0.7), key)
     assert set(tok3.tolist()) == {1, 2}                                                  # 0.665 + 0.245 >= 0.7
+
+
+def test_repetition_penalty_matches_the_whole_row_rule():
+    """The ring-sized penalty equals the rule applied over the whole row (every ring token's logit / p if
+    positive, * p if not), with duplicates in the ring, empty slots, and token 0 both in and out of the ring."""
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(4, 300, generator=g) * 3
+    ring = torch.randint(0, 300, (4, 16), generator=g)
+    ring[0, :5] = -1                                          # empty slots, token 0 not held
+    ring[1, 0], ring[1, 5:10] = 0, -1                         # token 0 held, then empty slots
+    ring[2, 3:7] = ring[2, 2]                                 # duplicates
+    ring[3] = -1                                              # a fresh row
+    penalty = torch.tensor([1.3, 2.0, 0.7, 1.5])
+    seen = torch.zeros(4, 301, dtype=torch.bool).scatter_(1, torch.where(ring < 0, 300, ring), True)[:, :300]
+    p = penalty[:, None]
+    want = torch.where(seen, torch.where(logits > 0, logits / p, logits * p), logits)
+    got = apply_repetition_penalty(logits, ring, penalty)
+    assert torch.equal(got, want)
+    assert torch.equal(got[3], logits[3]) and got[1, 0] != logits[1, 0] and got[0, 0] == logits[0, 0]
 
 
 def test_repetition_penalty_ring():
@@ -283,18 +331,18 @@ def test_generate_several_prompts_cli():
 
 
 def test_generate_cli_no_kernels_reaches_the_decoder(monkeypatch):
-    """--no-kernels builds the decoder with the references (kernels=False); without it, the kernels."""
-    from dsv4_model import __main__ as cli, decode
+    """--no-kernels builds the decoder and the sampler with the references (kernels=False); without it, the
+    kernels."""
+    from dsv4_model import __main__ as cli, decode, sampler
     seen = []
-    real = decode.GraphSafeDecoder.__init__
-
-    def spy(self, *a, kernels=True, **kw):
-        seen.append(kernels)
-        real(self, *a, kernels=kernels, **kw)
-    monkeypatch.setattr(decode.GraphSafeDecoder, "__init__", spy)
+    for cls in (decode.GraphSafeDecoder, sampler.Sampler):
+        def spy(self, *a, kernels=True, real=cls.__init__, cls=cls, **kw):
+            seen.append((cls.__name__, kernels))
+            real(self, *a, kernels=kernels, **kw)
+        monkeypatch.setattr(cls, "__init__", spy)
     for extra in ([], ["--no-kernels"]):
         assert cli.main(["generate", "--prompt", "hi", "--max-new-tokens", "1", "--temperature", "0", *extra]) == 0
-    assert seen == [True, False]
+    assert seen == [("GraphSafeDecoder", True), ("Sampler", True), ("GraphSafeDecoder", False), ("Sampler", False)]
 
 
 # -- graphcheck on the graph-safe path ------------------------------------------------------------------------
@@ -369,6 +417,10 @@ def test_kernel_choice_is_made_once_at_load(model):
     dec = GraphSafeDecoder(model, batch=1)
     assert dec.experts is routed_experts and "no CUDA device" in dec.kernel_note
     assert "switched off" in GraphSafeDecoder(model, batch=1, kernels=False).kernel_note
+    s = Sampler(2, 10)
+    assert s.pick is sample_pick_ref and "no CUDA device" in s.kernel_note
+    assert pick_for(torch.device("cuda"), use_kernels=False) == (sample_pick_ref, "sampler: PyTorch reference "
+                                                                                 "(kernels switched off)")
 
 
 def _small_kernels_of(model):
@@ -427,6 +479,9 @@ def test_cuda_small_kernels_chosen_once_at_load():
     assert "mHC and router products: the fp32 GEMV" in dec.kernel_note, dec.kernel_note
     GraphSafeDecoder(model, batch=1, kernels=False)
     assert all(next(iter(v)).endswith("_ref") for v in _small_kernels_of(model).values())
+    s = Sampler(2, model.args.vocab_size, device="cuda")
+    assert s.pick.__name__ == "sample_pick" and "Triton pick" in s.kernel_note, s.kernel_note
+    assert Sampler(2, model.args.vocab_size, device="cuda", kernels=False).pick is sample_pick_ref
 
 
 @pytest.mark.cuda

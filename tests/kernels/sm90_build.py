@@ -102,6 +102,7 @@ def cases(g: torch.Generator):
     from dsv4_kernels.nvfp4_kvcache.triton_kernel import dequantize_nvfp4_kvcache_triton
     from dsv4_kernels.rms_norm.triton_kernel import rms_norm_triton
     from dsv4_kernels.rope.triton_kernel import rope_tail_triton
+    from dsv4_kernels.sample_pick.triton_kernel import chunk_picks
     from dsv4_kernels.sinkhorn.triton_kernel import sinkhorn_triton
 
     out = []
@@ -160,6 +161,11 @@ def cases(g: torch.Generator):
         out.append((f"nvfp4_kvcache -> {dt}", lambda q=q, sf=sf, gs=gs, dt=dt: dequantize_nvfp4_kvcache_triton(q, sf, gs, 64, 512, dt)))
     for hc, R in ((4, 8), (4, 1), (3, 8)):
         out.append((f"sinkhorn hc={hc} R={R}", lambda hc=hc, R=R: sinkhorn_triton(_t(R, hc, hc, dtype=torch.float32, g=g), 20, 1e-6)))
+    for R, V in ((8, 129280), (1, 129280), (4, 1000)):        # Flash's vocab, and a tiny one (one short chunk)
+        cols = lambda dt, R=R: torch.zeros(R, dtype=dt).as_subclass(_Cuda)          # noqa: E731
+        out.append((f"sample_pick R={R} V={V}", lambda R=R, V=V, cols=cols: chunk_picks(
+            _t(R, V, dtype=torch.float32, g=g), torch.zeros(R, V, dtype=torch.long).as_subclass(_Cuda),
+            cols(torch.long), cols(torch.float32), cols(torch.long))))
     return out
 
 

@@ -1,0 +1,94 @@
+"""The sampler's pick over a row-sorted distribution in two Triton launches over (row, chunk of BLOCK tokens).
+
+The reference (`reference.py`) spends ~25 full-vocab kernels after the sort: numerators, masks, a two-level scan,
+the noise hash (a dozen int64 ops over [n, V]), its gather, the log, the division, a two-level argmax. On the H200
+the sampler took 0.40 ms of a 3.45 ms Flash step at 8 rows (BENCHMARKS, 2026-12-04 run 20), the sort ~0.08 ms of it.
+Here launch 1 sums each chunk's numerators (the top-p scan's chunk totals), torch adds them up ([n, C], tiny), and
+launch 2 recomputes the numerators, scans within the chunk from its base, hashes each token's noise in uint32
+registers (bit for bit `reference.token_uniform`), and leaves each chunk's best score and its first rank; the row's
+pick is the first chunk holding the row's best. Same rules and tie order as the reference; exp, log, the division
+and the scan's summation order round differently, so a token on a top-p boundary or a score tie may differ.
+Launched by Triton on torch's current stream, so it records into CUDA graphs.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 1024
+
+
+@triton.jit
+def _mix32(x):
+    # lowbias32 on uint32 lanes: the products wrap at 32 bits, as the reference's `& M32` does
+    x = x ^ (x >> 16)
+    x = x * tl.full([], 0x7FEB352D, tl.uint32)
+    x = x ^ (x >> 15)
+    x = x * tl.full([], 0x846CA68B, tl.uint32)
+    return x ^ (x >> 16)
+
+
+@triton.jit
+def _numerators(srt_ptr, topk_ptr, r, offs, V):
+    """Each token's exp(s - row max) inside the row's top-k, else 0; and the top-k mask."""
+    k = tl.load(topk_ptr + r)
+    keep = (offs < V) & (offs < tl.where(k > 0, k, V))
+    x = tl.load(srt_ptr + r * V + offs, mask=offs < V, other=0.0)
+    return tl.where(keep, tl.exp(x - tl.load(srt_ptr + r * V)), 0.0), keep
+
+
+@triton.jit
+def _chunk_sums_kernel(srt_ptr, topk_ptr, tot_ptr, V, C, BLOCK: tl.constexpr):
+    r = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1)
+    e, _ = _numerators(srt_ptr, topk_ptr, r, j * BLOCK + tl.arange(0, BLOCK), V)
+    tl.store(tot_ptr + r * C + j, tl.sum(e, axis=0))
+
+
+@triton.jit
+def _chunk_picks_kernel(srt_ptr, order_ptr, topk_ptr, topp_ptr, key_ptr, base_ptr, best_ptr, at_ptr, V, C,
+                 BLOCK: tl.constexpr):
+    r = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1)
+    offs = j * BLOCK + tl.arange(0, BLOCK)
+    e, keep = _numerators(srt_ptr, topk_ptr, r, offs, V)
+    c = tl.cumsum(e, axis=0) + tl.load(base_ptr + r * (C + 1) + j)
+    p = tl.load(topp_ptr + r)
+    total = tl.load(base_ptr + r * (C + 1) + C)
+    keep = keep & (c - e < tl.where(p >= 1.0, float("inf"), p * total))              # top_p >= 1: all of top-k
+    tok = tl.load(order_ptr + r * V + offs, mask=offs < V, other=0)
+    h = _mix32((tl.load(key_ptr + r) ^ tok).to(tl.uint32))
+    u = ((h >> 9).to(tl.float32) + 0.5) * 1.1920928955078125e-07                    # 2^-23: [2^-24, 1 - 2^-24]
+    score = tl.where(keep, e / -tl.log(u), 0.0)
+    best = tl.max(score, axis=0)
+    # the chunk's first rank holding its best (a NaN score matches nothing: the chunk's last valid rank, in bounds)
+    at = tl.min(tl.where((score == best) & (offs < V), offs, V - 1), axis=0)
+    tl.store(best_ptr + r * C + j, best)
+    tl.store(at_ptr + r * C + j, at)
+
+
+def chunk_picks(srt: torch.Tensor, order: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, key: torch.Tensor,
+                block: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two launches: each chunk's best score [n, C] fp32 and its first rank [n, C] int32."""
+    n, V = srt.shape
+    C = triton.cdiv(V, block)
+    srt, order = srt.contiguous(), order.contiguous()
+    top_k, top_p, key = top_k.contiguous(), top_p.float().contiguous(), key.contiguous()
+    tot = torch.empty(n, C, dtype=torch.float32, device=srt.device)
+    _chunk_sums_kernel[(n, C)](srt, top_k, tot, V, C, BLOCK=block, num_warps=4)
+    # base [n, C+1]: base[:, j] = the sum of the chunks before j; base[:, C] = the row's total
+    base = torch.nn.functional.pad(tot.cumsum(-1), (1, 0))
+    best = torch.empty(n, C, dtype=torch.float32, device=srt.device)
+    at = torch.empty(n, C, dtype=torch.int32, device=srt.device)
+    _chunk_picks_kernel[(n, C)](srt, order, top_k, top_p, key, base, best, at, V, C, BLOCK=block, num_warps=4)
+    return best, at
+
+
+def sample_pick_triton(srt: torch.Tensor, order: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                       key: torch.Tensor, block: int = BLOCK) -> torch.Tensor:
+    """As `reference.sample_pick_ref`: srt [n,V] fp32 sorted descending, order [n,V] int64, top_k [n] int64, top_p
+    [n] fp32, key [n] int64 -> token ids [n] int64."""
+    best, at = chunk_picks(srt, order, top_k, top_p, key, block)
+    rank = at.gather(-1, best.argmax(-1, keepdim=True)).long()                      # first chunk with the row's best
+    return order.gather(-1, rank)[:, 0]

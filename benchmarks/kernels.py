@@ -263,22 +263,29 @@ def bench_kvcache(tab):
 
 
 def bench_sampler(tab):
-    """The sampler's pick after the sort (Triton vs reference), and the whole Sampler.forward with each, at the
-    Flash vocab; the settings of benchmarks/decode.py (temperature 0.8, top-k 50, top-p 0.95) and a repetition ring.
-    %copy counts the pick's reads of the sorted logits and ids (12 bytes per token); the relerr column holds the
-    fraction of rows whose pick differs from the reference's (exp, log and the scan round differently)."""
-    from dsv4_kernels.sample_pick.reference import sample_pick_ref
-    from dsv4_kernels.sample_pick.triton_kernel import sample_pick_triton
+    """The sampler's pick after the sort and its penalty-and-scale (Triton vs reference), and the whole
+    Sampler.forward with each, at the Flash vocab; the settings of benchmarks/decode.py (temperature 0.8, top-k 50, top-p 0.95) and a repetition ring.
+    %copy counts 12 bytes per token (the pick reads sorted logits and ids; the penalty reads logits, writes two
+    copies); the relerr column holds the fraction of rows whose pick differs from the reference's (exp, log and the
+    scan round differently), and for the penalty 0 when bit for bit equal, else 1."""
+    from dsv4_kernels.sampling.reference import penalize_scale_ref, sample_pick_ref
+    from dsv4_kernels.sampling.triton_kernel import penalize_scale_triton, sample_pick_triton
     from dsv4_model.sampler import Sampler
     V = 129280
     for n in (1, 8):
         srt, order = torch.randn(n, V, device="cuda").mul(2).sort(dim=-1, descending=True, stable=True)
         k, p = torch.full((n,), 50, device="cuda"), torch.full((n,), 0.95, device="cuda")
-        key = torch.randint(0, 2**32, (n,), device="cuda")
-        same = (sample_pick_triton(srt, order, k, p, key) == sample_pick_ref(srt, order, k, p, key)).float().mean()
-        tab.add(f"sample_pick B={n} V={V} (top-k 50, top-p 0.95)", both(lambda: sample_pick_triton(srt, order, k, p, key)),
-                ref=both(lambda: sample_pick_ref(srt, order, k, p, key)), nbytes=n * V * 12, err=1 - same.item())
+        rows = torch.randint(0, 2**32, (n,), device="cuda"), torch.zeros(n, dtype=torch.long, device="cuda")
+        same = (sample_pick_triton(srt, order, k, p, *rows) == sample_pick_ref(srt, order, k, p, *rows)).float().mean()
+        tab.add(f"sample_pick B={n} V={V} (top-k 50, top-p 0.95)", both(lambda: sample_pick_triton(srt, order, k, p, *rows)),
+                ref=both(lambda: sample_pick_ref(srt, order, k, p, *rows)), nbytes=n * V * 12, err=1 - same.item())
         logits = torch.randn(n, V, device="cuda") * 2
+        ring = torch.randint(0, V, (n, 64), device="cuda")
+        pen, temp = torch.full((n,), 1.1, device="cuda"), torch.full((n,), 0.8, device="cuda")
+        same = all(torch.equal(a, b) for a, b in zip(penalize_scale_triton(logits, ring, pen, temp),
+                                                     penalize_scale_ref(logits, ring, pen, temp)))
+        tab.add(f"penalize_scale B={n} V={V} ring 64", both(lambda: penalize_scale_triton(logits, ring, pen, temp)),
+                ref=both(lambda: penalize_scale_ref(logits, ring, pen, temp)), nbytes=n * V * 12, err=0.0 if same else 1.0)
         run = {}
         for kern in (True, False):
             s = Sampler(n, V, device="cuda", kernels=kern)
@@ -287,7 +294,7 @@ def bench_sampler(tab):
             for _ in range(64):                                    # a full ring of recent tokens
                 s.observe(torch.randint(0, V, (n,), device="cuda"))
             run[kern] = both(lambda s=s: s(logits))
-        tab.add(f"Sampler.forward B={n} V={V} (sort + pick + greedy + penalty)", run[True], ref=run[False])
+        tab.add(f"Sampler.forward B={n} V={V} (penalty, sort, pick, greedy)", run[True], ref=run[False])
 
 
 # (BN, BK, num_warps, num_stages, DECODE) tried with --sweep (the first session's sweep of DECODE 0 tiles found

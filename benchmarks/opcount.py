@@ -2,7 +2,7 @@
 experts), on CPU: a proxy for the number of small CUDA kernels per step. The GPU kernels that already exist
 (stored-format GEMVs, Sinkhorn, routed experts, compressor pooling) are emulated as one op each; `--fused` also emulates the one-launch
 fake quants, RMSNorm, RoPE and mHC mixes (dsv4_kernels.act_quant, .rms_norm, .rope, .mhc) as one op each, and the
-sampler's pick (dsv4_kernels.sample_pick) as its two launches plus its torch glue.
+sampler's penalty and pick (dsv4_kernels.sampling) as their three launches plus their torch glue.
 
     python benchmarks/opcount.py [B] [--fused] [--by-function]      (with the dsv4_kernels mapping on PYTHONPATH; ~2 min)
 """
@@ -81,10 +81,10 @@ def main():
                 m.pre_mix, m.post_mix = one_pre, lambda y, X, post, comb: X.clone()
     dec.experts = lambda x, idx, wts, w1, w3, w2, limit, act=True: torch.zeros_like(x)
     runner = Runner(dec, Sampler(B, a.vocab_size, device="cpu"), buckets=(B,), log=lambda s: None)
-    if fused:                            # the sampler's Triton pick: its two launches, its torch glue as it runs
-        from dsv4_kernels.sample_pick import triton_kernel as pick
-        pick._chunk_sums_kernel, pick._chunk_picks_kernel = OneLaunch(2), OneLaunch(7)
-        runner.sampler.pick = pick.sample_pick_triton
+    if fused:                            # the sampler's Triton kernels: one op per launch, their torch glue as it runs
+        from dsv4_kernels.sampling import triton_kernel as tk
+        tk._penalize_scale_kernel, tk._chunk_sums_kernel, tk._chunk_picks_kernel = OneLaunch(4), OneLaunch(2), OneLaunch(8)
+        runner.sampler.penalize_scale, runner.sampler.pick = tk.penalize_scale_triton, tk.sample_pick_triton
     for r in range(B):
         runner.start(r, [0, 5 + r, 6 + r], temperature=0.8, top_k=50, top_p=0.95, seed=r)
     runner.body(B)

@@ -11,46 +11,36 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dsv4_kernels.sample_pick.reference import mix32, row_argmax, sample_pick_ref, step_key
+from dsv4_kernels.sampling.reference import mix32, penalize_scale_ref, row_argmax, sample_pick_ref
 
 # shapes: n rows of the bucket, V vocab, R ring size
 
 
-def apply_repetition_penalty(logits: torch.Tensor, ring: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
-    """Penalise every token in the ring [n, R] (-1 = empty): positive logits / p, negative ones * p. One copy of
-    the logits and ring-sized ops: the penalised values are written at the ring's tokens only. An empty slot
-    points at token 0 and writes what token 0 gets anyway (penalised if the ring holds it), so writes that meet
-    agree and the scatter stays deterministic."""
-    at = ring.clamp(min=0)                                                              # [n, R]
-    v = logits.gather(1, at)
-    p = penalty[:, None]
-    pen = torch.where(v > 0, v / p, v * p)
-    holds0 = (ring == 0).any(-1, keepdim=True)                                          # [n, 1]
-    return logits.clone().scatter_(1, at, torch.where((ring >= 0) | holds0, pen, v))
-
-
-def sample(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-           key: torch.Tensor, pick=sample_pick_ref) -> torch.Tensor:
-    """logits [n,V] fp32 -> tokens [n]. temperature [n] (0 = greedy), top_k [n] (0 = off), top_p [n] (1 = off),
-    key [n] the rows' noise keys for this step (`step_key`). Gumbel-max over the scaled logits, sorted once;
-    `pick` is the top-k/top-p/Gumbel pick over the sorted rows (`dsv4_kernels.sample_pick`, chosen at load)."""
+def sample(logits: torch.Tensor, scaled: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+           top_p: torch.Tensor, seed_key: torch.Tensor, counter: torch.Tensor, pick=sample_pick_ref) -> torch.Tensor:
+    """logits [n,V] fp32 (penalised) and scaled = logits / max(temperature, 1e-6) -> tokens [n]. temperature [n]
+    (0 = greedy), top_k [n] (0 = off), top_p [n] (1 = off), seed_key [n] and counter [n] the rows' noise streams and
+    steps. Gumbel-max over the scaled logits, sorted once; `pick` is the top-k/top-p/Gumbel pick over the sorted
+    rows (`dsv4_kernels.sampling.sample_pick`, chosen at load)."""
     greedy = row_argmax(logits)
-    srt, order = (logits / temperature.clamp(min=1e-6)[:, None]).sort(dim=-1, descending=True, stable=True)
-    return torch.where(temperature > 0, pick(srt, order, top_k, top_p, key), greedy)
+    srt, order = scaled.sort(dim=-1, descending=True, stable=True)
+    return torch.where(temperature > 0, pick(srt, order, top_k, top_p, seed_key, counter), greedy)
 
 
-def pick_for(device: torch.device, use_kernels: bool = True):
-    """The sampling pick for `device`, decided once at load: the two-launch Triton pick where the device is CUDA
-    and it is usable, else the PyTorch reference. Returns (function, note)."""
+def sampler_kernels(device: torch.device, use_kernels: bool = True):
+    """The sampler's penalty-and-scale and pick for `device`, decided once at load: the Triton kernels
+    (`dsv4_kernels.sampling`) where the device is CUDA and they are usable, else the PyTorch references.
+    Returns (penalize_scale, pick, note)."""
     if not use_kernels:
-        return sample_pick_ref, "sampler: PyTorch reference (kernels switched off)"
+        return penalize_scale_ref, sample_pick_ref, "sampler: PyTorch references (kernels switched off)"
     if device.type != "cuda":
-        return sample_pick_ref, "sampler: PyTorch reference (no CUDA device)"
+        return penalize_scale_ref, sample_pick_ref, "sampler: PyTorch references (no CUDA device)"
     from dsv4_kernels import available, select
     ok, why = available("sample_pick")
     if not ok:
-        return sample_pick_ref, f"sampler: PyTorch reference ({why})"
-    return select("sample_pick", device), "sampler: two-launch Triton pick"
+        return penalize_scale_ref, sample_pick_ref, f"sampler: PyTorch references ({why})"
+    return (select("penalize_scale", device), select("sample_pick", device),
+            "sampler: Triton penalty and scaling (one launch) and pick (two)")
 
 
 class Sampler(nn.Module):
@@ -59,13 +49,14 @@ class Sampler(nn.Module):
     def __init__(self, batch: int, vocab: int, ring: int = 64, device=None, kernels: bool = True):
         super().__init__()
         self.vocab = vocab
-        self.pick, self.kernel_note = pick_for(torch.device(device or "cpu"), kernels)   # once, never per step
+        # once, never per step
+        self.penalize_scale, self.pick, self.kernel_note = sampler_kernels(torch.device(device or "cpu"), kernels)
         f = dict(device=device)
         self.register_buffer("temperature", torch.zeros(batch, **f), persistent=False)
         self.register_buffer("top_k", torch.zeros(batch, dtype=torch.long, **f), persistent=False)
         self.register_buffer("top_p", torch.ones(batch, **f), persistent=False)
         self.register_buffer("penalty", torch.ones(batch, **f), persistent=False)
-        # each row's seed as the noise uses it: mixed once here, not on every step (uniform_noise mixes per call)
+        # each row's seed as the noise uses it: mixed once here, not on every step (the pick mixes in the counter)
         self.register_buffer("seed_key", mix32(torch.zeros(batch, dtype=torch.long, **f)), persistent=False)
         self.register_buffer("counter", torch.zeros(batch, dtype=torch.long, **f), persistent=False)
         self.register_buffer("ring", torch.full((batch, ring), -1, dtype=torch.long, **f), persistent=False)
@@ -85,9 +76,9 @@ class Sampler(nn.Module):
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         """logits [n,V] -> tokens [n] for rows [0, n); advances each row's random counter."""
         n = logits.shape[0]
-        logits = apply_repetition_penalty(logits, self.ring[:n], self.penalty[:n])
-        tok = sample(logits, self.temperature[:n], self.top_k[:n], self.top_p[:n],
-                     step_key(self.seed_key[:n], self.counter[:n]), self.pick)
+        logits, scaled = self.penalize_scale(logits, self.ring[:n], self.penalty[:n], self.temperature[:n])
+        tok = sample(logits, scaled, self.temperature[:n], self.top_k[:n], self.top_p[:n], self.seed_key[:n],
+                     self.counter[:n], self.pick)
         self.counter[:n] += 1
         return tok
 

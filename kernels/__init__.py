@@ -9,5 +9,5 @@ from .moe_gemv import fp4_gemv, routed_experts  # noqa: F401
 from .nvfp4_kvcache import dequantize_nvfp4_kvcache  # noqa: F401
 from .rms_norm import rms_norm  # noqa: F401
 from .rope import rope_tail  # noqa: F401
-from .sample_pick import sample_pick  # noqa: F401
+from .sampling import penalize_scale, sample_pick  # noqa: F401
 from .sinkhorn import sinkhorn  # noqa: F401

@@ -27,7 +27,8 @@ KERNELS = {
     "mhc_pre": ("mhc", "mhc_pre", "mhc_pre_ref"),
     "mhc_post": ("mhc", "mhc_post", "mhc_post_ref"),
     "mhc_head": ("mhc", "mhc_head", "mhc_head_ref"),
-    "sample_pick": ("sample_pick", "sample_pick", "sample_pick_ref"),
+    "penalize_scale": ("sampling", "penalize_scale", "penalize_scale_ref"),
+    "sample_pick": ("sampling", "sample_pick", "sample_pick_ref"),
 }
 
 

@@ -14,9 +14,9 @@ import dsv4_model
 from conftest import ROOT
 from dsv4_model.decode import GraphSafeDecoder
 from dsv4_model.runner import Runner
-from dsv4_kernels.sample_pick.reference import (hash_uniform, mix32, row_argmax, row_cumsum, sample_pick_ref, step_key,
-                                                token_uniform)
-from dsv4_model.sampler import Sampler, apply_repetition_penalty, pick_for, sample
+from dsv4_kernels.sampling.reference import (hash_uniform, mix32, penalize_scale_ref, row_argmax, row_cumsum,
+                                             sample_pick_ref, step_key, token_uniform)
+from dsv4_model.sampler import Sampler, sample, sampler_kernels
 
 STEPS = 300
 
@@ -199,23 +199,30 @@ def test_row_argmax_is_argmax_ties_and_nan_included(V):
     assert torch.equal(row_argmax(x), want)
 
 
-def _keys(seeds, counter):
-    return step_key(mix32(torch.as_tensor(seeds)), torch.full((len(seeds),), counter))
+def _sample(logits, t, k, p, seed_key, counter):
+    """sample() without a repetition penalty: the logits and their scaled copy as the sampler's first kernel gives."""
+    _, scaled = penalize_scale_ref(logits, torch.full((len(t), 1), -1), torch.ones(len(t)), t)
+    return sample(logits, scaled, t, k, p, seed_key, counter)
+
+
+def _stream(seeds, counter):
+    """(seed_key, counter) of rows seeded `seeds` at step `counter`, as Sampler holds them."""
+    return mix32(torch.as_tensor(seeds)), torch.full((len(seeds),), counter)
 
 
 def test_sampler_greedy_topk1_and_noise_determinism():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 50, generator=g)
-    key = _keys([1, 2, 3], 0)
-    noise = token_uniform(key, torch.arange(50).expand(3, 50))
+    rows = _stream([1, 2, 3], 0)
+    noise = token_uniform(step_key(*rows), torch.arange(50).expand(3, 50))
     assert noise.min() > 0 and noise.max() < 1
-    assert torch.equal(noise, token_uniform(_keys([1, 2, 3], 0), torch.arange(50).expand(3, 50)))
-    assert not torch.equal(noise[0], token_uniform(_keys([1], 1), torch.arange(50)[None])[0])
+    assert torch.equal(noise, token_uniform(step_key(*_stream([1, 2, 3], 0)), torch.arange(50).expand(3, 50)))
+    assert not torch.equal(noise[0], token_uniform(step_key(*_stream([1], 1)), torch.arange(50)[None])[0])
     t, k, p = torch.tensor([0.0, 0.0, 0.0]), torch.zeros(3, dtype=torch.long), torch.ones(3)
-    assert torch.equal(sample(logits, t, k, p, key), logits.argmax(-1))
+    assert torch.equal(_sample(logits, t, k, p, *rows), logits.argmax(-1))
     hot = torch.tensor([5.0, 5.0, 5.0])
-    assert torch.equal(sample(logits, hot, torch.ones(3, dtype=torch.long), p, key), logits.argmax(-1))
-    assert torch.equal(sample(logits, hot, k, torch.full((3,), 1e-6), key), logits.argmax(-1))
+    assert torch.equal(_sample(logits, hot, torch.ones(3, dtype=torch.long), p, *rows), logits.argmax(-1))
+    assert torch.equal(_sample(logits, hot, k, torch.full((3,), 1e-6), *rows), logits.argmax(-1))
 
 
 def test_noise_is_strictly_inside_0_1_at_every_hash():
@@ -230,19 +237,19 @@ def test_noise_is_strictly_inside_0_1_at_every_hash():
 def test_pick_stays_in_top_k_when_a_token_draws_the_largest_noise():
     """A row-step where a token far outside the top-k draws a hash >= 2^32 - 128: the old (h + 0.5) * 2^-32 rounded
     its uniform to 1.0, its exponential to -0.0, its score to 0 / -0.0 = NaN, and the argmax took it."""
-    key, tok = _keys([40], 5), 9578
-    assert mix32(key ^ tok).item() >= 2**32 - 128                   # the case is still the one it claims to be
+    rows, tok = _stream([40], 5), 9578
+    assert mix32(step_key(*rows) ^ tok).item() >= 2**32 - 128                   # the case is still the one it claims to be
     logits = torch.randn(1, 129280, generator=torch.Generator().manual_seed(1))
     logits[0, tok], logits[0, 100:103] = -30.0, 20.0             # three tokens hold almost all the probability
     srt, order = logits.sort(dim=-1, descending=True, stable=True)
     for k, p in ((50, 1.0), (0, 0.5), (2, 0.9)):
-        got = sample_pick_ref(srt, order, torch.tensor([k]), torch.tensor([p]), key)
+        got = sample_pick_ref(srt, order, torch.tensor([k]), torch.tensor([p]), *rows)
         assert got.item() in order[0, : k or 3].tolist(), (k, p, got)
 
 
 def test_sampler_draws_each_rows_seeded_stream():
     """Sampler.forward uses each row's own seed (mixed once at configure) and step counter: its picks are those of
-    sample() with step_key(seed, counter), step after step, and a re-configured row starts its stream over."""
+    sample() over (mix32(seed), counter), step after step, and a re-configured row starts its stream over."""
     V, seeds = 64, [11, 7, 123456789]
     s = Sampler(3, V)
     for r, seed in enumerate(seeds):
@@ -252,7 +259,7 @@ def test_sampler_draws_each_rows_seeded_stream():
     first = None
     for step in range(3):
         logits = torch.randn(3, V, generator=g)
-        want = sample(logits, t, k, p, _keys(seeds, step))
+        want = _sample(logits, t, k, p, *_stream(seeds, step))
         got = s(logits)
         assert torch.equal(got, want)
         first = (logits, got) if first is None else first
@@ -262,14 +269,14 @@ def test_sampler_draws_each_rows_seeded_stream():
 
 def test_sampler_gumbel_max_follows_the_distribution():
     logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).expand(4000, 4).contiguous()
-    key = _keys(torch.arange(4000), 0)
+    rows = _stream(torch.arange(4000), 0)
     one = torch.ones(4000)
-    tok = sample(logits, one, torch.zeros(4000, dtype=torch.long), one, key)
+    tok = _sample(logits, one, torch.zeros(4000, dtype=torch.long), one, *rows)
     freq = torch.bincount(tok, minlength=4).float() / 4000
     assert (freq - logits[0].softmax(-1)).abs().max() < 0.03, freq
-    tok2 = sample(logits, one, torch.full((4000,), 2, dtype=torch.long), one, key)      # top-k 2: only {1, 2}
+    tok2 = _sample(logits, one, torch.full((4000,), 2, dtype=torch.long), one, *rows)      # top-k 2: only {1, 2}
     assert set(tok2.tolist()) == {1, 2}
-    tok3 = sample(logits, one, torch.zeros(4000, dtype=torch.long), torch.full((4000,), 0.7), key)
+    tok3 = _sample(logits, one, torch.zeros(4000, dtype=torch.long), torch.full((4000,), 0.7), *rows)
     assert set(tok3.tolist()) == {1, 2}                                                  # 0.665 + 0.245 >= 0.7
 
 
@@ -284,11 +291,12 @@ def test_repetition_penalty_matches_the_whole_row_rule():
     ring[2, 3:7] = ring[2, 2]                                 # duplicates
     ring[3] = -1                                              # a fresh row
     penalty = torch.tensor([1.3, 2.0, 0.7, 1.5])
+    temperature = torch.tensor([0.7, 0.0, 1.0, 3e-7])                # greedy rows divide by the 1e-6 floor
     seen = torch.zeros(4, 301, dtype=torch.bool).scatter_(1, torch.where(ring < 0, 300, ring), True)[:, :300]
     p = penalty[:, None]
     want = torch.where(seen, torch.where(logits > 0, logits / p, logits * p), logits)
-    got = apply_repetition_penalty(logits, ring, penalty)
-    assert torch.equal(got, want)
+    got, scaled = penalize_scale_ref(logits, ring, penalty, temperature)
+    assert torch.equal(got, want) and torch.equal(scaled, want / temperature.clamp(min=1e-6)[:, None])
     assert torch.equal(got[3], logits[3]) and got[1, 0] != logits[1, 0] and got[0, 0] == logits[0, 0]
 
 
@@ -299,7 +307,7 @@ def test_repetition_penalty_ring():
         s.observe(torch.tensor([t]))
     logits = torch.full((1, 10), 3.0)
     logits[0, 6] = -3.0
-    out = apply_repetition_penalty(logits, s.ring[:1], s.penalty[:1])[0]
+    out = penalize_scale_ref(logits, s.ring[:1], s.penalty[:1], s.temperature[:1])[0][0]
     assert out[4] == 3.0 and out[5] == 1.5 and out[6] == -6.0 and out[7] == 1.5 and out[0] == 3.0
     with pytest.raises(ValueError, match="top_p"):
         s.configure(0, top_p=0.0)
@@ -419,8 +427,8 @@ def test_kernel_choice_is_made_once_at_load(model):
     assert "switched off" in GraphSafeDecoder(model, batch=1, kernels=False).kernel_note
     s = Sampler(2, 10)
     assert s.pick is sample_pick_ref and "no CUDA device" in s.kernel_note
-    assert pick_for(torch.device("cuda"), use_kernels=False) == (sample_pick_ref, "sampler: PyTorch reference "
-                                                                                 "(kernels switched off)")
+    assert sampler_kernels(torch.device("cuda"), use_kernels=False) == (
+        penalize_scale_ref, sample_pick_ref, "sampler: PyTorch references (kernels switched off)")
 
 
 def _small_kernels_of(model):
@@ -480,7 +488,8 @@ def test_cuda_small_kernels_chosen_once_at_load():
     GraphSafeDecoder(model, batch=1, kernels=False)
     assert all(next(iter(v)).endswith("_ref") for v in _small_kernels_of(model).values())
     s = Sampler(2, model.args.vocab_size, device="cuda")
-    assert s.pick.__name__ == "sample_pick" and "Triton pick" in s.kernel_note, s.kernel_note
+    assert s.pick.__name__ == "sample_pick" and s.penalize_scale.__name__ == "penalize_scale", s.kernel_note
+    assert "Triton penalty" in s.kernel_note, s.kernel_note
     assert Sampler(2, model.args.vocab_size, device="cuda", kernels=False).pick is sample_pick_ref
 
 

@@ -147,7 +147,8 @@ def test_kvcache_reference_matches_the_weight_dequant():
 
 @pytest.mark.parametrize("factory", ["compressor_reduce_csa", "compressor_reduce_hca", "nvfp4_kvcache", "fused_swiglu",
                                      "fp4_gemv", "routed_experts", "sinkhorn", "fp8_fake_quant", "fp4_fake_quant",
-                                     "rms_norm", "rope_tail", "mhc_pre", "mhc_post", "mhc_head", "sample_pick"])
+                                     "rms_norm", "rope_tail", "mhc_pre", "mhc_post", "mhc_head", "sample_pick",
+                                     "penalize_scale"])
 def test_kernel_targets_capture_clean(factory):
     """On CPU this is the emulation over the references; on a GPU, real capture of the kernels."""
     assert capture_test(getattr(targets, factory)(), steps=2) == []
@@ -1088,30 +1089,57 @@ def test_mhc_post_parity(dt, B, S, hc, d):
         _assert_fp32_rounding(mhc_post(y, X, post, comb), mhc_post_ref(y, X, post, comb), dt, 4 * scale)
 
 
-# ---------------------------------------------------------------------------------------------- the sampler's pick
-SAMPLE_PICK_INTERPRET = textwrap.dedent("""
+# ---------------------------------------------------------------------------------------------- the sampler
+SAMPLING_INTERPRET = textwrap.dedent("""
     import torch
-    from dsv4_kernels.sample_pick.triton_kernel import sample_pick_triton, chunk_picks
-    from dsv4_kernels.sample_pick.reference import mix32, sample_pick_ref, step_key, token_uniform
+    from dsv4_kernels.sampling.triton_kernel import chunk_picks, penalize_scale_triton, sample_pick_triton
+    from dsv4_kernels.sampling.reference import (mix32, penalize_scale_ref, sample_pick_ref, step_key,
+                                                 token_uniform)
     g = torch.Generator().manual_seed(5)
     bad = []
+    # the penalty and scaling bit for bit: duplicates, empty slots, token 0 held or not, a greedy row's 1e-6 floor
+    for V, R, block in ((3000, 64, 256), (700, 3, 1024)):
+        logits = torch.randn(4, V, generator=g) * 4
+        ring = torch.randint(0, V, (4, R), generator=g)
+        ring[0, : R // 2] = -1
+        ring[1, 0], ring[1, 1:] = 0, -1
+        ring[2, 1:] = ring[2, 0]
+        penalty, temp = torch.tensor([1.3, 0.5, 2.0, 1.0]), torch.tensor([0.7, 0.0, 1.0, 3e-7])
+        got = penalize_scale_triton(logits, ring, penalty, temp, block=block)
+        want = penalize_scale_ref(logits, ring, penalty, temp)
+        bad += [] if all(torch.equal(a, b) for a, b in zip(got, want)) else [f"penalize V={V} R={R}"]
     # rows: no limit, top-k, top-p, both, top-k beyond the vocab, top-k 1; vocab not a multiple of the block
     k = torch.tensor([0, 50, 0, 7, 10**6, 1])
     p = torch.tensor([1.0, 1.0, 0.9, 0.5, 0.3, 1.0])
     for V, block in ((3000, 256), (700, 1024), (257, 128)):
         for step in range(6):
             srt, order = (torch.randn(6, V, generator=g) * 3).sort(dim=-1, descending=True, stable=True)
-            key = step_key(mix32(torch.arange(6)), torch.full((6,), step))
-            got, want = sample_pick_triton(srt, order, k, p, key, block=block), sample_pick_ref(srt, order, k, p, key)
+            rows = mix32(torch.arange(6) * 1000003), torch.full((6,), step + 2**33)    # counters past 32 bits wrap alike
+            got = sample_pick_triton(srt, order, k, p, *rows, block=block)
+            want = sample_pick_ref(srt, order, k, p, *rows)
             bad += [] if torch.equal(got, want) else [f"pick V={V} block={block} step={step}: {got} vs {want}"]
+    # ties go to the first rank, within a chunk and across chunks: two ids whose hashes give the same uniform, at
+    # ranks (a, b) of a flat row (every numerator 1) of otherwise smaller uniforms
+    seed_key, counter = torch.tensor([12345]), torch.tensor([7])
+    u = token_uniform(step_key(seed_key, counter), torch.arange(1 << 22)[None])[0]
+    top = u.topk(20000).indices
+    vals, inv, cnt = torch.unique(u[top], return_inverse=True, return_counts=True)
+    pair = top[inv == int(torch.nonzero(cnt >= 2)[-1])][:2]
+    others = torch.nonzero(u[:100000] < u[pair[0]] - 1e-3)[:32, 0]
+    for a, b in ((3, 20), (20, 3), (3, 5), (5, 3)):
+        order = others.clone()
+        order[a], order[b] = pair[0], pair[1]
+        got = sample_pick_triton(torch.zeros(1, 32), order[None], torch.zeros(1, dtype=torch.long), torch.ones(1),
+                                 seed_key, counter, block=16)
+        bad += [] if got.item() == order[min(a, b)].item() else [f"tie at ranks {a}, {b}: {got.item()}"]
     # the noise hash: flat rows (every numerator 1) pick each chunk's token with the largest uniform (a wrong hash
     # moves it); the score 1 / -log(u) within a log's rounding (numpy's and torch's fp32 log differ by an ulp)
     V = 600
     order = torch.stack([torch.randperm(V, generator=g) for _ in range(4)])
-    key = torch.randint(0, 2**32, (4,), generator=g)
+    seed_key, counter = torch.randint(0, 2**32, (4,), generator=g), torch.randint(0, 2**40, (4,), generator=g)
     flat, none, one = torch.zeros(4, V), torch.zeros(4, dtype=torch.long), torch.ones(4)
-    best, at = chunk_picks(flat, order, none, one, key, block=128)
-    u = token_uniform(key, order)
+    best, at = chunk_picks(flat, order, none, one, seed_key, counter, block=128)
+    u = token_uniform(step_key(seed_key, counter), order)
     for r in range(4):
         for j in range(best.shape[1]):
             w = u[r, j * 128:(j + 1) * 128]
@@ -1121,42 +1149,53 @@ SAMPLE_PICK_INTERPRET = textwrap.dedent("""
 """)
 
 
-def test_sample_pick_under_the_interpreter():
-    """The sampler pick's Triton logic on CPU: the same tokens as the reference for every kind of row (no limit,
-    top-k, top-p, both, k beyond the vocab, k = 1) over vocabularies that do not fill the last block, and the
-    noise hash equal to the reference's bit for bit (TRITON_INTERPRET=1 in a subprocess)."""
-    _under_interpreter(SAMPLE_PICK_INTERPRET, timeout=600)
+def test_sampling_under_the_interpreter():
+    """The sampler's Triton logic on CPU (TRITON_INTERPRET=1 in a subprocess): the penalty and scaling equal to the
+    reference bit for bit; the pick gives the reference's tokens for every kind of row (no limit, top-k, top-p,
+    both, k beyond the vocab, k = 1) over vocabularies that do not fill the last block, and hashes the reference's
+    noise."""
+    _under_interpreter(SAMPLING_INTERPRET, timeout=600)
 
 
-def test_sample_pick_checks_name_the_culprit():
-    from dsv4_kernels.sample_pick import sample_pick
+def test_sampling_checks_name_the_culprit():
+    from dsv4_kernels.sampling import penalize_scale, sample_pick
     srt, order = torch.zeros(2, 10), torch.zeros(2, 10, dtype=torch.long)
     k, p, key = torch.zeros(2, dtype=torch.long), torch.ones(2), torch.zeros(2, dtype=torch.long)
     with pytest.raises(ValueError, match=r"srt and order must be \[n, V\] alike, found \(2, 10\) and \(2, 9\)"):
-        sample_pick(srt, order[:, :9], k, p, key)
+        sample_pick(srt, order[:, :9], k, p, key, key)
     with pytest.raises(ValueError, match=r"top_p must be \[2\], found \(3,\)"):
-        sample_pick(srt, order, k, torch.ones(3), key)
-    assert sample_pick(srt, torch.arange(10).expand(2, 10), k, p, key).shape == (2,)
+        sample_pick(srt, order, k, torch.ones(3), key, key)
+    with pytest.raises(ValueError, match=r"counter must be \[2\], found \(\)"):
+        sample_pick(srt, order, k, p, key, key[0])
+    assert sample_pick(srt, torch.arange(10).expand(2, 10), k, p, key, key).shape == (2,)
+    with pytest.raises(ValueError, match=r"logits must be \[n, V\] and ring \[n, R\], found \(2, 10\) and \(3, 4\)"):
+        penalize_scale(srt, torch.zeros(3, 4, dtype=torch.long), p, p)
+    with pytest.raises(ValueError, match=r"temperature must be \[2\], found \(1,\)"):
+        penalize_scale(srt, torch.zeros(2, 4, dtype=torch.long), p, p[:1])
+    with pytest.raises(ValueError, match=r"logits must be fp32 \(the decoder's logits buffer\), found torch.bfloat16"):
+        penalize_scale(srt.bfloat16(), torch.zeros(2, 4, dtype=torch.long), p, p)
 
 
 @cuda
 @pytest.mark.parametrize("n", [1, 8])
 def test_sample_pick_parity(n):
-    """On the GPU at the Flash vocab: the Triton pick against the reference over 40 fresh draws per row kind. exp,
-    log, the division and the scan round differently on the two paths, so a pick may differ only where the
-    reference's decision sits within rounding of a boundary; every pick lies in the row's top-k and its top-p
-    prefix (with 1e-5 slack), and at least 99 % agree."""
-    from dsv4_kernels.sample_pick import sample_pick
-    from dsv4_kernels.sample_pick.reference import mix32, sample_pick_ref, step_key
+    """On the GPU at the Flash vocab: the Triton pick against the reference over 40 fresh draws, each row cycling
+    through eight kinds (no limit, top-k, top-p, both, k = 1). exp, log, the division and the scan round
+    differently on the two paths, so a pick may differ only where the reference's decision sits within rounding of
+    a boundary; every pick lies in the row's top-k and its top-p prefix (with 1e-5 slack), and at most one pick in
+    a hundred differs (a CPU emulation of the GPU's rounding found none in 2,400 draws)."""
+    from dsv4_kernels.sampling import sample_pick
+    from dsv4_kernels.sampling.reference import mix32, sample_pick_ref
     V, g = 129280, torch.Generator().manual_seed(9)
-    k = torch.tensor([0, 50, 0, 7, 1, 0, 2000, 3])[:n].cuda()
-    p = torch.tensor([1.0, 1.0, 0.9, 0.5, 1.0, 0.99, 0.95, 0.2])[:n].cuda()
+    kinds_k, kinds_p = torch.tensor([0, 50, 0, 7, 1, 0, 2000, 3]), torch.tensor([1.0, 1.0, 0.9, 0.5, 1.0, 0.99, 0.95, 0.2])
     agree = total = 0
     for step in range(40):
+        kind = (torch.arange(n) + step) % 8                                  # one row alone cycles through the kinds
+        k, p = kinds_k[kind].cuda(), kinds_p[kind].cuda()
         srt, order = (torch.randn(n, V, generator=g) * 4).cuda().sort(dim=-1, descending=True, stable=True)
-        key = step_key(mix32(torch.arange(n)), torch.full((n,), step)).cuda()
+        rows = mix32(torch.arange(n)).cuda(), torch.full((n,), step).cuda()
         _poison(n * V * 16)
-        got, want = sample_pick(srt, order, k, p, key), sample_pick_ref(srt, order, k, p, key)
+        got, want = sample_pick(srt, order, k, p, *rows), sample_pick_ref(srt, order, k, p, *rows)
         agree, total = agree + (got == want).sum().item(), total + n
         e = torch.exp(srt.double() - srt[:, :1].double())
         rank = (order == got[:, None]).double().argmax(-1)                   # the pick's rank in its row
@@ -1165,3 +1204,25 @@ def test_sample_pick_parity(n):
         z = torch.where(torch.arange(V, device="cuda")[None] < limit[:, None], e, 0).sum(-1)
         assert (rank < limit).all() and ((before <= p * z * (1 + 1e-5)) | (p >= 1)).all(), (step, got, rank)
     assert agree >= 0.99 * total, (agree, total)
+
+
+@cuda
+@pytest.mark.parametrize("n,R", [(1, 64), (8, 64), (8, 5)])
+def test_penalize_scale_parity(n, R):
+    """On the GPU: the one-launch penalty and scaling equal the reference bit for bit (IEEE divisions), with
+    duplicates and empty slots in the ring and token 0 held, at the Flash vocab."""
+    from dsv4_kernels.sampling import penalize_scale
+    from dsv4_kernels.sampling.reference import penalize_scale_ref
+    V, g = 129280, torch.Generator().manual_seed(n * 100 + R)
+    for _ in range(3):
+        logits = (torch.randn(n, V, generator=g) * 4).cuda()
+        ring = torch.randint(0, V, (n, R), generator=g)
+        ring[0, : R // 2] = -1
+        ring[-1, 0], ring[-1, 1] = 0, ring[-1, 2]
+        ring = ring.cuda()
+        penalty = (torch.rand(n, generator=g) * 2 + 0.2).cuda()
+        temp = torch.rand(n, generator=g).cuda()
+        temp[0] = 0.0
+        _poison(2 * n * V * 4)
+        got, want = penalize_scale(logits, ring, penalty, temp), penalize_scale_ref(logits, ring, penalty, temp)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

@@ -1,4 +1,7 @@
-"""The sampler's pick over a row-sorted distribution in two Triton launches over (row, chunk of BLOCK tokens).
+"""The sampler's kernels in Triton, each over (row, chunk of BLOCK tokens): the repetition penalty with the
+temperature scaling in one launch (`penalize_scale_triton`: each token tested against the row's ring in registers;
+the reference is ~15 launches, the ring-sized gather/scatter and the full-row copy and division), bit for bit with
+the reference (IEEE divisions); and the pick over a row-sorted distribution in two launches (`sample_pick_triton`).
 
 The reference (`reference.py`) spends ~25 full-vocab kernels after the sort: numerators, masks, a two-level scan,
 the noise hash (a dozen int64 ops over [n, V]), its gather, the log, the division, a two-level argmax. On the H200
@@ -30,6 +33,34 @@ def _mix32(x):
 
 
 @triton.jit
+def _penalize_scale_kernel(x_ptr, ring_ptr, pen_ptr, temp_ptr, out_ptr, scaled_ptr, V, R: tl.constexpr,
+                           BLOCK: tl.constexpr):
+    r = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + r * V + offs, mask=offs < V, other=0.0)
+    held = offs < 0
+    for i in tl.static_range(R):                          # an empty slot (-1) matches no token
+        held = held | (offs == tl.load(ring_ptr + r * R + i))
+    p = tl.load(pen_ptr + r)
+    y = tl.where(held, tl.where(x > 0, tl.div_rn(x, p), x * p), x)
+    tl.store(out_ptr + r * V + offs, y, mask=offs < V)
+    tl.store(scaled_ptr + r * V + offs, tl.div_rn(y, tl.maximum(tl.load(temp_ptr + r), 1e-6)), mask=offs < V)
+
+
+def penalize_scale_triton(logits: torch.Tensor, ring: torch.Tensor, penalty: torch.Tensor, temperature: torch.Tensor,
+                          block: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+    """As `reference.penalize_scale_ref`: logits [n,V] fp32, ring [n,R] int64, penalty [n], temperature [n] ->
+    (penalised [n,V], penalised / max(temperature, 1e-6) [n,V])."""
+    n, V = logits.shape
+    x, ring = logits.contiguous(), ring.contiguous()
+    out, scaled = torch.empty_like(x), torch.empty_like(x)
+    _penalize_scale_kernel[(n, triton.cdiv(V, block))](x, ring, penalty.float().contiguous(),
+                                                        temperature.float().contiguous(), out, scaled, V,
+                                                        R=ring.shape[1], BLOCK=block, num_warps=4)
+    return out, scaled
+
+
+@triton.jit
 def _numerators(srt_ptr, topk_ptr, r, offs, V):
     """Each token's exp(s - row max) inside the row's top-k, else 0; and the top-k mask."""
     k = tl.load(topk_ptr + r)
@@ -47,7 +78,7 @@ def _chunk_sums_kernel(srt_ptr, topk_ptr, tot_ptr, V, C, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _chunk_picks_kernel(srt_ptr, order_ptr, topk_ptr, topp_ptr, key_ptr, base_ptr, best_ptr, at_ptr, V, C,
+def _chunk_picks_kernel(srt_ptr, order_ptr, topk_ptr, topp_ptr, seed_ptr, counter_ptr, base_ptr, best_ptr, at_ptr, V, C,
                  BLOCK: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
@@ -58,7 +89,10 @@ def _chunk_picks_kernel(srt_ptr, order_ptr, topk_ptr, topp_ptr, key_ptr, base_pt
     total = tl.load(base_ptr + r * (C + 1) + C)
     keep = keep & (c - e < tl.where(p >= 1.0, float("inf"), p * total))              # top_p >= 1: all of top-k
     tok = tl.load(order_ptr + r * V + offs, mask=offs < V, other=0)
-    h = _mix32((tl.load(key_ptr + r) ^ tok).to(tl.uint32))
+    # the step key (reference.step_key) here, not in torch: its two hashes over [n] were 22 tiny launches
+    ctr = tl.load(counter_ptr + r).to(tl.uint32) + tl.full([], 0x9E3779B9, tl.uint32)
+    key = _mix32(tl.load(seed_ptr + r).to(tl.uint32) ^ _mix32(ctr))
+    h = _mix32(key ^ tok.to(tl.uint32))
     u = ((h >> 9).to(tl.float32) + 0.5) * 1.1920928955078125e-07                    # 2^-23: [2^-24, 1 - 2^-24]
     score = tl.where(keep, e / -tl.log(u), 0.0)
     best = tl.max(score, axis=0)
@@ -68,27 +102,29 @@ def _chunk_picks_kernel(srt_ptr, order_ptr, topk_ptr, topp_ptr, key_ptr, base_pt
     tl.store(at_ptr + r * C + j, at)
 
 
-def chunk_picks(srt: torch.Tensor, order: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, key: torch.Tensor,
-                block: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+def chunk_picks(srt: torch.Tensor, order: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                seed_key: torch.Tensor, counter: torch.Tensor, block: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
     """The two launches: each chunk's best score [n, C] fp32 and its first rank [n, C] int32."""
     n, V = srt.shape
     C = triton.cdiv(V, block)
     srt, order = srt.contiguous(), order.contiguous()
-    top_k, top_p, key = top_k.contiguous(), top_p.float().contiguous(), key.contiguous()
+    top_k, top_p = top_k.contiguous(), top_p.float().contiguous()
+    seed_key, counter = seed_key.contiguous(), counter.contiguous()
     tot = torch.empty(n, C, dtype=torch.float32, device=srt.device)
     _chunk_sums_kernel[(n, C)](srt, top_k, tot, V, C, BLOCK=block, num_warps=4)
     # base [n, C+1]: base[:, j] = the sum of the chunks before j; base[:, C] = the row's total
     base = torch.nn.functional.pad(tot.cumsum(-1), (1, 0))
     best = torch.empty(n, C, dtype=torch.float32, device=srt.device)
     at = torch.empty(n, C, dtype=torch.int32, device=srt.device)
-    _chunk_picks_kernel[(n, C)](srt, order, top_k, top_p, key, base, best, at, V, C, BLOCK=block, num_warps=4)
+    _chunk_picks_kernel[(n, C)](srt, order, top_k, top_p, seed_key, counter, base, best, at, V, C, BLOCK=block,
+                                        num_warps=4)
     return best, at
 
 
 def sample_pick_triton(srt: torch.Tensor, order: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                       key: torch.Tensor, block: int = BLOCK) -> torch.Tensor:
+                       seed_key: torch.Tensor, counter: torch.Tensor, block: int = BLOCK) -> torch.Tensor:
     """As `reference.sample_pick_ref`: srt [n,V] fp32 sorted descending, order [n,V] int64, top_k [n] int64, top_p
-    [n] fp32, key [n] int64 -> token ids [n] int64."""
-    best, at = chunk_picks(srt, order, top_k, top_p, key, block)
+    [n] fp32, seed_key [n] int64, counter [n] int64 -> token ids [n] int64."""
+    best, at = chunk_picks(srt, order, top_k, top_p, seed_key, counter, block)
     rank = at.gather(-1, best.argmax(-1, keepdim=True)).long()                      # first chunk with the row's best
     return order.gather(-1, rank)[:, 0]

@@ -1,4 +1,5 @@
-"""PyTorch reference of the sampler's pick over a row-sorted distribution: top-k, top-p and Gumbel-max.
+"""PyTorch references of the sampler's two kernels: the repetition penalty with the temperature scaling
+(`penalize_scale_ref`), and the pick over a row-sorted distribution: top-k, top-p and Gumbel-max (`sample_pick_ref`).
 
 Randomness is a counter-based hash of (the row's step key, token id) with integer ops: no generator state, the same
 stream eagerly and on replay, on CPU and on GPU, and in the Triton kernel bit for bit (`token_uniform`).
@@ -40,11 +41,28 @@ def token_uniform(key: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return hash_uniform(mix32(key[:, None] ^ tokens))
 
 
+def penalize_scale_ref(logits: torch.Tensor, ring: torch.Tensor, penalty: torch.Tensor,
+                       temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [n,V] fp32, ring [n,R] recent token ids (-1 = empty), penalty [n], temperature [n] -> (penalised
+    logits [n,V], penalised logits / max(temperature, 1e-6) [n,V]). Every token in the ring: a positive logit / p,
+    a negative one * p. One copy of the logits and ring-sized ops: the penalised values are written at the ring's
+    tokens only. An empty slot points at token 0 and writes what token 0 gets anyway (penalised if the ring holds
+    it), so writes that meet agree and the scatter stays deterministic."""
+    at = ring.clamp(min=0)                                                              # [n, R]
+    v = logits.gather(1, at)
+    p = penalty[:, None]
+    pen = torch.where(v > 0, v / p, v * p)
+    holds0 = (ring == 0).any(-1, keepdim=True)                                          # [n, 1]
+    out = logits.clone().scatter_(1, at, torch.where((ring >= 0) | holds0, pen, v))
+    return out, out / temperature.clamp(min=1e-6)[:, None]
+
+
 def sample_pick_ref(srt: torch.Tensor, order: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                    key: torch.Tensor) -> torch.Tensor:
+                    seed_key: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
     """srt [n,V] fp32 scaled logits sorted descending (stable), order [n,V] their token ids, top_k [n] (0 = off),
-    top_p [n] (1 = off), key [n] -> the sampled token ids [n]: Gumbel-max over the top-k tokens' smallest prefix
-    whose probability reaches top_p, argmax e / Exp(1) with e the unnormalised probability."""
+    top_p [n] (1 = off), seed_key [n] each row's mixed seed, counter [n] its step -> the sampled token ids [n]:
+    Gumbel-max over the top-k tokens' smallest prefix whose probability reaches top_p, argmax e / Exp(1) with e the
+    unnormalised probability and the exponential drawn from token_uniform(step_key(seed_key, counter), id)."""
     V = srt.shape[-1]
     rank = torch.arange(V, device=srt.device)[None, :]
     keep = rank < torch.where(top_k > 0, top_k, V)[:, None]
@@ -52,7 +70,7 @@ def sample_pick_ref(srt: torch.Tensor, order: torch.Tensor, top_k: torch.Tensor,
     e = torch.exp(srt - srt[:, :1]).masked_fill(~keep, 0.0)
     c = row_cumsum(e)
     keep = keep & ((c - e < top_p[:, None] * c[:, -1:]) | (top_p[:, None] >= 1))     # smallest prefix reaching top_p
-    expo = -torch.log(token_uniform(key, order))                                      # > 0: the noise follows the id
+    expo = -torch.log(token_uniform(step_key(seed_key, counter), order))                                      # > 0: the noise follows the id
     return order.gather(-1, row_argmax(e.masked_fill(~keep, 0.0) / expo)[:, None])[:, 0]
 
 

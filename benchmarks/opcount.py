@@ -83,7 +83,7 @@ def main():
     runner = Runner(dec, Sampler(B, a.vocab_size, device="cpu"), buckets=(B,), log=lambda s: None)
     if fused:                            # the sampler's Triton kernels: one op per launch, their torch glue as it runs
         from dsv4_kernels.sampling import triton_kernel as tk
-        tk._penalize_scale_kernel, tk._chunk_sums_kernel, tk._chunk_picks_kernel = OneLaunch(4), OneLaunch(2), OneLaunch(8)
+        tk._penalize_scale_kernel, tk._chunk_sums_kernel, tk._chunk_picks_kernel = OneLaunch(6), OneLaunch(2), OneLaunch(8)
         runner.sampler.penalize_scale, runner.sampler.pick = tk.penalize_scale_triton, tk.sample_pick_triton
     for r in range(B):
         runner.start(r, [0, 5 + r, 6 + r], temperature=0.8, top_k=50, top_p=0.95, seed=r)

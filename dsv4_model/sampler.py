@@ -11,18 +11,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dsv4_kernels.sampling.reference import mix32, penalize_scale_ref, row_argmax, sample_pick_ref
+from dsv4_kernels.sampling.reference import mix32, penalize_scale_ref, sample_pick_ref
 
 # shapes: n rows of the bucket, V vocab, R ring size
 
 
-def sample(logits: torch.Tensor, scaled: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+def sample(scaled: torch.Tensor, greedy: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
            top_p: torch.Tensor, seed_key: torch.Tensor, counter: torch.Tensor, pick=sample_pick_ref) -> torch.Tensor:
-    """logits [n,V] fp32 (penalised) and scaled = logits / max(temperature, 1e-6) -> tokens [n]. temperature [n]
-    (0 = greedy), top_k [n] (0 = off), top_p [n] (1 = off), seed_key [n] and counter [n] the rows' noise streams and
-    steps. Gumbel-max over the scaled logits, sorted once; `pick` is the top-k/top-p/Gumbel pick over the sorted
-    rows (`dsv4_kernels.sampling.sample_pick`, chosen at load)."""
-    greedy = row_argmax(logits)
+    """scaled [n,V] = penalised logits / max(temperature, 1e-6) and greedy [n] their rows' first argmax (what
+    `penalize_scale` gives) -> tokens [n]. temperature [n] (0 = greedy), top_k [n] (0 = off), top_p [n] (1 = off),
+    seed_key [n] and counter [n] the rows' noise streams and steps. Gumbel-max over the scaled logits, sorted once;
+    `pick` is the top-k/top-p/Gumbel pick over the sorted rows (`dsv4_kernels.sampling.sample_pick`, chosen at
+    load)."""
     srt, order = scaled.sort(dim=-1, descending=True, stable=True)
     return torch.where(temperature > 0, pick(srt, order, top_k, top_p, seed_key, counter), greedy)
 
@@ -76,8 +76,8 @@ class Sampler(nn.Module):
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         """logits [n,V] -> tokens [n] for rows [0, n); advances each row's random counter."""
         n = logits.shape[0]
-        logits, scaled = self.penalize_scale(logits, self.ring[:n], self.penalty[:n], self.temperature[:n])
-        tok = sample(logits, scaled, self.temperature[:n], self.top_k[:n], self.top_p[:n], self.seed_key[:n],
+        scaled, greedy = self.penalize_scale(logits, self.ring[:n], self.penalty[:n], self.temperature[:n])
+        tok = sample(scaled, greedy, self.temperature[:n], self.top_k[:n], self.top_p[:n], self.seed_key[:n],
                      self.counter[:n], self.pick)
         self.counter[:n] += 1
         return tok

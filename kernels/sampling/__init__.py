@@ -1,7 +1,7 @@
 """The sampler's kernels: Triton on CUDA (``triton_kernel.py``), the PyTorch references (``reference.py``) elsewhere.
 
     penalize_scale(logits [n,V] fp32, ring [n,R] int64 (-1 = empty), penalty [n], temperature [n])
-        -> (penalised logits [n,V], penalised / max(temperature, 1e-6) [n,V])      one launch, bit for bit
+        -> (penalised / max(temperature, 1e-6) [n,V], greedy token [n])             one launch, bit for bit
 
     sample_pick(srt [n,V] fp32 sorted descending, order [n,V] int64, top_k [n] int64, top_p [n] fp32,
                 seed_key [n] int64, counter [n] int64) -> token ids [n] int64

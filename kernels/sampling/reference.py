@@ -44,8 +44,8 @@ def token_uniform(key: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 def penalize_scale_ref(logits: torch.Tensor, ring: torch.Tensor, penalty: torch.Tensor,
                        temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [n,V] fp32, ring [n,R] recent token ids (-1 = empty), penalty [n], temperature [n] -> (penalised
-    logits [n,V], penalised logits / max(temperature, 1e-6) [n,V]). Every token in the ring: a positive logit / p,
-    a negative one * p. One copy of the logits and ring-sized ops: the penalised values are written at the ring's
+    logits / max(temperature, 1e-6) [n,V], the greedy token: the first argmax of the penalised logits [n]). Every
+    token in the ring: a positive logit / p, a negative one * p. One copy of the logits and ring-sized ops: the penalised values are written at the ring's
     tokens only. An empty slot points at token 0 and writes what token 0 gets anyway (penalised if the ring holds
     it), so writes that meet agree and the scatter stays deterministic."""
     at = ring.clamp(min=0)                                                              # [n, R]
@@ -54,7 +54,7 @@ def penalize_scale_ref(logits: torch.Tensor, ring: torch.Tensor, penalty: torch.
     pen = torch.where(v > 0, v / p, v * p)
     holds0 = (ring == 0).any(-1, keepdim=True)                                          # [n, 1]
     out = logits.clone().scatter_(1, at, torch.where((ring >= 0) | holds0, pen, v))
-    return out, out / temperature.clamp(min=1e-6)[:, None]
+    return out / temperature.clamp(min=1e-6)[:, None], row_argmax(out)
 
 
 def sample_pick_ref(srt: torch.Tensor, order: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,

@@ -201,8 +201,8 @@ def test_row_argmax_is_argmax_ties_and_nan_included(V):
 
 def _sample(logits, t, k, p, seed_key, counter):
     """sample() without a repetition penalty: the logits and their scaled copy as the sampler's first kernel gives."""
-    _, scaled = penalize_scale_ref(logits, torch.full((len(t), 1), -1), torch.ones(len(t)), t)
-    return sample(logits, scaled, t, k, p, seed_key, counter)
+    return sample(*penalize_scale_ref(logits, torch.full((len(t), 1), -1), torch.ones(len(t)), t), t, k, p, seed_key,
+                  counter)
 
 
 def _stream(seeds, counter):
@@ -295,9 +295,9 @@ def test_repetition_penalty_matches_the_whole_row_rule():
     seen = torch.zeros(4, 301, dtype=torch.bool).scatter_(1, torch.where(ring < 0, 300, ring), True)[:, :300]
     p = penalty[:, None]
     want = torch.where(seen, torch.where(logits > 0, logits / p, logits * p), logits)
-    got, scaled = penalize_scale_ref(logits, ring, penalty, temperature)
-    assert torch.equal(got, want) and torch.equal(scaled, want / temperature.clamp(min=1e-6)[:, None])
-    assert torch.equal(got[3], logits[3]) and got[1, 0] != logits[1, 0] and got[0, 0] == logits[0, 0]
+    scaled, greedy = penalize_scale_ref(logits, ring, penalty, temperature)
+    assert torch.equal(scaled, want / temperature.clamp(min=1e-6)[:, None]) and torch.equal(greedy, want.argmax(-1))
+    assert torch.equal(want[3], logits[3]) and want[1, 0] != logits[1, 0] and want[0, 0] == logits[0, 0]   # the setup
 
 
 def test_repetition_penalty_ring():
@@ -307,7 +307,7 @@ def test_repetition_penalty_ring():
         s.observe(torch.tensor([t]))
     logits = torch.full((1, 10), 3.0)
     logits[0, 6] = -3.0
-    out = penalize_scale_ref(logits, s.ring[:1], s.penalty[:1], s.temperature[:1])[0][0]
+    out = penalize_scale_ref(logits, s.ring[:1], s.penalty[:1], torch.ones(1))[0][0]          # temperature 1
     assert out[4] == 3.0 and out[5] == 1.5 and out[6] == -6.0 and out[7] == 1.5 and out[0] == 3.0
     with pytest.raises(ValueError, match="top_p"):
         s.configure(0, top_p=0.0)

@@ -102,7 +102,7 @@ def cases(g: torch.Generator):
     from dsv4_kernels.nvfp4_kvcache.triton_kernel import dequantize_nvfp4_kvcache_triton
     from dsv4_kernels.rms_norm.triton_kernel import rms_norm_triton
     from dsv4_kernels.rope.triton_kernel import rope_tail_triton
-    from dsv4_kernels.sampling.triton_kernel import chunk_picks, penalize_scale_triton
+    from dsv4_kernels.sampling.triton_kernel import chunk_picks, penalize_chunks
     from dsv4_kernels.sinkhorn.triton_kernel import sinkhorn_triton
 
     out = []
@@ -166,7 +166,7 @@ def cases(g: torch.Generator):
         out.append((f"sample_pick R={R} V={V}", lambda R=R, V=V, cols=cols: chunk_picks(
             _t(R, V, dtype=torch.float32, g=g), torch.zeros(R, V, dtype=torch.long).as_subclass(_Cuda),
             cols(torch.long), cols(torch.float32), cols(torch.long), cols(torch.long))))
-        out.append((f"penalize_scale R={R} V={V}", lambda R=R, V=V, cols=cols: penalize_scale_triton(
+        out.append((f"penalize_scale R={R} V={V}", lambda R=R, V=V, cols=cols: penalize_chunks(
             _t(R, V, dtype=torch.float32, g=g), torch.zeros(R, 64, dtype=torch.long).as_subclass(_Cuda),
             cols(torch.float32), cols(torch.float32))))
     return out

@@ -1097,6 +1097,7 @@ SAMPLING_INTERPRET = textwrap.dedent("""
                                                  token_uniform)
     g = torch.Generator().manual_seed(5)
     bad = []
+    same = lambda a, b: a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())  # NaN equals NaN
     # the penalty and scaling bit for bit: duplicates, empty slots, token 0 held or not, a greedy row's 1e-6 floor
     for V, R, block in ((3000, 64, 256), (700, 3, 1024)):
         logits = torch.randn(4, V, generator=g) * 4
@@ -1105,9 +1106,12 @@ SAMPLING_INTERPRET = textwrap.dedent("""
         ring[1, 0], ring[1, 1:] = 0, -1
         ring[2, 1:] = ring[2, 0]
         penalty, temp = torch.tensor([1.3, 0.5, 2.0, 1.0]), torch.tensor([0.7, 0.0, 1.0, 3e-7])
+        logits[1, 5] = float("nan")                                          # greedy: NaN counts as largest
+        logits[2] = torch.randint(-3, 3, (V,), generator=g).float()          # ties across chunks: the first wins
+        logits[3, : V // 2] = float("-inf")
         got = penalize_scale_triton(logits, ring, penalty, temp, block=block)
         want = penalize_scale_ref(logits, ring, penalty, temp)
-        bad += [] if all(torch.equal(a, b) for a, b in zip(got, want)) else [f"penalize V={V} R={R}"]
+        bad += [] if all(same(a, b) for a, b in zip(got, want)) else [f"penalize V={V} R={R}: {got[1]} {want[1]}"]
     # rows: no limit, top-k, top-p, both, top-k beyond the vocab, top-k 1; vocab not a multiple of the block
     k = torch.tensor([0, 50, 0, 7, 10**6, 1])
     p = torch.tensor([1.0, 1.0, 0.9, 0.5, 0.3, 1.0])
@@ -1138,12 +1142,12 @@ SAMPLING_INTERPRET = textwrap.dedent("""
     order = torch.stack([torch.randperm(V, generator=g) for _ in range(4)])
     seed_key, counter = torch.randint(0, 2**32, (4,), generator=g), torch.randint(0, 2**40, (4,), generator=g)
     flat, none, one = torch.zeros(4, V), torch.zeros(4, dtype=torch.long), torch.ones(4)
-    best, at = chunk_picks(flat, order, none, one, seed_key, counter, block=128)
+    best, tok = chunk_picks(flat, order, none, one, seed_key, counter, block=128)
     u = token_uniform(step_key(seed_key, counter), order)
     for r in range(4):
         for j in range(best.shape[1]):
             w = u[r, j * 128:(j + 1) * 128]
-            if at[r, j].item() != j * 128 + int(w.argmax()) or abs(best[r, j] / (1 / -w.log()).max() - 1) > 1e-6:
+            if tok[r, j] != order[r, j * 128 + int(w.argmax())] or abs(best[r, j] / (1 / -w.log()).max() - 1) > 1e-6:
                 bad.append(f"noise row {r} chunk {j}")
     print("BAD", bad)
 """)
@@ -1209,8 +1213,8 @@ def test_sample_pick_parity(n):
 @cuda
 @pytest.mark.parametrize("n,R", [(1, 64), (8, 64), (8, 5)])
 def test_penalize_scale_parity(n, R):
-    """On the GPU: the one-launch penalty and scaling equal the reference bit for bit (IEEE divisions), with
-    duplicates and empty slots in the ring and token 0 held, at the Flash vocab."""
+    """On the GPU: the one-launch penalty, scaling and greedy token equal the reference bit for bit (IEEE
+    divisions), with duplicates and empty slots in the ring, token 0 held, ties and a NaN, at the Flash vocab."""
     from dsv4_kernels.sampling import penalize_scale
     from dsv4_kernels.sampling.reference import penalize_scale_ref
     V, g = 129280, torch.Generator().manual_seed(n * 100 + R)
@@ -1223,6 +1227,8 @@ def test_penalize_scale_parity(n, R):
         penalty = (torch.rand(n, generator=g) * 2 + 0.2).cuda()
         temp = torch.rand(n, generator=g).cuda()
         temp[0] = 0.0
+        logits[-1, 7], logits[0, : V // 3] = float("nan"), logits[0, V // 3 :].max()
         _poison(2 * n * V * 4)
         got, want = penalize_scale(logits, ring, penalty, temp), penalize_scale_ref(logits, ring, penalty, temp)
-        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, equal_nan=True)     # bit for bit, NaN = NaN
+        assert torch.equal(got[1], want[1])

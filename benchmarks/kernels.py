@@ -265,8 +265,8 @@ def bench_kvcache(tab):
 def bench_sampler(tab):
     """The sampler's pick after the sort and its penalty-and-scale (Triton vs reference), and the whole
     Sampler.forward with each, at the Flash vocab; the settings of benchmarks/decode.py (temperature 0.8, top-k 50, top-p 0.95) and a repetition ring.
-    %copy counts 12 bytes per token (the pick reads sorted logits and ids; the penalty reads logits, writes two
-    copies); the relerr column holds the fraction of rows whose pick differs from the reference's (exp, log and the
+    %copy counts 12 bytes per token (the pick reads sorted logits and ids; the penalty reads the logits, writes
+    their scaled copy); the relerr column holds the fraction of rows whose pick differs from the reference's (exp, log and the
     scan round differently), and for the penalty 0 when bit for bit equal, else 1."""
     from dsv4_kernels.sampling.reference import penalize_scale_ref, sample_pick_ref
     from dsv4_kernels.sampling.triton_kernel import penalize_scale_triton, sample_pick_triton

@@ -8,6 +8,8 @@ repetition penalty reads a fixed ring of the last `ring` tokens per sequence, no
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -65,9 +67,10 @@ class Sampler(nn.Module):
     def configure(self, row: int, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                   repetition_penalty: float = 1.0, seed: int = 0) -> None:
         """Host-side, outside any graph: set one row's settings and clear its history."""
-        if temperature < 0 or top_k < 0 or not 0 < top_p <= 1 or repetition_penalty <= 0:
-            raise ValueError(f"sampler: expected temperature >= 0, top_k >= 0, 0 < top_p <= 1, penalty > 0; found "
-                             f"{temperature}, {top_k}, {top_p}, {repetition_penalty}")
+        finite = all(map(math.isfinite, (temperature, top_p, repetition_penalty)))   # NaN fails no `<` test
+        if not finite or temperature < 0 or top_k < 0 or not 0 < top_p <= 1 or repetition_penalty <= 0:
+            raise ValueError(f"sampler: expected finite temperature >= 0, top_k >= 0, 0 < top_p <= 1, penalty > 0; "
+                             f"found {temperature}, {top_k}, {top_p}, {repetition_penalty}")
         self.temperature[row], self.top_k[row], self.top_p[row] = temperature, top_k, top_p
         self.penalty[row], self.seed_key[row] = repetition_penalty, mix32(torch.tensor(seed))
         self.counter[row], self.ring_pos[row] = 0, 0

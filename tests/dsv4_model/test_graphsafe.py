@@ -311,6 +311,9 @@ def test_repetition_penalty_ring():
     assert out[4] == 3.0 and out[5] == 1.5 and out[6] == -6.0 and out[7] == 1.5 and out[0] == 3.0
     with pytest.raises(ValueError, match="top_p"):
         s.configure(0, top_p=0.0)
+    for bad in (dict(temperature=float("nan")), dict(repetition_penalty=float("nan")), dict(temperature=float("inf"))):
+        with pytest.raises(ValueError, match="expected finite temperature"):
+            s.configure(0, **bad)
 
 
 # -- runner ---------------------------------------------------------------------------------------------------

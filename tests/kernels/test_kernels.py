@@ -1097,7 +1097,8 @@ SAMPLING_INTERPRET = textwrap.dedent("""
                                                  token_uniform)
     g = torch.Generator().manual_seed(5)
     bad = []
-    same = lambda a, b: a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())  # NaN equals NaN
+    same = lambda a, b: a.shape == b.shape and torch.equal(a.view(torch.int32) if a.is_floating_point() else a,
+                                                           b.view(torch.int32) if b.is_floating_point() else b)  # bits
     # the penalty and scaling bit for bit: duplicates, empty slots, token 0 held or not, a greedy row's 1e-6 floor
     for V, R, block in ((3000, 64, 256), (700, 3, 1024)):
         logits = torch.randn(4, V, generator=g) * 4
@@ -1186,8 +1187,8 @@ def test_sample_pick_parity(n):
     """On the GPU at the Flash vocab: the Triton pick against the reference over 40 fresh draws, each row cycling
     through eight kinds (no limit, top-k, top-p, both, k = 1). exp, log, the division and the scan round
     differently on the two paths, so a pick may differ only where the reference's decision sits within rounding of
-    a boundary; every pick lies in the row's top-k and its top-p prefix (with 1e-5 slack), and at most one pick in
-    a hundred differs (a CPU emulation of the GPU's rounding found none in 2,400 draws)."""
+    a boundary; every pick lies in the row's top-k and its top-p prefix (with 1e-5 slack), and at least 99 % agree
+    (all 40 at n = 1; a CPU emulation of the GPU's rounding found no disagreement in 2,400 draws)."""
     from dsv4_kernels.sampling import sample_pick
     from dsv4_kernels.sampling.reference import mix32, sample_pick_ref
     V, g = 129280, torch.Generator().manual_seed(9)
@@ -1227,8 +1228,9 @@ def test_penalize_scale_parity(n, R):
         penalty = (torch.rand(n, generator=g) * 2 + 0.2).cuda()
         temp = torch.rand(n, generator=g).cuda()
         temp[0] = 0.0
-        logits[-1, 7], logits[0, : V // 3] = float("nan"), logits[0, V // 3 :].max()
+        logits[0, : V // 3] = logits[0, V // 3 :].max()                      # ties across chunks
+        logits[-1, V // 3 + 7] = float("nan")                                # after the ties: n = 1 keeps both
         _poison(2 * n * V * 4)
         got, want = penalize_scale(logits, ring, penalty, temp), penalize_scale_ref(logits, ring, penalty, temp)
-        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, equal_nan=True)     # bit for bit, NaN = NaN
-        assert torch.equal(got[1], want[1])
+        assert got[0].shape == want[0].shape and torch.equal(got[0].view(torch.int32), want[0].view(torch.int32))
+        assert torch.equal(got[1], want[1])                                   # bit for bit: NaN, -0.0 included

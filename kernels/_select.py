@@ -30,6 +30,13 @@ KERNELS = {
     "penalize_scale": ("sampling", "penalize_scale", "penalize_scale_ref"),
     "sample_pick": ("sampling", "sample_pick", "sample_pick_ref"),
 }
+# The kernels whose Triton code converts to or from e4m3 (`tl.float8e4nv`: FP8 activations, NVFP4 and FP8 scales)
+# need compute capability 8.9 (Ada, Hopper); the others run from 8.0 (Ampere: bf16), so an A100 gets them too.
+E4M3 = frozenset({"routed_experts", "fp4_gemv", "nvfp4_kvcache", "fp8_fake_quant", "fp4_fake_quant"})
+
+
+def min_capability(name: str) -> tuple[int, int]:
+    return (8, 9) if name in E4M3 else (8, 0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -43,8 +50,10 @@ def available(name: str) -> tuple[bool, str]:
         import triton  # noqa: F401
     except Exception as e:  # noqa: BLE001 - any import failure means no Triton
         return False, f"triton not importable ({e.__class__.__name__}: {e})"
-    if torch.cuda.get_device_capability() < (8, 9):
-        return False, f"compute capability {torch.cuda.get_device_capability()} < 8.9 (e4m3 conversions)"
+    need, cap = min_capability(name), torch.cuda.get_device_capability()
+    if cap < need:
+        why = "e4m3 conversions" if name in E4M3 else "bf16"
+        return False, f"compute capability {cap[0]}.{cap[1]} < {need[0]}.{need[1]} ({why})"
     return True, "ok"
 
 

@@ -228,16 +228,28 @@ def test_triton_kernels_under_the_interpreter():
 
 
 @pytest.mark.slow
-def test_triton_kernels_build_for_sm90():
+@pytest.mark.parametrize("arch", [90, 80])
+def test_triton_kernels_build_for_sm90(arch):
     """Every Triton kernel, at the decode's dtypes and shapes, through Triton's whole pipeline to a ptxas cubin for
-    the H200 (sm_90), without a GPU (tests/kernels/sm90_build.py: a stand-in driver that launches nothing). The
-    interpreter never compiles: a kernel reading a plain global or an inline asm that does not lower passes there
-    and fails on the first GPU run (as one did)."""
+    the H200 (sm_90), without a GPU (tests/kernels/sm90_build.py: a stand-in driver that launches nothing); and for
+    the A100 (sm_80) every kernel `available` allows there (no e4m3). The interpreter never compiles: a kernel
+    reading a plain global or an inline asm that does not lower passes there and fails on the first GPU run (as
+    one did)."""
     pytest.importorskip("triton")
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "kernels", "sm90_build.py")], capture_output=True,
-                       text=True, timeout=900, cwd=ROOT)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "kernels", "sm90_build.py"), "--arch", str(arch)],
+                       capture_output=True, text=True, timeout=900, cwd=ROOT)
     tail = (r.stdout + r.stderr)[-3000:]
-    assert r.returncode == 0 and "FAILED [] NOT-BUILT []" in r.stdout, tail
+    assert r.returncode == 0 and "FAILED [] NOT-BUILT []" in r.stdout and f"sm_{arch}" in r.stdout, tail
+
+
+def test_only_the_e4m3_kernels_need_compute_capability_8_9():
+    """`available` asks 8.9 (Ada, Hopper) of the kernels that convert e4m3 and 8.0 of the others: the set must
+    follow the code, or an A100 loses kernels it could run (or gets one it cannot)."""
+    from dsv4_kernels._select import E4M3, KERNELS, min_capability
+    for name, (module, _, _) in KERNELS.items():
+        src = open(os.path.join(ROOT, "kernels", module, "triton_kernel.py")).read()
+        assert ("float8e4nv" in src) == (name in E4M3), name
+        assert min_capability(name) == ((8, 9) if name in E4M3 else (8, 0)), name
 
 
 # ---------------------------------------------------------------------------------------------- GPU only

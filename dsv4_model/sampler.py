@@ -38,9 +38,10 @@ def sampler_kernels(device: torch.device, use_kernels: bool = True):
     if device.type != "cuda":
         return penalize_scale_ref, sample_pick_ref, "sampler: PyTorch references (no CUDA device)"
     from dsv4_kernels import available, select
-    ok, why = available("sample_pick")
-    if not ok:
-        return penalize_scale_ref, sample_pick_ref, f"sampler: PyTorch references ({why})"
+    for name in ("penalize_scale", "sample_pick"):
+        ok, why = available(name)
+        if not ok:
+            return penalize_scale_ref, sample_pick_ref, f"sampler: PyTorch references ({name}: {why})"
     return (select("penalize_scale", device), select("sample_pick", device),
             "sampler: Triton penalty and scaling (one launch) and pick (two)")
 

@@ -1174,6 +1174,40 @@ def test_sampling_under_the_interpreter():
     _under_interpreter(SAMPLING_INTERPRET, timeout=600)
 
 
+SAMPLER_WIRING_INTERPRET = textwrap.dedent("""
+    import functools
+    import torch
+    import dsv4_model
+    from dsv4_kernels.sampling import triton_kernel as tk
+    from dsv4_model.decode import GraphSafeDecoder
+    from dsv4_model.runner import Runner
+    from dsv4_model.sampler import Sampler
+    model = dsv4_model.load("tiny", max_seq_len=128)
+    settings = [dict(temperature=0.0, repetition_penalty=1.5), dict(temperature=0.9, top_k=20),
+                dict(temperature=1.2, top_p=0.8, repetition_penalty=1.3),
+                dict(temperature=0.7, top_k=50, top_p=0.9, repetition_penalty=0.8)]
+    runs = []
+    for kernels in (False, True):
+        s = Sampler(4, model.args.vocab_size)
+        if kernels:     # what Sampler(device="cuda") holds, with 64-token chunks so a row spans five
+            s.penalize_scale = functools.partial(tk.penalize_scale_triton, block=64)
+            s.pick = functools.partial(tk.sample_pick_triton, block=64)
+        r = Runner(GraphSafeDecoder(model, batch=4, kernels=False), s, buckets=(4,), graphs=False, log=lambda m: None)
+        for row, kw in enumerate(settings):
+            r.start(row, [0, 5 + row, 9 + row], seed=row, **kw)
+        runs.append([r.step(4).tolist() for _ in range(40)])
+    print("BAD", [] if runs[0] == runs[1] else [f"tokens differ: {runs[0]} vs {runs[1]}"])
+""")
+
+
+def test_sampler_with_its_triton_kernels_samples_the_reference_tokens():
+    """The sampler's wiring with the kernels as CUDA gets them, under the interpreter on the tiny model: 40 steps of
+    4 rows (greedy with a penalty, top-k, top-p with a penalty, both with a penalty below 1) give the same tokens
+    as the references, so the glue around the kernels (greedy, sort, pick, the counter) is exercised before a GPU
+    runs it."""
+    _under_interpreter(SAMPLER_WIRING_INTERPRET, timeout=600)
+
+
 def test_sampling_checks_name_the_culprit():
     from dsv4_kernels.sampling import penalize_scale, sample_pick
     srt, order = torch.zeros(2, 10), torch.zeros(2, 10, dtype=torch.long)

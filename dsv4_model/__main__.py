@@ -39,7 +39,8 @@ def _check_flags(a) -> None:
             ("--top-k", a.top_k, a.top_k >= 0, "an integer >= 0 (0 = off)"),
             ("--repetition-penalty", a.repetition_penalty,
              math.isfinite(a.repetition_penalty) and a.repetition_penalty > 0, "a finite number > 0 (1 = off)"),
-            # the sampler hashes the low 32 bits of the seed (dsv4_kernels.sampling.reference.mix32): larger seeds would alias smaller ones
+            # the sampler hashes the seed's low 32 bits (dsv4_kernels.sampling.reference.mix32): larger seeds would
+            # alias smaller ones
             ("--seed", a.seed, 0 <= a.seed < 1 << 32, "an integer in [0, 2**32)")]
     for flag, val, ok, want in checks:
         if not ok:

@@ -45,9 +45,9 @@ def penalize_scale_ref(logits: torch.Tensor, ring: torch.Tensor, penalty: torch.
                        temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [n,V] fp32, ring [n,R] recent token ids (-1 = empty), penalty [n], temperature [n] -> (penalised
     logits / max(temperature, 1e-6) [n,V], the greedy token: the first argmax of the penalised logits [n]). Every
-    token in the ring: a positive logit / p, a negative one * p. One copy of the logits and ring-sized ops: the penalised values are written at the ring's
-    tokens only. An empty slot points at token 0 and writes what token 0 gets anyway (penalised if the ring holds
-    it), so writes that meet agree and the scatter stays deterministic."""
+    token in the ring: a positive logit / p, a negative one * p. One copy of the logits and ring-sized ops: the
+    penalised values are written at the ring's tokens only. An empty slot points at token 0 and writes what token 0
+    gets anyway (penalised if the ring holds it), so writes that meet agree and the scatter stays deterministic."""
     at = ring.clamp(min=0)                                                              # [n, R]
     v = logits.gather(1, at)
     p = penalty[:, None]
@@ -70,7 +70,7 @@ def sample_pick_ref(srt: torch.Tensor, order: torch.Tensor, top_k: torch.Tensor,
     e = torch.exp(srt - srt[:, :1]).masked_fill(~keep, 0.0)
     c = row_cumsum(e)
     keep = keep & ((c - e < top_p[:, None] * c[:, -1:]) | (top_p[:, None] >= 1))     # smallest prefix reaching top_p
-    expo = -torch.log(token_uniform(step_key(seed_key, counter), order))                                      # > 0: the noise follows the id
+    expo = -torch.log(token_uniform(step_key(seed_key, counter), order))              # > 0; noise follows the id
     return order.gather(-1, row_argmax(e.masked_fill(~keep, 0.0) / expo)[:, None])[:, 0]
 
 

@@ -122,11 +122,7 @@ def _chunk_picks_kernel(srt_ptr, order_ptr, topk_ptr, topp_ptr, seed_ptr, counte
     h = _mix32(key ^ tok.to(tl.uint32))
     u = ((h >> 9).to(tl.float32) + 0.5) * 1.1920928955078125e-07                    # 2^-23: [2^-24, 1 - 2^-24]
     score = tl.where(keep, e / -tl.log(u), 0.0)
-    best = tl.max(score, axis=0)
-    # the chunk's first rank holding its best (scores are never NaN: keep is False wherever e is; were one NaN,
-    # nothing would match and the chunk would offer its first token)
-    at = tl.min(tl.where((score == best) & (offs < V), offs, 2147483647), axis=0)
-    at = tl.where(at == 2147483647, j * BLOCK, at)
+    best, at = _first_max(score, offs, offs < V)        # the chunk's first rank holding its best, as row_argmax
     tl.store(best_ptr + r * C + j, best)
     tl.store(tok_ptr + r * C + j, tl.sum(tl.where(offs == at, tok, 0), axis=0))
 

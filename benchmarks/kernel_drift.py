@@ -79,6 +79,8 @@ def main(argv=None) -> int:
                 m.head_mix = value["mhc_head"]
             elif kind == "reduce" and isinstance(m, Compressor):
                 m.reduce = value
+            elif kind == "attend" and isinstance(m, Attention):
+                m.core = value
 
     groups = {
         "reference (again)": [],
@@ -93,6 +95,7 @@ def main(argv=None) -> int:
         "rope": [("rope", small["rope"])],
         "mhc mixes": [("mhc", small)],
         "compressor pooling": [("reduce", small["reduce"])],
+        "attention core": [("attend", small["attend"])],
         "all (as loaded)": None,
     }
 

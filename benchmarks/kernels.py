@@ -4,7 +4,7 @@ out); the FP4 GEMVs vs BF16 F.linear of the same matrix; the routed experts vs t
 weights dequantised at load, one F.linear per expert hit, tokens grouped per expert as the model does, host-known
 groups so no sync is timed) at B = 1, 4, 8 with top-6 of 256 experts at Flash sizes (dim 4096, inter 2048).
 
-    python benchmarks/kernels.py [--json out.json] [--sweep] [--only gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler]
+    python benchmarks/kernels.py [--json out.json] [--sweep] [--only gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler,attention]
 
 %copy = bytes the kernel must move / graph-replay time / copy bandwidth (copy: bytes read + written / time).
 """
@@ -297,6 +297,25 @@ def bench_sampler(tab):
         tab.add(f"Sampler.forward B={n} V={V} (penalty, sort, pick, greedy)", run[True], ref=run[False])
 
 
+def bench_attention(tab):
+    """The decode attention core (Triton, two launches) vs the reference (casts, two fp32 cuBLAS batched GEMMs,
+    masked_fill, cat, softmax) at Flash's heads (64 of 512): CSA layers read a window of 128 and the indexer's 512
+    picks, HCA layers the window and the closed blocks (32 at 4096 tokens, 512 at 65536). %copy counts the keys (bf16)
+    and q read once and the fp32 output written."""
+    from dsv4_kernels.attention.reference import attention_ref
+    from dsv4_kernels.attention.triton_kernel import attention_triton
+    H, D = 64, 512
+    for n, N, what in ((1, 640, "CSA"), (8, 640, "CSA"), (1, 160, "HCA"), (8, 160, "HCA"), (8, 640, "HCA 64k")):
+        q = torch.randn(n, 1, H, D, device="cuda").bfloat16()
+        K = torch.randn(n, 1, N, D, device="cuda").bfloat16()
+        mask = torch.rand(n, 1, N, device="cuda") > 0.1
+        sink = torch.randn(H, device="cuda")
+        err = _relerr(attention_triton(q, K, mask, sink, D ** -0.5), attention_ref(q, K, mask, sink, D ** -0.5))
+        tab.add(f"decode_attention {what} B={n} N={N} bf16", both(lambda: attention_triton(q, K, mask, sink, D ** -0.5)),
+                ref=both(lambda: attention_ref(q, K, mask, sink, D ** -0.5)),
+                nbytes=n * N * D * 2 + n * H * D * 2 + n * H * D * 4, err=err)
+
+
 # (BN, BK, num_warps, num_stages, DECODE) tried with --sweep (the first session's sweep of DECODE 0 tiles found
 # BN=64, BK=256, 4 warps best: benchmarks/results/kernels-h200-1.txt)
 SWEEP = [(64, 256, 4, 3, 2), (64, 256, 4, 3, 1), (64, 256, 4, 3, 0)]
@@ -307,7 +326,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--sweep", action="store_true", help="also time the tile configurations in SWEEP")
-    ap.add_argument("--only", default="gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler")
+    ap.add_argument("--only", default="gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler,attention")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py: needs a CUDA GPU", file=sys.stderr)
@@ -323,7 +342,8 @@ def main() -> int:
     only = set(a.only.split(","))
     for name, fn in (("compressor", lambda: bench_compressor(tab)), ("routed", lambda: bench_routed(tab, a.sweep)),
                      ("gemv", lambda: bench_gemv(tab, a.sweep)), ("fp8", lambda: bench_fp8(tab)), ("head", lambda: bench_head(tab)), ("swiglu", lambda: bench_swiglu(tab)),
-                     ("kvcache", lambda: bench_kvcache(tab)), ("sampler", lambda: bench_sampler(tab))):
+                     ("kvcache", lambda: bench_kvcache(tab)), ("sampler", lambda: bench_sampler(tab)),
+                     ("attention", lambda: bench_attention(tab))):
         if name in only:
             try:
                 fn()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dsv4_kernels.attention.reference import attention_ref
 from dsv4_kernels.rms_norm.reference import rms_norm_ref
 
 from .compressor import Compressor
@@ -36,9 +37,9 @@ class Attention(nn.Module):
                                      batch, args.max_seq_len) if self.ratio else None
         self.indexer = Indexer(args, dtype, batch) if self.ratio == 4 else None
         self.fp8_sim = True
-        # the per-head q norm, the KV FP8 sim and the RoPE: the references, or one-launch kernels set once at load on
-        # CUDA (decode.kernel_modules)
-        self.rms, self.fp8_quant, self.rope = rms_norm_ref, fp8_fake_quant, rope_tail
+        # the per-head q norm, the KV FP8 sim, the RoPE and the attention core (scores, sink softmax, weighted keys):
+        # the references, or kernels set once at load on CUDA (decode.kernel_modules)
+        self.rms, self.fp8_quant, self.rope, self.core = rms_norm_ref, fp8_fake_quant, rope_tail, attention_ref
         self.init_state()
 
     def init_state(self, device=None) -> None:
@@ -67,13 +68,7 @@ class Attention(nn.Module):
 
     def _attend(self, q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, cs: torch.Tensor) -> torch.Tensor:
         """q [B,T,H,D], K [B,T|1,N,D] (V = K), mask [B|1,T,N] -> projected output [B,T,dim]."""
-        K = K.float()                                                                    # V = K: one cast for both
-        s = torch.einsum("bthd,btnd->bthn", q.float(), K) * self.D ** -0.5
-        if mask is not None:
-            s = s.masked_fill(~mask.unsqueeze(-2), float("-inf"))
-        sink = self.attn_sink.view(1, 1, self.H, 1).expand(*s.shape[:-1], 1)
-        p = torch.softmax(torch.cat([s, sink], -1), -1)[..., :-1]                       # sink takes mass, no value
-        o = torch.einsum("bthn,btnd->bthd", p, K)
+        o = self.core(q, K, mask, self.attn_sink, self.D ** -0.5)                        # [B,T,H,D] fp32
         o = self.rope(o, cs.unsqueeze(-3), self.rd, inverse=True).to(q.dtype)          # de-rotate by -t
         B, T = o.shape[:2]
         o = o.reshape(B, T, self.G, -1)

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref, fp8_fake_quant_ref
+from dsv4_kernels.attention.reference import attention_ref
 from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
 from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
@@ -172,7 +173,8 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
     return attn._attend(q, K, torch.cat(masks, 1).unsqueeze(1), cs)
 
 
-# the one-launch small-op kernels: key -> (dsv4_kernels name, reference, name in the log note)
+# the small-op kernels (one launch each; the attention core two): key -> (dsv4_kernels name, reference, name in the
+# log note)
 SMALL_KERNELS = {
     "fp8": ("fp8_fake_quant", fp8_fake_quant_ref, "FP8 fake quant"),
     "fp4": ("fp4_fake_quant", fp4_fake_quant_ref, "FP4 fake quant"),
@@ -182,12 +184,13 @@ SMALL_KERNELS = {
     "mhc_post": ("mhc_post", mhc_post_ref, "mHC post"),
     "mhc_head": ("mhc_head", mhc_head_ref, "mHC head"),
     "reduce": ("compressor_reduce", compressor_reduce_ref, "compressor pooling"),
+    "attend": ("decode_attention", attention_ref, "attention core"),
 }
 
 
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
-    """The one-launch kernels of the small ops, decided once at load: {"fp8", "fp4", "rms", "rope", "mhc_pre",
-    "mhc_post", "mhc_head", "reduce"} -> the function, each the Triton kernel where the device is CUDA and it is usable, else
+    """The kernels of the small ops, decided once at load: {"fp8", "fp4", "rms", "rope", "mhc_pre",
+    "mhc_post", "mhc_head", "reduce", "attend"} -> the function, each the Triton kernel where the device is CUDA and it is usable, else
     its PyTorch reference."""
     chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
     if use_kernels and torch.device(device).type == "cuda":
@@ -226,7 +229,8 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
     copy per step), the fp32 products of mHC and the router the fp32 GEMV (`f32_linear`), every `HyperConnection`
     the one-launch Sinkhorn and mHC mixes (`HyperHead` its mix), and the
     modules that fake-quantise, normalise, rotate or pool (`Linear`, `RMSNorm`, `Attention`, `Indexer`, `Compressor`)
-    the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, on CUDA; the references elsewhere or when kernels are off.
+    the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, and `Attention` the decode attention
+    core (two launches), on CUDA; the references elsewhere or when kernels are off.
     Returns the log note."""
     on = use_kernels and torch.device(device).type == "cuda"
     gemv, sink, f32, f32_note = None, sinkhorn_ref, f32_linear_ref, "PyTorch"
@@ -260,18 +264,18 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         elif isinstance(m, RMSNorm):
             m.kernel = small["rms"]
         elif isinstance(m, Attention):
-            m.rms, m.fp8_quant, m.rope = small["rms"], small["fp8"], small["rope"]
+            m.rms, m.fp8_quant, m.rope, m.core = small["rms"], small["fp8"], small["rope"], small["attend"]
         elif isinstance(m, Indexer):
             m.fp4_quant, m.rope = small["fp4"], small["rope"]
         elif isinstance(m, Compressor):
             m.rope, m.reduce = small["rope"], small["reduce"]
     if not on:
-        return ("projections: F.linear; mHC: PyTorch Sinkhorn; fake quants, RMSNorm, RoPE, mHC mixes and compressor "
-                "pooling: PyTorch")
+        return ("projections: F.linear; mHC: PyTorch Sinkhorn; fake quants, RMSNorm, RoPE, mHC mixes, compressor "
+                "pooling and attention core: PyTorch")
     fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
     return (f"projections: {n} (quantised, and fp32) through the stored-format GEMV; mHC and router products: "
             f"{f32_note}; mHC: "
-            f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; one-launch: {', '.join(fused) or 'none'}")
+            f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; Triton: {', '.join(fused) or 'none'}")
 
 
 def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, experts=routed_experts) -> torch.Tensor:

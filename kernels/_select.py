@@ -29,6 +29,7 @@ KERNELS = {
     "mhc_head": ("mhc", "mhc_head", "mhc_head_ref"),
     "penalize_scale": ("sampling", "penalize_scale", "penalize_scale_ref"),
     "sample_pick": ("sampling", "sample_pick", "sample_pick_ref"),
+    "decode_attention": ("attention", "decode_attention", "attention_ref"),
 }
 # The kernels whose Triton code converts to or from e4m3 (`tl.float8e4nv`: FP8 activations, NVFP4 and FP8 scales)
 # need compute capability 8.9 (Ada, Hopper); the others run from 8.0 (Ampere: bf16), so an A100 gets them too.

@@ -103,6 +103,7 @@ def _t(*shape, dtype=torch.bfloat16, g):
 def cases(g: torch.Generator):
     """(label, thunk) for every entry point at the decode's dtypes and shapes."""
     from dsv4_kernels.act_quant.triton_kernel import fp4_fake_quant_triton, fp8_fake_quant_triton
+    from dsv4_kernels.attention.triton_kernel import attention_triton
     from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
     from dsv4_kernels.fused_swiglu.triton_kernel import fused_swiglu_triton
     from dsv4_kernels.mhc.triton_kernel import mhc_head_triton, mhc_post_triton, mhc_pre_triton
@@ -160,6 +161,16 @@ def cases(g: torch.Generator):
                     out.append((f"routed_experts {n} {fmt} T={T} act_sim={sim is not None}",
                                 lambda ws=ws, idx=idx, wts=wts, dt=dt, T=T, sim=sim: moe.routed_experts_triton(
                                     _t(T, dim, dtype=dt, g=g), idx, wts, *ws, 10.0, act_sim=sim)))
+    for dt in (torch.bfloat16, torch.float32):
+        n = str(dt).split(".")[-1]
+        # Flash (64 heads of 512; CSA: window 128 + top-512, HCA: + 32), the tiny preset (2 of 128), no mask
+        for B, H, D, N, masked in ((1, 64, 512, 640, True), (8, 64, 512, 640, True), (8, 64, 512, 160, True),
+                                   (1, 2, 128, 24, True), (4, 2, 128, 24, False)):
+            out.append((f"decode_attention {n} B={B} H={H} D={D} N={N} mask={masked}",
+                        lambda B=B, H=H, D=D, N=N, m=masked, dt=dt: attention_triton(
+                            _t(B, 1, H, D, dtype=dt, g=g), _t(B, 1, N, D, dtype=dt, g=g),
+                            torch.ones(B, 1, N, dtype=torch.bool).as_subclass(_Cuda) if m else None,
+                            _t(H, dtype=torch.float32, g=g), D ** -0.5)))
     for S, D in ((4, 512), (128, 512), (4, 128)):
         out.append((f"compressor_reduce S={S} D={D}", lambda S=S, D=D: compressor_reduce_triton(
             _t(8, S, D, dtype=torch.float32, g=g), _t(8, S, D, dtype=torch.float32, g=g), _t(S, D, dtype=torch.float32, g=g))))

@@ -148,7 +148,7 @@ def test_kvcache_reference_matches_the_weight_dequant():
 @pytest.mark.parametrize("factory", ["compressor_reduce_csa", "compressor_reduce_hca", "nvfp4_kvcache", "fused_swiglu",
                                      "fp4_gemv", "routed_experts", "sinkhorn", "fp8_fake_quant", "fp4_fake_quant",
                                      "rms_norm", "rope_tail", "mhc_pre", "mhc_post", "mhc_head", "sample_pick",
-                                     "penalize_scale"])
+                                     "penalize_scale", "decode_attention"])
 def test_kernel_targets_capture_clean(factory):
     """On CPU this is the emulation over the references; on a GPU, real capture of the kernels."""
     assert capture_test(getattr(targets, factory)(), steps=2) == []
@@ -1280,3 +1280,150 @@ def test_penalize_scale_parity(n, R):
         got, want = penalize_scale(logits, ring, penalty, temp), penalize_scale_ref(logits, ring, penalty, temp)
         assert got[0].shape == want[0].shape and torch.equal(got[0].view(torch.int32), want[0].view(torch.int32))
         assert torch.equal(got[1], want[1])                                   # bit for bit: NaN, -0.0 included
+
+
+# ---------------------------------------------------------------------------------------------- attention core
+def test_attention_reference_is_the_old_formula():
+    """`attention_ref` is the attention core the model always computed inline (bit for bit), masked or not, with a
+    broadcast mask and with T > 1 (prefill), so moving it behind `Attention.core` changed no reference result."""
+    from dsv4_kernels.attention import attention_ref, decode_attention
+    g = torch.Generator().manual_seed(6)
+    for B, T, H, N, D, mb in ((2, 1, 4, 20, 32, 2), (1, 5, 3, 9, 16, 1), (3, 1, 2, 7, 8, None)):
+        q, K = torch.randn(B, T, H, D, generator=g).bfloat16(), torch.randn(B, 1 if T == 1 else T, N, D, generator=g)
+        mask = None if mb is None else torch.rand(mb, T, N, generator=g) > 0.4
+        sink = torch.randn(H, generator=g)
+        Kf = K.float()
+        s = torch.einsum("bthd,btnd->bthn", q.float(), Kf) * D ** -0.5
+        if mask is not None:
+            s = s.masked_fill(~mask.unsqueeze(-2), float("-inf"))
+        p = torch.softmax(torch.cat([s, sink.view(1, 1, H, 1).expand(*s.shape[:-1], 1)], -1), -1)[..., :-1]
+        old = torch.einsum("bthn,btnd->bthd", p, Kf)
+        assert _bit_equal(attention_ref(q, K, mask, sink, D ** -0.5), old)
+        assert _bit_equal(decode_attention(q, K, mask, sink, D ** -0.5), old)      # CPU: the entry is the reference
+
+
+def test_attention_checks_name_the_culprit():
+    from dsv4_kernels.attention import decode_attention
+    q, K, sink = torch.zeros(2, 1, 4, 8), torch.zeros(2, 1, 5, 8), torch.zeros(4)
+    with pytest.raises(ValueError, match=r"expected q \[B,T,H,D\] and K \[B,T\|1,N,D\], found q \(2, 1, 4, 8\) and K \(2, 1, 5, 7\)"):
+        decode_attention(q, K[..., :7], None, sink, 1.0)
+    with pytest.raises(ValueError, match=r"expected sink \[4\] \(one logit per head\), found \(3,\)"):
+        decode_attention(q, K, None, sink[:3], 1.0)
+    with pytest.raises(ValueError, match=r"expected a bool mask \[2\|1,1,5\], found torch.float32 \(2, 1, 5\)"):
+        decode_attention(q, K, torch.ones(2, 1, 5), sink, 1.0)
+    with pytest.raises(ValueError, match=r"found torch.bool \(2, 1, 4\)"):
+        decode_attention(q, K, torch.ones(2, 1, 4, dtype=torch.bool), sink, 1.0)
+
+
+ATTENTION_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.attention.triton_kernel import attention_triton, splits
+    from dsv4_kernels.attention.reference import attention_ref
+    g = torch.Generator().manual_seed(8)
+    def close(a, b):
+        return a.shape == b.shape and (a - b).abs().max().item() <= 1e-5 * (1 + b.abs().max().item())
+    bad = []
+    # Flash's heads (64 of 512) over a CSA-sized key list in several splits; the tiny preset's 2 heads of 128; heads
+    # not a multiple of 16, head_dim not a power of 2, keys not a multiple of the step, one key, none
+    for B, H, D, N, mb in ((3, 64, 512, 200, 3), (2, 2, 128, 40, 2), (2, 17, 96, 300, 1), (1, 4, 64, 1, None),
+                           (2, 2, 128, 0, None), (4, 3, 32, 1000, 4)):
+        q = torch.randn(B, 1, H, D, generator=g)
+        K = torch.randn(B, 1, N, D, generator=g)
+        mask = None if mb is None else torch.rand(mb, 1, N, generator=g) > 0.3
+        sink = torch.randn(H, generator=g)
+        if not close(attention_triton(q, K, mask, sink, D ** -0.5), attention_ref(q, K, mask, sink, D ** -0.5)):
+            bad.append(f"B={B} H={H} D={D} N={N} mask={mb}")
+    # what the decode passes: keys concatenated from a window and picked entries, a row with every key masked (only
+    # the sink: zeros), a whole split masked, scores large enough that exp would overflow without the running max
+    B, H, D = 3, 64, 512
+    K = torch.cat([torch.randn(B, 16, D, generator=g), torch.randn(B, 150, D, generator=g)], 1).unsqueeze(1)
+    q = torch.randn(B, 1, 80, D, generator=g)[:, :, 8:72] * 30                # strided heads, scores in the hundreds
+    mask = torch.rand(B, 1, 166, generator=g) > 0.5
+    mask[0] = False
+    mask[1, :, :100] = False
+    sink = torch.randn(H, generator=g) * 5
+    got, want = attention_triton(q, K, mask, sink, D ** -0.5), attention_ref(q, K, mask, sink, D ** -0.5)
+    bad += [] if close(got, want) and torch.equal(got[0], torch.zeros_like(got[0])) else ["decode keys"]
+    # the splits: every key in exactly one, about PROGRAMS programs, at least MIN_SPLIT keys each
+    for n, Hh, N in ((1, 64, 640), (8, 64, 640), (8, 64, 160), (1, 2, 24), (8, 64, 100000)):
+        split, S = splits(n, Hh, N)
+        if split % 16 or (S - 1) * split >= N or S * split < N or (S > 1 and split < 64):
+            bad.append(f"splits {n} {Hh} {N}: {split} x {S}")
+    print("BAD", bad)
+""")
+
+
+def test_attention_under_the_interpreter():
+    """The decode attention core's Triton logic on CPU in fp32 (TRITON_INTERPRET=1 in a subprocess): within fp32
+    rounding of the reference for Flash's and the tiny preset's heads, odd head counts, head_dims and key counts,
+    broadcast and per-row masks, a fully masked row, a fully masked split, scores in the hundreds, strided q."""
+    _under_interpreter(ATTENTION_INTERPRET, timeout=600)
+
+
+ATTENTION_WIRING_INTERPRET = textwrap.dedent("""
+    import torch
+    import dsv4_model
+    from dsv4_kernels.attention.reference import attention_ref
+    from dsv4_kernels.attention.triton_kernel import attention_triton
+    from dsv4_model.attention import Attention
+    from dsv4_model.decode import GraphSafeDecoder
+    model = dsv4_model.load("tiny", max_seq_len=128)
+    feed = torch.randint(0, model.args.vocab_size, (40, 4), generator=torch.Generator().manual_seed(3))
+    # what kernel_modules gives Attention on CUDA: the kernel for one query token, the reference for prefill
+    kernel = lambda q, K, mask, sink, scale: (attention_triton if q.shape[1] == 1 else attention_ref)(q, K, mask, sink, scale)
+    runs = []
+    for core in (attention_ref, kernel):
+        dec = GraphSafeDecoder(model, batch=4, kernels=False)
+        for m in model.modules():
+            if isinstance(m, Attention):
+                m.core = core
+        dec.reset()
+        dec.pos[:] = torch.tensor([0, 3, 17, 40])                 # rows at different positions (window wrap at 16)
+        runs.append(torch.stack([dec.step(4).clone() for t in range(40) if dec.tokens.copy_(feed[t]) is not None]))
+    a, b = runs
+    err = ((a - b).abs().max() / a.abs().max()).item()
+    print("BAD", [] if err < 1e-5 and torch.equal(a.argmax(-1), b.argmax(-1)) else [f"logits differ by {err:.2e}"])
+""")
+
+
+def test_attention_kernel_in_the_decode_under_the_interpreter():
+    """The attention kernel wired into the graph-safe decode as CUDA gets it, under the interpreter on the tiny model:
+    40 steps of 4 rows at different positions (window wrap, HCA and CSA entries, the indexer's picks) give the
+    reference core's greedy tokens and logits within 1e-5, so the glue (the decode's concatenated keys and masks)
+    is exercised before a GPU runs it."""
+    _under_interpreter(ATTENTION_WIRING_INTERPRET, timeout=600)
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n,H,D,N", [(1, 64, 512, 640), (8, 64, 512, 640), (8, 64, 512, 160), (4, 2, 128, 24),
+                                     (3, 17, 96, 1000)])
+def test_decode_attention_parity(dt, n, H, D, N):
+    """On the GPU: the two-launch attention core against the reference, fresh data, output poisoned first; per-row
+    masks with a fully masked row (only the sink: zeros) and a broadcast mask; within fp32 rounding (TF32x3 and
+    exact-TF32 products, another summation order, the hardware exp)."""
+    from dsv4_kernels.attention import attention_ref, decode_attention
+    g = torch.Generator().manual_seed(n * 1000 + N)
+    for scale in (0.1, 1.0, 8.0):
+        q = (torch.randn(n, 1, H, D, generator=g) * scale).to("cuda", dt)
+        K = torch.randn(n, 1, N, D, generator=g).to("cuda", dt)
+        sink = torch.randn(H, generator=g).cuda()
+        for mask in (torch.rand(n, 1, N, generator=g) > 0.3, torch.rand(1, 1, N, generator=g) > 0.5, None):
+            if mask is not None and mask.shape[0] > 1:
+                mask[0] = False
+            mask = None if mask is None else mask.cuda()
+            _poison(n * H * D * 8 + n * N * H * 8)
+            got, want = decode_attention(q, K, mask, sink, D ** -0.5), attention_ref(q, K, mask, sink, D ** -0.5)
+            assert got.dtype == torch.float32 and torch.isfinite(got).all()
+            torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-6 * want.abs().max().item())
+            if mask is not None and mask.shape[0] > 1:
+                assert torch.equal(got[0], torch.zeros_like(got[0]))
+
+
+@cuda
+def test_decode_attention_is_the_reference_for_prefill():
+    """T > 1 (prefill) on CUDA goes to the reference, bit for bit: the kernel takes one query token."""
+    from dsv4_kernels.attention import attention_ref, decode_attention
+    q, K = torch.randn(2, 5, 4, 64, device="cuda"), torch.randn(2, 5, 9, 64, device="cuda")
+    mask, sink = torch.rand(2, 5, 9, device="cuda") > 0.3, torch.randn(4, device="cuda")
+    assert _bit_equal(decode_attention(q, K, mask, sink, 0.125), attention_ref(q, K, mask, sink, 0.125))

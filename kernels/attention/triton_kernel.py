@@ -1,0 +1,129 @@
+"""The decode attention core in Triton (one query token per sequence): scores against every key, the mask, the
+softmax with the head's sink logit, and the probability-weighted sum of the keys (V = K), in two launches where the
+reference runs about a dozen (casts, two fp32 cuBLAS batched GEMMs, masked_fill, cat, softmax, slice).
+
+Split over the keys (flash-decoding): at decode the grid would otherwise be batch x head-blocks, 4 to 32 programs on a
+132-SM GPU, each streaming every key. Launch 1 gives each (row, block of 16 heads, split of keys) program its keys
+and keeps an online softmax (running max, sum, weighted keys) in registers; launch 2 merges the splits with the
+sink logit. Deterministic (no atomics): a replayed graph gives the same bits.
+
+Precision: fp32 throughout, as the reference's fp32 einsums. The weighted sum of the keys runs on tensor cores as
+TF32x3 (each fp32 operand split into a TF32 high part and a TF32 remainder; three products), whose error is near fp32
+rounding. The scores: where q and the keys are bf16 (the model dtype) they are exact in TF32 and one TF32 product is
+exact; fp32 ones take IEEE FMAs (TF32x3 there spills at head_dim 512). Summation order and the hardware exp differ
+from the reference: results agree to fp32 rounding, not bit for bit. Launched on torch's current stream (capturable).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BH = 16            # heads per program: the smallest tl.dot M; Flash's 64 heads are 4 blocks
+BN = 16            # keys per inner step
+MIN_SPLIT = 64     # keys per split at least: fewer and the partials outweigh the keys
+PROGRAMS = 264     # aim for about two programs per SM of an H200
+
+
+@triton.jit
+def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, N, S, scale, q_row, q_head, k_row, k_key,
+                         mask_row, H: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, SPLIT: tl.constexpr,
+                         BH: tl.constexpr, BN: tl.constexpr, HAS_MASK: tl.constexpr, QK_PRECISION: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    hb, sp = tl.program_id(1), tl.program_id(2)
+    h = hb * BH + tl.arange(0, BH)
+    d = tl.arange(0, DP)
+    hm, dm = h < H, d < D
+    q = tl.load(q_ptr + b * q_row + h[:, None] * q_head + d[None, :], mask=hm[:, None] & dm[None, :],
+                other=0.0).to(tl.float32)                                              # [BH, DP]
+    m_i = tl.full([BH], float("-inf"), tl.float32)
+    l_i = tl.zeros([BH], tl.float32)
+    acc = tl.zeros([BH, DP], tl.float32)
+    for start in tl.range(sp * SPLIT, sp * SPLIT + SPLIT, BN):
+        j = start + tl.arange(0, BN)
+        valid = j < N
+        k = tl.load(k_ptr + b * k_row + j[:, None] * k_key + d[None, :], mask=valid[:, None] & dm[None, :],
+                    other=0.0).to(tl.float32)                                          # [BN, DP]
+        if HAS_MASK:
+            valid = valid & (tl.load(mask_ptr + b * mask_row + j, mask=valid, other=0) != 0)
+        s = tl.dot(q, tl.trans(k), input_precision=QK_PRECISION) * scale              # [BH, BN]
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)                            # nothing valid yet: exp(-inf) = 0
+        alpha = tl.exp(m_i - m_use)
+        p = tl.exp(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p, k, input_precision="tf32x3")
+        m_i = m_new
+    part = (b * S + sp) * H + h                                                         # [BH] rows of the partials
+    tl.store(m_ptr + part, m_i, mask=hm)
+    tl.store(l_ptr + part, l_i, mask=hm)
+    tl.store(acc_ptr + part[:, None] * DP + d[None, :], acc, mask=hm[:, None] & dm[None, :])
+
+
+@triton.jit
+def _attend_merge_kernel(m_ptr, l_ptr, acc_ptr, sink_ptr, o_ptr, S, o_row, o_head, H: tl.constexpr,
+                         D: tl.constexpr, DP: tl.constexpr, SP: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    s = tl.arange(0, SP)
+    d = tl.arange(0, DP)
+    sm, dm = s < S, d < D
+    part = (b * S + s) * H + h                                                          # [SP]
+    m = tl.load(m_ptr + part, mask=sm, other=float("-inf"))
+    l = tl.load(l_ptr + part, mask=sm, other=0.0)
+    sink = tl.load(sink_ptr + h).to(tl.float32)
+    top = tl.maximum(tl.max(m, 0), sink)
+    w = tl.exp(m - top)                                                                 # a split with no valid key: 0
+    total = tl.sum(l * w, 0) + tl.exp(sink - top)                                       # the sink's share, no value
+    acc = tl.load(acc_ptr + part[:, None] * DP + d[None, :], mask=sm[:, None] & dm[None, :], other=0.0)
+    o = tl.sum(acc * w[:, None], 0) / total
+    tl.store(o_ptr + b * o_row + h * o_head + d, o, mask=dm)
+
+
+def splits(n: int, H: int, N: int) -> tuple[int, int]:
+    """(keys per split, number of splits) for n rows of H heads over N keys: about PROGRAMS programs, at least
+    MIN_SPLIT keys (a multiple of BN) per split. Host integers only: one launch shape per captured shape."""
+    blocks = n * triton.cdiv(H, BH)
+    want = max(1, min(triton.cdiv(N, MIN_SPLIT), triton.cdiv(PROGRAMS, blocks)))
+    split = triton.cdiv(triton.cdiv(N, want), BN) * BN
+    return split, triton.cdiv(N, split)
+
+
+def attention_triton(q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, sink: torch.Tensor,
+                     scale: float) -> torch.Tensor:
+    """q [B,1,H,D], K [B,1,N,D], mask [B|1,1,N] bool or None, sink [H] -> o [B,1,H,D] fp32 (shapes checked by the
+    caller)."""
+    B, _, H, D = q.shape
+    N = K.shape[2]
+    q3, k3 = q[:, 0], K[:, 0]
+    if q3.stride(-1) != 1:
+        q3 = q3.contiguous()
+    if k3.stride(-1) != 1:
+        k3 = k3.contiguous()
+    out = torch.empty(B, 1, H, D, dtype=torch.float32, device=q.device)
+    if B == 0 or H == 0 or D == 0:
+        return out
+    DP = max(16, triton.next_power_of_2(D))
+    split, S = splits(B, H, N) if N else (BN, 1)
+    m = torch.empty(B, S, H, dtype=torch.float32, device=q.device)
+    l = torch.empty_like(m)
+    acc = torch.empty(B, S, H, DP, dtype=torch.float32, device=q.device)
+    if mask is not None:
+        mk = mask[:, 0]
+        if mk.stride(-1) != 1:
+            mk = mk.contiguous()
+        mask_row = 0 if mk.shape[0] == 1 else mk.stride(0)
+        mk = mk.view(torch.uint8)
+    else:
+        mk, mask_row = k3, 0                                                            # never read
+    # bf16 (or fp16) q and keys are exact in TF32: one product per element is exact there; 8 warps at head_dim 512
+    # keep the [16, 512] query, keys and accumulator in registers (4 spill)
+    exact = q.dtype in (torch.bfloat16, torch.float16) and K.dtype in (torch.bfloat16, torch.float16)
+    _attend_split_kernel[(B, triton.cdiv(H, BH), S)](
+        q3, k3, mk, m, l, acc, N, S, scale, q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), mask_row,
+        H=H, D=D, DP=DP, SPLIT=split, BH=BH, BN=BN, HAS_MASK=mask is not None,
+        QK_PRECISION="tf32" if exact else "ieee", num_warps=8 if DP >= 512 else 4)
+    _attend_merge_kernel[(B, H)](m, l, acc, sink, out, S, out.stride(0), out.stride(2), H=H, D=D, DP=DP,
+                                 SP=max(2, triton.next_power_of_2(S)), num_warps=4)
+    return out

@@ -138,8 +138,8 @@ def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tens
     entries.index_put_((rows, b), torch.where(closes, c, entries[rows, b]))       # masked write
     if comp.overlap:  # a closed block becomes "previous" (only its rows are ever read again)
         closes = closes.unsqueeze(-1)
-        kv_state[:, :m] = torch.where(closes, kv_state[:, m:], kv_state[:, :m])
-        gate_state[:, :m] = torch.where(closes, gate_state[:, m:], gate_state[:, :m])
+        for state in (kv_state, gate_state):    # in place (out= the slice it keeps): one kernel, not a where and a copy
+            torch.where(closes, state[:, m:], state[:, :m], out=state[:, :m])
 
 
 def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool) -> torch.Tensor:

@@ -81,6 +81,8 @@ def main(argv=None) -> int:
                 m.reduce = value
             elif kind == "attend" and isinstance(m, Attention):
                 m.core = value
+            elif kind == "score" and isinstance(m, Indexer):
+                m.score = value
 
     groups = {
         "reference (again)": [],
@@ -96,6 +98,7 @@ def main(argv=None) -> int:
         "mhc mixes": [("mhc", small)],
         "compressor pooling": [("reduce", small["reduce"])],
         "attention core": [("attend", small["attend"])],
+        "indexer scores": [("score", small["score"])],
         "all (as loaded)": None,
     }
 

@@ -4,7 +4,7 @@ out); the FP4 GEMVs vs BF16 F.linear of the same matrix; the routed experts vs t
 weights dequantised at load, one F.linear per expert hit, tokens grouped per expert as the model does, host-known
 groups so no sync is timed) at B = 1, 4, 8 with top-6 of 256 experts at Flash sizes (dim 4096, inter 2048).
 
-    python benchmarks/kernels.py [--json out.json] [--sweep] [--only gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler,attention]
+    python benchmarks/kernels.py [--json out.json] [--sweep] [--only gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler,attention,indexer]
 
 %copy = bytes the kernel must move / graph-replay time / copy bandwidth (copy: bytes read + written / time).
 """
@@ -316,6 +316,22 @@ def bench_attention(tab):
                 nbytes=n * N * D * 2 + n * H * D * 2 + n * H * D * 4, err=err)
 
 
+def bench_indexer(tab):
+    """The indexer's scores (Triton, one launch) vs the reference (casts, an fp32 batched GEMM, ReLU, weighting, sum
+    over heads) at Flash's indexer (64 heads of 128) over 1024 compressed blocks (4096 tokens) and 16384 (65536).
+    %copy counts the keys (bf16) read once and the scores written."""
+    from dsv4_kernels.indexer.reference import index_scores_ref
+    from dsv4_kernels.indexer.triton_kernel import index_scores_triton
+    H, D = 64, 128
+    for n, N in ((1, 1024), (8, 1024), (8, 16384)):
+        q = torch.randn(n, 1, H, D, device="cuda").bfloat16()
+        k = torch.randn(n, N, D, device="cuda").bfloat16()
+        w = torch.randn(n, 1, H, device="cuda")
+        err = _relerr(index_scores_triton(q, k, w), index_scores_ref(q, k, w))
+        tab.add(f"index_scores B={n} N={N} bf16", both(lambda: index_scores_triton(q, k, w)),
+                ref=both(lambda: index_scores_ref(q, k, w)), nbytes=n * N * D * 2 + n * N * 4, err=err)
+
+
 # (BN, BK, num_warps, num_stages, DECODE) tried with --sweep (the first session's sweep of DECODE 0 tiles found
 # BN=64, BK=256, 4 warps best: benchmarks/results/kernels-h200-1.txt)
 SWEEP = [(64, 256, 4, 3, 2), (64, 256, 4, 3, 1), (64, 256, 4, 3, 0)]
@@ -326,7 +342,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--sweep", action="store_true", help="also time the tile configurations in SWEEP")
-    ap.add_argument("--only", default="gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler,attention")
+    ap.add_argument("--only", default="gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler,attention,indexer")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py: needs a CUDA GPU", file=sys.stderr)
@@ -343,7 +359,7 @@ def main() -> int:
     for name, fn in (("compressor", lambda: bench_compressor(tab)), ("routed", lambda: bench_routed(tab, a.sweep)),
                      ("gemv", lambda: bench_gemv(tab, a.sweep)), ("fp8", lambda: bench_fp8(tab)), ("head", lambda: bench_head(tab)), ("swiglu", lambda: bench_swiglu(tab)),
                      ("kvcache", lambda: bench_kvcache(tab)), ("sampler", lambda: bench_sampler(tab)),
-                     ("attention", lambda: bench_attention(tab))):
+                     ("attention", lambda: bench_attention(tab)), ("indexer", lambda: bench_indexer(tab))):
         if name in only:
             try:
                 fn()

@@ -35,6 +35,7 @@ from torch import nn
 from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref, fp8_fake_quant_ref
 from dsv4_kernels.attention.reference import attention_ref
 from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
+from dsv4_kernels.indexer.reference import index_scores_ref
 from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.rms_norm.reference import rms_norm_ref
@@ -185,12 +186,13 @@ SMALL_KERNELS = {
     "mhc_head": ("mhc_head", mhc_head_ref, "mHC head"),
     "reduce": ("compressor_reduce", compressor_reduce_ref, "compressor pooling"),
     "attend": ("decode_attention", attention_ref, "attention core"),
+    "score": ("index_scores", index_scores_ref, "indexer scores"),
 }
 
 
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
     """The kernels of the small ops, decided once at load: {"fp8", "fp4", "rms", "rope", "mhc_pre",
-    "mhc_post", "mhc_head", "reduce", "attend"} -> the function, each the Triton kernel where the device is CUDA and it is usable, else
+    "mhc_post", "mhc_head", "reduce", "attend", "score"} -> the function, each the Triton kernel where the device is CUDA and it is usable, else
     its PyTorch reference."""
     chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
     if use_kernels and torch.device(device).type == "cuda":
@@ -229,8 +231,8 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
     copy per step), the fp32 products of mHC and the router the fp32 GEMV (`f32_linear`), every `HyperConnection`
     the one-launch Sinkhorn and mHC mixes (`HyperHead` its mix), and the
     modules that fake-quantise, normalise, rotate or pool (`Linear`, `RMSNorm`, `Attention`, `Indexer`, `Compressor`)
-    the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, and `Attention` the decode attention
-    core (two launches), on CUDA; the references elsewhere or when kernels are off.
+    the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, `Indexer` its one-launch scores and
+    `Attention` the decode attention core (two launches), on CUDA; the references elsewhere or when kernels are off.
     Returns the log note."""
     on = use_kernels and torch.device(device).type == "cuda"
     gemv, sink, f32, f32_note = None, sinkhorn_ref, f32_linear_ref, "PyTorch"
@@ -266,12 +268,12 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         elif isinstance(m, Attention):
             m.rms, m.fp8_quant, m.rope, m.core = small["rms"], small["fp8"], small["rope"], small["attend"]
         elif isinstance(m, Indexer):
-            m.fp4_quant, m.rope = small["fp4"], small["rope"]
+            m.fp4_quant, m.rope, m.score = small["fp4"], small["rope"], small["score"]
         elif isinstance(m, Compressor):
             m.rope, m.reduce = small["rope"], small["reduce"]
     if not on:
         return ("projections: F.linear; mHC: PyTorch Sinkhorn; fake quants, RMSNorm, RoPE, mHC mixes, compressor "
-                "pooling and attention core: PyTorch")
+                "pooling, attention core and indexer scores: PyTorch")
     fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
     return (f"projections: {n} (quantised, and fp32) through the stored-format GEMV; mHC and router products: "
             f"{f32_note}; mHC: "

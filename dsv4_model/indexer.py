@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dsv4_kernels.indexer.reference import index_scores_ref
+
 from .compressor import Compressor
 from .linear import Linear
 from .quant import fp4_fake_quant
@@ -34,8 +36,9 @@ class Indexer(nn.Module):
         self.weights_proj = Linear(args.dim, self.Hi, dtype)
         self.compressor = Compressor(args.dim, self.Di, 4, self.rd, args.norm_eps, dtype, batch, args.max_seq_len)
         self.fp4_sim = True
-        # the FP4 sim and the RoPE: the references, or one-launch kernels set once at load on CUDA (decode.kernel_modules)
-        self.fp4_quant, self.rope = fp4_fake_quant, rope_tail
+        # the FP4 sim, the RoPE and the scores: the references, or one-launch kernels set once at load on CUDA
+        # (decode.kernel_modules)
+        self.fp4_quant, self.rope, self.score = fp4_fake_quant, rope_tail, index_scores_ref
         self.init_state()
 
     def init_state(self, device=None) -> None:
@@ -51,8 +54,7 @@ class Indexer(nn.Module):
 
     def _scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         w = self.weights_proj(x).float() * (self.Di ** -0.5 * self.Hi ** -0.5)          # [B,T,Hi]
-        s = torch.einsum("bthd,bnd->bthn", q.float(), k.float()).relu()
-        return (s * w.unsqueeze(-1)).sum(-2)                                              # [B,T,n]
+        return self.score(q, k, w)                                                        # [B,T,n]
 
     def step(self, x: torch.Tensor, qr: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor | None:
         """Decode: run the private compressor, then top-k over the completed blocks; None when there are none."""

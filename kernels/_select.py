@@ -30,6 +30,7 @@ KERNELS = {
     "penalize_scale": ("sampling", "penalize_scale", "penalize_scale_ref"),
     "sample_pick": ("sampling", "sample_pick", "sample_pick_ref"),
     "decode_attention": ("attention", "decode_attention", "attention_ref"),
+    "index_scores": ("indexer", "index_scores", "index_scores_ref"),
 }
 # The kernels whose Triton code converts to or from e4m3 (`tl.float8e4nv`: FP8 activations, NVFP4 and FP8 scales)
 # need compute capability 8.9 (Ada, Hopper); the others run from 8.0 (Ampere: bf16), so an A100 gets them too.

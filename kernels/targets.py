@@ -237,3 +237,18 @@ def decode_attention(rows: int = 8, heads: int = 64, d: int = 512, keys: int = 6
 
     return Target(step=lambda a: fn(*a, d ** -0.5), make_inputs=inputs, state=dict,
                   name=f"decode_attention[{rows}x{heads}x{d}, {keys} keys]", device=dev)
+
+
+def index_scores(rows: int = 8, heads: int = 64, d: int = 128, keys: int = 1024) -> Target:
+    """Fresh index queries, compressed keys (Flash: 64 heads of 128, 1024 blocks at 4096 tokens) and weights."""
+    from . import index_scores as fn
+    dev = _dev()
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32
+
+    def inputs(i):
+        g = _gen(i)
+        q, k = torch.randn(rows, 1, heads, d, generator=g), torch.randn(rows, keys, d, generator=g)
+        return q.to(dev, dt), k.to(dev, dt), torch.randn(rows, 1, heads, generator=g).to(dev)
+
+    return Target(step=lambda a: fn(*a), make_inputs=inputs, state=dict,
+                  name=f"index_scores[{rows}x{heads}x{d}, {keys} keys]", device=dev)

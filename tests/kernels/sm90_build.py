@@ -106,6 +106,7 @@ def cases(g: torch.Generator):
     from dsv4_kernels.attention.triton_kernel import attention_triton
     from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
     from dsv4_kernels.fused_swiglu.triton_kernel import fused_swiglu_triton
+    from dsv4_kernels.indexer.triton_kernel import index_scores_triton
     from dsv4_kernels.mhc.triton_kernel import mhc_head_triton, mhc_post_triton, mhc_pre_triton
     from dsv4_kernels.moe_gemv import triton_kernel as moe
     from dsv4_kernels.moe_gemv.reference import random_weight
@@ -171,6 +172,10 @@ def cases(g: torch.Generator):
                             _t(B, 1, H, D, dtype=dt, g=g), _t(B, 1, N, D, dtype=dt, g=g),
                             torch.ones(B, 1, N, dtype=torch.bool).as_subclass(_Cuda) if m else None,
                             _t(H, dtype=torch.float32, g=g), D ** -0.5)))
+        # Flash's indexer (64 heads of 128 over 1024 blocks), the tiny preset's (2 of 64)
+        for B, H, D, N in ((1, 64, 128, 1024), (8, 64, 128, 1024), (4, 2, 64, 128)):
+            out.append((f"index_scores {n} B={B} H={H} D={D} N={N}", lambda B=B, H=H, D=D, N=N, dt=dt: index_scores_triton(
+                _t(B, 1, H, D, dtype=dt, g=g), _t(B, N, D, dtype=dt, g=g), _t(B, 1, H, dtype=torch.float32, g=g))))
     for S, D in ((4, 512), (128, 512), (4, 128)):
         out.append((f"compressor_reduce S={S} D={D}", lambda S=S, D=D: compressor_reduce_triton(
             _t(8, S, D, dtype=torch.float32, g=g), _t(8, S, D, dtype=torch.float32, g=g), _t(S, D, dtype=torch.float32, g=g))))

@@ -148,7 +148,7 @@ def test_kvcache_reference_matches_the_weight_dequant():
 @pytest.mark.parametrize("factory", ["compressor_reduce_csa", "compressor_reduce_hca", "nvfp4_kvcache", "fused_swiglu",
                                      "fp4_gemv", "routed_experts", "sinkhorn", "fp8_fake_quant", "fp4_fake_quant",
                                      "rms_norm", "rope_tail", "mhc_pre", "mhc_post", "mhc_head", "sample_pick",
-                                     "penalize_scale", "decode_attention"])
+                                     "penalize_scale", "decode_attention", "index_scores"])
 def test_kernel_targets_capture_clean(factory):
     """On CPU this is the emulation over the references; on a GPU, real capture of the kernels."""
     assert capture_test(getattr(targets, factory)(), steps=2) == []
@@ -1365,18 +1365,25 @@ ATTENTION_WIRING_INTERPRET = textwrap.dedent("""
     import dsv4_model
     from dsv4_kernels.attention.reference import attention_ref
     from dsv4_kernels.attention.triton_kernel import attention_triton
+    from dsv4_kernels.indexer.reference import index_scores_ref
+    from dsv4_kernels.indexer.triton_kernel import index_scores_triton
     from dsv4_model.attention import Attention
     from dsv4_model.decode import GraphSafeDecoder
+    from dsv4_model.indexer import Indexer
     model = dsv4_model.load("tiny", max_seq_len=128)
     feed = torch.randint(0, model.args.vocab_size, (40, 4), generator=torch.Generator().manual_seed(3))
-    # what kernel_modules gives Attention on CUDA: the kernel for one query token, the reference for prefill
-    kernel = lambda q, K, mask, sink, scale: (attention_triton if q.shape[1] == 1 else attention_ref)(q, K, mask, sink, scale)
+    # what kernel_modules gives Attention and Indexer on CUDA: the kernels for one query token, the references for
+    # prefill
+    core = lambda q, K, mask, sink, scale: (attention_triton if q.shape[1] == 1 else attention_ref)(q, K, mask, sink, scale)
+    score = lambda q, k, w: (index_scores_triton if q.shape[1] == 1 else index_scores_ref)(q, k, w)
     runs = []
-    for core in (attention_ref, kernel):
+    for kern in (False, True):
         dec = GraphSafeDecoder(model, batch=4, kernels=False)
         for m in model.modules():
             if isinstance(m, Attention):
-                m.core = core
+                m.core = core if kern else attention_ref
+            elif isinstance(m, Indexer):
+                m.score = score if kern else index_scores_ref
         dec.reset()
         dec.pos[:] = torch.tensor([0, 3, 17, 40])                 # rows at different positions (window wrap at 16)
         runs.append(torch.stack([dec.step(4).clone() for t in range(40) if dec.tokens.copy_(feed[t]) is not None]))
@@ -1386,8 +1393,9 @@ ATTENTION_WIRING_INTERPRET = textwrap.dedent("""
 """)
 
 
-def test_attention_kernel_in_the_decode_under_the_interpreter():
-    """The attention kernel wired into the graph-safe decode as CUDA gets it, under the interpreter on the tiny model:
+def test_attention_kernels_in_the_decode_under_the_interpreter():
+    """The attention core and indexer score kernels wired into the graph-safe decode as CUDA gets them, under the
+    interpreter on the tiny model:
     40 steps of 4 rows at different positions (window wrap, HCA and CSA entries, the indexer's picks) give the
     reference core's greedy tokens and logits within 1e-5, so the glue (the decode's concatenated keys and masks)
     is exercised before a GPU runs it."""
@@ -1427,3 +1435,86 @@ def test_decode_attention_is_the_reference_for_prefill():
     q, K = torch.randn(2, 5, 4, 64, device="cuda"), torch.randn(2, 5, 9, 64, device="cuda")
     mask, sink = torch.rand(2, 5, 9, device="cuda") > 0.3, torch.randn(4, device="cuda")
     assert _bit_equal(decode_attention(q, K, mask, sink, 0.125), attention_ref(q, K, mask, sink, 0.125))
+
+
+
+# ---------------------------------------------------------------------------------------------- indexer scores
+def test_index_scores_reference_is_the_old_formula():
+    """`index_scores_ref` is the indexer's scoring the model always computed inline (bit for bit), for decode and
+    prefill shapes; on CPU the entry is the reference."""
+    from dsv4_kernels.indexer import index_scores, index_scores_ref
+    g = torch.Generator().manual_seed(11)
+    for B, T, H, N, D in ((2, 1, 4, 20, 32), (1, 5, 3, 9, 16), (3, 1, 64, 7, 128)):
+        q, k = torch.randn(B, T, H, D, generator=g).bfloat16(), torch.randn(B, N, D, generator=g).bfloat16()
+        w = torch.randn(B, T, H, generator=g)
+        s = torch.einsum("bthd,bnd->bthn", q.float(), k.float()).relu()
+        old = (s * w.unsqueeze(-1)).sum(-2)
+        assert _bit_equal(index_scores_ref(q, k, w), old) and _bit_equal(index_scores(q, k, w), old)
+
+
+def test_index_scores_checks_name_the_culprit():
+    from dsv4_kernels.indexer import index_scores
+    q, k, w = torch.zeros(2, 1, 4, 8), torch.zeros(2, 5, 8), torch.zeros(2, 1, 4)
+    with pytest.raises(ValueError, match=r"expected q \[B,T,Hi,Di\] and k \[B,N,Di\], found q \(2, 1, 4, 8\) and k \(3, 5, 8\)"):
+        index_scores(q, torch.zeros(3, 5, 8), w)
+    with pytest.raises(ValueError, match=r"expected w \[2, 1, 4\] \(a weight per row, token and head\), found \(2, 4\)"):
+        index_scores(q, k, w[:, 0])
+
+
+INDEX_SCORES_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.indexer.triton_kernel import index_scores_triton
+    from dsv4_kernels.indexer.reference import index_scores_ref
+    g = torch.Generator().manual_seed(12)
+    def close(a, b):
+        return a.shape == b.shape and (a.numel() == 0 or (a - b).abs().max().item() <= 1e-5 * (1 + b.abs().max().item()))
+    bad = []
+    # Flash's indexer (64 heads of 128), the tiny preset's (2 of 64), heads and head_dims off the powers of 2, keys
+    # not a multiple of the block, one key, none; a strided q (heads of a wider tensor) and keys (a slice of the
+    # compressor's entries, as the decode passes them)
+    for B, H, D, N in ((3, 64, 128, 300), (2, 2, 64, 20), (2, 17, 40, 65), (1, 5, 128, 1), (2, 2, 64, 0), (4, 64, 128, 1024)):
+        q, k = torch.randn(B, 1, H, D, generator=g), torch.randn(B, N, D, generator=g)
+        w = torch.randn(B, 1, H, generator=g)
+        if not close(index_scores_triton(q, k, w), index_scores_ref(q, k, w)):
+            bad.append(f"B={B} H={H} D={D} N={N}")
+    q = torch.randn(3, 1, 80, 128, generator=g)[:, :, 8:72]
+    k = torch.randn(5, 200, 128, generator=g)[:3, :150]
+    w = torch.randn(3, 1, 64, generator=g) * 1e3
+    bad += [] if close(index_scores_triton(q, k, w), index_scores_ref(q, k, w)) else ["strided"]
+    print("BAD", bad)
+""")
+
+
+def test_index_scores_under_the_interpreter():
+    """The indexer score kernel's Triton logic on CPU in fp32 (TRITON_INTERPRET=1 in a subprocess): within fp32
+    rounding of the reference at Flash's and the tiny preset's shapes, odd heads, head_dims and key counts, strided
+    inputs."""
+    _under_interpreter(INDEX_SCORES_INTERPRET, timeout=600)
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n,H,D,N", [(1, 64, 128, 1024), (8, 64, 128, 1024), (8, 64, 128, 16384), (4, 2, 64, 24),
+                                     (3, 17, 40, 333)])
+def test_index_scores_parity(dt, n, H, D, N):
+    """On the GPU: the one-launch indexer scores against the reference, fresh data, output poisoned first; within
+    fp32 rounding (exact TF32 products for bf16, TF32x3 for fp32, another order of the sum over heads)."""
+    from dsv4_kernels.indexer import index_scores, index_scores_ref
+    g = torch.Generator().manual_seed(n * 100 + N)
+    for scale in (0.1, 1.0, 8.0):
+        q = (torch.randn(n, 1, H, D, generator=g) * scale).to("cuda", dt)
+        k = torch.randn(n, N, D, generator=g).to("cuda", dt)
+        w = torch.randn(n, 1, H, generator=g).cuda()
+        _poison(n * N * 8)
+        got, want = index_scores(q, k, w), index_scores_ref(q, k, w)
+        assert got.dtype == torch.float32 and torch.isfinite(got).all()
+        # the sum over heads cancels: the tolerance is on the terms' size, not the result's
+        terms = (torch.einsum("bthd,bnd->bthn", q.float(), k.float()).relu() * w.abs().unsqueeze(-1)).sum(-2)
+        assert ((got - want).abs() <= 1e-5 * terms + 1e-6).all(), ((got - want).abs().max(), terms.max())
+
+
+@cuda
+def test_index_scores_is_the_reference_for_prefill():
+    from dsv4_kernels.indexer import index_scores, index_scores_ref
+    q, k, w = torch.randn(2, 5, 4, 64, device="cuda"), torch.randn(2, 9, 64, device="cuda"), torch.randn(2, 5, 4, device="cuda")
+    assert _bit_equal(index_scores(q, k, w), index_scores_ref(q, k, w))

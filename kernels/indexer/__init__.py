@@ -1,0 +1,25 @@
+"""indexer: the lightning indexer's scores, sum over heads of w_h * ReLU(q_h . k_n), in one Triton launch on CUDA for
+one query token per sequence (``triton_kernel.py``; within fp32 rounding of the reference, not bit-exact), the
+PyTorch reference (``reference.py``) elsewhere and for prefill (T > 1).
+
+    index_scores(q [B,T,Hi,Di], k [B,N,Di], w [B,T,Hi] fp32) -> [B,T,N] fp32
+"""
+from __future__ import annotations
+
+import torch
+
+from .._select import available
+from .reference import index_scores_ref
+
+
+def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    if q.dim() != 4 or k.dim() != 3 or k.shape[0] != q.shape[0] or k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"index_scores: expected q [B,T,Hi,Di] and k [B,N,Di], found q {tuple(q.shape)} and k "
+                         f"{tuple(k.shape)}")
+    if tuple(w.shape) != tuple(q.shape[:3]):
+        raise ValueError(f"index_scores: expected w {list(q.shape[:3])} (a weight per row, token and head), found "
+                         f"{tuple(w.shape)}")
+    if q.shape[1] == 1 and q.is_cuda and available("index_scores")[0]:
+        from .triton_kernel import index_scores_triton
+        return index_scores_triton(q, k, w)
+    return index_scores_ref(q, k, w)

@@ -1,0 +1,12 @@
+"""PyTorch reference of the lightning indexer's scores (`dsv4_model.indexer.Indexer._scores` after its weight
+projection): the exact formula the model always used, so the reference path is unchanged."""
+from __future__ import annotations
+
+import torch
+
+
+def index_scores_ref(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """q [B,T,Hi,Di], k [B,N,Di] (the compressed index keys), w [B,T,Hi] fp32 (per-head weights, scale included)
+    -> I [B,T,N] fp32 = sum_h w_h * ReLU(q_h . k_n)."""
+    s = torch.einsum("bthd,bnd->bthn", q.float(), k.float()).relu()
+    return (s * w.unsqueeze(-1)).sum(-2)

@@ -1,0 +1,61 @@
+"""The lightning indexer's scores in Triton for one query token per sequence: every head's dot with a block of
+compressed keys, the ReLU and the weighted sum over heads in one launch, where the reference runs six (two fp32
+casts, one of the whole key list, a batched GEMM, the ReLU, the weighting, the sum over heads, each over
+[B, Hi, N] fp32).
+
+One program per (row, block of keys): all heads at once (Flash: 64 x 128, a tensor-core M of 64), so each key is
+read once. Precision: fp32, as the reference's einsum. Where q and the keys are bf16 (the model dtype; both are
+FP4-simulated values) they are exact in TF32 and one TF32 product is exact; fp32 inputs take TF32x3 (three TF32
+products of split operands, near fp32 rounding; IEEE FMAs spill at 64 heads x 64 keys). The sum
+over heads runs in another order than the reference's: results agree to fp32 rounding, not bit for bit.
+Deterministic (no atomics); launched on torch's current stream (capturable).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BN = 64            # keys per program
+
+
+@triton.jit
+def _index_scores_kernel(q_ptr, k_ptr, w_ptr, o_ptr, N, q_row, q_head, k_row, k_key, w_row, o_row,
+                         H: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, BN: tl.constexpr,
+                         PRECISION: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1) * BN + tl.arange(0, BN)
+    h = tl.arange(0, HP)
+    d = tl.arange(0, DP)
+    hm, dm, jm = h < H, d < D, j < N
+    q = tl.load(q_ptr + b * q_row + h[:, None] * q_head + d[None, :], mask=hm[:, None] & dm[None, :],
+                other=0.0).to(tl.float32)                                               # [HP, DP]
+    k = tl.load(k_ptr + b * k_row + j[:, None].to(tl.int64) * k_key + d[None, :], mask=jm[:, None] & dm[None, :],
+                other=0.0).to(tl.float32)                                               # [BN, DP]
+    w = tl.load(w_ptr + b * w_row + h, mask=hm, other=0.0)                              # padded heads weigh 0
+    s = tl.maximum(tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0)              # [HP, BN]
+    tl.store(o_ptr + b * o_row + j, tl.sum(s * w[:, None], 0), mask=jm)
+
+
+def index_scores_triton(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """q [B,1,Hi,Di], k [B,N,Di], w [B,1,Hi] fp32 -> [B,1,N] fp32 (shapes checked by the caller)."""
+    B, _, H, D = q.shape
+    N = k.shape[1]
+    q3, w2 = q[:, 0], w[:, 0].float()
+    if q3.stride(-1) != 1:
+        q3 = q3.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    if w2.stride(-1) != 1:
+        w2 = w2.contiguous()
+    out = torch.empty(B, 1, N, dtype=torch.float32, device=q.device)
+    if B == 0 or N == 0:
+        return out
+    if H == 0 or D == 0:
+        return out.zero_()
+    exact = q.dtype in (torch.bfloat16, torch.float16) and k.dtype in (torch.bfloat16, torch.float16)
+    HP, DP = max(16, triton.next_power_of_2(H)), max(16, triton.next_power_of_2(D))
+    _index_scores_kernel[(B, triton.cdiv(N, BN))](
+        q3, k, w2, out, N, q3.stride(0), q3.stride(1), k.stride(0), k.stride(1), w2.stride(0), out.stride(0),
+        H=H, HP=HP, D=D, DP=DP, BN=BN, PRECISION="tf32" if exact else "tf32x3", num_warps=4)
+    return out

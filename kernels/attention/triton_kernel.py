@@ -23,6 +23,7 @@ BH = 16            # heads per program: the smallest tl.dot M; Flash's 64 heads 
 BN = 16            # keys per inner step
 MIN_SPLIT = 64     # keys per split at least: fewer and the partials outweigh the keys
 PROGRAMS = 264     # aim for about two programs per SM of an H200
+MAX_SPLITS = 32    # the merge holds every split's [D] partial at once: more spill (64 x 512 fp32 did not)
 
 
 @triton.jit
@@ -83,9 +84,10 @@ def _attend_merge_kernel(m_ptr, l_ptr, acc_ptr, sink_ptr, o_ptr, S, o_row, o_hea
 
 def splits(n: int, H: int, N: int) -> tuple[int, int]:
     """(keys per split, number of splits) for n rows of H heads over N keys: about PROGRAMS programs, at least
-    MIN_SPLIT keys (a multiple of BN) per split. Host integers only: one launch shape per captured shape."""
+    MIN_SPLIT keys (a multiple of BN) per split when there are several, at most MAX_SPLITS splits. Host integers
+    only: one launch shape per captured shape."""
     blocks = n * triton.cdiv(H, BH)
-    want = max(1, min(triton.cdiv(N, MIN_SPLIT), triton.cdiv(PROGRAMS, blocks)))
+    want = max(1, min(N // MIN_SPLIT, triton.cdiv(PROGRAMS, blocks), MAX_SPLITS))
     split = triton.cdiv(triton.cdiv(N, want), BN) * BN
     return split, triton.cdiv(N, split)
 
@@ -101,6 +103,8 @@ def attention_triton(q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None
         q3 = q3.contiguous()
     if k3.stride(-1) != 1:
         k3 = k3.contiguous()
+    if sink.stride(0) != 1:                                                             # the merge reads sink[h]
+        sink = sink.contiguous()
     out = torch.empty(B, 1, H, D, dtype=torch.float32, device=q.device)
     if B == 0 or H == 0 or D == 0:
         return out

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-BN = 64            # keys per program
+BN = 64            # keys per program (bf16); fp32's TF32x3 splits hold twice the operands: half as many, or they spill
 
 
 @triton.jit
@@ -55,7 +55,8 @@ def index_scores_triton(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> to
         return out.zero_()
     exact = q.dtype in (torch.bfloat16, torch.float16) and k.dtype in (torch.bfloat16, torch.float16)
     HP, DP = max(16, triton.next_power_of_2(H)), max(16, triton.next_power_of_2(D))
-    _index_scores_kernel[(B, triton.cdiv(N, BN))](
+    bn = BN if exact else BN // 2
+    _index_scores_kernel[(B, triton.cdiv(N, bn))](
         q3, k, w2, out, N, q3.stride(0), q3.stride(1), k.stride(0), k.stride(1), w2.stride(0), out.stride(0),
-        H=H, HP=HP, D=D, DP=DP, BN=BN, PRECISION="tf32" if exact else "tf32x3", num_warps=4)
+        H=H, HP=HP, D=D, DP=DP, BN=bn, PRECISION="tf32" if exact else "tf32x3", num_warps=4)
     return out

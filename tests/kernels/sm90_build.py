@@ -165,7 +165,9 @@ def cases(g: torch.Generator):
     for dt in (torch.bfloat16, torch.float32):
         n = str(dt).split(".")[-1]
         # Flash (64 heads of 512; CSA: window 128 + top-512, HCA: + 32), the tiny preset (2 of 128), no mask
+        # and an HCA layer at about a million tokens (the most splits, all merged at once)
         for B, H, D, N, masked in ((1, 64, 512, 640, True), (8, 64, 512, 640, True), (8, 64, 512, 160, True),
+                                   (1, 64, 512, 8320, True),
                                    (1, 2, 128, 24, True), (4, 2, 128, 24, False)):
             out.append((f"decode_attention {n} B={B} H={H} D={D} N={N} mask={masked}",
                         lambda B=B, H=H, D=D, N=N, m=masked, dt=dt: attention_triton(

@@ -1344,11 +1344,16 @@ ATTENTION_INTERPRET = textwrap.dedent("""
     sink = torch.randn(H, generator=g) * 5
     got, want = attention_triton(q, K, mask, sink, D ** -0.5), attention_ref(q, K, mask, sink, D ** -0.5)
     bad += [] if close(got, want) and torch.equal(got[0], torch.zeros_like(got[0])) else ["decode keys"]
-    # the splits: every key in exactly one, about PROGRAMS programs, at least MIN_SPLIT keys each
-    for n, Hh, N in ((1, 64, 640), (8, 64, 640), (8, 64, 160), (1, 2, 24), (8, 64, 100000)):
-        split, S = splits(n, Hh, N)
-        if split % 16 or (S - 1) * split >= N or S * split < N or (S > 1 and split < 64):
-            bad.append(f"splits {n} {Hh} {N}: {split} x {S}")
+    # a sink that is a strided view (the merge reads sink[h])
+    sink = torch.randn(2 * H, generator=g)[::2]
+    bad += [] if close(attention_triton(q, K, mask, sink, 0.1), attention_ref(q, K, mask, sink, 0.1)) else ["sink stride"]
+    # the splits: every key in exactly one, at least MIN_SPLIT keys each when there are several, at most MAX_SPLITS
+    for n in (1, 2, 8):
+        for Hh in (2, 64, 128):
+            for N in list(range(1, 300)) + [640, 1000, 8320, 100000]:
+                split, S = splits(n, Hh, N)
+                if split % 16 or (S - 1) * split >= N or S * split < N or (S > 1 and split < 64) or S > 32:
+                    bad.append(f"splits {n} {Hh} {N}: {split} x {S}")
     print("BAD", bad)
 """)
 
@@ -1423,7 +1428,11 @@ def test_decode_attention_parity(dt, n, H, D, N):
             _poison(n * H * D * 8 + n * N * H * 8)
             got, want = decode_attention(q, K, mask, sink, D ** -0.5), attention_ref(q, K, mask, sink, D ** -0.5)
             assert got.dtype == torch.float32 and torch.isfinite(got).all()
-            torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-6 * want.abs().max().item())
+            # scores in the tens round in fp32 by |s| eps, which exp amplifies: both against fp64, the kernel within
+            # twice the reference's own error plus fp32 rounding of the output
+            exact = attention_ref(q.double(), K.double(), mask, sink.double(), D ** -0.5)
+            ref_err = (want.double() - exact).abs().max().item()
+            assert (got.double() - exact).abs().max().item() <= 2 * ref_err + 2e-6 * exact.abs().max().item()
             if mask is not None and mask.shape[0] > 1:
                 assert torch.equal(got[0], torch.zeros_like(got[0]))
 

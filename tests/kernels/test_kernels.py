@@ -1345,7 +1345,7 @@ ATTENTION_INTERPRET = textwrap.dedent("""
     got, want = attention_triton(q, K, mask, sink, D ** -0.5), attention_ref(q, K, mask, sink, D ** -0.5)
     bad += [] if close(got, want) and torch.equal(got[0], torch.zeros_like(got[0])) else ["decode keys"]
     # a sink that is a strided view (the merge reads sink[h])
-    sink, q = torch.randn(2 * H, generator=g)[::2] * 3, torch.randn(B, 1, H, D, generator=g)
+    sink, q = (torch.randn(2 * H, generator=g) * 3)[::2], torch.randn(B, 1, H, D, generator=g)
     bad += [] if close(attention_triton(q, K, mask, sink, 0.05), attention_ref(q, K, mask, sink, 0.05)) else ["sink stride"]
     # the splits: every key in exactly one, at least MIN_SPLIT keys each when there are several, at most MAX_SPLITS
     for n in (1, 2, 8):

@@ -83,6 +83,8 @@ def main(argv=None) -> int:
                 m.core = value
             elif kind == "score" and isinstance(m, Indexer):
                 m.score = value
+            elif kind == "select" and isinstance(m, Indexer):
+                m.select = value
 
     groups = {
         "reference (again)": [],
@@ -99,6 +101,7 @@ def main(argv=None) -> int:
         "compressor pooling": [("reduce", small["reduce"])],
         "attention core": [("attend", small["attend"])],
         "indexer scores": [("score", small["score"])],
+        "indexer top-k": [("select", small["select"])],
         "all (as loaded)": None,
     }
 

@@ -317,7 +317,7 @@ def bench_attention(tab):
 
 
 def bench_indexer(tab):
-    """The indexer's scores (Triton, one launch) vs the reference (casts, an fp32 batched GEMM, ReLU, weighting, sum
+    """The indexer's scores and their top-k (Triton, one launch each) vs the references (casts, an fp32 batched GEMM, ReLU, weighting, sum
     over heads) at Flash's indexer (64 heads of 128) over 1024 compressed blocks (4096 tokens) and 16384 (65536).
     %copy counts the keys (bf16) read once and the scores written."""
     from dsv4_kernels.indexer.reference import index_scores_ref
@@ -330,6 +330,14 @@ def bench_indexer(tab):
         err = _relerr(index_scores_triton(q, k, w), index_scores_ref(q, k, w))
         tab.add(f"index_scores B={n} N={N} bf16", both(lambda: index_scores_triton(q, k, w)),
                 ref=both(lambda: index_scores_ref(q, k, w)), nbytes=n * N * D * 2 + n * N * 4, err=err)
+    # the top-512 of the scores (the reference is the stable sort); relerr: 0 when the same indices, else 1
+    from dsv4_kernels.indexer.reference import topk_blocks_ref
+    from dsv4_kernels.indexer.triton_kernel import topk_blocks_triton
+    for n, N in ((1, 1024), (8, 1024), (8, 4096)):
+        s = torch.randn(n, N, device="cuda").relu()
+        same = torch.equal(topk_blocks_triton(s, 512), topk_blocks_ref(s, 512))
+        tab.add(f"topk_blocks B={n} N={N} k=512", both(lambda: topk_blocks_triton(s, 512)),
+                ref=both(lambda: topk_blocks_ref(s, 512)), nbytes=n * N * 4 + n * 512 * 8, err=0.0 if same else 1.0)
 
 
 # (BN, BK, num_warps, num_stages, DECODE) tried with --sweep (the first session's sweep of DECODE 0 tiles found

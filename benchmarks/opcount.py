@@ -3,7 +3,7 @@ experts), on CPU: a proxy for the number of small CUDA kernels per step. The GPU
 (stored-format GEMVs, Sinkhorn, routed experts, compressor pooling) are emulated as one op each; `--fused` also emulates the one-launch
 fake quants, RMSNorm, RoPE and mHC mixes (dsv4_kernels.act_quant, .rms_norm, .rope, .mhc) as one op each, and the
 sampler's penalty and pick (dsv4_kernels.sampling), the attention core (dsv4_kernels.attention) and the indexer's
-scores (dsv4_kernels.indexer) as their launches plus their torch glue.
+scores and top-k (dsv4_kernels.indexer) as their launches plus their torch glue.
 
     python benchmarks/opcount.py [B] [--fused] [--by-function]      (with the dsv4_kernels mapping on PYTHONPATH; ~2 min)
 """
@@ -89,12 +89,12 @@ def main():
         from dsv4_kernels.attention import triton_kernel as ak   # the attention core: its two launches, likewise
         ak._attend_split_kernel, ak._attend_merge_kernel = OneLaunch(5), OneLaunch(4)
         from dsv4_kernels.indexer import triton_kernel as ik     # the indexer's scores: one launch
-        ik._index_scores_kernel = OneLaunch(3)
+        ik._index_scores_kernel, ik._rank_topk_kernel = OneLaunch(3), OneLaunch(1)
         for m in model.modules():
             if isinstance(m, Attention):
                 m.core = ak.attention_triton
             elif isinstance(m, Indexer):
-                m.score = ik.index_scores_triton
+                m.score, m.select = ik.index_scores_triton, ik.topk_blocks_triton
     for r in range(B):
         runner.start(r, [0, 5 + r, 6 + r], temperature=0.8, top_k=50, top_p=0.95, seed=r)
     runner.body(B)

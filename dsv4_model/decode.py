@@ -22,7 +22,7 @@ With max-length rows each validity mask is one comparison against the position, 
 tensor-parallel split along heads leaves untouched).
 
 Layer math is not re-implemented: the step calls the reference modules' own functions (`Attention._qkv`,
-`Attention._attend`, `Compressor._rows/_finish`, `Indexer._q/_scores`, `topk_blocks`, the gate, the shared expert,
+`Attention._attend`, `Compressor._rows/_finish`, `Indexer._q/_scores/select`, the gate, the shared expert,
 mHC, head). Only state and control flow live here.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from torch import nn
 from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref, fp8_fake_quant_ref
 from dsv4_kernels.attention.reference import attention_ref
 from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
-from dsv4_kernels.indexer.reference import index_scores_ref
+from dsv4_kernels.indexer.reference import index_scores_ref, topk_blocks_ref
 from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.rms_norm.reference import rms_norm_ref
@@ -44,7 +44,7 @@ from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
 from .attention import Attention
 from .compressor import Compressor
-from .indexer import Indexer, topk_blocks
+from .indexer import Indexer
 from .linear import Linear, RMSNorm
 from .mhc import HyperConnection, HyperHead
 from .model import Transformer
@@ -158,7 +158,7 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
         ent = st.icomp.entries[:n]
         _, _, _, closed, valid = ix.blocks(idx.compressor.m, idx.compressor.overlap, ent.shape[1])
         scores = idx._scores(x, idx._q(qr, cs.unsqueeze(-3)), ent)[:, 0]             # [n, N]
-        sel = topk_blocks(scores.masked_fill(~valid, float("-inf")), min(idx.topk, ent.shape[1]))
+        sel = idx.select(scores.masked_fill(~valid, float("-inf")), min(idx.topk, ent.shape[1]))
         sel_valid = sel < closed[:, None]                                            # padded picks masked
     if attn.compressor is not None:
         comp = attn.compressor
@@ -187,12 +187,13 @@ SMALL_KERNELS = {
     "reduce": ("compressor_reduce", compressor_reduce_ref, "compressor pooling"),
     "attend": ("decode_attention", attention_ref, "attention core"),
     "score": ("index_scores", index_scores_ref, "indexer scores"),
+    "select": ("topk_blocks", topk_blocks_ref, "indexer top-k"),
 }
 
 
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
     """The kernels of the small ops, decided once at load: {"fp8", "fp4", "rms", "rope", "mhc_pre",
-    "mhc_post", "mhc_head", "reduce", "attend", "score"} -> the function, each the Triton kernel where the device is CUDA and it is usable, else
+    "mhc_post", "mhc_head", "reduce", "attend", "score", "select"} -> the function, each the Triton kernel where the device is CUDA and it is usable, else
     its PyTorch reference."""
     chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
     if use_kernels and torch.device(device).type == "cuda":
@@ -231,7 +232,7 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
     copy per step), the fp32 products of mHC and the router the fp32 GEMV (`f32_linear`), every `HyperConnection`
     the one-launch Sinkhorn and mHC mixes (`HyperHead` its mix), and the
     modules that fake-quantise, normalise, rotate or pool (`Linear`, `RMSNorm`, `Attention`, `Indexer`, `Compressor`)
-    the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, `Indexer` its one-launch scores and
+    the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, `Indexer` its one-launch scores and top-k, and
     `Attention` the decode attention core (two launches), on CUDA; the references elsewhere or when kernels are off.
     Returns the log note."""
     on = use_kernels and torch.device(device).type == "cuda"
@@ -268,12 +269,12 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         elif isinstance(m, Attention):
             m.rms, m.fp8_quant, m.rope, m.core = small["rms"], small["fp8"], small["rope"], small["attend"]
         elif isinstance(m, Indexer):
-            m.fp4_quant, m.rope, m.score = small["fp4"], small["rope"], small["score"]
+            m.fp4_quant, m.rope, m.score, m.select = small["fp4"], small["rope"], small["score"], small["select"]
         elif isinstance(m, Compressor):
             m.rope, m.reduce = small["rope"], small["reduce"]
     if not on:
         return ("projections: F.linear; mHC: PyTorch Sinkhorn; fake quants, RMSNorm, RoPE, mHC mixes, compressor "
-                "pooling, attention core and indexer scores: PyTorch")
+                "pooling, attention core, indexer scores and top-k: PyTorch")
     fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
     return (f"projections: {n} (quantised, and fp32) through the stored-format GEMV; mHC and router products: "
             f"{f32_note}; mHC: "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dsv4_kernels.indexer.reference import index_scores_ref
+from dsv4_kernels.indexer.reference import index_scores_ref, topk_blocks_ref
 
 from .compressor import Compressor
 from .linear import Linear
@@ -22,12 +22,6 @@ def hadamard_matrix(n: int) -> torch.Tensor:
     return h / n ** 0.5
 
 
-def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices of the k best blocks per row, ties to the lower index. The ReLU makes exact ties common (section 10.10),
-    so both decode paths pick through this one stable order rather than topk's unspecified one."""
-    return scores.sort(dim=-1, descending=True, stable=True).indices[..., :k]
-
-
 class Indexer(nn.Module):
     def __init__(self, args, dtype, batch: int):
         super().__init__()
@@ -36,9 +30,10 @@ class Indexer(nn.Module):
         self.weights_proj = Linear(args.dim, self.Hi, dtype)
         self.compressor = Compressor(args.dim, self.Di, 4, self.rd, args.norm_eps, dtype, batch, args.max_seq_len)
         self.fp4_sim = True
-        # the FP4 sim, the RoPE and the scores: the references, or one-launch kernels set once at load on CUDA
+        # the FP4 sim, the RoPE, the scores and their top-k (`select`: ties to the lower index, section 10.10, so every
+        # path picks the same blocks): the references, or one-launch kernels set once at load on CUDA
         # (decode.kernel_modules)
-        self.fp4_quant, self.rope, self.score = fp4_fake_quant, rope_tail, index_scores_ref
+        self.fp4_quant, self.rope, self.score, self.select = fp4_fake_quant, rope_tail, index_scores_ref, topk_blocks_ref
         self.init_state()
 
     def init_state(self, device=None) -> None:
@@ -64,7 +59,7 @@ class Indexer(nn.Module):
             return None
         q = self._q(qr, cs[pos].view(1, 1, 1, -1, 2))
         scores = self._scores(x, q, self.compressor.entries[:, :n])[:, 0]               # [B, n]
-        return topk_blocks(scores, min(self.topk, n))
+        return self.select(scores, min(self.topk, n))
 
     def prefill(self, x: torch.Tensor, qr: torch.Tensor, cs: torch.Tensor) -> torch.Tensor | None:
         """Top-k block indices per query [B,T,k]; picks of blocks not yet closed at t are -1."""
@@ -78,5 +73,5 @@ class Indexer(nn.Module):
         t = torch.arange(T, device=x.device)
         visible = torch.arange(nb, device=x.device)[None, :] < ((t + 1) // 4)[:, None]  # [T, nb]
         scores = scores.masked_fill(~visible, float("-inf"))
-        idx = topk_blocks(scores, min(self.topk, nb))
+        idx = self.select(scores, min(self.topk, nb))
         return torch.where(torch.gather(visible.expand(B, T, nb), 2, idx), idx, -1)

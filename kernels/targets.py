@@ -252,3 +252,18 @@ def index_scores(rows: int = 8, heads: int = 64, d: int = 128, keys: int = 1024)
 
     return Target(step=lambda a: fn(*a), make_inputs=inputs, state=dict,
                   name=f"index_scores[{rows}x{heads}x{d}, {keys} keys]", device=dev)
+
+
+def topk_blocks(rows: int = 8, blocks: int = 1024, k: int = 512) -> Target:
+    """Fresh indexer scores with ties (a ReLU's zeros) and masked slots (-inf) each step."""
+    from . import topk_blocks as fn
+    dev = _dev()
+
+    def inputs(i):
+        g = _gen(i)
+        s = torch.randn(rows, blocks, generator=g).relu()
+        s[:, blocks - blocks // (i + 2):] = float("-inf")
+        return s.to(dev)
+
+    return Target(step=lambda s: fn(s, k), make_inputs=inputs, state=dict, name=f"topk_blocks[{rows}x{blocks}, k={k}]",
+                  device=dev)

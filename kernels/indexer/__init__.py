@@ -3,13 +3,19 @@ one query token per sequence (``triton_kernel.py``; within fp32 rounding of the 
 PyTorch reference (``reference.py``) elsewhere and for prefill (T > 1).
 
     index_scores(q [B,T,Hi,Di], k [B,N,Di], w [B,T,Hi] fp32) -> [B,T,N] fp32
+
+and its top-k, the indices of the k best scores per row in the stable descending order (ties to the lower index),
+in one Triton launch on CUDA where a row holds at most 4096 scores, bit for bit the reference's indices (a torch
+stable sort) elsewhere:
+
+    topk_blocks(scores [.., N] fp32, k) -> [.., k] int64
 """
 from __future__ import annotations
 
 import torch
 
 from .._select import available
-from .reference import index_scores_ref
+from .reference import index_scores_ref, topk_blocks_ref
 
 
 def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -23,3 +29,16 @@ def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Ten
         from .triton_kernel import index_scores_triton
         return index_scores_triton(q, k, w)
     return index_scores_ref(q, k, w)
+
+
+def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
+    if scores.dim() < 1 or not 0 <= k <= scores.shape[-1]:
+        raise ValueError(f"topk_blocks: expected 0 <= k <= N for scores [.., N], found k={k} and scores "
+                         f"{tuple(scores.shape)}")
+    if scores.dtype != torch.float32:
+        raise ValueError(f"topk_blocks: expected fp32 scores (the indexer's), found {scores.dtype}")
+    if scores.is_cuda and available("topk_blocks")[0]:
+        from .triton_kernel import TOPK_MAX_N, topk_blocks_triton
+        if scores.shape[-1] <= TOPK_MAX_N:
+            return topk_blocks_triton(scores, k)
+    return topk_blocks_ref(scores, k)

@@ -10,3 +10,10 @@ def index_scores_ref(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch
     -> I [B,T,N] fp32 = sum_h w_h * ReLU(q_h . k_n)."""
     s = torch.einsum("bthd,bnd->bthn", q.float(), k.float()).relu()
     return (s * w.unsqueeze(-1)).sum(-2)
+
+
+def topk_blocks_ref(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k best blocks per row of scores [.., N], ties to the lower index. The ReLU makes exact ties
+    common (section 10.10), so both decode paths pick through this one stable order rather than topk's unspecified
+    one."""
+    return scores.sort(dim=-1, descending=True, stable=True).indices[..., :k]

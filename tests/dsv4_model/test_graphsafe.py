@@ -446,7 +446,7 @@ def _small_kernels_of(model):
     seen = {}
     for m in model.modules():
         for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("rms", "fp8_quant", "rope", "core")),
-                            (Indexer, ("fp4_quant", "rope", "score")), (Compressor, ("rope", "reduce")),
+                            (Indexer, ("fp4_quant", "rope", "score", "select")), (Compressor, ("rope", "reduce")),
                             (HyperConnection, ("pre_mix", "post_mix", "matmul")), (HyperHead, ("head_mix", "matmul")),
                             (Gate, ("matmul",))):
             if isinstance(m, kind):
@@ -460,12 +460,12 @@ def test_small_kernels_stay_references_on_cpu(model):
     the PyTorch reference."""
     for kernels in (True, False):
         dec = GraphSafeDecoder(model, batch=1, kernels=kernels)
-        assert "mHC mixes, compressor pooling, attention core and indexer scores: PyTorch" in dec.kernel_note, \
+        assert "compressor pooling, attention core, indexer scores and top-k: PyTorch" in dec.kernel_note, \
             dec.kernel_note
         seen = _small_kernels_of(model)
         assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "rms"),
                              ("Attention", "fp8_quant"), ("Indexer", "fp4_quant"), ("Attention", "rope"), ("Attention", "core"),
-                             ("Indexer", "score"),
+                             ("Indexer", "score"), ("Indexer", "select"),
                              ("Indexer", "rope"), ("Compressor", "rope"), ("Compressor", "reduce"),
                              ("HyperConnection", "pre_mix"),
                              ("HyperConnection", "post_mix"), ("HyperHead", "head_mix"), ("HyperConnection", "matmul"),
@@ -476,17 +476,18 @@ def test_small_kernels_stay_references_on_cpu(model):
 @pytest.mark.cuda
 def test_cuda_small_kernels_chosen_once_at_load():
     """On CUDA kernel_modules gives the modules the one-launch fake quants, RMSNorm, RoPE, mHC mixes and compressor
-    pooling, the indexer's one-launch scores and the two-launch attention core; kernels=False puts the references back."""
+    pooling, the indexer's one-launch scores and top-k and the two-launch attention core; kernels=False puts the references back."""
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
     dec = GraphSafeDecoder(model, batch=1)
     assert ("Triton: FP8 fake quant, FP4 fake quant, RMSNorm, RoPE, mHC pre, mHC post, mHC head, compressor "
-            "pooling, attention core, indexer scores" in dec.kernel_note), dec.kernel_note
+            "pooling, attention core, indexer scores, indexer top-k" in dec.kernel_note), dec.kernel_note
     seen = _small_kernels_of(model)
     assert seen[("Linear", "fp8_quant")] == seen[("Attention", "fp8_quant")] == {"fp8_fake_quant"}
     assert seen[("RMSNorm", "kernel")] == seen[("Attention", "rms")] == {"rms_norm"}
     assert seen[("Indexer", "fp4_quant")] == {"fp4_fake_quant"}
     assert seen[("Attention", "rope")] == seen[("Indexer", "rope")] == seen[("Compressor", "rope")] == {"rope_tail"}
     assert seen[("Attention", "core")] == {"decode_attention"} and seen[("Indexer", "score")] == {"index_scores"}
+    assert seen[("Indexer", "select")] == {"topk_blocks"}
     assert seen[("HyperConnection", "pre_mix")] == {"mhc_pre"} and seen[("HyperConnection", "post_mix")] == {"mhc_post"}
     assert seen[("HyperHead", "head_mix")] == {"mhc_head"} and seen[("Compressor", "reduce")] == {"compressor_reduce_kernel"}
     assert seen[("HyperConnection", "matmul")] == seen[("HyperHead", "matmul")] == seen[("Gate", "matmul")] == {"f32_linear"}

@@ -106,7 +106,7 @@ def cases(g: torch.Generator):
     from dsv4_kernels.attention.triton_kernel import attention_triton
     from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
     from dsv4_kernels.fused_swiglu.triton_kernel import fused_swiglu_triton
-    from dsv4_kernels.indexer.triton_kernel import index_scores_triton
+    from dsv4_kernels.indexer.triton_kernel import index_scores_triton, topk_blocks_triton
     from dsv4_kernels.mhc.triton_kernel import mhc_head_triton, mhc_post_triton, mhc_pre_triton
     from dsv4_kernels.moe_gemv import triton_kernel as moe
     from dsv4_kernels.moe_gemv.reference import random_weight
@@ -178,6 +178,9 @@ def cases(g: torch.Generator):
         for B, H, D, N in ((1, 64, 128, 1024), (8, 64, 128, 1024), (4, 2, 64, 128)):
             out.append((f"index_scores {n} B={B} H={H} D={D} N={N}", lambda B=B, H=H, D=D, N=N, dt=dt: index_scores_triton(
                 _t(B, 1, H, D, dtype=dt, g=g), _t(B, N, D, dtype=dt, g=g), _t(B, 1, H, dtype=torch.float32, g=g))))
+    for R, N, k in ((1, 1024, 512), (8, 1024, 512), (4, 128, 8)):      # Flash's indexer top-512, the tiny preset's
+        out.append((f"topk_blocks R={R} N={N} k={k}", lambda R=R, N=N, k=k: topk_blocks_triton(
+            _t(R, N, dtype=torch.float32, g=g), k)))
     for S, D in ((4, 512), (128, 512), (4, 128)):
         out.append((f"compressor_reduce S={S} D={D}", lambda S=S, D=D: compressor_reduce_triton(
             _t(8, S, D, dtype=torch.float32, g=g), _t(8, S, D, dtype=torch.float32, g=g), _t(S, D, dtype=torch.float32, g=g))))

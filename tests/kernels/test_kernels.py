@@ -148,7 +148,8 @@ def test_kvcache_reference_matches_the_weight_dequant():
 @pytest.mark.parametrize("factory", ["compressor_reduce_csa", "compressor_reduce_hca", "nvfp4_kvcache", "fused_swiglu",
                                      "fp4_gemv", "routed_experts", "sinkhorn", "fp8_fake_quant", "fp4_fake_quant",
                                      "rms_norm", "rope_tail", "mhc_pre", "mhc_post", "mhc_head", "sample_pick",
-                                     "penalize_scale", "decode_attention", "index_scores"])
+                                     "penalize_scale", "decode_attention", "index_scores",
+                                     "topk_blocks"])
 def test_kernel_targets_capture_clean(factory):
     """On CPU this is the emulation over the references; on a GPU, real capture of the kernels."""
     assert capture_test(getattr(targets, factory)(), steps=2) == []
@@ -1381,6 +1382,8 @@ ATTENTION_WIRING_INTERPRET = textwrap.dedent("""
     # prefill
     core = lambda q, K, mask, sink, scale: (attention_triton if q.shape[1] == 1 else attention_ref)(q, K, mask, sink, scale)
     score = lambda q, k, w: (index_scores_triton if q.shape[1] == 1 else index_scores_ref)(q, k, w)
+    from dsv4_kernels.indexer.reference import topk_blocks_ref
+    from dsv4_kernels.indexer.triton_kernel import topk_blocks_triton
     runs = []
     for kern in (False, True):
         dec = GraphSafeDecoder(model, batch=4, kernels=False)
@@ -1388,7 +1391,7 @@ ATTENTION_WIRING_INTERPRET = textwrap.dedent("""
             if isinstance(m, Attention):
                 m.core = core if kern else attention_ref
             elif isinstance(m, Indexer):
-                m.score = score if kern else index_scores_ref
+                m.score, m.select = (score, topk_blocks_triton) if kern else (index_scores_ref, topk_blocks_ref)
         dec.reset()
         dec.pos[:] = torch.tensor([0, 3, 17, 40])                 # rows at different positions (window wrap at 16)
         runs.append(torch.stack([dec.step(4).clone() for t in range(40) if dec.tokens.copy_(feed[t]) is not None]))
@@ -1399,8 +1402,8 @@ ATTENTION_WIRING_INTERPRET = textwrap.dedent("""
 
 
 def test_attention_kernels_in_the_decode_under_the_interpreter():
-    """The attention core and indexer score kernels wired into the graph-safe decode as CUDA gets them, under the
-    interpreter on the tiny model:
+    """The attention core, indexer score and top-k kernels wired into the graph-safe decode as CUDA gets them, under
+    the interpreter on the tiny model:
     40 steps of 4 rows at different positions (window wrap, HCA and CSA entries, the indexer's picks) give the
     reference core's greedy tokens and logits within 1e-5, so the glue (the decode's concatenated keys and masks)
     is exercised before a GPU runs it."""
@@ -1527,3 +1530,68 @@ def test_index_scores_is_the_reference_for_prefill():
     from dsv4_kernels.indexer import index_scores, index_scores_ref
     q, k, w = torch.randn(2, 5, 4, 64, device="cuda"), torch.randn(2, 9, 64, device="cuda"), torch.randn(2, 5, 4, device="cuda")
     assert _bit_equal(index_scores(q, k, w), index_scores_ref(q, k, w))
+
+
+# ---------------------------------------------------------------------------------------------- indexer top-k
+def test_topk_blocks_reference_is_the_stable_sort():
+    """`topk_blocks_ref` is the indexer's old selection (bit for bit): the stable descending sort's first k, ties to
+    the lower index; on CPU the entry is the reference; bad k and dtypes name the culprit."""
+    from dsv4_kernels.indexer import topk_blocks, topk_blocks_ref
+    s = torch.tensor([[0.0, 2.0, 0.0, 2.0, float("-inf"), 1.0]])
+    assert topk_blocks_ref(s, 4).tolist() == [[1, 3, 5, 0]] == topk_blocks(s, 4).tolist()
+    with pytest.raises(ValueError, match=r"expected 0 <= k <= N for scores \[\.\., N\], found k=7 and scores \(1, 6\)"):
+        topk_blocks(s, 7)
+    with pytest.raises(ValueError, match=r"expected fp32 scores \(the indexer's\), found torch.bfloat16"):
+        topk_blocks(s.bfloat16(), 2)
+
+
+TOPK_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.indexer.triton_kernel import topk_blocks_triton
+    from dsv4_kernels.indexer.reference import topk_blocks_ref
+    g = torch.Generator().manual_seed(13)
+    bad = []
+    # Flash's 1024 blocks and top-512, the tiny preset's, k = N, k = 0, one block, rows of [B, T, N] (prefill);
+    # ties everywhere (a ReLU's zeros, small integers), masked slots (-inf), NaN (sorted first), -0.0 (a tie of 0.0)
+    for shape, k in (((3, 1024), 512), ((2, 1, 128), 8), ((4, 300), 300), ((2, 50), 0), ((1, 1), 1), ((2, 5, 70), 16),
+                     ((8, 4096), 512)):
+        N = shape[-1]
+        s = torch.randint(-3, 4, shape, generator=g).float().relu()
+        flat = s.view(-1, N)
+        flat[0, : N // 3] = float("-inf")
+        if N > 20:
+            flat[-1, 3], flat[-1, 11], flat[-1, 12], flat[-1, 13] = float("nan"), -float("nan"), -0.0, 0.0
+            flat[-1, 11:12].view(torch.int32)[:] = -4194304                  # 0xffc00000: a NaN with the sign bit
+            flat[-1, 14:20] = torch.randn(6, generator=g)
+        got, want = topk_blocks_triton(s, k), topk_blocks_ref(s, k)
+        bad += [] if torch.equal(got, want) else [f"{shape} k={k}"]
+    s = torch.randn(6, 2000, generator=g)[:, ::2]                          # a strided row
+    bad += [] if torch.equal(topk_blocks_triton(s, 100), topk_blocks_ref(s, 100)) else ["strided"]
+    s = torch.tensor([[0.0, -0.0, 1.0, -0.0, 0.0]])                      # -0.0 ties 0.0: index order
+    bad += [] if topk_blocks_triton(s, 5).tolist() == [[2, 0, 1, 3, 4]] else ["signed zeros"]
+    print("BAD", bad)
+""")
+
+
+def test_topk_blocks_under_the_interpreter():
+    """The indexer top-k kernel's logic on CPU (TRITON_INTERPRET=1 in a subprocess): the stable sort's indices bit
+    for bit, with ties, masked slots, NaN, signed zeros, k = 0 and k = N, prefill's [B, T, N] rows, a strided row."""
+    _under_interpreter(TOPK_INTERPRET, timeout=600)
+
+
+@cuda
+@pytest.mark.parametrize("R,N,k", [(1, 1024, 512), (8, 1024, 512), (8, 4096, 512), (3, 77, 8), (8, 5000, 512)])
+def test_topk_blocks_parity(R, N, k):
+    """On the GPU: the rank top-k equals the stable sort's first k bit for bit (the sort run on the CPU, whose
+    comparisons tie -0.0 with 0.0 as the kernel does), with ties, masked slots and NaN; past 4096 blocks the entry
+    sorts."""
+    from dsv4_kernels.indexer import topk_blocks, topk_blocks_ref
+    g = torch.Generator().manual_seed(R * 10000 + N)
+    for kind in range(3):
+        s = torch.randn(R, N, generator=g) if kind == 0 else torch.randint(-2, 3, (R, N), generator=g).float().relu()
+        s[0, : N // 4] = float("-inf")
+        if kind == 2:
+            s[-1, 1], s[-1, 2] = float("nan"), float("nan")
+            s[-1, 3:4].view(torch.int32)[:] = -4194304                         # a NaN with the sign bit set
+        _poison(R * k * 8)
+        assert torch.equal(topk_blocks(s.cuda(), k).cpu(), topk_blocks_ref(s, k))

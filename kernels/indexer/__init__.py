@@ -5,8 +5,9 @@ PyTorch reference (``reference.py``) elsewhere and for prefill (T > 1).
     index_scores(q [B,T,Hi,Di], k [B,N,Di], w [B,T,Hi] fp32) -> [B,T,N] fp32
 
 and its top-k, the indices of the k best scores per row in the stable descending order (ties to the lower index),
-in one Triton launch on CUDA where a row holds at most 4096 scores, bit for bit the reference's indices (a torch
-stable sort) elsewhere:
+in one Triton launch on CUDA for at most 64 rows of at most 2048 scores (decode), bit for bit the indices of the
+reference (torch's stable sort) as the CPU computes them; the sort elsewhere. (torch's CUDA sort orders a NaN whose
+sign bit is set last, pytorch#190781; the CPU sort and the kernel put every NaN first.)
 
     topk_blocks(scores [.., N] fp32, k) -> [.., k] int64
 """
@@ -38,7 +39,7 @@ def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
     if scores.dtype != torch.float32:
         raise ValueError(f"topk_blocks: expected fp32 scores (the indexer's), found {scores.dtype}")
     if scores.is_cuda and available("topk_blocks")[0]:
-        from .triton_kernel import TOPK_MAX_N, topk_blocks_triton
-        if scores.shape[-1] <= TOPK_MAX_N:
+        from .triton_kernel import TOPK_MAX_N, TOPK_MAX_ROWS, topk_blocks_triton
+        if scores.shape[-1] <= TOPK_MAX_N and scores.numel() <= TOPK_MAX_ROWS * scores.shape[-1]:
             return topk_blocks_triton(scores, k)
     return topk_blocks_ref(scores, k)

@@ -33,7 +33,9 @@ def _index_scores_kernel(q_ptr, k_ptr, w_ptr, o_ptr, N, q_row, q_head, k_row, k_
     k = tl.load(k_ptr + b * k_row + j[:, None].to(tl.int64) * k_key + d[None, :], mask=jm[:, None] & dm[None, :],
                 other=0.0).to(tl.float32)                                               # [BN, DP]
     w = tl.load(w_ptr + b * w_row + h, mask=hm, other=0.0)                              # padded heads weigh 0
-    s = tl.maximum(tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0)              # [HP, BN]
+    s = tl.maximum(tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0,
+                   propagate_nan=tl.PropagateNan.ALL)                                   # [HP, BN]: ReLU(NaN) = NaN
+    s = tl.where(hm[:, None], s, 0.0)                                                   # padded heads: 0 * inf keys
     tl.store(o_ptr + b * o_row + j, tl.sum(s * w[:, None], 0), mask=jm)
 
 
@@ -66,8 +68,9 @@ def index_scores_triton(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> to
 # above it plus the number of equal ones before it, so a program per (row, block of scores) counts, over the whole
 # row, and writes the score's index at its place if that is below k. O(N^2) comparisons per row where a sort is
 # O(N log N) in several passes: at the decode's lengths (N = 1024 blocks at 4096 tokens) one launch of a few µs
-# against a 20 µs radix sort; past TOPK_MAX_N the entry point sorts.
-TOPK_MAX_N = 4096
+# against a 20 µs radix sort; past TOPK_MAX_N scores per row or TOPK_MAX_ROWS rows the entry point sorts.
+TOPK_MAX_N = 2048  # estimated crossover with the sort at 8 rows (untimed): 4096 blocks would be ~15 µs either way
+TOPK_MAX_ROWS = 64  # decode rows; prefill's B x T rows cost T x N^2: the sort
 BI, BJ = 64, 128   # scores placed per program, scores compared per step
 
 

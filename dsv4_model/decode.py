@@ -127,7 +127,8 @@ class StepIndex:
 
 def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool,
                     post) -> None:
-    """Fold token x [n,1,d] into each row's open block; write the entry of every block that closes."""
+    """Fold token x [n,1,d] (fp32, as the compressor's projections take it) into each row's open block; write the
+    entry of every block that closes."""
     m, rows = comp.m, ix.rows
     kv_state, gate_state, entries = st.kv_state[:n], st.gate_state[:n], st.entries[:n]
     slot, b, closes, _, _ = ix.blocks(m, comp.overlap, entries.shape[1])
@@ -152,9 +153,10 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
     window.index_put_((ix.rows, slot), kv[:, 0])
     keys, masks = [window], [win_valid]
     sel = None
+    xf = x.float() if attn.compressor is not None else None     # one cast for the (up to) four fp32 projections
     if attn.indexer is not None:
         idx = attn.indexer
-        compressor_step(idx.compressor, st.icomp, n, x, ix, compressed, idx._rotate)
+        compressor_step(idx.compressor, st.icomp, n, xf, ix, compressed, idx._rotate)
         ent = st.icomp.entries[:n]
         _, _, _, closed, valid = ix.blocks(idx.compressor.m, idx.compressor.overlap, ent.shape[1])
         scores = idx._scores(x, idx._q(qr, cs.unsqueeze(-3)), ent)[:, 0]             # [n, N]
@@ -162,7 +164,7 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
         sel_valid = sel < closed[:, None]                                            # padded picks masked
     if attn.compressor is not None:
         comp = attn.compressor
-        compressor_step(comp, st.comp, n, x, ix, compressed, attn._nope_fp8)
+        compressor_step(comp, st.comp, n, xf, ix, compressed, attn._nope_fp8)
         ent = st.comp.entries[:n]
         if sel is None:                                                              # HCA: every closed block
             keys.append(ent)

@@ -194,9 +194,9 @@ SMALL_KERNELS = {
 
 
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
-    """The kernels of the small ops, decided once at load: {"fp8", "fp4", "rms", "rope", "mhc_pre",
-    "mhc_post", "mhc_head", "reduce", "attend", "score", "select"} -> the function, each the Triton kernel where the device is CUDA and it is usable, else
-    its PyTorch reference."""
+    """The kernels of the small ops, decided once at load: each key of SMALL_KERNELS ("fp8", "fp4", "rms", "rope",
+    "mhc_pre", "mhc_post", "mhc_head", "reduce", "attend", "score", "select") -> the function, the Triton kernel where
+    the device is CUDA and it is usable, else its PyTorch reference."""
     chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
     if use_kernels and torch.device(device).type == "cuda":
         from dsv4_kernels import available, select
@@ -234,8 +234,9 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
     copy per step), the fp32 products of mHC and the router the fp32 GEMV (`f32_linear`), every `HyperConnection`
     the one-launch Sinkhorn and mHC mixes (`HyperHead` its mix), and the
     modules that fake-quantise, normalise, rotate or pool (`Linear`, `RMSNorm`, `Attention`, `Indexer`, `Compressor`)
-    the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, `Indexer` its one-launch scores and top-k, and
-    `Attention` the decode attention core (two launches), on CUDA; the references elsewhere or when kernels are off.
+    the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, `Indexer` its one-launch scores and
+    top-k, and `Attention` the decode attention core (two launches), on CUDA; the references elsewhere or when kernels
+    are off.
     Returns the log note."""
     on = use_kernels and torch.device(device).type == "cuda"
     gemv, sink, f32, f32_note = None, sinkhorn_ref, f32_linear_ref, "PyTorch"

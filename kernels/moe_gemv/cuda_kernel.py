@@ -105,7 +105,13 @@ def mma_fits(x: torch.Tensor, w) -> bool:
 def mma_gemv_cuda(x: torch.Tensor, w, split: int | None = None, pipe: int = MMA_PIPE) -> torch.Tensor:
     """x [B <= 8, K] bf16, w an FP4 weight tuple [N, K/2] or FP8 [N, K] -> y [B, N] bf16 on the tensor cores.
     split (warps of a block over K: 2, 4, 8; None: the rule below) and pipe (MMA_PIPE) are for measuring."""
-    B, K = x.shape[0], x.shape[-1]
+    if not (x.is_cuda and mma_fits(x, w)):
+        raise ValueError(f"mma_gemv: x {tuple(x.shape)} {x.dtype} with a {w[0]} weight {tuple(w[1].shape)} is not taken "
+                         "(bf16 x of 1..8 rows on CUDA, K a multiple of 128, contiguous aligned codes and scales)")
+    B, K = x.shape
+    N = w[1].shape[0]
+    codes, scales, g = _parts(w, x)
+    y = torch.empty(B, N, dtype=torch.bfloat16, device=x.device)
     # the 8 warps of a block split K over one 16-row tile (the most blocks, and bytes in flight, per SM) while
     # that leaves each warp at least 4 iterations of 128; short rows (K 1024: 8 iterations) split over 2 warps,
     # 4 tiles a block, so a block's staging of x serves 64 rows, not 16
@@ -115,12 +121,6 @@ def mma_gemv_cuda(x: torch.Tensor, w, split: int | None = None, pipe: int = MMA_
     if split not in (2, 4, 8) or pipe not in (0, 3, 4) or (B == 1 and w[0] != "fp8" and iters > 16 * split):
         raise ValueError(f"mma_gemv: split {split} (2, 4, 8; one FP4 row at most 16 chunks of 128 a warp) or pipe "
                          f"{pipe} (0, 3, 4) not taken for K={K}")
-    if not (x.is_cuda and mma_fits(x, w)):
-        raise ValueError(f"mma_gemv: x {tuple(x.shape)} {x.dtype} with a {w[0]} weight {tuple(w[1].shape)} is not taken "
-                         "(bf16 x of 1..8 rows on CUDA, K a multiple of 128, contiguous aligned codes and scales)")
-    N = w[1].shape[0]
-    codes, scales, g = _parts(w, x)
-    y = torch.empty(B, N, dtype=torch.bfloat16, device=x.device)
     _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], split, pipe)
     return y
 

@@ -115,16 +115,7 @@ def _cuda():
     return cuda_kernel
 
 
-def _mma_variants(pipes, B):
-    """(path, pipe, label) of the CUDA C++ rows to time: the rows kernel, then the tensor-core kernel per weight
-    stream in `pipes` (one token's loop only: B > 1 has one)."""
-    out = [("rows", None, "CUDA C++ rows")]
-    for p in (pipes if B == 1 or pipes is None else pipes[:1]) or [None]:
-        out.append(("mma", p, "CUDA C++ mma" + ("" if p is None else f" pipe {p}")))
-    return out
-
-
-def bench_gemv(tab, sweep, pipes):
+def bench_gemv(tab, sweep):
     from dsv4_kernels.moe_gemv import triton_kernel as tk
     from dsv4_kernels.moe_gemv.reference import GROUP, fp4_gemv_ref, random_weight
     for fmt in ("mxfp4", "nvfp4"):
@@ -141,13 +132,12 @@ def bench_gemv(tab, sweep, pipes):
                     err = _relerr(tk.fp4_gemv_triton(x, w, cfg), want)
                     tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {cfg}", both(lambda: tk.fp4_gemv_triton(x, w, cfg)), ref=ref,
                             nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
-            for path, pipe, label in _mma_variants(pipes, B):
-                with guard(f"fp4_gemv cuda {label} {fmt} B={B}"):
+            for path, label in (("rows", "CUDA C++ rows"), ("mma", "CUDA C++ mma")):
+                with guard(f"fp4_gemv cuda {path} {fmt} B={B}"):
                     ck = _cuda()
-                    run = (lambda: ck.fp4_gemv_cuda(x, w, path=path)) if pipe is None else (lambda: ck.mma_gemv_cuda(x, w, pipe=pipe))  # noqa: E731
-                    err = _relerr(run(), want)
-                    tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {label}", both(run), ref=ref, nbytes=nbytes, base=base,
-                            base_name="bf16 F.linear", err=err)
+                    err = _relerr(ck.fp4_gemv_cuda(x, w, path=path), want)
+                    tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {label}", both(lambda: ck.fp4_gemv_cuda(x, w, path=path)),
+                            ref=ref, nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
 
 
 def bench_head(tab):
@@ -189,7 +179,7 @@ def bench_fp8(tab):
                         ref=ref, nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
 
 
-def bench_routed(tab, sweep, pipes):
+def bench_routed(tab, sweep):
     from dsv4_kernels.fused_swiglu.reference import swiglu_ref
     from dsv4_kernels.moe_gemv import triton_kernel as tk
     from dsv4_kernels.moe_gemv.reference import GROUP, dequant, random_weight, routed_experts_ref
@@ -231,11 +221,10 @@ def bench_routed(tab, sweep, pipes):
                     err = _relerr(run(), want)
                     tab.add(f"routed {fmt} B={B} top-{k}/{E} ({len(hit)} hit) {cfg}", both(run), ref=ref, nbytes=nbytes,
                             base=base, base_name="expert loop bf16", err=err)
-            for path, pipe, label in _mma_variants(pipes, 1):
-                with guard(f"routed cuda {label} {fmt} B={B}"):
+            for path, label in (("rows", "CUDA C++ rows"), ("mma", "CUDA C++ mma")):
+                with guard(f"routed cuda {path} {fmt} B={B}"):
                     ck = _cuda()
-                    kw = {} if pipe is None else {"pipe": pipe}
-                    run = lambda: ck.routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, path=path, **kw)  # noqa: E731
+                    run = lambda: ck.routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, path=path)  # noqa: E731
                     err = _relerr(run(), want)
                     tab.add(f"routed {fmt} B={B} top-{k}/{E} ({len(hit)} hit) {label}", both(run), ref=ref,
                             nbytes=nbytes, base=base, base_name="expert loop bf16", err=err)
@@ -361,8 +350,6 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--sweep", action="store_true", help="also time the tile configurations in SWEEP")
-    ap.add_argument("--pipes", help="time the tensor-core kernels' one-token loop with each of these weight streams "
-                    "(e.g. 0,3,4: cuda_kernel.MMA_PIPE); default: the chosen one only")
     ap.add_argument("--only", default="gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler,attention,indexer")
     a = ap.parse_args()
     if not torch.cuda.is_available():
@@ -377,9 +364,8 @@ def main() -> int:
     print(HEADER)
     tab = Table(bw)
     only = set(a.only.split(","))
-    pipes = [int(p) for p in a.pipes.split(",")] if a.pipes else None
-    for name, fn in (("compressor", lambda: bench_compressor(tab)), ("routed", lambda: bench_routed(tab, a.sweep, pipes)),
-                     ("gemv", lambda: bench_gemv(tab, a.sweep, pipes)), ("fp8", lambda: bench_fp8(tab)), ("head", lambda: bench_head(tab)), ("swiglu", lambda: bench_swiglu(tab)),
+    for name, fn in (("compressor", lambda: bench_compressor(tab)), ("routed", lambda: bench_routed(tab, a.sweep)),
+                     ("gemv", lambda: bench_gemv(tab, a.sweep)), ("fp8", lambda: bench_fp8(tab)), ("head", lambda: bench_head(tab)), ("swiglu", lambda: bench_swiglu(tab)),
                      ("kvcache", lambda: bench_kvcache(tab)), ("sampler", lambda: bench_sampler(tab)),
                      ("attention", lambda: bench_attention(tab)), ("indexer", lambda: bench_indexer(tab))):
         if name in only:

@@ -86,9 +86,6 @@ def _rows(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mo
 # 8 warps' slices (33,280 bytes) instead, below this bound for every K it accepts
 MMA_SMEM = 200 * 1024
 MMA_MAX_K = 8192          # and reads a row of x in at most 4 16-byte loads per thread
-# how the one-token loop (the one-row GEMV and the routed experts) streams its weights: 0, a ring of two register
-# sets (one chunk in flight per warp); 3 or 4, a ring of that many chunks in shared memory filled by cp.async
-MMA_PIPE = 0
 
 
 def mma_fits(x: torch.Tensor, w) -> bool:
@@ -102,9 +99,8 @@ def mma_fits(x: torch.Tensor, w) -> bool:
             and w[1].shape[-1] * (1 if w[0] == "fp8" else 2) == K and w[1].dim() == 2)
 
 
-def mma_gemv_cuda(x: torch.Tensor, w, split: int | None = None, pipe: int = MMA_PIPE) -> torch.Tensor:
-    """x [B <= 8, K] bf16, w an FP4 weight tuple [N, K/2] or FP8 [N, K] -> y [B, N] bf16 on the tensor cores.
-    split (warps of a block over K: 2, 4, 8; None: the rule below) and pipe (MMA_PIPE) are for measuring."""
+def mma_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
+    """x [B <= 8, K] bf16, w an FP4 weight tuple [N, K/2] or FP8 [N, K] -> y [B, N] bf16 on the tensor cores."""
     if not (x.is_cuda and mma_fits(x, w)):
         raise ValueError(f"mma_gemv: x {tuple(x.shape)} {x.dtype} with a {w[0]} weight {tuple(w[1].shape)} is not taken "
                          "(bf16 x of 1..8 rows on CUDA, K a multiple of 128, contiguous aligned codes and scales)")
@@ -116,12 +112,7 @@ def mma_gemv_cuda(x: torch.Tensor, w, split: int | None = None, pipe: int = MMA_
     # that leaves each warp at least 4 iterations of 128; short rows (K 1024: 8 iterations) split over 2 warps,
     # 4 tiles a block, so a block's staging of x serves 64 rows, not 16
     iters = K // 128
-    if split is None:
-        split = 8 if iters >= 32 else 4 if iters >= 16 else 2
-    if split not in (2, 4, 8) or pipe not in (0, 3, 4) or (B == 1 and w[0] != "fp8" and iters > 16 * split):
-        raise ValueError(f"mma_gemv: split {split} (2, 4, 8; one FP4 row at most 16 chunks of 128 a warp) or pipe "
-                         f"{pipe} (0, 3, 4) not taken for K={K}")
-    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], split, pipe)
+    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], 8 if iters >= 32 else 4 if iters >= 16 else 2)
     return y
 
 
@@ -191,7 +182,7 @@ def _mma_experts_fit(K: int, *ws) -> bool:
                for w in ws)
 
 
-def _experts_mma(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mode: int, pipe: int) -> None:
+def _experts_mma(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mode: int) -> None:
     for w in (wa,) if wb is None else (wa, wb):
         if not _mma_experts_fit(K, w):
             raise ValueError(f"mma_experts: {w[0]} experts with K={K} are not taken by the tensor-core kernel (FP4, K a "
@@ -201,17 +192,14 @@ def _experts_mma(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, li
     a = _parts(wa, x)
     b = _parts(wb, x) if wb is not None else a
     _ext().mma_experts(x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0), limit is not None,
-                       _FMT[wa[0]], mode, pipe)
+                       _FMT[wa[0]], mode)
 
 
-def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None, path: str = "auto",
-                        pipe: int = MMA_PIPE) -> torch.Tensor:
+def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None, path: str = "auto") -> torch.Tensor:
     """Two launches: w1 and w3 with SwiGLU (clamp before SiLU) times the routing weight -> h [P, inter] in x.dtype;
     w2 -> y2 [P, dim] fp32; then the sum over each token's k pairs (a fixed-order reduction: deterministic).
     path: "rows" (the rows kernel), "mma" (the tensor-core kernel: bf16 x, FP4 experts, dim and inter multiples of
-    128) or "auto" (mma where it fits, else rows). pipe: the tensor-core kernel's weight stream (MMA_PIPE)."""
-    if pipe not in (0, 3, 4):
-        raise ValueError(f"routed_experts_cuda: pipe {pipe} not taken (0, 3, 4)")
+    128) or "auto" (mma where it fits, else rows)."""
     T, k = idx.shape
     P, dim, inter = T * k, x.shape[1], w1[1].shape[1]
     flat, wflat = idx.reshape(-1).long().contiguous(), wts.reshape(-1).float().contiguous()
@@ -220,14 +208,14 @@ def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None, path: str 
                             and _mma_experts_fit(inter, w2))
     h = torch.empty(P, inter, dtype=x.dtype, device=x.device)
     if mma:
-        _experts_mma(x.contiguous(), flat, wflat, h, w1, w3, P, xdiv, inter, dim, limit, 1, pipe)
+        _experts_mma(x.contiguous(), flat, wflat, h, w1, w3, P, xdiv, inter, dim, limit, 1)
     else:
         _rows(x, flat, wflat, h, w1, w3, P, xdiv, inter, dim, limit, 1, 1)     # one pair per program (see the .cu)
     if act_sim is not None:
         h = act_inputs(h, flat, w2, act_sim).contiguous()
     y2 = torch.empty(P, dim, dtype=torch.float32, device=x.device)
     if mma:
-        _experts_mma(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2, pipe)
+        _experts_mma(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2)
     else:
         _rows(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2, 1)
     return y2.view(T, k, dim).sum(1)

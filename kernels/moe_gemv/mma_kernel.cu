@@ -31,8 +31,6 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cstdint>
-#include <tuple>
-#include <type_traits>
 
 #include "stream_load.cuh"
 
@@ -286,40 +284,15 @@ __device__ __forceinline__ void fp4_dot(const uint8_t* w, const uint8_t* s,
 // lane t and only in the mmas of half h's words; every other B value is 0. So D[row][2t + h] is the dot product
 // of that half of the row's codes with x, and lane (g, t) holds exactly columns 2t, 2t + 1: its own halves, each
 // multiplied by its block's scale in fp32 once per chunk. (fp4_dot's 4-byte loads kept the tensor-core GEMV
-// L1-bound at one token: Nsight Compute, BENCHMARKS.md.) x is staged by the warp itself (stage_x1) into xs, its
-// xw_halves() of shared memory. acc[r]: this lane's part of row ra (r = 0) / rb (r = 1), in units of 2^-14; the
-// sum over the group's 4 lanes is the caller's.
-//
-// PIPE: how the weights stream in. 0: a ring of 2 register sets (one chunk in flight while one is computed).
-// 3 or 4: a ring of PIPE chunks in the warp's own shared memory (`ring`, pipe_bytes<FMT>(PIPE)), filled by
-// cp.async, so PIPE - 1 chunks are in flight from before the staging of x on, at no register cost. Each lane
-// reads back only the bytes it copied itself, so cp.async.wait_group orders it (no barrier).
+// L1-bound at one token: Nsight Compute, BENCHMARKS.md.) RING register sets of codes: RING - 1 chunks stay in
+// flight while one is computed. x is staged by the warp itself (stage_x1) into xs, its XW_HALVES of shared
+// memory. acc[r]: this lane's part of row ra (r = 0) / rb (r = 1), in units of 2^-14; the sum over the group's
+// 4 lanes is the caller's.
 constexpr int XW_CHUNKS = 16;                        // chunks of 128 a warp of fp4_dot1 takes at most
-
-// the halves of a warp's shared x: its chunks, then 64 zero bytes (16-byte multiple)
-__host__ __device__ constexpr int xw_halves(int K, int KS) { return (K / 128 + KS - 1) / KS * 128 + 32; }
-
-// bytes of a PIPE-deep ring: per chunk, 16 code bytes of each of 2 rows per lane, then the rows' scale bytes of
-// the chunk per lane (4: MXFP4's e8m0 x 4; 8: NVFP4's e4m3 x 8)
-template <int FMT>
-__host__ __device__ constexpr int pipe_bytes(int pipe) { return pipe * 2 * 32 * (16 + (FMT == 0 ? 4 : 8)); }
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-// cp.async of streamed weights (16 bytes, not kept in L1) and of scales (4 or 8 bytes, the only sizes .cg lacks)
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-template <int BYTES>
-__device__ __forceinline__ void cp_async_small(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_addr(dst)), "l"(src), "n"(BYTES) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int PENDING>
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); }
+constexpr int XW_HALVES = XW_CHUNKS * 128 + 32;      // its shared x: the chunks, then 64 zero bytes
 
 // x for fp4_dot1, by one warp for itself: only the chunks it computes (ks, ks + KS, ...), with its own power of
-// two, into its own shared region (xw, xw_halves). No block barrier, and a warp reads 1/KS of x instead of all
+// two, into its own shared region (xw, XW_HALVES). No block barrier, and a warp reads 1/KS of x instead of all
 // of it (the block-wide staging had every block read and convert the whole row for 16 rows of weights). Two
 // passes over the warp's slice (amax, then convert; the second reads L1), so no lane holds more than 4 loads.
 // Returns the factor that undoes the power of two.
@@ -335,121 +308,78 @@ __device__ __forceinline__ float stage_x1(const __nv_bfloat16* __restrict__ x, _
   const float inv = pow2_for(warp_max(m), undo);
 #pragma unroll 4
   for (int q = lane; q < 16 * n; q += 32) store8<FMT, true>(xw, piece(q), inv, q, 0, 0);
-  if (lane < 4) reinterpret_cast<uint4*>(xw + xw_halves(K, KS) - 32)[lane] = make_uint4(0, 0, 0, 0);
+  if (lane < 4) reinterpret_cast<uint4*>(xw + XW_CHUNKS * 128)[lane] = make_uint4(0, 0, 0, 0);
   __syncwarp();
   return undo;
 }
 
-template <int FMT, int KS, int PIPE>
+template <int FMT, int KS>
 __device__ __forceinline__ void fp4_dot1(const uint8_t* w, const uint8_t* s,
-                                         const __nv_bfloat16* __restrict__ x, __half* xs, unsigned char* ring, int N,
-                                         int K, int ra, int rb, int lane, int ks, float (&acc)[2]) {
+                                         const __nv_bfloat16* __restrict__ x, __half* xs, int N, int K, int ra, int rb,
+                                         int lane, int ks, float (&acc)[2]) {
   static_assert(FMT == 0 || FMT == 1, "FP4 only");
-  static_assert(PIPE == 0 || PIPE >= 2, "PIPE: 0 (registers) or a shared ring of at least 2 chunks");
   constexpr int RING = 2;            // 3 (two chunks in flight, 80 registers, 3 blocks per SM) measured no faster
-  constexpr int SB = FMT == 0 ? 4 : 8;                                 // scale bytes of a row per chunk
   const int g = lane >> 2, t = lane & 3, iters = K / 128;
   const int64_t rowa = ra < N ? ra : 0, rowb = rb < N ? rb : 0;       // rows past N read row 0, never stored
   const int64_t stride = K / 2, sbytes = FMT == 0 ? K / 32 : K / 16;
   const uint4* pa = reinterpret_cast<const uint4*>(w + rowa * stride) + t;
   const uint4* pb = reinterpret_cast<const uint4*>(w + rowb * stride) + t;
-  const uint8_t* sa = s + rowa * sbytes;                               // the rows' scale bytes
-  const uint8_t* sb = s + rowb * sbytes;
-  // the lane's scale of a chunk from the row's SB bytes of it: its e8m0 byte t / its two e4m3 bytes 2t, 2t + 1
-  auto lane_scale = [&](uint64_t v) -> uint32_t {
-    return FMT == 0 ? static_cast<uint32_t>(v >> (8 * t)) & 0xffu : static_cast<uint32_t>(v >> (16 * t)) & 0xffffu;
-  };
+  const uint8_t* sa = s + rowa * sbytes + (FMT == 0 ? t : 2 * t);     // the lane's e8m0 byte / two e4m3 bytes
+  const uint8_t* sb = s + rowb * sbytes + (FMT == 0 ? t : 2 * t);
   uint4 qa[RING], qb[RING];
   uint32_t ea[RING], eb[RING];
-  uint4* rc = reinterpret_cast<uint4*>(ring);                          // [PIPE][2][32] code words
-  unsigned char* rs = ring + PIPE * 2 * 32 * 16;                       // [PIPE][2][32][SB] scale bytes
-  auto fetch = [&](int it, int r) {
-    if constexpr (PIPE == 0) {            // the tail reads the last chunk again (never used)
-      it = min(it, iters - 1);
-      qa[r] = ld_stream(pa + 4 * it);
-      qb[r] = ld_stream(pb + 4 * it);
-      if constexpr (FMT == 0) {
-        ea[r] = __ldg(sa + 4 * it + t);
-        eb[r] = __ldg(sb + 4 * it + t);
-      } else {
-        ea[r] = __ldg(reinterpret_cast<const uint16_t*>(sa + 8 * it + 2 * t));
-        eb[r] = __ldg(reinterpret_cast<const uint16_t*>(sb + 8 * it + 2 * t));
-      }
-    } else {                              // into slot r; past the end an empty group keeps the count
-      if (it < iters) {
-        cp_async16(rc + (r * 2) * 32 + lane, pa + 4 * it);
-        cp_async16(rc + (r * 2 + 1) * 32 + lane, pb + 4 * it);
-        cp_async_small<SB>(rs + ((r * 2) * 32 + lane) * SB, sa + SB * it);
-        cp_async_small<SB>(rs + ((r * 2 + 1) * 32 + lane) * SB, sb + SB * it);
-      }
-      cp_commit();
+  auto fetch = [&](int it, int r) {       // the tail reads the last chunk again (never used)
+    it = min(it, iters - 1);
+    qa[r] = ld_stream(pa + 4 * it);
+    qb[r] = ld_stream(pb + 4 * it);
+    if constexpr (FMT == 0) {
+      ea[r] = __ldg(sa + 4 * it);
+      eb[r] = __ldg(sb + 4 * it);
+    } else {
+      ea[r] = __ldg(reinterpret_cast<const uint16_t*>(sa + 8 * it));
+      eb[r] = __ldg(reinterpret_cast<const uint16_t*>(sb + 8 * it));
     }
   };
-  constexpr int AHEAD = PIPE == 0 ? RING - 1 : PIPE - 1;              // chunks in flight before the first is used
 #pragma unroll
-  for (int r = 0; r < AHEAD; ++r) fetch(ks + r * KS, r);
+  for (int r = 0; r < RING - 1; ++r) fetch(ks + r * KS, r);
   const float undo = stage_x1<FMT, KS>(x, xs, K, ks, lane);
   // this lane feeds column g when it is lane g / 2 of its group, with x of the words of half g & 1; its other B
   // values come from the 64 zero bytes after the warp's x (a broadcast read)
   const bool feeds = t == (g >> 1), lo = feeds && !(g & 1), hi = feeds && (g & 1);
   const uint4* xw = reinterpret_cast<const uint4*>(xs) + t;          // the warp's chunk i, word u: + 16 i + 4 u
-  const uint4* zero = reinterpret_cast<const uint4*>(xs + xw_halves(K, KS) - 32);
-  // chunk i of the warp (codes of rows ra, rb and their scale bits) into acc
-  auto step = [&](const uint4& ca, const uint4& cb, uint32_t sea, uint32_t seb, int i) {
-    const uint4* xl = lo ? xw + 16 * i : zero;
-    const uint4* xh = hi ? xw + 16 * i + 8 : zero;
-    const uint4 xv[4] = {xl[0], xl[lo ? 4 : 1], xh[0], xh[hi ? 4 : 1]};
-    const uint32_t wa[4] = {ca.x, ca.y, ca.z, ca.w};
-    const uint32_t wb[4] = {cb.x, cb.y, cb.z, cb.w};
-    float c[4];
+  const uint4* zero = reinterpret_cast<const uint4*>(xs + XW_CHUNKS * 128);
+  for (int it0 = ks, i0 = 0; it0 < iters; it0 += RING * KS, i0 += RING) {
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const uint32_t a0[4] = {e2m1_pair<0>(wa[u]), e2m1_pair<0>(wb[u]), e2m1_pair<1>(wa[u]), e2m1_pair<1>(wb[u])};
-      const uint32_t a1[4] = {e2m1_pair<2>(wa[u]), e2m1_pair<2>(wb[u]), e2m1_pair<3>(wa[u]), e2m1_pair<3>(wb[u])};
-      if (u == 0) mma_zero(c, a0, xv[u].x, xv[u].y);
-      else mma_acc(c, a0, xv[u].x, xv[u].y);
-      mma_acc(c, a1, xv[u].z, xv[u].w);
-    }
-    float sc[4];                         // the scales of columns 2t, 2t + 1 of rows ra, rb
-    if constexpr (FMT == 0) {
-      sc[0] = sc[1] = __uint_as_float(sea << 23);
-      sc[2] = sc[3] = __uint_as_float(seb << 23);
-    } else {
-      const float2 fa = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(sea), __NV_E4M3)));
-      const float2 fb = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(seb), __NV_E4M3)));
-      sc[0] = fa.x; sc[1] = fa.y; sc[2] = fb.x; sc[3] = fb.y;
-    }
-    acc[0] = fmaf(c[1], sc[1], fmaf(c[0], sc[0], acc[0]));
-    acc[1] = fmaf(c[3], sc[3], fmaf(c[2], sc[2], acc[1]));
-  };
-  if constexpr (PIPE == 0) {
-    for (int it0 = ks, i0 = 0; it0 < iters; it0 += RING * KS, i0 += RING) {
+    for (int r = 0; r < RING; ++r) {
+      const int it = it0 + r * KS;
+      fetch(it + (RING - 1) * KS, (r + RING - 1) % RING);
+      if (it >= iters) break;
+      const uint4* xl = lo ? xw + 16 * (i0 + r) : zero;
+      const uint4* xh = hi ? xw + 16 * (i0 + r) + 8 : zero;
+      const uint4 xv[4] = {xl[0], xl[lo ? 4 : 1], xh[0], xh[hi ? 4 : 1]};
+      const uint32_t wa[4] = {qa[r].x, qa[r].y, qa[r].z, qa[r].w};
+      const uint32_t wb[4] = {qb[r].x, qb[r].y, qb[r].z, qb[r].w};
+      float c[4];
 #pragma unroll
-      for (int r = 0; r < RING; ++r) {
-        const int it = it0 + r * KS;
-        fetch(it + (RING - 1) * KS, (r + RING - 1) % RING);
-        if (it >= iters) break;
-        step(qa[r], qb[r], ea[r], eb[r], i0 + r);
+      for (int u = 0; u < 4; ++u) {
+        const uint32_t a0[4] = {e2m1_pair<0>(wa[u]), e2m1_pair<0>(wb[u]), e2m1_pair<1>(wa[u]), e2m1_pair<1>(wb[u])};
+        const uint32_t a1[4] = {e2m1_pair<2>(wa[u]), e2m1_pair<2>(wb[u]), e2m1_pair<3>(wa[u]), e2m1_pair<3>(wb[u])};
+        if (u == 0) mma_zero(c, a0, xv[u].x, xv[u].y);
+        else mma_acc(c, a0, xv[u].x, xv[u].y);
+        mma_acc(c, a1, xv[u].z, xv[u].w);
       }
-    }
-  } else {
-    for (int it = ks, i = 0; it < iters; it += KS, ++i) {
-      const int r = i % PIPE;
-      cp_wait<PIPE - 2>();                 // chunk i has landed (at most PIPE - 2 younger groups pending)
-      const uint4 ca = rc[(r * 2) * 32 + lane], cb = rc[(r * 2 + 1) * 32 + lane];
-      uint64_t va, vb;
+      float sc[4];                         // the scales of columns 2t, 2t + 1 of rows ra, rb
       if constexpr (FMT == 0) {
-        va = reinterpret_cast<const uint32_t*>(rs)[(r * 2) * 32 + lane];
-        vb = reinterpret_cast<const uint32_t*>(rs)[(r * 2 + 1) * 32 + lane];
+        sc[0] = sc[1] = __uint_as_float(ea[r] << 23);
+        sc[2] = sc[3] = __uint_as_float(eb[r] << 23);
       } else {
-        va = reinterpret_cast<const uint64_t*>(rs)[(r * 2) * 32 + lane];
-        vb = reinterpret_cast<const uint64_t*>(rs)[(r * 2 + 1) * 32 + lane];
+        const float2 fa = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(ea[r]), __NV_E4M3)));
+        const float2 fb = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(eb[r]), __NV_E4M3)));
+        sc[0] = fa.x; sc[1] = fa.y; sc[2] = fb.x; sc[3] = fb.y;
       }
-      // the slot read last iteration (its values are in registers by now) takes chunk i + PIPE - 1
-      fetch(it + (PIPE - 1) * KS, (i + PIPE - 1) % PIPE);
-      step(ca, cb, lane_scale(va), lane_scale(vb), i);
+      acc[0] = fmaf(c[1], sc[1], fmaf(c[0], sc[0], acc[0]));
+      acc[1] = fmaf(c[3], sc[3], fmaf(c[2], sc[2], acc[1]));
     }
-    cp_wait<0>();                          // no copy outlives the warp's use of its ring
   }
   acc[0] *= undo;
   acc[1] *= undo;
@@ -462,7 +392,7 @@ __device__ __forceinline__ float group_sum(float v) {
 }
 
 // one FP4 token (fp4_dot1) fits 64 registers: 4 blocks per SM
-template <int FMT, int KS, int MAXT, int PIPE>
+template <int FMT, int KS, int MAXT>
 __global__ void __launch_bounds__(WARPS * 32, FMT != 2 && MAXT == 1 ? 4 : 3)
 mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, const uint8_t* __restrict__ w,
                 const uint8_t* __restrict__ s, const float* __restrict__ g, int nb, int N, int K) {
@@ -471,7 +401,7 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);                         // [WARPS][32][4] partial sums
   float* xscale = red + WARPS * 32 * 4;                                // [8] per-token power of two
-  __half* xs = reinterpret_cast<__half*>(xscale + 8);                  // [nb][pieces][4][E] or [WARPS][xw_halves]
+  __half* xs = reinterpret_cast<__half*>(xscale + 8);                  // [nb][pieces][4][E] or [WARPS][XW_HALVES]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gq = lane >> 2, t = lane & 3;
   const int pieces = K / F::PIECE;
@@ -527,9 +457,7 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
     }
   } else if constexpr (MAXT == 1) {
     float a1[2] = {0.f, 0.f};
-    const int xw = xw_halves(K, KS);                 // then [WARPS][pipe_bytes] of the weight rings
-    unsigned char* ring = reinterpret_cast<unsigned char*>(xs + WARPS * xw) + warp * pipe_bytes<FMT>(PIPE);
-    fp4_dot1<FMT, KS, PIPE>(w, s, x, xs + warp * xw, ring, N, K, ra, rb, lane, ks, a1);
+    fp4_dot1<FMT, KS>(w, s, x, xs + warp * XW_HALVES, N, K, ra, rb, lane, ks, a1);
     acc[0] = group_sum(a1[0]);                       // token column 0 of rows ra, rb: where fp4_dot leaves them
     acc[2] = group_sum(a1[1]);
   } else {
@@ -567,7 +495,7 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
 //   MODE 1: out[p, n] = wts[p] * swiglu(w1[e] x, w3[e] x)  (bf16; clamp before SiLU when has_limit)
 //   MODE 2: out[p, n] = w2[e] h[p]                          (fp32)
 // Each projection's output is rounded to bf16 first, as the reference's bf16 linears do.
-template <int FMT, int MODE, int KS, int PIPE>
+template <int FMT, int MODE, int KS>
 __global__ void __launch_bounds__(WARPS * 32, 4)
 mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restrict__ idx, const float* __restrict__ wts,
                    void* __restrict__ out, const uint8_t* __restrict__ wa, const uint8_t* __restrict__ sa,
@@ -577,7 +505,7 @@ mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restric
   constexpr int NM = MODE == 1 ? 2 : 1, RT = MODE == 1 ? 1 : WARPS / KS;
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);                         // [WARPS][8][2] each warp's row sums
-  __half* xs = reinterpret_cast<__half*>(red + WARPS * 16);            // [WARPS][xw_halves], [WARPS][pipe_bytes]
+  __half* xs = reinterpret_cast<__half*>(red + WARPS * 16);            // [WARPS][XW_HALVES]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t = lane & 3;
   const int p = blockIdx.y, grp = warp / KS, ks = warp % KS;
   const int m = MODE == 1 ? grp : 0, rt = MODE == 1 ? 0 : grp;
@@ -585,10 +513,8 @@ mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restric
   const int ra = (blockIdx.x * RT + rt) * 16 + gq, rb = ra + 8;
   const int64_t wsize = static_cast<int64_t>(N) * (K / 2), ssize = static_cast<int64_t>(N) * (FMT == 0 ? K / 32 : K / 16);
   float acc[2] = {0.f, 0.f};
-  const int xw = xw_halves(K, KS);
-  unsigned char* ring = reinterpret_cast<unsigned char*>(xs + WARPS * xw) + warp * pipe_bytes<FMT>(PIPE);
-  fp4_dot1<FMT, KS, PIPE>((m == 0 ? wa : wb) + e * wsize, (m == 0 ? sa : sb) + e * ssize,
-                          x + static_cast<int64_t>(p / xdiv) * K, xs + warp * xw, ring, N, K, ra, rb, lane, ks, acc);
+  fp4_dot1<FMT, KS>((m == 0 ? wa : wb) + e * wsize, (m == 0 ? sa : sb) + e * ssize, x + static_cast<int64_t>(p / xdiv) * K,
+                    xs + warp * XW_HALVES, N, K, ra, rb, lane, ks, acc);
   const float sa_ = group_sum(acc[0]), sb_ = group_sum(acc[1]);
   if (t == 0) {
     red[(warp * 8 + gq) * 2] = sa_;
@@ -626,15 +552,14 @@ mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restric
   }
 }
 
-template <int FMT, int KS, int MAXT, int PIPE>
+template <int FMT, int KS, int MAXT>
 void launch(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
             const torch::Tensor& g, int nb, int N, int K) {
   constexpr int RT = WARPS / KS;
   const int pieces = K / Mf<FMT>::PIECE;
   const size_t bytes = WARPS * 32 * 4 * sizeof(float) + 8 * sizeof(float) +
-                       (FMT != 2 && MAXT == 1 ? WARPS * (xw_halves(K, KS) * sizeof(__half) + pipe_bytes<FMT>(PIPE))
-                                              : static_cast<size_t>(nb) * pieces * 4 * Mf<FMT>::E * sizeof(__half));
-  auto kernel = mma_gemv_kernel<FMT, KS, MAXT, PIPE>;
+                       (FMT != 2 && MAXT == 1 ? WARPS * XW_HALVES : static_cast<size_t>(nb) * pieces * 4 * Mf<FMT>::E) * sizeof(__half);
+  auto kernel = mma_gemv_kernel<FMT, KS, MAXT>;
   if (bytes > 48 * 1024) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   const dim3 grid((N + RT * 16 - 1) / (RT * 16));
   kernel<<<grid, WARPS * 32, bytes, at::cuda::getCurrentCUDAStream()>>>(
@@ -643,14 +568,14 @@ void launch(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, 
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <int FMT, int MODE, int KS, int PIPE>
+template <int FMT, int MODE, int KS>
 void launch_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor& out,
                     const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                     const torch::Tensor& sb, const torch::Tensor& gb, int P, int xdiv, int N, int K, float limit,
                     bool has_limit) {
   constexpr int RT = MODE == 1 ? 1 : WARPS / KS;
-  const size_t bytes = WARPS * 16 * sizeof(float) + WARPS * (xw_halves(K, KS) * sizeof(__half) + pipe_bytes<FMT>(PIPE));
-  auto kernel = mma_experts_kernel<FMT, MODE, KS, PIPE>;
+  const size_t bytes = WARPS * 16 * sizeof(float) + WARPS * XW_HALVES * sizeof(__half);
+  auto kernel = mma_experts_kernel<FMT, MODE, KS>;
   if (bytes > 48 * 1024) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   const dim3 grid((N + RT * 16 - 1) / (RT * 16), P);
   kernel<<<grid, WARPS * 32, bytes, at::cuda::getCurrentCUDAStream()>>>(
@@ -663,19 +588,17 @@ void launch_experts(const torch::Tensor& x, const torch::Tensor& idx, const torc
 
 template <int FMT, int KS>
 void by_width(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int nb, int N, int K, int pipe) {
-  if (nb > 1) launch<FMT, KS, 8, 0>(x, out, w, s, g, nb, N, K);
-  else if (FMT == 2 || pipe == 0) launch<FMT, KS, 1, 0>(x, out, w, s, g, nb, N, K);
-  else if (pipe == 3) launch<FMT, KS, 1, 3>(x, out, w, s, g, nb, N, K);
-  else launch<FMT, KS, 1, 4>(x, out, w, s, g, nb, N, K);
+              const torch::Tensor& g, int nb, int N, int K) {
+  if (nb == 1) launch<FMT, KS, 1>(x, out, w, s, g, nb, N, K);
+  else launch<FMT, KS, 8>(x, out, w, s, g, nb, N, K);
 }
 
 template <int FMT>
 void by_split(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int nb, int N, int K, int ks, int pipe) {
-  if (ks == 8) by_width<FMT, 8>(x, out, w, s, g, nb, N, K, pipe);
-  else if (ks == 4) by_width<FMT, 4>(x, out, w, s, g, nb, N, K, pipe);
-  else by_width<FMT, 2>(x, out, w, s, g, nb, N, K, pipe);
+              const torch::Tensor& g, int nb, int N, int K, int ks) {
+  if (ks == 8) by_width<FMT, 8>(x, out, w, s, g, nb, N, K);
+  else if (ks == 4) by_width<FMT, 4>(x, out, w, s, g, nb, N, K);
+  else by_width<FMT, 2>(x, out, w, s, g, nb, N, K);
 }
 
 }  // namespace
@@ -683,20 +606,18 @@ void by_split(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w
 // The Python wrapper (cuda_kernel.py `mma_gemv_cuda`) checks every input first and raises ValueError; the checks
 // here only keep a launch inside its buffers.
 void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int64_t fmt, int64_t ks, int64_t pipe) {
+              const torch::Tensor& g, int64_t fmt, int64_t ks) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.dim() == 2, "mma_gemv: x must be contiguous bf16 [B, K]");
   const int64_t nb = x.size(0), K = x.size(1), N = out.size(1);
   TORCH_CHECK(nb >= 1 && nb <= 8 && K % 128 == 0 && K <= MAX_K && out.size(0) == nb, "mma_gemv: B in 1..8 and K % 128 == 0, K <= 8192 expected");
-  TORCH_CHECK(fmt >= 0 && fmt <= 2 && (ks == 2 || ks == 4 || ks == 8) && (pipe == 0 || pipe == 3 || pipe == 4),
-              "mma_gemv: bad format ", fmt, ", split ", ks, " or pipe ", pipe);
+  TORCH_CHECK(fmt >= 0 && fmt <= 2 && (ks == 2 || ks == 4 || ks == 8), "mma_gemv: bad format ", fmt, " or split ", ks);
   TORCH_CHECK(w.numel() == N * (fmt == 2 ? K : K / 2) && w.is_contiguous(), "mma_gemv: weight size does not match [N, K]");
   TORCH_CHECK(nb > 1 || fmt == 2 || K / 128 <= XW_CHUNKS * ks, "mma_gemv: one token: at most ", XW_CHUNKS, " chunks of 128 per warp");
   if (N == 0) return;
   const int b = static_cast<int>(nb), n = static_cast<int>(N), k = static_cast<int>(K), split = static_cast<int>(ks);
-  const int pp = static_cast<int>(pipe);
-  if (fmt == 0) by_split<0>(x, out, w, s, g, b, n, k, split, pp);
-  else if (fmt == 1) by_split<1>(x, out, w, s, g, b, n, k, split, pp);
-  else by_split<2>(x, out, w, s, g, b, n, k, split, pp);
+  if (fmt == 0) by_split<0>(x, out, w, s, g, b, n, k, split);
+  else if (fmt == 1) by_split<1>(x, out, w, s, g, b, n, k, split);
+  else by_split<2>(x, out, w, s, g, b, n, k, split);
 }
 
 // Routed experts on the tensor cores (bf16 x, FP4 experts, K a multiple of 128): mode 1 (w1, w3, SwiGLU, routing
@@ -704,13 +625,12 @@ void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w,
 void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
                  const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                  const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
-                 double limit, bool has_limit, int64_t fmt, int64_t mode, int64_t pipe) {
+                 double limit, bool has_limit, int64_t fmt, int64_t mode) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && K % 128 == 0 && K <= MAX_K && x.size(-1) == K,
               "mma_experts: x must be contiguous bf16 [rows, K] with K % 128 == 0, K <= 8192");
   TORCH_CHECK(idx.scalar_type() == at::kLong && wts.scalar_type() == at::kFloat && idx.numel() >= P && wts.numel() >= P,
               "mma_experts: idx int64 and wts fp32 with P entries expected");
-  TORCH_CHECK((fmt == 0 || fmt == 1) && (mode == 1 || mode == 2) && (pipe == 0 || pipe == 3 || pipe == 4),
-              "mma_experts: bad format ", fmt, ", mode ", mode, " or pipe ", pipe);
+  TORCH_CHECK((fmt == 0 || fmt == 1) && (mode == 1 || mode == 2), "mma_experts: bad format ", fmt, " or mode ", mode);
   TORCH_CHECK(out.is_contiguous() && out.numel() == P * N && out.scalar_type() == (mode == 1 ? at::kBFloat16 : at::kFloat),
               "mma_experts: out must be contiguous [P, N], bf16 (mode 1) or fp32 (mode 2)");
   if (P == 0 || N == 0) return;
@@ -719,18 +639,11 @@ void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::
   // mode 1: 4 warps split K for each of w1 and w3; mode 2: 8 warps over one 16-row tile from 32 chunks of 128 up,
   // else 4 warps over each of two tiles (w2, K = inter 2048: 4 chunks a warp, not 2 behind each staging of x)
   const bool wide = K / 128 >= 32;
-  const auto by_shape = [&](auto f, auto pp) {
-    constexpr int F = decltype(f)::value, PIPE = decltype(pp)::value;
-    const auto args = std::tie(x, idx, wts, out, wa, sa, ga, wb, sb, gb);
-    if (mode == 1) std::apply([&](auto&... a) { launch_experts<F, 1, WARPS / 2, PIPE>(a..., p, xd, n, k, lim, has_limit); }, args);
-    else if (wide) std::apply([&](auto&... a) { launch_experts<F, 2, 8, PIPE>(a..., p, xd, n, k, lim, has_limit); }, args);
-    else std::apply([&](auto&... a) { launch_experts<F, 2, 4, PIPE>(a..., p, xd, n, k, lim, has_limit); }, args);
-  };
-  const auto by_pipe = [&](auto f) {
-    if (pipe == 0) by_shape(f, std::integral_constant<int, 0>{});
-    else if (pipe == 3) by_shape(f, std::integral_constant<int, 3>{});
-    else by_shape(f, std::integral_constant<int, 4>{});
-  };
-  if (fmt == 0) by_pipe(std::integral_constant<int, 0>{});
-  else by_pipe(std::integral_constant<int, 1>{});
+#define DSV4_EXPERTS(F, KS2) (mode == 1 ? launch_experts<F, 1, WARPS / 2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit) \
+                                        : launch_experts<F, 2, KS2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit))
+  if (fmt == 0 && wide) DSV4_EXPERTS(0, 8);
+  else if (fmt == 0) DSV4_EXPERTS(0, 4);
+  else if (wide) DSV4_EXPERTS(1, 8);
+  else DSV4_EXPERTS(1, 4);
+#undef DSV4_EXPERTS
 }

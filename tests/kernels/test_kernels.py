@@ -586,40 +586,6 @@ def test_mma_gemv_takes_any_bf16_range(fmt):
             torch.testing.assert_close(y[r], ref[r], rtol=2e-2, atol=2e-3 * ref[r].abs().max().item(), msg=f"row {r}, {name}")
 
 
-@cuda
-@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
-@pytest.mark.parametrize("pipe", [3, 4])
-def test_mma_pipes_equal_the_register_ring(fmt, pipe):
-    """The shared-memory weight rings of the one-token loop (cp.async, `pipe` 3 and 4) only change how the codes
-    and scales arrive: the GEMV and the routed experts must equal the register ring (pipe 0) bit for bit, also where
-    a warp has fewer chunks than the ring (K 128 and 256) and where rows end mid-tile (N 1000)."""
-    from dsv4_kernels.moe_gemv import cuda_kernel
-    g = torch.Generator(device="cuda").manual_seed(7)
-    for N, K, split in ((1000, 8192, 8), (64, 128, 2), (48, 256, 2), (512, 2048, 4), (4096, 4096, 4)):
-        w = random_weight(fmt, N, K, generator=g, device="cuda")
-        x = torch.randn(1, K, device="cuda", generator=g).bfloat16()
-        base = cuda_kernel.mma_gemv_cuda(x, w, split=split, pipe=0)
-        got = cuda_kernel.mma_gemv_cuda(x, w, split=split, pipe=pipe)
-        assert torch.equal(got, base), f"GEMV {N}x{K} split {split}: pipe {pipe} differs from the register ring"
-    E, dim, inter, T, k = 16, 512, 256, 3, 4
-    w1, w3, w2 = _flash_like(fmt, E, dim, inter, g)
-    x = torch.randn(T, dim, device="cuda", generator=g).bfloat16()
-    idx = torch.randint(0, E, (T, k), device="cuda", generator=g)
-    wts = torch.rand(T, k, device="cuda", generator=g)
-    run = lambda p: cuda_kernel.routed_experts_cuda(x, idx, wts, w1, w3, w2, 7.0, path="mma", pipe=p)  # noqa: E731
-    assert torch.equal(run(pipe), run(0)), f"routed experts: pipe {pipe} differs from the register ring"
-
-
-def test_mma_pipe_and_split_are_checked():
-    """A pipe or split the kernel was not built for is a ValueError naming it, before any launch (any machine)."""
-    from dsv4_kernels.moe_gemv import cuda_kernel
-    x, w = torch.randn(1, 256).bfloat16(), random_weight("mxfp4", 16, 256)
-    with pytest.raises(ValueError, match="not taken"):          # CPU x: refused by the fit check already
-        cuda_kernel.mma_gemv_cuda(x, w, pipe=5)
-    with pytest.raises(ValueError, match=r"routed_experts_cuda: pipe 2 not taken"):
-        cuda_kernel.routed_experts_cuda(x, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1), w, w, w, None, pipe=2)
-
-
 # ---------------------------------------------------------------------------------------------- act_quant, rms_norm
 def _old_fp8_fake_quant(x, block):
     """dsv4_model/quant.py's fp8_fake_quant before it moved to dsv4_kernels.act_quant, verbatim."""

@@ -5,7 +5,7 @@ PyTorch reference (``reference.py``) elsewhere and for prefill (T > 1).
     index_scores(q [B,T,Hi,Di], k [B,N,Di], w [B,T,Hi] fp32) -> [B,T,N] fp32
 
 and its top-k, the indices of the k best scores per row in the stable descending order (ties to the lower index),
-in one Triton launch on CUDA for at most 64 rows of at most 2048 scores (decode), bit for bit the indices of the
+in one Triton launch on CUDA for at most 64 rows of at most 1024 scores (decode), bit for bit the indices of the
 reference (torch's stable sort) as the CPU computes them; the sort elsewhere. (torch's CUDA sort orders a NaN whose
 sign bit is set last, pytorch#190781; the CPU sort and the kernel put every NaN first.)
 

@@ -1414,6 +1414,24 @@ def test_attention_kernels_in_the_decode_under_the_interpreter():
     _under_interpreter(ATTENTION_WIRING_INTERPRET, timeout=600)
 
 
+def _attention_fp64(q, K, mask, sink, scale):
+    """The reference's formula in fp64 (attention_ref computes in fp32 whatever it is given)."""
+    s = torch.einsum("bthd,btnd->bthn", q.double(), K.double()) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask.unsqueeze(-2), float("-inf"))
+    p = torch.softmax(torch.cat([s, sink.double().view(1, 1, -1, 1).expand(*s.shape[:-1], 1)], -1), -1)[..., :-1]
+    return torch.einsum("bthn,btnd->bthd", p, K.double())
+
+
+def test_attention_fp64_is_the_reference_formula():
+    """The GPU parity test's fp64 yardstick is the reference's formula: equal to it within fp32 rounding on CPU."""
+    from dsv4_kernels.attention import attention_ref
+    g = torch.Generator().manual_seed(5)
+    q, K, sink = torch.randn(2, 1, 3, 16, generator=g), torch.randn(2, 1, 7, 16, generator=g), torch.randn(3, generator=g)
+    mask = torch.rand(2, 1, 7, generator=g) > 0.4
+    torch.testing.assert_close(_attention_fp64(q, K, mask, sink, 0.25).float(), attention_ref(q, K, mask, sink, 0.25))
+
+
 @cuda
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("n,H,D,N", [(1, 64, 512, 640), (8, 64, 512, 640), (8, 64, 512, 160), (4, 2, 128, 24),
@@ -1437,7 +1455,7 @@ def test_decode_attention_parity(dt, n, H, D, N):
             assert got.dtype == torch.float32 and torch.isfinite(got).all()
             # scores in the tens round in fp32 by |s| eps, which exp amplifies: both against fp64, the kernel within
             # twice the reference's own error plus fp32 rounding of the output
-            exact = attention_ref(q.double(), K.double(), mask, sink.double(), D ** -0.5)
+            exact = _attention_fp64(q, K, mask, sink, D ** -0.5)
             ref_err = (want.double() - exact).abs().max().item()
             assert (got.double() - exact).abs().max().item() <= 2 * ref_err + 2e-6 * exact.abs().max().item()
             if mask is not None and mask.shape[0] > 1:
@@ -1596,15 +1614,16 @@ def test_topk_blocks_under_the_interpreter():
 def test_topk_blocks_parity(R, N, k):
     """On the GPU: the rank top-k equals the stable sort's first k bit for bit (the sort run on the CPU, whose
     comparisons tie -0.0 with 0.0 as the kernel does), with ties, masked slots, signed zeros, subnormals and NaN;
-    past 2048 blocks the entry sorts on the GPU (which orders a sign-bit NaN last: not given it there)."""
+    past TOPK_MAX_N blocks the entry sorts on the GPU (which orders a sign-bit NaN last: not given it there)."""
     from dsv4_kernels.indexer import topk_blocks, topk_blocks_ref
+    from dsv4_kernels.indexer.triton_kernel import TOPK_MAX_N
     g = torch.Generator().manual_seed(R * 10000 + N)
     for kind in range(4):
         s = torch.randn(R, N, generator=g) if kind == 0 else torch.randint(-2, 3, (R, N), generator=g).float().relu()
         s[0, : N // 4] = float("-inf")
         if kind == 2:
             s[-1, 1], s[-1, 2] = float("nan"), float("nan")
-            if N <= 2048:
+            if N <= TOPK_MAX_N:
                 s[-1, 3:4].view(torch.int32)[:] = -4194304                     # a NaN with the sign bit set
         if kind == 3:                                                           # -0.0 ties 0.0; subnormals order
             s = torch.where(torch.rand(R, N, generator=g) < 0.5, -s, s) * 1e-39

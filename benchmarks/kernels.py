@@ -297,23 +297,34 @@ def bench_sampler(tab):
         tab.add(f"Sampler.forward B={n} V={V} (penalty, sort, pick, greedy)", run[True], ref=run[False])
 
 
-def bench_attention(tab):
+ATTENTION_SWEEP = [(16, 264), (32, 264), (16, 528)]   # (MIN_SPLIT, PROGRAMS) beside the chosen ones
+
+
+def bench_attention(tab, sweep):
     """The decode attention core (Triton, two launches) vs the reference (casts, two fp32 cuBLAS batched GEMMs,
     masked_fill, cat, softmax) at Flash's heads (64 of 512): CSA layers read a window of 128 and the indexer's 512
     picks, HCA layers the window and the closed blocks (32 at 4096 tokens, 512 at 65536). %copy counts the keys (bf16)
     and q read once and the fp32 output written."""
+    from dsv4_kernels.attention import triton_kernel as tk
     from dsv4_kernels.attention.reference import attention_ref
     from dsv4_kernels.attention.triton_kernel import attention_triton
     H, D = 64, 512
+    chosen = (tk.MIN_SPLIT, tk.PROGRAMS)
     for n, N, what in ((1, 640, "CSA"), (8, 640, "CSA"), (1, 160, "HCA"), (8, 160, "HCA"), (8, 640, "HCA 64k")):
         q = torch.randn(n, 1, H, D, device="cuda").bfloat16()
         K = torch.randn(n, 1, N, D, device="cuda").bfloat16()
         mask = torch.rand(n, 1, N, device="cuda") > 0.1
         sink = torch.randn(H, device="cuda")
-        err = _relerr(attention_triton(q, K, mask, sink, D ** -0.5), attention_ref(q, K, mask, sink, D ** -0.5))
-        tab.add(f"decode_attention {what} B={n} N={N} bf16", both(lambda: attention_triton(q, K, mask, sink, D ** -0.5)),
-                ref=both(lambda: attention_ref(q, K, mask, sink, D ** -0.5)),
-                nbytes=n * N * D * 2 + n * H * D * 2 + n * H * D * 4, err=err)
+        ref = both(lambda: attention_ref(q, K, mask, sink, D ** -0.5))
+        for cfg in [chosen] + (ATTENTION_SWEEP if sweep else []):
+            tk.MIN_SPLIT, tk.PROGRAMS = cfg            # host-side split rule only: read at each call
+            try:
+                err = _relerr(attention_triton(q, K, mask, sink, D ** -0.5), attention_ref(q, K, mask, sink, D ** -0.5))
+                tab.add(f"decode_attention {what} B={n} N={N} bf16" + (f" split>={cfg[0]} programs {cfg[1]}" if sweep else ""),
+                        both(lambda: attention_triton(q, K, mask, sink, D ** -0.5)), ref=ref,
+                        nbytes=n * N * D * 2 + n * H * D * 2 + n * H * D * 4, err=err)
+            finally:
+                tk.MIN_SPLIT, tk.PROGRAMS = chosen
 
 
 def bench_indexer(tab):
@@ -349,7 +360,7 @@ SWEEP_ROUTED = [(64, 256, 4, 3, 2), (64, 256, 4, 3, 1)]
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
-    ap.add_argument("--sweep", action="store_true", help="also time the tile configurations in SWEEP")
+    ap.add_argument("--sweep", action="store_true", help="also time the tile configurations in SWEEP and the attention core's ATTENTION_SWEEP")
     ap.add_argument("--only", default="gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler,attention,indexer")
     a = ap.parse_args()
     if not torch.cuda.is_available():
@@ -367,7 +378,7 @@ def main() -> int:
     for name, fn in (("compressor", lambda: bench_compressor(tab)), ("routed", lambda: bench_routed(tab, a.sweep)),
                      ("gemv", lambda: bench_gemv(tab, a.sweep)), ("fp8", lambda: bench_fp8(tab)), ("head", lambda: bench_head(tab)), ("swiglu", lambda: bench_swiglu(tab)),
                      ("kvcache", lambda: bench_kvcache(tab)), ("sampler", lambda: bench_sampler(tab)),
-                     ("attention", lambda: bench_attention(tab)), ("indexer", lambda: bench_indexer(tab))):
+                     ("attention", lambda: bench_attention(tab, a.sweep)), ("indexer", lambda: bench_indexer(tab))):
         if name in only:
             try:
                 fn()

@@ -21,7 +21,7 @@ import triton.language as tl
 
 BH = 16            # heads per program: the smallest tl.dot M; Flash's 64 heads are 4 blocks
 BN = 16            # keys per inner step
-MIN_SPLIT = 64     # keys per split at least: fewer and the partials outweigh the keys
+MIN_SPLIT = 16     # keys per split at least (H200, BENCHMARKS.md: 16 against 64 took B=1 from 18.3 to 13.0 µs, B=8 the same)
 PROGRAMS = 264     # aim for about two programs per SM of an H200
 MAX_SPLITS = 32    # the merge holds every split's [D] partial at once: more spill (64 x 512 fp32 did not)
 

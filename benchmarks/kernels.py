@@ -307,7 +307,6 @@ def bench_attention(tab, sweep):
     and q read once and the fp32 output written."""
     from dsv4_kernels.attention import triton_kernel as tk
     from dsv4_kernels.attention.reference import attention_ref
-    from dsv4_kernels.attention.triton_kernel import attention_triton
     H, D = 64, 512
     chosen = (tk.MIN_SPLIT, tk.PROGRAMS)
     for n, N, what in ((1, 640, "CSA"), (8, 640, "CSA"), (1, 160, "HCA"), (8, 160, "HCA"), (8, 640, "HCA 64k")):
@@ -315,22 +314,22 @@ def bench_attention(tab, sweep):
         K = torch.randn(n, 1, N, D, device="cuda").bfloat16()
         mask = torch.rand(n, 1, N, device="cuda") > 0.1
         sink = torch.randn(H, device="cuda")
-        ref = both(lambda: attention_ref(q, K, mask, sink, D ** -0.5))
+        run = lambda: tk.attention_triton(q, K, mask, sink, D ** -0.5)  # noqa: E731
+        run_ref = lambda: attention_ref(q, K, mask, sink, D ** -0.5)  # noqa: E731
+        want, ref = run_ref(), both(run_ref)
         for cfg in [chosen] + (ATTENTION_SWEEP if sweep else []):
             tk.MIN_SPLIT, tk.PROGRAMS = cfg            # host-side split rule only: read at each call
             try:
-                err = _relerr(attention_triton(q, K, mask, sink, D ** -0.5), attention_ref(q, K, mask, sink, D ** -0.5))
                 tab.add(f"decode_attention {what} B={n} N={N} bf16" + (f" split>={cfg[0]} programs {cfg[1]}" if sweep else ""),
-                        both(lambda: attention_triton(q, K, mask, sink, D ** -0.5)), ref=ref,
-                        nbytes=n * N * D * 2 + n * H * D * 2 + n * H * D * 4, err=err)
+                        both(run), ref=ref, nbytes=n * N * D * 2 + n * H * D * 2 + n * H * D * 4, err=_relerr(run(), want))
             finally:
                 tk.MIN_SPLIT, tk.PROGRAMS = chosen
 
 
 def bench_indexer(tab):
-    """The indexer's scores and their top-k (Triton, one launch each) vs the references (casts, an fp32 batched GEMM, ReLU, weighting, sum
-    over heads) at Flash's indexer (64 heads of 128) over 1024 compressed blocks (4096 tokens) and 16384 (65536).
-    %copy counts the keys (bf16) read once and the scores written."""
+    """The indexer's scores and their top-k (Triton, one launch each) vs the references (casts, an fp32 batched GEMM,
+    ReLU, weighting, sum over heads; the stable sort) at Flash's indexer (64 heads of 128) over 1024 compressed blocks
+    (4096 tokens) and 16384 (65536). %copy counts the keys (bf16) read once and the scores written."""
     from dsv4_kernels.indexer.reference import index_scores_ref
     from dsv4_kernels.indexer.triton_kernel import index_scores_triton
     H, D = 64, 128

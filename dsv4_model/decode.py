@@ -276,8 +276,8 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         elif isinstance(m, Compressor):
             m.rope, m.reduce = small["rope"], small["reduce"]
     if not on:
-        return ("projections: F.linear; mHC: PyTorch Sinkhorn; fake quants, RMSNorm, RoPE, mHC mixes, compressor "
-                "pooling, attention core, indexer scores and top-k: PyTorch")
+        return (f"projections: F.linear; mHC: PyTorch Sinkhorn; "
+                f"{', '.join(note for *_, note in SMALL_KERNELS.values())}: PyTorch")
     fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
     return (f"projections: {n} (quantised, and fp32) through the stored-format GEMV; mHC and router products: "
             f"{f32_note}; mHC: "

@@ -5,11 +5,11 @@
 // the speed is how fast the packed weights stream in (0.53 / 0.56 bytes per weight), then how few instructions
 // each weight costs once it is in a register. Each lane takes 16-byte pieces (32 weights, one MXFP4 scale block
 // or two NVFP4 blocks) of R rows at once, so every load is a full 16-byte access, R rows share one read of x,
-// and several loads are in flight per lane. A packed word of 8 codes becomes fp16 numbers e2m1 * 2^-14 with two
-// byte permutes and a shift-and-mask per pair (exact: code 1 is the fp16 subnormal 2^-15), then fp32 by the
-// hardware conversion; the block's partial sum in fp32 is multiplied once by its scale (times 2^14). The warp
-// sums its lanes with shuffles, so the result is deterministic (no atomics): a graph replay equals eager bit for
-// bit. Launched on torch's current stream, so it records into CUDA graphs.
+// and several loads are in flight per lane. A packed word of 8 codes becomes fp16 numbers e2m1 * 2^-14
+// (e2m1_pairs, e2m1.cuh: 11 integer instructions; exact: code 1 is the fp16 subnormal 2^-15), then fp32 by the
+// hardware conversion; the block's partial sum in fp32 is multiplied once by its scale (times 2^14). The warp sums
+// its lanes with shuffles, so the result is deterministic (no atomics): a graph replay equals eager bit for bit.
+// Launched on torch's current stream, so it records into CUDA graphs.
 //
 // Modes (rows of the output are tokens for mode 0, token-expert pairs for modes 1 and 2):
 //   0: out[b, n] = x[b] . W[n]                                 (x dtype)
@@ -26,6 +26,7 @@
 #include <cooperative_groups.h>
 #include <cstdint>
 
+#include "e2m1.cuh"
 #include "stream_load.cuh"
 
 namespace {
@@ -55,14 +56,17 @@ __device__ __forceinline__ float2 half2_bits(uint32_t v) {
   return __half22float2(h);
 }
 
-// 8 e2m1 codes (byte i: element 2i low nibble, 2i+1 high) -> fp32 values * 2^-14, in element order.
+// 8 e2m1 codes (byte i: element 2i low nibble, 2i+1 high) -> fp32 values * 2^-14, in element order: the fp16
+// pairs (i, i + 4) of e2m1_pairs, then the hardware conversion.
 __device__ __forceinline__ void e2m1x8(uint32_t v, float (&w)[8]) {
-  const uint32_t t0 = __byte_perm(v, 0u, 0x4140), t1 = __byte_perm(v, 0u, 0x4342);   // bytes (0,1), (2,3) -> halves
-  const float2 a = half2_bits(((t0 << 9) & 0x0E000E00u) | ((t0 << 12) & 0x80008000u));  // elements 0, 2
-  const float2 b = half2_bits(((t0 << 5) & 0x0E000E00u) | ((t0 << 8) & 0x80008000u));   // 1, 3
-  const float2 c = half2_bits(((t1 << 9) & 0x0E000E00u) | ((t1 << 12) & 0x80008000u));  // 4, 6
-  const float2 d = half2_bits(((t1 << 5) & 0x0E000E00u) | ((t1 << 8) & 0x80008000u));   // 5, 7
-  w[0] = a.x; w[2] = a.y; w[1] = b.x; w[3] = b.y; w[4] = c.x; w[6] = c.y; w[5] = d.x; w[7] = d.y;
+  uint32_t p[4];
+  e2m1_pairs(v, p);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = half2_bits(p[i]);
+    w[i] = f.x;
+    w[i + 4] = f.y;
+  }
 }
 
 // 8 e4m3 bytes (two words) -> fp32 values, in element order: the hardware pair conversion to fp16 (exact: every

@@ -5,7 +5,7 @@
 // Why the tensor cores when Hopper has no FP4 ones: the CUDA-core kernel (cuda_kernel.cu) spends about four
 // instructions per weight (decode, fp16 -> fp32, FMA) and stalls on them at half the copy bandwidth. Here the
 // multiply-add and the conversion to fp32 go to mma.sync m16n8k16 (fp16 in, fp32 accumulate), so a weight costs
-// its decode (~2 integer instructions) and 8 token columns cost what one does.
+// its decode (11 integer instructions per 8 codes, e2m1.cuh) and 8 token columns cost what one does.
 //
 // Numbers, exactly:
 //  - an e2m1 code is placed in fp16 bits as e2m1 * 2^-14 (code 1 is the subnormal 2^-15; the tensor cores and
@@ -32,6 +32,7 @@
 #include <cuda_fp8.h>
 #include <cstdint>
 
+#include "e2m1.cuh"
 #include "stream_load.cuh"
 
 namespace {
@@ -51,15 +52,6 @@ __device__ __forceinline__ void mma_zero(float (&c)[4], const uint32_t (&a)[4], 
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
       : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(z));
-}
-
-// Pair i of a packed word (8 codes, code j in bits 4j..4j+3): codes i and i+4 as fp16x2 (e2m1 * 2^-14). Both sit
-// at bit 4i of their 16-bit half, so one shift serves the two.
-template <int I>
-__device__ __forceinline__ uint32_t e2m1_pair(uint32_t q) {
-  const uint32_t sign = (I == 3 ? q : q << (12 - 4 * I)) & 0x80008000u;
-  const uint32_t mag = (I == 3 ? q >> 3 : q << (9 - 4 * I)) & 0x0E000E00u;
-  return sign | mag;
 }
 
 __device__ __forceinline__ uint32_t e4m3_pair(uint32_t two) {   // two e4m3 bytes (low 16 bits) -> fp16x2, exact
@@ -82,7 +74,7 @@ template <int FMT> struct Mf {
 };
 
 // Where x[k] goes in shared memory: per token, per piece, per thread of the group, the fp16 B-fragment values
-// in the order the thread's mmas read them (FP4: the pairs (j, j+4) of e2m1_pair; FP8: natural order).
+// in the order the thread's mmas read them (FP4: the pairs (j, j+4) of e2m1_pairs; FP8: natural order).
 template <int FMT>
 __device__ __forceinline__ int xslot(int k, int pieces, int b) {
   using F = Mf<FMT>;
@@ -247,8 +239,11 @@ __device__ __forceinline__ void fp4_dot(const uint8_t* w, const uint8_t* s,
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const uint4 xv = reinterpret_cast<const uint4*>(xs)[(xb_tok * pieces + 4 * it + u) * 4 + t];
-      uint32_t a0[4] = {e2m1_pair<0>(qa[u]), e2m1_pair<0>(qb[u]), e2m1_pair<1>(qa[u]), e2m1_pair<1>(qb[u])};
-      uint32_t a1[4] = {e2m1_pair<2>(qa[u]), e2m1_pair<2>(qb[u]), e2m1_pair<3>(qa[u]), e2m1_pair<3>(qb[u])};
+      uint32_t pa4[4], pb4[4];
+      e2m1_pairs(qa[u], pa4);
+      e2m1_pairs(qb[u], pb4);
+      uint32_t a0[4] = {pa4[0], pb4[0], pa4[1], pb4[1]};
+      uint32_t a1[4] = {pa4[2], pb4[2], pa4[3], pb4[3]};
       if constexpr (FMT == 0) {
         float c[4];
         mma_zero(c, a0, xv.x, xv.y);
@@ -362,8 +357,11 @@ __device__ __forceinline__ void fp4_dot1(const uint8_t* w, const uint8_t* s,
       float c[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        const uint32_t a0[4] = {e2m1_pair<0>(wa[u]), e2m1_pair<0>(wb[u]), e2m1_pair<1>(wa[u]), e2m1_pair<1>(wb[u])};
-        const uint32_t a1[4] = {e2m1_pair<2>(wa[u]), e2m1_pair<2>(wb[u]), e2m1_pair<3>(wa[u]), e2m1_pair<3>(wb[u])};
+        uint32_t pa4[4], pb4[4];
+        e2m1_pairs(wa[u], pa4);
+        e2m1_pairs(wb[u], pb4);
+        const uint32_t a0[4] = {pa4[0], pb4[0], pa4[1], pb4[1]};
+        const uint32_t a1[4] = {pa4[2], pb4[2], pa4[3], pb4[3]};
         if (u == 0) mma_zero(c, a0, xv[u].x, xv[u].y);
         else mma_acc(c, a0, xv[u].x, xv[u].y);
         mma_acc(c, a1, xv[u].z, xv[u].w);
@@ -474,7 +472,7 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
   for (int j = 0; j < KS; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] += red[((warp + j) * 32 + lane) * 4 + i];
-  // 2^14 of e2m1_pair (MXFP4); 2^14 * 2^-7 and scale2 (NVFP4; fp4_dot1 scales in fp32: no 2^7). fp4_dot1 also
+  // 2^14 of e2m1_pairs (MXFP4); 2^14 * 2^-7 and scale2 (NVFP4; fp4_dot1 scales in fp32: no 2^7). fp4_dot1 also
   // undid its warps' powers of two of x; the other loops leave the token's in xscale[]
   constexpr bool ONE = FMT != 2 && MAXT == 1;
   float undo = 1.f;
@@ -533,7 +531,7 @@ mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restric
   float undo[NM];
 #pragma unroll
   for (int mm = 0; mm < NM; ++mm) {
-    undo[mm] = 16384.f;                                                  // 2^14 of e2m1_pair
+    undo[mm] = 16384.f;                                                  // 2^14 of e2m1_pairs
     if constexpr (FMT == 1) undo[mm] *= __ldg((mm == 0 ? ga : gb) + e);  // scale2 of expert e
   }
 #pragma unroll

@@ -54,6 +54,17 @@ __device__ __forceinline__ void mma_zero(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(z));
 }
 
+// The A fragments of one packed word of each of the lane's two rows (a: row g, b: row g + 8 of the mma's 16):
+// pairs 0, 1 of e2m1_pairs for the first mma (a0), pairs 2, 3 for the second (a1), rows interleaved as m16n8k16
+// takes them
+__device__ __forceinline__ void e2m1_frags(uint32_t wa, uint32_t wb, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+  uint32_t pa[4], pb[4];
+  e2m1_pairs(wa, pa);
+  e2m1_pairs(wb, pb);
+  a0[0] = pa[0]; a0[1] = pb[0]; a0[2] = pa[1]; a0[3] = pb[1];
+  a1[0] = pa[2]; a1[1] = pb[2]; a1[2] = pa[3]; a1[3] = pb[3];
+}
+
 __device__ __forceinline__ uint32_t e4m3_pair(uint32_t two) {   // two e4m3 bytes (low 16 bits) -> fp16x2, exact
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
@@ -239,11 +250,8 @@ __device__ __forceinline__ void fp4_dot(const uint8_t* w, const uint8_t* s,
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const uint4 xv = reinterpret_cast<const uint4*>(xs)[(xb_tok * pieces + 4 * it + u) * 4 + t];
-      uint32_t pa4[4], pb4[4];
-      e2m1_pairs(qa[u], pa4);
-      e2m1_pairs(qb[u], pb4);
-      uint32_t a0[4] = {pa4[0], pb4[0], pa4[1], pb4[1]};
-      uint32_t a1[4] = {pa4[2], pb4[2], pa4[3], pb4[3]};
+      uint32_t a0[4], a1[4];
+      e2m1_frags(qa[u], qb[u], a0, a1);
       if constexpr (FMT == 0) {
         float c[4];
         mma_zero(c, a0, xv.x, xv.y);
@@ -357,11 +365,8 @@ __device__ __forceinline__ void fp4_dot1(const uint8_t* w, const uint8_t* s,
       float c[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        uint32_t pa4[4], pb4[4];
-        e2m1_pairs(wa[u], pa4);
-        e2m1_pairs(wb[u], pb4);
-        const uint32_t a0[4] = {pa4[0], pb4[0], pa4[1], pb4[1]};
-        const uint32_t a1[4] = {pa4[2], pb4[2], pa4[3], pb4[3]};
+        uint32_t a0[4], a1[4];
+        e2m1_frags(wa[u], wb[u], a0, a1);
         if (u == 0) mma_zero(c, a0, xv[u].x, xv[u].y);
         else mma_acc(c, a0, xv[u].x, xv[u].y);
         mma_acc(c, a1, xv[u].z, xv[u].w);

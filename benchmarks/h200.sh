@@ -18,6 +18,8 @@
 #   bash benchmarks/h200.sh thirdparty the third-party verdict table on CUDA
 #   bash benchmarks/h200.sh ncu        Nsight Compute on the one-token FP4 GEMVs (benchmarks/ncu_gemv.py): issue- or
 #                                      memory-bound
+#   bash benchmarks/h200.sh ab         benchmarks/kernel_ab.py: the tree's FP4 decode kernels against each variant
+#                                      waiting in benchmarks/ab/*.patch (AB_ARGS, e.g. "--only gemv1 my.patch")
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
@@ -110,7 +112,10 @@ for stage in "${@:-check}"; do
     run ncu-gemv.txt 200 ncu --kernel-name regex:'fp4_rows|mma_gemv' --launch-skip 4 --launch-count 2 --section SpeedOfLight \
       --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats python benchmarks/ncu_gemv.py
     grep -E "fp4_rows|mma_gemv|Throughput|Issued Warp|Achieved Active" "$OUT/ncu-gemv.txt" | cut -c1-120 ;;
-  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, drift, thirdparty or ncu" >&2; exit 2 ;;
+  ab)
+    run ab.txt 560 python benchmarks/kernel_ab.py ${AB_ARGS:-}
+    grep -vE "^\s*$|Warning|warn" "$OUT/ab.txt" | tail -30 ;;
+  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, drift, thirdparty, ncu or ab" >&2; exit 2 ;;
   esac
 done
 if [ -s "$OUT/.failed" ]; then echo "h200.sh: non-zero exit in: $(tr '\n' ' ' < "$OUT/.failed")" >&2; exit 1; fi

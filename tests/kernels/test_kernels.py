@@ -294,6 +294,41 @@ def test_e2m1_pairs_decodes_every_word(tmp_path):
     assert got.tolist() == list(E2M1) and np.signbit(got).tolist() == [c >= 8 for c in range(16)], got
 
 
+def test_kernel_ab_stages_every_waiting_variant(tmp_path, monkeypatch):
+    """benchmarks/kernel_ab.py times the FP4 kernels' variants (benchmarks/ab/*.patch) against the tree on a GPU, each
+    a patched copy of kernels/ under its own package and extension name. A patch that no longer applies would
+    cost a device call to find out: here every one is staged and imported (nothing is built without a GPU), and
+    a patch that does not apply is refused."""
+    import importlib
+    import importlib.util
+    import re
+    from pathlib import Path
+    import shutil
+    if shutil.which("patch") is None:
+        pytest.skip("no `patch` program")
+    spec = importlib.util.spec_from_file_location("kernel_ab", os.path.join(ROOT, "benchmarks", "kernel_ab.py"))
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    patches = sorted(Path(ROOT, "benchmarks", "ab").glob("*.patch"))
+    assert patches, "benchmarks/ab holds no variant"
+    exts = set()
+    for name, patch in [("tree", None)] + [(p.stem, p) for p in patches]:
+        root = ab.stage(name, patch, tmp_path)
+        assert root is not None, f"{patch} does not apply to the tree"
+        monkeypatch.syspath_prepend(str(root))
+        ck = importlib.import_module(ab.package(name) + ".moe_gemv.cuda_kernel")
+        assert ck.__file__.startswith(str(root))
+        exts |= set(re.findall(r'load\(name="(\w+)"', Path(ck.__file__).read_text()))
+        if patch is not None:       # the patch changed the staged kernel sources
+            staged = {f: (root / ab.package(name) / "moe_gemv" / f).read_text() for f in ("cuda_kernel.cu", "mma_kernel.cu")}
+            assert any(t != open(os.path.join(ROOT, "kernels", "moe_gemv", f)).read() for f, t in staged.items()), patch
+    assert len(exts) == len(patches) + 1 and "dsv4_fp4_rows" not in exts, exts
+    stale = tmp_path / "stale.patch"
+    stale.write_text("--- a/kernels/moe_gemv/mma_kernel.cu\n+++ b/kernels/moe_gemv/mma_kernel.cu\n@@ -1,1 +1,1 @@\n"
+                     "-no such line in the tree\n+x\n")
+    assert ab.stage("stale", stale, tmp_path) is None
+
+
 def test_only_the_e4m3_kernels_need_compute_capability_8_9():
     """`available` asks 8.9 (Ada, Hopper) of the kernels that convert e4m3 and 8.0 of the others: the set must
     follow the code, or an A100 loses kernels it could run (or gets one it cannot)."""

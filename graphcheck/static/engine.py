@@ -22,7 +22,7 @@ from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, infer, join, name_hint)
 
-ENGINE_VERSION = "5"
+ENGINE_VERSION = "6"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -315,6 +315,8 @@ class FileAnalyzer:
                         calls.append([*d, n.lineno, n.col_offset])
                         call_nodes.append(n)
                     for a in n.args:     # a function passed as an argument is (likely) called by the callee
+                        if type(n.func) is ast.Name and n.func.id in _INSPECTS and n.func.id not in self.module_defs:
+                            break        # isinstance(self.m, C), getattr(self.m, "x"): looked at, never called
                         r = _ref_descriptor(a, local_types, self.module_defs, self.imports)
                         if r:
                             calls.append(["ref", *r, n.lineno, n.col_offset])
@@ -640,7 +642,16 @@ def _local_ctors(f: _Func, registries: dict) -> dict[str, list]:
     local: dict[str, list] = {}
     for n in f.nodes:
         t = type(n)
-        if t is ast.Assign and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+        if t is ast.Assign and len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple) \
+                and not isinstance(n.value, (ast.Tuple, ast.List)):
+            # layers, start, end = make_layers(n, lambda i: Block(i)): any of the names may hold the modules
+            syms = _ctor_symbols(n.value, local)
+            for e in n.targets[0].elts:
+                e = e.value if isinstance(e, ast.Starred) else e
+                if syms and isinstance(e, ast.Name):
+                    cur = local.setdefault(e.id, [])
+                    cur.extend(s for s in syms if s not in cur)
+        elif t is ast.Assign and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
             name, v = n.targets[0].id, n.value
             if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name) and v.value.id in registries:
                 local[name] = [f"reg:{v.value.id}"]
@@ -715,6 +726,11 @@ def _attr_types(cnode: ast.ClassDef, methods: list[_Func], registries: dict) -> 
                             add(_self_attr(one), params[v.id])
                         elif one is not tgt:
                             add(_self_attr(one), _ctor_symbols(v, local))
+                        elif isinstance(tgt, ast.Tuple):
+                            # self.layers, self.start, self.end = make_layers(n, lambda i: Block(i)): which element
+                            # holds the modules is the callee's business; each self attribute may be it
+                            for e in tgt.elts:
+                                add(_self_attr(e.value if isinstance(e, ast.Starred) else e), syms)
             elif t is ast.AnnAssign:
                 add(_self_attr(n.target), annotation_classes(n.annotation) +
                     (_ctor_symbols(n.value, local) if n.value is not None else []))
@@ -792,6 +808,11 @@ def _call_descriptor(f: ast.AST, local: dict[str, list]) -> list | None:
     if isinstance(f, ast.Subscript) and _self_attr(f.value):
         return ["selfattr", f.value.attr, "__call__"]
     return None
+
+
+# builtins that inspect their arguments and never call them
+_INSPECTS = frozenset({"isinstance", "issubclass", "hasattr", "getattr", "setattr", "delattr", "type", "id", "len",
+                       "repr", "str", "print", "callable", "vars", "dir", "hash", "format", "bool"})
 
 
 def _ref_descriptor(a: ast.AST, local: dict[str, list], defs: set[str], imports: dict) -> list | None:

@@ -172,12 +172,15 @@ class ModuleNamer:
         mapped = self.mapping.get(d)
         if mapped is not None:
             name = mapped       # "" maps the project root: packages directly below it are top level
-        elif not os.path.isfile(os.path.join(d, "__init__.py")):
-            name = ""
         else:
             up = os.path.dirname(d)
             parent = self.package_of(up) if up != d else ""
-            name = f"{parent}.{os.path.basename(d)}" if parent else os.path.basename(d)
+            if os.path.isfile(os.path.join(d, "__init__.py")):
+                name = f"{parent}.{os.path.basename(d)}" if parent else os.path.basename(d)
+            else:
+                # a directory without __init__.py inside a package is a namespace subpackage (PEP 420: `import
+                # pkg.sub.mod` finds it through pkg.__path__), e.g. sglang/srt; outside a package it names nothing
+                name = f"{parent}.{os.path.basename(d)}" if parent else ""
         self._pkg[d] = name
         return name
 

@@ -255,6 +255,12 @@ class Program:
         cls_ref = (path, cls) if cls else None
         kind = call[0]
         if kind == "ref":
+            if call[1] == "self" and cls_ref is not None and not self._class_method(cls_ref, call[2]):
+                # `helper(self.norm)` hands over a submodule the callee may call (its forward), but it was
+                # constructed elsewhere: passing it never runs its __init__
+                insts, _, _ = self._attr_instances(cls_ref, call[2])
+                t = [m for c in insts for m in self._class_method(c, "__call__")]
+                return t, "resolved" if t else "external"
             t, st = self._resolve_call(path, qname, call[1:])
             return t, st if t else "external"
         if kind == "name":

@@ -210,6 +210,75 @@ def test_package_dir_mapping_resolves_installed_names(tmp_path):
     assert [(f.rule, f.path) for f in res.findings] == [("GC101", "kernels/op.py")]
 
 
+def test_namespace_subpackage_of_a_regular_package_keeps_its_dotted_name(tmp_path):
+    # PEP 420: app/ is a package, app/core/ has no __init__.py; Python imports app.core.step through app.__path__
+    (tmp_path / "app" / "core").mkdir(parents=True)
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "core" / "ops.py").write_text("import torch\ndef peek(x: torch.Tensor):\n    return x.item()\n")
+    (tmp_path / "app" / "core" / "step.py").write_text("import torch\nfrom app.core.ops import peek\n"
+                                                      "def step(x: torch.Tensor):\n    return peek(x)\n")
+    (tmp_path / "loose").mkdir()            # a directory outside any package still names nothing
+    (tmp_path / "loose" / "tool.py").write_text("def main():\n    pass\n")
+    res = scan([str(tmp_path)], entry_points=["app.core.step:step"], root=tmp_path, cache=False, jobs=1)
+    assert [(f.rule, f.path) for f in res.findings] == [("GC101", "app/core/ops.py")]
+    assert res.unresolved == []
+    assert scan([str(tmp_path)], entry_points=["tool:main"], root=tmp_path, cache=False, jobs=1).scope == ["loose/tool.py:main"]
+
+
+def test_layers_unpacked_from_a_helper_tuple_and_instances_passed_by_reference(tmp_path):
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        def stage_layers(n, build):
+            mods = torch.nn.ModuleList([build(i) for i in range(n)])
+            return mods, 0, n
+
+        def world_of(group):
+            return group.size
+
+        def run_norm(h, norm):
+            return norm(h)
+
+        def connect():
+            torch.distributed.barrier()             # set-up: never called by the step
+
+        class Group:
+            def __init__(self):
+                self.size = 2
+                connect()
+
+        class Norm(torch.nn.Module):
+            def forward(self, h):
+                if h.isnan().any():
+                    raise ValueError("nan")
+                return h
+
+        class Block(torch.nn.Module):
+            def forward(self, h):
+                return h.sum().item()
+
+        class Model(torch.nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.layers, self.first, self.last = stage_layers(n, lambda i: Block())
+                self.group = Group()
+                self.norm = Norm()
+
+            def forward(self, h: torch.Tensor):
+                for i in range(self.first, self.last):
+                    h = self.layers[i](h)
+                if isinstance(self.group, Group) and world_of(self.group) > 1 and callable(connect):
+                    h = run_norm(h, self.norm)
+                return h
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Model.forward"], root=root, cache=False, jobs=1)
+    got = {(f.rule, f.function) for f in res.findings}
+    assert got == {("GC101", "Block.forward"), ("GC604", "Norm.forward")}   # Block through the unpacked tuple
+    assert [u["call"] for u in res.unresolved] == ["norm()"] and res.warnings == []   # the parameter, as ever
+    # handing an instance over (or inspecting a function) constructs and calls nothing
+    assert not {"pkg/m.py:Group.__init__", "pkg/m.py:connect"} & set(res.scope)
+
+
 # -- robustness -------------------------------------------------------------------------------------------------
 
 def test_huge_and_deep_expressions_are_one_finding_for_that_file(tmp_path):

@@ -186,7 +186,7 @@ class _Ctx:
         return bool(name) and (name.split(".")[-1] in _LOGGER_NAMES or name.lower().endswith("logger"))
 
     def is_host_sequence(self, node: ast.AST) -> bool:
-        if isinstance(node, (ast.List, ast.Tuple, ast.ListComp)):
+        if isinstance(node, (ast.List, ast.Tuple, ast.ListComp)) or _splits(node):
             return True
         return isinstance(node, ast.Name) and (node.id in self.a.host_seqs.get(id(self.func), ()) or self.env.kind(node) == PY)
 
@@ -449,7 +449,7 @@ class FileAnalyzer:
                 if isinstance(n, ast.Assign) and len(n.targets) == 1:
                     t, v = n.targets[0], n.value
                     if isinstance(t, ast.Name):
-                        if isinstance(v, (ast.List, ast.Tuple, ast.ListComp)) or (
+                        if isinstance(v, (ast.List, ast.Tuple, ast.ListComp)) or _splits(v) or (
                                 isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in ("list", "tuple")):
                             seqs.add(t.id)
                     fname = dotted(v.func) if isinstance(v, ast.Call) else ""
@@ -466,6 +466,17 @@ class FileAnalyzer:
             if isinstance(node, _FUNCS) and any(dotted(d.func if isinstance(d, ast.Call) else d).endswith(("cute.jit",))
                                                  for d in node.decorator_list):
                 self.kernel_names.add(node.name)
+
+
+# torch functions / tensor methods that return a Python tuple or list of tensors (views, no readback)
+_SPLITS = frozenset({"split", "tensor_split", "chunk", "unbind", "hsplit", "vsplit", "dsplit", "split_with_sizes",
+                     "unsafe_split", "unsafe_chunk", "meshgrid", "broadcast_tensors"})
+
+
+def _splits(node: ast.AST) -> bool:
+    """`x.tensor_split(n)`, `torch.chunk(x, n)`: a host sequence of tensors, which list()/tuple()/sum() walk on
+    the host without reading any element back."""
+    return type(node) is ast.Call and type(node.func) is ast.Attribute and node.func.attr in _SPLITS
 
 
 def _enc(k):

@@ -10,7 +10,7 @@ RULE = Rule(
     name='state-rebind',
     message='`self.{attr}` is rebound to another tensor inside the captured step',
     hint='write in place (`self.{attr}.copy_(...)`, `index_copy_`)',
-    what='Flags assigning a tensor to `self.<attr>` (or re-registering a buffer) outside `__init__` in the captured region (`self.cache = torch.cat(...)`).',
+    what='Flags assigning a tensor to `self.<attr>` (or re-registering a buffer) outside `__init__` in the captured region (`self.cache = torch.cat(...)`). Not flagged: a conversion of the attribute itself (`self.cache = self.cache.to(q.device, dtype=q.dtype)`, the same tensor once converted) and a run-once branch that sets what it tests (`if not self.ready: self.cache = ...; self.ready = True`, `if self.buf is None: self.buf = ...`), which runs at warm-up, before capture.',
     why='A graph replays into the memory it captured. Rebinding runs in Python, which replay skips: a state tensor rebound to a fresh allocation (or to another buffer) is never updated by replay, which keeps reading and writing the tensor it captured, and a growing `cat` changes the shape every step.',
     example='self.k_cache = torch.cat([self.k_cache, k], dim=1)',
     instead='self.k_cache.index_copy_(1, pos, k)   # fixed capacity, device pos',
@@ -21,14 +21,65 @@ RUNTIME: tuple[str, ...] = ()
 
 
 _INIT = {"__init__", "__post_init__", "__new__", "__setstate__"}
+# conversions that return the tensor itself once it already has the asked-for device/dtype/layout
+_IDEMPOTENT = {"to", "type", "float", "half", "bfloat16", "double", "contiguous", "cuda"}
+
+
+def _self_attr(n: ast.AST) -> str:
+    return n.attr if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self" else ""
+
+
+def _converts_itself(attr: str, v: ast.AST) -> bool:
+    """`self.cache = self.cache.to(q.device, dtype=q.dtype)`: rebinds only the first time (then `.to` returns the
+    same tensor), and the copy, if captured, is replayed from the same source."""
+    return isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in _IDEMPOTENT \
+        and _self_attr(v.func.value) == attr
+
+
+def _once_flag(test: ast.AST) -> str:
+    """The attribute an `if` tests for not-yet-done: `if not self.ready:`, `if self.buf is None:`."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _self_attr(test.operand)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) \
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+        return _self_attr(test.left)
+    return ""
+
+
+def _once_branches(fn: ast.AST) -> set[int]:
+    """Assignments inside a run-once branch: `if not self.F: ...; self.F = True` (or `if self.F is None: self.F =
+    ...`). The branch sets what it tests, so it runs on the first call (the warm-up before capture), never again."""
+    out: set[int] = set()
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.If):
+            continue
+        flag = _once_flag(n.test)
+        if not flag:
+            continue
+        body = [m for s in n.body for m in ast.walk(s)]
+        sets = any(isinstance(m, ast.Assign) and any(_self_attr(t) == flag for t in m.targets)
+                   and not (isinstance(m.value, ast.Constant) and m.value.value in (None, False)) for m in body)
+        if sets:
+            out.update(id(m) for m in body if isinstance(m, ast.Assign))
+    return out
 
 
 @on(ast.Assign)
 def check(ctx, node: ast.Assign) -> None:
     for t in node.targets:
         if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" \
-                and ctx.in_method and ctx.function_name not in _INIT and ctx.dev(node.value):
+                and ctx.in_method and ctx.function_name not in _INIT and not _converts_itself(t.attr, node.value) \
+                and ctx.dev(node.value) and id(node) not in _once(ctx):
             ctx.report(RULE.code, t, attr=t.attr)
+
+
+def _once(ctx) -> set[int]:
+    f = ctx.func
+    hit = getattr(f, "_gc406_once", None)
+    if hit is None:
+        hit = _once_branches(f.node) if f.node is not None else set()
+        f._gc406_once = hit
+    return hit
 
 
 @on(ast.Call, names=("register_buffer",))

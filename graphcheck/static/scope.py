@@ -358,7 +358,11 @@ class Program:
             raise ScopeError(f"entry point {spec!r} is not of the form 'package.module:Class.method'")
         path = self.path_of.get(mod)
         if path is None:
-            raise ScopeError(f"entry point {spec!r}: module {mod!r} is not among the scanned files")
+            tail = mod.replace(".", "/")
+            near = sorted(m for p, m in self.mod_of.items() if p.endswith((f"{tail}.py", f"{tail}/__init__.py"))
+                          or p.endswith(f"{mod.rsplit('.', 1)[-1]}.py") and mod.endswith(f".{m}"))
+            hint = f" (its file is scanned as module {near[0]!r}: is a parent directory outside the package?)" if near else ""
+            raise ScopeError(f"entry point {spec!r}: module {mod!r} is not among the scanned files{hint}")
         funcs = self.s[path]["functions"]
         if qual in funcs:
             return (path, qual)

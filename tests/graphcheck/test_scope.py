@@ -497,3 +497,14 @@ def test_fields_of_a_class_typed_parameter_take_the_class_declaration(tmp_path):
     res = scan([str(root / "pkg")], entry_points=["pkg.step:step"], root=root, cache=False, jobs=1)
     got = sorted((f.rule, f.line) for f in res.findings)
     assert got == [("GC101", 8), ("GC101", 10), ("GC101", 11), ("GC201", 12)], got
+
+
+def test_an_entry_point_whose_file_is_scanned_under_another_name_says_so(tmp_path):
+    from graphcheck.static.scope import ScopeError
+    (tmp_path / "app").mkdir()                     # no __init__.py: app/step.py is the top-level module 'step'
+    (tmp_path / "app" / "step.py").write_text("def step(x):\n    return x\n")
+    with pytest.raises(ScopeError, match=r"module 'app.step' is not among the scanned files \(its file is scanned "
+                                         r"as module 'step'"):
+        scan([str(tmp_path)], entry_points=["app.step:step"], root=tmp_path, cache=False, jobs=1)
+    with pytest.raises(ScopeError, match=r"module 'app.other' is not among the scanned files$"):
+        scan([str(tmp_path)], entry_points=["app.other:step"], root=tmp_path, cache=False, jobs=1)

@@ -370,6 +370,11 @@ class Program:
             hit = self._class_method((path, qual), "__call__")
             if hit:
                 return hit[0]
+        cls, _, meth = qual.rpartition(".")
+        if cls in self.s[path]["classes"]:      # a method the class inherits: Backend.init_metadata from its base
+            hit = self._class_method((path, cls), meth)
+            if hit:
+                return hit[0]
         raise ScopeError(f"entry point {spec!r}: no function {qual!r} in {path}")
 
     def reachable(self, entry_points: list[str]) -> "Reach":

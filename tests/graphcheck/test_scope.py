@@ -508,3 +508,20 @@ def test_an_entry_point_whose_file_is_scanned_under_another_name_says_so(tmp_pat
         scan([str(tmp_path)], entry_points=["app.step:step"], root=tmp_path, cache=False, jobs=1)
     with pytest.raises(ScopeError, match=r"module 'app.other' is not among the scanned files$"):
         scan([str(tmp_path)], entry_points=["app.other:step"], root=tmp_path, cache=False, jobs=1)
+
+
+def test_an_entry_point_may_name_a_method_the_class_inherits(tmp_path):
+    root = _pkg(tmp_path, {"base.py": '''
+        import torch
+
+        class Backend:
+            def prepare(self, lens: torch.Tensor):
+                return int(lens.max())
+    ''', "impl.py": '''
+        from .base import Backend
+
+        class FastBackend(Backend):
+            pass
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.impl:FastBackend.prepare"], root=root, cache=False, jobs=1)
+    assert [(f.rule, f.path, f.function) for f in res.findings] == [("GC104", "pkg/base.py", "Backend.prepare")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 
 from ._base import Rule, on
+from ..static.inference import TENSORS
 
 RULE = Rule(
     code='GC308',
@@ -33,10 +34,23 @@ def check_call(ctx, node: ast.Call) -> None:
         ctx.report(RULE.code, node, call=f"torch.{t}")
     elif t in ("topk", "kthvalue") and len(node.args) > 1 and ctx.dev(node.args[1]):
         ctx.report(RULE.code, node, call=f"torch.{t}")
-    elif m in ("topk", "kthvalue") and node.args and ctx.dev(node.args[0]):
+    elif m in ("topk", "kthvalue") and node.args and not _module_call(ctx, node) and ctx.dev(node.args[0]):
         ctx.report(RULE.code, node, call=f".{m}()")
     elif m in _SIZE_METHODS and any(ctx.dev(a) for a in node.args) and ctx.tensor(node.func.value):
         ctx.report(RULE.code, node, call=f".{m}()")
+
+
+def _module_call(ctx, node: ast.Call) -> bool:
+    """`self.topk(hidden, logits)`, `moe.topk(hidden, logits)`: a method or submodule of that name, not
+    Tensor.topk(k, dim): its receiver is the object itself, or its second argument is a tensor where Tensor.topk
+    takes the dimension."""
+    recv = node.func.value
+    if isinstance(recv, ast.Name) and recv.id in ("self", "cls"):
+        return True
+    if len(node.args) > 1:
+        k = ctx.kind(node.args[1])
+        return k in TENSORS or isinstance(k, frozenset)
+    return False
 
 
 @on(ast.Subscript)

@@ -56,15 +56,23 @@ def _read(path: Path) -> dict:
         raise ConfigError(f"{path}: invalid TOML: {e}") from None
 
 
+def _has_table(data: dict) -> bool:
+    tool = data.get("tool")
+    return isinstance(tool, dict) and "graphcheck" in tool    # `tool = "graphcheck"` is a string, not a table
+
+
 def find_config(start: Path) -> Path | None:
     """The nearest pyproject.toml at or above `start` that has a [tool.graphcheck] table (one without the table,
     e.g. a nested package's, is passed over, as ruff does)."""
-    start = start.resolve()
+    try:
+        start = start.resolve()
+    except (OSError, RuntimeError):     # a symlink loop (RuntimeError before Python 3.13): the scan reports the file
+        start = start.absolute()
     if start.is_file() or not start.exists():
         start = start.parent
     for d in [start, *start.parents]:
         p = d / "pyproject.toml"
-        if p.is_file() and "graphcheck" in _read(p).get("tool", {}):
+        if p.is_file() and _has_table(_read(p)):
             return p
     return None
 
@@ -74,7 +82,7 @@ def load_config(start: Path | None = None, explicit: Path | None = None) -> Conf
     directory); with none, the defaults rooted at the current directory."""
     if explicit is not None:
         data = _read(explicit)
-        if "graphcheck" not in data.get("tool", {}):
+        if not _has_table(data):
             raise ConfigError(f"{explicit}: no [tool.graphcheck] table")
         path = Path(explicit)
     else:

@@ -148,7 +148,9 @@ def package_dirs(root: Path) -> dict[str, str]:
             data = tomllib.load(fh)
     except (OSError, ValueError, ImportError):
         return {}
-    mapping = data.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    mapping = data.get("tool", {})
+    for key in ("setuptools", "package-dir"):      # any level of another type (`tool = "x"`) means no mapping
+        mapping = mapping.get(key, {}) if isinstance(mapping, dict) else {}
     if not isinstance(mapping, dict):
         return {}
     out = {}

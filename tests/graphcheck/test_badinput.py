@@ -146,3 +146,23 @@ def test_unreadable_directory_is_not_a_pass(project, monkeypatch, capsys):
     rc = main(["scan", "demo", "--all-functions", "--no-cache", "--jobs", "1", "--output-format", "concise"])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("graphcheck: error: could not check demo/private: GC904") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("toml", ['tool = "graphcheck"\n', 'tool = ["graphcheck"]\n', '[tool]\nsetuptools = 3\n',
+                                  '[tool.setuptools]\npackage-dir = 3\n'])
+def test_a_tool_key_of_another_type_is_no_table_not_a_crash(project, toml):
+    """`"graphcheck" in data["tool"]` is a substring test on a string: the table was then indexed like a dict."""
+    (project / "other.toml").write_text(toml)
+    r = gc(project, "scan", "--config", "other.toml")
+    assert r.returncode == 2 and r.stderr == "graphcheck: error: other.toml: no [tool.graphcheck] table\n", r.stderr
+    (project / "pyproject.toml").write_text(toml)             # discovered: passed over, the defaults apply
+    r = gc(project, "scan", "demo", "--all-functions", "--output-format", "concise")
+    assert r.returncode == 1 and "Traceback" not in r.stderr and r.stdout.startswith("demo/step.py:14:13: GC104"), r.stderr
+
+
+def test_a_symlink_loop_given_as_the_path_is_reported_not_a_crash(project):
+    (project / "demo" / "a.py").symlink_to("b.py")
+    (project / "demo" / "b.py").symlink_to("a.py")
+    r = gc(project, "scan", "demo/a.py", "--output-format", "concise")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "could not check demo/a.py: GC904" in r.stderr, r.stderr

@@ -333,6 +333,8 @@ def cmd_baseline(args, cfg: Config) -> int:
     bpath = _baseline_path(args, cfg)
     if bpath.is_dir():
         raise bl.BaselineError(f"baseline {bpath} is a directory, expected a JSON file")
+    # before the run, so a long one never dies at its last step; never over the config or the inventory it reads
+    check_output(bpath, [cfg.source, args.from_inventory], flag="--baseline")
     old = bl.load(bpath)
     if args.from_inventory:
         result = load(args.from_inventory)
@@ -344,7 +346,10 @@ def cmd_baseline(args, cfg: Config) -> int:
         # a baseline over a run that could not check everything would accept blind spots
         raise bl.BaselineError(f"not writing {_display(bpath, cfg)}: {problems[0]}"
                                + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    kept, added, dropped = bl.write(bpath, findings, old, args.reason)
+    try:
+        kept, added, dropped = bl.write(bpath, findings, old, args.reason)
+    except OSError as e:
+        raise OutputError(f"--baseline {bpath}: cannot write it ({e.strerror or e})") from None
     if not args.quiet:
         print(f"wrote {_display(bpath, cfg)}: {kept} kept, {added} added, {dropped} stale removed")
     return 0
@@ -353,7 +358,16 @@ def cmd_baseline(args, cfg: Config) -> int:
 def cmd_report(args) -> int:
     from .inventory import load
     result = load(args.inventory)
-    _check_out(args, None, args.inventory)
+    if args.output is not None:
+        # report reads no configuration, but -o must not land on the baseline: the configured one, and the one
+        # the inventory was gated against (its path is relative to the configuration's root)
+        try:
+            cfg = load_config()
+        except ConfigError:
+            cfg = None
+        root = cfg.root if cfg is not None else Path.cwd()
+        gated = root / result.baseline if isinstance(result.baseline, str) and result.baseline else None
+        check_output(args.output, [args.inventory, gated, cfg.source if cfg else None, cfg.baseline_path if cfg else None])
     return finish(result, args, args.format or "full")
 
 

@@ -16,32 +16,34 @@ class OutputError(ValueError):
     """An output path that would destroy an input or cannot be written; one line naming it (exit 2)."""
 
 
-def check_output(path: Path | str, protected: list[Path | str | None] = ()) -> Path:
+def check_output(path: Path | str, protected: list[Path | str | None] = (), flag: str = "-o") -> Path:
     """Refuse an output path that is a directory, one of `protected` (the config, the baseline, an input
-    file), a source/config/checkpoint file by its suffix, or a file inside a checkpoint directory; and one
-    whose directory cannot be written. Called before any work, so a long run never dies at its last step."""
+    file; whether or not it exists yet: a report written where the baseline will be read is a corrupt
+    baseline), a source/config/checkpoint file by its suffix, or a file inside a checkpoint directory; and one
+    whose directory cannot be written. Called before any work, so a long run never dies at its last step.
+    `flag` is the option the path came from, for the message."""
     if str(path) == "-":                       # stdout, as the output format's own stream
         return Path("-")
     path = Path(path)
     if path.is_dir():
-        raise OutputError(f"-o {path}: is a directory, expected a file path")
+        raise OutputError(f"{flag} {path}: is a directory, expected a file path")
     if path.exists() and not path.is_file():   # /dev/null, a FIFO: written through, never replaced
         return path
-    real = path.resolve()
+    real = Path(os.path.realpath(path))        # never raises, a symlink loop included
     for p in protected:
-        if p is not None and Path(p).exists() and real == Path(p).resolve():
-            raise OutputError(f"-o {path}: refusing to overwrite an input ({p}); choose another path")
+        if p is not None and str(real) == os.path.realpath(p):
+            raise OutputError(f"{flag} {path}: refusing to overwrite an input ({p}); choose another path")
     if path.suffix.lower() in PROTECTED_SUFFIXES:
-        raise OutputError(f"-o {path}: refusing to write a {path.suffix} file (a source, config or checkpoint name); "
+        raise OutputError(f"{flag} {path}: refusing to write a {path.suffix} file (a source, config or checkpoint name); "
                           "choose another path")
     parent = real.parent
     if path.exists() and any(parent.glob("*.safetensors")):
-        raise OutputError(f"-o {path}: refusing to overwrite a file in a checkpoint directory ({parent})")
+        raise OutputError(f"{flag} {path}: refusing to overwrite a file in a checkpoint directory ({parent})")
     existing = next((d for d in [parent, *parent.parents] if d.exists()), None)
     if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise OutputError(f"-o {path}: cannot write there ({existing} is not a writable directory)")
+        raise OutputError(f"{flag} {path}: cannot write there ({existing} is not a writable directory)")
     if path.exists() and not os.access(path, os.W_OK):
-        raise OutputError(f"-o {path}: the file is not writable")
+        raise OutputError(f"{flag} {path}: the file is not writable")
     return path
 
 

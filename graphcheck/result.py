@@ -104,6 +104,14 @@ class Result:
             raise ResultError(f"'layers' must be an object of objects, found {layers!r}"[:200])
         if "static" in layers and not isinstance(layers["static"].get("files"), int):
             raise ResultError(f"'layers.static.files' must be an integer, found {layers['static'].get('files')!r}"[:200])
+        warnings = layers.get("static", {}).get("scope_warnings", [])
+        if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
+            raise ResultError(f"'layers.static.scope_warnings' must be a list of strings, found {warnings!r}"[:200])
+        for kind in ("sync", "capture"):          # what the run table prints: "N target(s)", findings
+            for key in ("targets", "findings") if kind in layers else ():
+                v = layers[kind].get(key)
+                if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                    raise ResultError(f"'layers.{kind}.{key}' must be a non-negative integer, found {v!r}"[:200])
         return cls(command=str(doc.get("command", "run")), findings=findings, status=status, problems=problems,
                    stale=stale, layers=layers, targets=targets,
                    baseline=gate.get("baseline"), strict_baseline=bool(gate.get("strict_baseline", False)))

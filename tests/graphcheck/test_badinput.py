@@ -177,3 +177,20 @@ def test_a_symlink_loop_given_as_the_path_is_reported_not_a_crash(project):
     r = gc(project, "scan", "demo/a.py", "--output-format", "concise")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "could not check demo/a.py: GC904" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d["layers"]["sync"].pop("targets"), "'layers.sync.targets' must be a non-negative integer, found None"),
+    (lambda d: d["layers"]["capture"].update(findings="1"), "'layers.capture.findings' must be a non-negative integer, found '1'"),
+    (lambda d: d["layers"]["static"].update(scope_warnings=None), "'layers.static.scope_warnings' must be a list of strings, found None"),
+])
+def test_an_inventory_with_a_malformed_layer_is_one_line(project, edit, message):
+    """The run table reads these fields: a hand-edited inventory missing one was a KeyError in `report`."""
+    r = gc(project, "run", "--output-format", "json")
+    doc = json.loads(r.stdout)
+    assert {"sync", "capture", "static"} <= set(doc["layers"]), r.stderr
+    edit(doc)
+    (project / "inv.json").write_text(json.dumps(doc))
+    for fmt in ("full", "json"):
+        r = gc(project, "report", "inv.json", "--output-format", fmt)
+        assert r.returncode == 2 and r.stderr == f"graphcheck: error: inv.json: {message}\n", r.stderr

@@ -67,8 +67,8 @@ def select_codes(select: list[str] | None, ignore: list[str] | None) -> set[str]
         out: set[str] = set()
         for item in items:
             item = item.strip().upper()
-            if not item:
-                continue
+            if not item:    # `select = [""]` would select nothing: every scan a vacuous "All checks passed"
+                raise ValueError(f"empty rule code in {what}; expected a code or prefix such as GC1 or GC305")
             hits = {c for c in RULES if c.startswith(item)}
             if not hits:
                 raise ValueError(f"unknown rule code or prefix {item!r} in {what}; valid codes: {', '.join(sorted(RULES))}")

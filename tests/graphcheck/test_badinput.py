@@ -71,6 +71,8 @@ CASES = {
     "config-unknown-key": ("an unknown key in [tool.graphcheck]",
                            lambda p: (p / "pyproject.toml").write_text("[tool.graphcheck]\nentry_point = []\n"),
                            ("scan",), 2, "unknown key 'entry_point'"),
+    "select-empty-code": ("an empty code in `select`", lambda p: (p / "pyproject.toml").write_text(PROJECT + 'select = [""]\n'),
+                          ("scan",), 2, "empty rule code in select; expected a code or prefix"),
     "select-unknown": ("`--select GC999`", None, ("scan", "--select", "GC999"), 2, "GC999"),
     "stdin-mixed": ("`scan - other.py`", None, ("scan", "-", "demo"), 2, "cannot be combined with other paths"),
     "out-scanned-file": ("`scan F -o F`, whatever F is named", lambda p: shutil.copy(p / "demo" / "step.py", p / "step.txt"),

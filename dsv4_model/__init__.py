@@ -34,6 +34,8 @@ def _device(device: str | torch.device) -> torch.device:
         dev = torch.device(device)
     except RuntimeError as e:
         raise ValueError(f"device {device!r}: {e}") from None
+    if dev.type not in ("cpu", "cuda"):     # meta holds no data; xpu/mps/hpu raised deep in torch with a traceback
+        raise ValueError(f"device {device!r}: expected cpu or cuda[:N], found a {dev.type} device")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r}: no CUDA device is available on this machine")
     return dev

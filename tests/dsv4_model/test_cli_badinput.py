@@ -236,3 +236,12 @@ def test_cache_dir_that_is_a_file(tmp_path, capsys, monkeypatch):
         _fails(capsys, GEN, "DSV4_CACHE_DIR", cache, "must be a directory")
         _fails(capsys, ["score", "--tokens", "20", "--out", str(tmp_path / "l.pt")], "DSV4_CACHE_DIR")
     assert f.read_text() == "not a folder" and not (tmp_path / "l.pt").exists()
+
+
+# 12. --device -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("device", ["meta", "xpu", "mps", "hpu"])
+def test_a_device_that_is_not_cpu_or_cuda(tmp_path, capsys, device):
+    """meta blamed the checkpoint ('model tensors not covered'); the others were tracebacks from inside torch."""
+    _fails(capsys, ["score", "--tokens", "20", "--out", str(tmp_path / "l.pt"), "--device", device],
+           f"device '{device}'", "expected cpu or cuda[:N]", f"found a {device} device")
+    assert not (tmp_path / "l.pt").exists()

@@ -185,7 +185,9 @@ def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, 
         for spec in specs:
             if spec in broken:
                 continue
-            with step(f"{'audit' if kind == 'sync' else 'capture'} {spec}"):
+            # the user's code may print (a loading message, a per-step log): to stderr, so that stdout carries
+            # only graphcheck's own output (`--output-format json > inv.json` stays valid JSON)
+            with step(f"{'audit' if kind == 'sync' else 'capture'} {spec}"), contextlib.redirect_stdout(sys.stderr):
                 nproc = getattr(args, "nproc", 1) or 1
                 if nproc > 1:             # every rank builds its shard of the target; verdicts merged with their ranks
                     from .runtime.distributed import DistributedError, run_ranks

@@ -321,3 +321,15 @@ def test_a_target_with_rich_markup_in_a_terminal(project):
     rc, out = in_terminal(project, "audit", "[/]:fn")
     assert rc == 2 and "Traceback" not in out and "MarkupError" not in out, out
     assert "cannot import module '[/]'" in out
+
+
+def test_a_target_that_prints_keeps_stdout_machine_readable(project):
+    """A model that logs with print() while loading and stepping: its lines go to stderr, the JSON to stdout."""
+    (project / "demo" / "noisy.py").write_text(
+        "print('loading weights')\nfrom demo.step import make as _make\n\n\ndef make():\n    print('building')\n"
+        "    t = _make()\n    inner = t.step\n\n    def step(x):\n        print('step')\n        return inner(x)\n"
+        "    t.step = step\n    return t\n")
+    for cmd in ("audit", "capture"):
+        r = gc(project, cmd, "demo.noisy:make", "--output-format", "json")
+        assert r.returncode == 1 and json.loads(r.stdout)["findings"], r.stdout[:300] + r.stderr
+        assert all(line in r.stderr.splitlines() for line in ("loading weights", "building", "step")), r.stderr

@@ -91,7 +91,10 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
     configured = [str(cfg.root / p) for p in cfg.paths]
     keep: list[str] | None = None
     if stdin is not None:
+        # the configured paths resolve the entry points; only the buffer's own findings are its report (an
+        # editor shows them on that buffer)
         scan_paths = configured if entry else []
+        keep = [rel_path(stdin[0], cfg.root)] if entry else None
     elif paths:
         scan_paths = (configured + list(paths)) if entry and entry_points is None else list(paths)
         keep = [rel_path(p, cfg.root) for p in paths] if entry and entry_points is None else None
@@ -126,7 +129,8 @@ def cmd_scan(args, cfg: Config) -> int:
     if "-" in paths:
         if paths != ["-"]:
             raise ConfigError("`-` (read the source from stdin) cannot be combined with other paths")
-        name = args.stdin_filename or "stdin.py"
+        # --stdin-filename is a path from the current directory, like every other path on the command line
+        name = os.path.abspath(args.stdin_filename) if args.stdin_filename else "stdin.py"
         stdin = (name, sys.stdin.read())
         paths = []
     elif args.stdin_filename:

@@ -333,3 +333,16 @@ def test_a_target_that_prints_keeps_stdout_machine_readable(project):
         r = gc(project, cmd, "demo.noisy:make", "--output-format", "json")
         assert r.returncode == 1 and json.loads(r.stdout)["findings"], r.stdout[:300] + r.stderr
         assert all(line in r.stderr.splitlines() for line in ("loading weights", "building", "step")), r.stderr
+
+
+def test_stdin_reports_only_the_buffer_and_its_name_is_from_the_current_directory(project):
+    """An editor pipes a buffer with the project's entry points configured: the other files are scanned to resolve
+    the scope, but their findings are not the buffer's; and from a subdirectory the buffer replaces the file it
+    names there (it was taken relative to the configuration's root, so demo/step.py was scanned from disk)."""
+    r = gc(project, "scan", "-", "--stdin-filename", "demo/other.py", "--output-format", "concise", stdin="x = 1\n")
+    assert r.returncode == 0 and r.stdout == "All checks passed in 3 file(s).\n", r.stdout + r.stderr
+    src = "import torch\n\n\nclass Step:\n    def __call__(self, x: torch.Tensor):\n        return x.item()\n"
+    r = run_graphcheck(project / "demo", "scan", "-", "--stdin-filename", "step.py", "--output-format", "concise",
+                       stdin=src, env=_env(project))
+    assert r.returncode == 1 and r.stdout.splitlines()[0] == "demo/step.py:6:16: GC101 `.item()` reads a device value back to the host", r.stdout + r.stderr
+    assert "GC104" not in r.stdout

@@ -176,6 +176,9 @@ def cmd_score(a) -> int:
         raise ValueError(f"--tokens must be comma-separated integers, found {a.tokens!r}") from None
     if not tokens:
         raise ValueError(f"--tokens is empty ({a.tokens!r}); give at least one token id")
+    if not a.out or a.out.endswith(("/", os.sep)):      # Path() drops the slash: `--out x.pt/` replaced the file x.pt
+        raise ValueError(f"--out {a.out!r}: expected a file path ending in .pt, found "
+                         + ("an empty string" if not a.out else "a directory name (trailing /)"))
     out = Path(a.out)
     root = _root(a.checkpoint)
     _check_out(out, root)

@@ -26,11 +26,18 @@ def _positive(s: str) -> int:
     return v
 
 
+def _file(s: str) -> Path:
+    """A path to write a file at. Path() drops a trailing slash, so `-o out/` would replace a file named `out`."""
+    if not s or s.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"expected a file path, found {s!r}" + (" (a trailing / names a directory)" if s else ""))
+    return Path(s)
+
+
 def _output(p: argparse.ArgumentParser, default_help: str = "full, or [tool.graphcheck] format") -> None:
     g = p.add_argument_group("output")
     g.add_argument("--output-format", "--format", dest="format", choices=FORMATS + FORMAT_ALIASES, metavar="FORMAT",
                    help=f"{'|'.join(FORMATS)} (default: {default_help}); concise is `path:line:col: CODE message`")
-    g.add_argument("-o", "--output-file", "--output", dest="output", type=Path, metavar="FILE",
+    g.add_argument("-o", "--output-file", "--output", dest="output", type=_file, metavar="FILE",
                    help="write the output here instead of stdout (atomically; never over a source, config, baseline "
                         "or checkpoint file)")
     g.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings (errors still exit 2)")
@@ -81,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         _output(p)
 
     p = sub.add_parser("run", help="scan + audit + capture, then the baseline gate")
-    p.add_argument("--baseline", type=Path, help="baseline file (default: [tool.graphcheck] baseline)")
+    p.add_argument("--baseline", type=_file, help="baseline file (default: [tool.graphcheck] baseline)")
     p.add_argument("--strict-baseline", action="store_true", help="fail on stale baseline entries too")
     p.add_argument("--no-runtime", action="store_true", help="static layer only (needs no torch)")
     p.add_argument("--select", help="comma-separated codes or prefixes to report")
@@ -92,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("baseline", help="accept the current findings into the baseline (written atomically)")
     p.add_argument("--reason", help="reason recorded for new entries (existing reasons are kept)")
-    p.add_argument("--baseline", type=Path)
+    p.add_argument("--baseline", type=_file)
     p.add_argument("--from", dest="from_inventory", type=Path, help="take findings from a saved JSON inventory instead of running")
     p.add_argument("-q", "--quiet", action="store_true")
     _runtime_opts(p)

@@ -39,6 +39,8 @@ CASES = {
                      ("run", "--no-runtime", "-o", "graphcheck-baseline.json"), 2, "refusing to overwrite an input"),
     "out-checkpoint": ("`-o` a file in a checkpoint directory", _checkpoint, ("scan", "-o", "ckpt/config.json"), 2,
                        "refusing to overwrite a file in a checkpoint directory"),
+    "out-trailing-slash": ("`-o` a name ending in `/` (`--baseline` too)", lambda p: (p / "inv.json").write_text("{}"),
+                           ("scan", "-o", "inv.json/"), 2, "expected a file path, found 'inv.json/' (a trailing / names a directory)"),
     "out-dir": ("`-o` a directory (`report -o <dir>` too)", None, ("scan", "-o", "demo"), 2, "is a directory, expected a file path"),
     "out-unwritable": ("`-o` under a path that is not a directory", None, ("scan", "-o", "pyproject.toml/x.json"), 2,
                        "is not a writable directory"),

@@ -100,6 +100,10 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
         keep = [rel_path(p, cfg.root) for p in paths] if entry and entry_points is None else None
     else:
         scan_paths = configured
+    gone = [p for p, c in zip(cfg.paths, configured) if c in scan_paths and not os.path.lexists(c)]
+    if gone:     # one line naming the key, instead of "nothing to check" plus a per-file read error
+        where = f"[tool.graphcheck] paths in {cfg.source}" if cfg.source else "paths"
+        raise ConfigError(f"{where}: {gone[0]!r} does not exist under {cfg.root}")
     try:
         res = scan(scan_paths, entry_points=entry, exclude=cfg.exclude, select=select, ignore=ignore, root=cfg.root,
                    cache=cache, jobs=jobs, **({"source_name": stdin[0], "source": stdin[1]} if stdin is not None else {}))

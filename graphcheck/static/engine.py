@@ -22,7 +22,7 @@ from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, infer, join, name_hint)
 
-ENGINE_VERSION = "8"
+ENGINE_VERSION = "9"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -295,6 +295,7 @@ class FileAnalyzer:
                                  "fields": _field_kinds(cnode, kinds)}
         ctx = _Ctx(self)
         functions: dict[str, dict] = {}
+        envs: dict[str, Env] = {}     # each def's names, for the closures nested in it (pre-order: outer first)
         for f in funcs:
             node = f.node
             is_def = isinstance(node, _FUNCS)
@@ -314,7 +315,9 @@ class FileAnalyzer:
                         index[id(n)] = len(calls)
                         calls.append([*d, n.lineno, n.col_offset])
                         call_nodes.append(n)
-                    for a in n.args:     # a function passed as an argument is (likely) called by the callee
+                    # a function passed as an argument, by position or by keyword (`run(xs, fn=self._step)`), is
+                    # (likely) called by the callee
+                    for a in [*n.args, *(k.value for k in n.keywords if k.arg is not None)]:
                         if type(n.func) is ast.Name and n.func.id in _INSPECTS and n.func.id not in self.module_defs:
                             break        # isinstance(self.m, C), getattr(self.m, "x"): looked at, never called
                         r = _ref_descriptor(a, local_types, self.module_defs, self.imports)
@@ -326,7 +329,11 @@ class FileAnalyzer:
             env = Env(self.imports, local_aliases, module_kinds, kinds, mods, index)
             env.module_calls = {i for i, c in enumerate(calls) if (c[0] == "self" and c[1] in mods) or (
                 c[0] == "selfattr" and c[2] == "__call__") or (c[0] == "inst" and c[2] == "__call__")}
+            if is_def:
+                _closure_kinds(env, f, envs)
             params = infer(env, node if is_def else None, f.nodes) if is_def or f.qname != "<module>" else []
+            if is_def:
+                envs[f.qname] = env
             if not is_def and f.qname == "<module>":
                 env.names = dict(menv.names)
             env.memo = {}
@@ -466,6 +473,44 @@ class FileAnalyzer:
             if isinstance(node, _FUNCS) and any(dotted(d.func if isinstance(d, ast.Call) else d).endswith(("cute.jit",))
                                                  for d in node.decorator_list):
                 self.kernel_names.add(node.name)
+
+
+def _closure_kinds(env: Env, f: _Func, envs: dict[str, Env]) -> None:
+    """A nested def reads its enclosing function's names (`nonlocal sizes`, or a free name): they start with the
+    kinds the enclosing function settled on. Only concrete kinds: a symbolic one names the enclosing function's
+    parameters and calls, which mean something else here. A name the nested def binds itself is its own local,
+    unless it is declared nonlocal (then both bindings join)."""
+    q = f.qname.rpartition(".")[0]
+    while q and q not in envs:
+        q = q.rpartition(".")[0]
+    outer = envs.get(q) if q else None
+    if outer is None or not f.qname.startswith(q + ".") or "." in f.qname[len(q) + 1:]:
+        return      # no enclosing def, or a class body between them (a method does not see the function's names)
+    node = f.node
+    bound = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs, node.args.vararg,
+                             node.args.kwarg] if a is not None}
+    for n in f.nodes:
+        t = type(n)
+        tgts = n.targets if t is ast.Assign else [n.target] if t in (ast.AnnAssign, ast.AugAssign, ast.For,
+                                                                        ast.NamedExpr) else []
+        for tg in tgts:
+            bound.update(x.id for x in _names_in(tg))
+    shared = {name for st in ast.walk(node) if isinstance(st, ast.Nonlocal) for name in st.names}
+    for name, k in outer.names.items():
+        if isinstance(k, str) and (name not in bound or name in shared):
+            env.names[name] = k
+            if name in outer.bools:
+                env.bools.add(name)
+
+
+def _names_in(t: ast.AST):
+    if isinstance(t, (ast.Tuple, ast.List)):
+        for e in t.elts:
+            yield from _names_in(e)
+    elif isinstance(t, ast.Starred):
+        yield from _names_in(t.value)
+    elif isinstance(t, ast.Name):
+        yield t
 
 
 # torch functions / tensor methods that return a Python tuple or list of tensors (views, no readback)

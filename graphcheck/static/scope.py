@@ -4,8 +4,10 @@ Scope: the functions reachable from the entry points through calls resolved stat
 same-module names, imports (also through package-dir mappings and re-exports), ``self.method()``, submodules held
 in attributes (assigned directly, in ``nn.ModuleList``/``ModuleDict``/``Sequential``, filled by ``.append`` in a
 loop, by a comprehension, by a helper or factory that returns them, by a class variable such as ``model_cls``, or
-taken from a module-level registry), ``CustomOp``-style dispatch (``forward`` -> ``forward_cuda`` /
-``forward_native``), ``super()``, and functions passed as arguments. ``module(...)`` means ``forward``.
+taken from a module-level registry), submodules of submodules (``self.block.experts(x)``), ``CustomOp``-style
+dispatch (``forward`` -> ``forward_cuda`` / ``forward_native``), ``super()``, ``self.method()`` to the method and
+its overrides in every subclass (the class ``self`` may be at run time), functions passed as arguments (by position
+or keyword) and defs nested in an enclosing function. ``module(...)`` means ``forward``.
 Whatever cannot be resolved is kept (``unresolved``), so a scan never calls a scope it could not build clean.
 
 Kinds: a finding whose value depends on a parameter or a callee's return (see ``inference``) is decided here by
@@ -138,6 +140,15 @@ class Program:
                         self._subs.setdefault(base, []).append((path, cname))
         return self._subs.get(cls_ref, [])
 
+    def _overrides(self, cls_ref: tuple[str, str], meth: str) -> list[tuple[str, str]]:
+        """The definitions of `meth` in the subclasses of cls_ref (the class `self` may be at run time)."""
+        out = []
+        for path, cname in self._subclasses(cls_ref):
+            q = f"{cname}.{meth}"
+            if q in self.s[path]["functions"] and (path, q) not in out:
+                out.append((path, q))
+        return out
+
     def _has_external_base(self, cls_ref: tuple[str, str]) -> bool:
         for path, cname in self._mro(cls_ref):
             for b in self.s[path]["classes"][cname]["bases"]:
@@ -264,9 +275,15 @@ class Program:
             t, st = self._resolve_call(path, qname, call[1:])
             return t, st if t else "external"
         if kind == "name":
-            nested = f"{qname}.{call[1]}"
-            if nested in summ["functions"]:
-                return [(path, nested)], "resolved"
+            # a def nested in this function or in an enclosing one (a closure calling its sibling helper); a class
+            # body is not an enclosing scope: a method does not see its class's names
+            scope_q = qname
+            while scope_q:
+                if scope_q in summ["functions"]:
+                    nested = f"{scope_q}.{call[1]}"
+                    if nested in summ["functions"]:
+                        return [(path, nested)], "resolved"
+                scope_q = scope_q.rpartition(".")[0]
             ref = self.resolve_symbol(path, call[1])
             if ref:
                 t = self._callable(ref)
@@ -275,6 +292,18 @@ class Program:
                 return [], "external"
             return [], "unresolved"
         if kind == "attr":
+            if call[1] == "self" and cls_ref is not None and "." in call[2]:
+                # `self.mlp.experts.dispatch(s)`: a method of a submodule of a submodule, hop by hop; a hop that
+                # holds no class of the tree (a config, a tensor) leaves it outside, as before
+                *hops, meth = call[2].split(".")
+                insts = [cls_ref]
+                for a in hops:
+                    insts = list(dict.fromkeys(c for i in insts for c in self._attr_instances(i, a)[0]))
+                t = list(dict.fromkeys(m for c in insts for m in self._class_method(c, meth)))
+                if not t:    # `self.block.experts(x)`: the last hop is a submodule too, and calling it runs forward
+                    t = list(dict.fromkeys(m for c in insts for i in self._attr_instances(c, meth)[0]
+                                           for m in self._class_method(i, "__call__")))
+                return t, "resolved" if t else "external"
             ref = self.resolve_symbol(path, f"{call[1]}.{call[2]}")
             if ref:
                 t = self._callable(ref)
@@ -285,7 +314,9 @@ class Program:
                 return [], "external"
             t = self._class_method(cls_ref, call[1])
             if t:
-                return t, "resolved"
+                # `self.gemm()` in a base class runs whatever the instance's class defines: a subclass's override
+                # is as reachable as the base method (a template method whose base raises NotImplementedError)
+                return t + [o for o in self._overrides(cls_ref, call[1]) if o not in t], "resolved"
             insts, ext, known = self._attr_instances(cls_ref, call[1])
             for c in insts:      # `self.ffn(x)` runs a submodule's forward; `self.model_cls(cfg)` its __init__
                 t += self._class_method(c, "__call__") or self._class_method(c, "__init__")
@@ -308,6 +339,9 @@ class Program:
                 return [], "external"
             insts, ext, known = self._attr_instances(cls_ref, call[1])
             t = [m for c in insts for m in self._class_method(c, call[2])]
+            if not t and call[2] != "__call__":   # `self.block.experts(x)`: a submodule's submodule, called
+                t = list(dict.fromkeys(m for c in insts for i in self._attr_instances(c, call[2])[0]
+                                       for m in self._class_method(i, "__call__")))
             if t:
                 return t, "resolved"
             if any(call[1] in self.s[p]["classes"][c].get("tensors", ()) for p, c in self._mro(cls_ref)):
@@ -449,7 +483,9 @@ class Program:
                         if call[0] != "ref" and isinstance(call[-1], dict):
                             site = (path, q, call)
                             idx.setdefault(self._call_key(call), []).append(site)
-                            if call[0] == "self" and f"{fn.get('cls')}.{call[1]}" not in summ["functions"]:
+                            if call[0] == "self" and f"{fn.get('cls')}.{call[1]}" not in summ["functions"] or \
+                                    call[0] == "selfattr" and call[2] != "__call__" or \
+                                    call[0] == "attr" and call[1] == "self" and "." in call[2]:
                                 idx.setdefault("__call__", []).append(site)   # likely a submodule: runs forward
             self._callers = idx
         return self._callers
@@ -505,7 +541,9 @@ class Program:
                 args, kw = call[-2], call[-1]
                 # a bound call (self.m(x), obj.m(x), Cls(x) -> __init__) does not pass self; `mod.f(x)` and
                 # `Cls.m(obj, x)` pass every argument
-                shift = 1 if params[:1] in (["self"], ["cls"]) and (call[0] != "attr" or q.endswith(".__init__")) else 0
+                # (`self.a.b.m(x)` is bound too)
+                shift = 1 if params[:1] in (["self"], ["cls"]) and (call[0] != "attr" or call[1] == "self"
+                                                                   or q.endswith(".__init__")) else 0
                 if name in kw:
                     a = kw[name]
                 elif pos >= shift and pos - shift < len(args):

@@ -525,3 +525,108 @@ def test_an_entry_point_may_name_a_method_the_class_inherits(tmp_path):
     '''})
     res = scan([str(root / "pkg")], entry_points=["pkg.impl:FastBackend.prepare"], root=root, cache=False, jobs=1)
     assert [(f.rule, f.path, f.function) for f in res.findings] == [("GC104", "pkg/base.py", "Backend.prepare")]
+
+
+def test_closures_see_the_enclosing_kinds_call_their_siblings_and_functions_passed_by_keyword(tmp_path):
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        def run_all(items, step_fn, tag=""):
+            return [step_fn(x) for x in items]
+
+        class Chunked(torch.nn.Module):
+            def forward(self, h: torch.Tensor, sizes: list):
+                flags = h.new_zeros(4)
+
+                def take(t, n):
+                    torch.cuda.synchronize()          # reached through the sibling closure below
+                    return t[:n], t[n:]
+
+                def next_chunk():
+                    nonlocal counts, h
+                    cur = counts.clamp(max=4)
+                    counts -= cur
+                    plan = cur.tolist()               # a CPU tensor of the enclosing function: no sync
+                    part, h = take(h, plan[0])
+                    return part, flags.tolist()       # a device tensor of the enclosing function: a sync
+
+                counts = torch.tensor(sizes)          # host data without a device: a CPU tensor
+                parts = [next_chunk()]
+                while counts.sum() > 0:
+                    parts.append(next_chunk())
+                return parts
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.chunked = Chunked()
+
+            def _layer(self, x):
+                return x.max().item()                 # reached only as step_fn=self._layer
+
+            def forward(self, xs, h: torch.Tensor):
+                self.chunked(h, [3, 5])
+                return run_all(xs, step_fn=self._layer)
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Model.forward"], root=root, cache=False, jobs=1)
+    got = sorted((f.rule, f.function, f.line) for f in res.findings)
+    assert got == [("GC101", "Model._layer", 35), ("GC102", "Chunked.forward.next_chunk", 21),
+                   ("GC601", "Chunked.forward.take", 12)]
+    assert [u["call"] for u in res.unresolved] == ["step_fn()"]      # the parameter itself, as ever
+
+
+def test_self_calls_reach_subclass_overrides_and_submodules_of_submodules(tmp_path):
+    root = _pkg(tmp_path, {"experts.py": '''
+        import torch
+
+        class ExpertsBase(torch.nn.Module):
+            def forward(self, x):
+                return self.combine(self.compute(x))
+
+            def compute(self, x):
+                raise NotImplementedError
+
+            def combine(self, x):
+                return x
+
+            def wait(self, x):
+                return x
+
+        class DenseExperts(ExpertsBase):
+            def compute(self, x):
+                return x[x > 0]                       # the override is what runs
+
+            def wait(self, x):
+                torch.cuda.current_stream().synchronize()
+                return x
+
+        def build_experts(quant):
+            if quant:
+                raise NotImplementedError
+            return DenseExperts()
+    ''', "model.py": '''
+        import torch
+        from .experts import build_experts
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.experts = build_experts(None)
+                self.scale = 2.0
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.block = Block()
+
+            def forward(self, x: torch.Tensor):
+                y = self.block.experts(x)
+                self.block.experts.wait(y)            # a method of a submodule's submodule
+                self.block.scale.hex()                # a hop that holds no class of the tree: outside, quietly
+                return y
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.model:Model.forward"], root=root, cache=False, jobs=1)
+    got = sorted((f.rule, f.function) for f in res.findings)
+    assert got == [("GC305", "DenseExperts.compute"), ("GC602", "DenseExperts.wait")]
+    assert {"pkg/experts.py:ExpertsBase.compute", "pkg/experts.py:ExpertsBase.combine"} <= set(res.scope)
+    assert res.unresolved == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -405,7 +406,9 @@ def _rules() -> int:
             t.add_row(r.code, r.name, fam.title, r.message.replace("{", "").replace("}", ""))
     import io
     buf = io.StringIO()   # rendered first, written here: a closed pipe is then ours to handle (rich exits 1 on it)
-    Console(file=buf, width=160, force_terminal=sys.stdout.isatty()).print(t)
+    # a terminal's own width (160 wrapped into a mess in 80 columns); a pipe a fixed 160, the same on every machine
+    tty = sys.stdout.isatty()
+    Console(file=buf, width=shutil.get_terminal_size((160, 24)).columns if tty else 160, force_terminal=tty).print(t)
     sys.stdout.write(buf.getvalue())
     sys.stdout.flush()
     return 0

@@ -333,6 +333,18 @@ def test_runner_buckets_padding_and_cpu_fallback(model):
     assert out.shape == (3,) and dec.pos.tolist()[:4] == [3, 3, 3, 3] and dec.pos.tolist()[4:] == [0] * 4
 
 
+def test_runner_check_without_graphs_says_it_gives_no_verdict(model):
+    """`generate --check` checks each bucket before its capture: with no capture (CPU, --no-graph) it would pass in
+    silence, and no verdict could read as a clean one."""
+    lines = []
+    Runner(GraphSafeDecoder(model, batch=2), Sampler(2, model.args.vocab_size), graphs=False, check=True,
+           log=lines.append)
+    assert len(lines) == 1 and "--check" in lines[0] and "graphcheck capture dsv4_model.target:graphsafe_decode" in lines[0]
+    lines.clear()
+    Runner(GraphSafeDecoder(model, batch=2), Sampler(2, model.args.vocab_size), graphs=False, log=lines.append)
+    assert lines == []
+
+
 def test_generate_several_prompts_cli():
     r = subprocess.run([sys.executable, "-m", "dsv4_model", "generate", "--prompt", "hi", "--prompt", "hello there",
                         "--max-new-tokens", "4", "--temperature", "0"], capture_output=True, text=True, cwd=ROOT,

@@ -48,6 +48,17 @@ def in_terminal(cwd, *args, timeout=300):
     return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
 
 
+def test_rules_fit_the_terminal(project):
+    """`graphcheck rules` in a terminal of 100 columns (_env) is drawn in 100: a fixed 160 wrapped every row in two;
+    piped, it stays 160 wide whatever the terminal."""
+    import re
+    rc, out = in_terminal(project, "rules")
+    lines = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", ln) for ln in out.splitlines() if ln.strip()]
+    assert rc == 0 and "GC101" in out and max(len(ln) for ln in lines) <= 100, max(lines, key=len)
+    piped = gc(project, "rules").stdout.splitlines()
+    assert max(len(ln) for ln in piped) == 160
+
+
 def test_run_and_baseline_in_a_pseudo_terminal(project):
     rc, out = in_terminal(project, "run")
     assert "Traceback" not in out and rc == 1, out

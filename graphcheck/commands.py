@@ -136,7 +136,12 @@ def cmd_scan(args, cfg: Config) -> int:
             raise ConfigError("`-` (read the source from stdin) cannot be combined with other paths")
         # --stdin-filename is a path from the current directory, like every other path on the command line
         name = os.path.abspath(args.stdin_filename) if args.stdin_filename else "stdin.py"
-        stdin = (name, sys.stdin.read())
+        from .static.scanner import decode_source
+        # bytes, decoded as a file on disk is (the locale's text stream turned bad bytes into surrogates, GC903)
+        text, why = decode_source(sys.stdin.buffer.read())
+        if text is None:
+            raise ConfigError(f"{args.stdin_filename + ' (from stdin)' if args.stdin_filename else 'stdin'}: {why}")
+        stdin = (name, text)
         paths = []
     elif args.stdin_filename:
         raise ConfigError("--stdin-filename needs `-` as the path")

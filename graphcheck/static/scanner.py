@@ -200,6 +200,12 @@ def _read(path: Path) -> tuple[str | None, str | None]:
         data = path.read_bytes()
     except OSError as e:
         return None, e.strerror or str(e)
+    return decode_source(data)
+
+
+def decode_source(data: bytes) -> tuple[str | None, str | None]:
+    """Python source bytes as text, the way Python reads a file (a coding declaration or BOM, else UTF-8): (text,
+    None), or (None, why not)."""
     try:
         enc, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         return data.decode(enc), None

@@ -346,6 +346,19 @@ def test_a_target_that_prints_keeps_stdout_machine_readable(project):
         assert all(line in r.stderr.splitlines() for line in ("loading weights", "building", "step")), r.stderr
 
 
+def test_stdin_is_decoded_like_a_file(project):
+    """`scan -` reads bytes and decodes them as Python reads a file: a coding declaration is honoured, and bytes
+    that decode to nothing are one line naming the buffer (exit 2), not a GC903 about surrogates."""
+    def scan(data: bytes):
+        return subprocess.run([sys.executable, "-m", "graphcheck", "scan", "-", "--stdin-filename", "demo/x.py"],
+                              cwd=project, input=data, capture_output=True, env=_env(project), timeout=300)
+    ok = scan(b'# -*- coding: latin-1 -*-\nx = "\xff"\n')
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = scan(b'x = "\xff"\n')
+    err = bad.stderr.decode()
+    assert bad.returncode == 2 and err.count("\n") == 1 and "demo/x.py (from stdin): cannot decode" in err, err
+
+
 def test_stdin_reports_only_the_buffer_and_its_name_is_from_the_current_directory(project):
     """An editor pipes a buffer with the project's entry points configured: the other files are scanned to resolve
     the scope, but their findings are not the buffer's; and from a subdirectory the buffer replaces the file it

@@ -120,12 +120,13 @@ def main() -> int:
         if not p.is_file():
             print(f"kernel_ab: {p}: no such patch file", file=sys.stderr)
             return 2
+    names = {"tree": None} | {p.stem: p.resolve() for p in patches}
+    if len({package(n) for n in names}) != len(patches) + 1:     # one package and extension name per variant
+        print("kernel_ab: two patches share a name up to punctuation (early-fetch, early_fetch), or one is named "
+              "tree.patch", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("kernel_ab: no CUDA device (the variants are CUDA kernels)", file=sys.stderr)
-        return 2
-    names = {"tree": None} | {p.stem: p.resolve() for p in patches}
-    if len(names) != len(patches) + 1:
-        print("kernel_ab: two patches share a file name (or one is named tree.patch)", file=sys.stderr)
         return 2
     status = 0
     with tempfile.TemporaryDirectory(prefix="kernel_ab-") as tmp:
@@ -145,17 +146,19 @@ def main() -> int:
               f"{a.rounds} rounds; variants: {', '.join(mods)}", flush=True)
         loads = workloads(ref, only)
         same = {}
+        bits = lambda t: t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)  # noqa: E731  (-0.0 is not 0.0)
         for label, _, call in loads:
             want = call(mods["tree"])
             for n, m in mods.items():
                 got = call(m)
-                same[label, n] = "same" if torch.equal(got, want) else \
+                same[label, n] = "same" if torch.equal(bits(got), bits(want)) else \
                     f"DIFFERS (max |d| {(got.float() - want.float()).abs().max().item():.3g})"
         times = {(label, n): [] for label, _, _ in loads for n in mods}
-        for _ in range(a.rounds):
+        order = list(mods)
+        for r in range(a.rounds):
             for label, _, call in loads:
-                for n, m in mods.items():
-                    times[label, n].append(graphed(lambda: call(m)))
+                for n in order[r % len(order):] + order[:r % len(order)]:     # who goes first rotates per round
+                    times[label, n].append(graphed(lambda: call(mods[n])))
         print(f"{'workload':44} {'variant':22} {'us':>8} {'%copy':>6} {'x tree':>7}  output vs tree")
         for label, nbytes, _ in loads:
             t0 = statistics.median(times[label, "tree"])

@@ -176,9 +176,10 @@ def cmd_score(a) -> int:
         raise ValueError(f"--tokens must be comma-separated integers, found {a.tokens!r}") from None
     if not tokens:
         raise ValueError(f"--tokens is empty ({a.tokens!r}); give at least one token id")
-    if not a.out or a.out.endswith(("/", os.sep)):      # Path() drops the slash: `--out x.pt/` replaced the file x.pt
+    # Path() drops a trailing slash or "/.": `--out x.pt/` and `--out x.pt/.` replaced the file x.pt
+    if not a.out or a.out.endswith(("/", os.sep)) or os.path.basename(a.out) in (".", ".."):
         raise ValueError(f"--out {a.out!r}: expected a file path ending in .pt, found "
-                         + ("an empty string" if not a.out else "a directory name (trailing /)"))
+                         + ("an empty string" if not a.out else "a directory name"))
     out = Path(a.out)
     root = _root(a.checkpoint)
     _check_out(out, root)

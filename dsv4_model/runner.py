@@ -37,8 +37,8 @@ class Runner:
         if graphs and not self.use_graphs:
             self.log(f"dsv4_model: no CUDA device ({dev}): running the graph-safe step eagerly, without CUDA graphs")
         if check and not self.use_graphs:    # the check runs before a capture: with none, no verdict would come
-            self.log("dsv4_model: --check checks CUDA graph captures and nothing is captured here; for a verdict on "
-                     "CPU: graphcheck capture dsv4_model.target:graphsafe_decode")
+            self.log("dsv4_model: --check checks CUDA graph captures and nothing is captured here (no CUDA device, or "
+                     "--no-graph); for a verdict without one: graphcheck capture dsv4_model.target:graphsafe_decode")
         self.check = check
         B, cap = decoder.batch, decoder.capacity
         self.prompt = torch.zeros(B, cap, dtype=torch.long, device=dev)     # each row's prompt, fed token by token

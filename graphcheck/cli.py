@@ -28,8 +28,8 @@ def _positive(s: str) -> int:
 
 def _file(s: str) -> Path:
     """A path to write a file at. Path() drops a trailing slash, so `-o out/` would replace a file named `out`."""
-    if not s or s.endswith(("/", os.sep)):
-        raise argparse.ArgumentTypeError(f"expected a file path, found {s!r}" + (" (a trailing / names a directory)" if s else ""))
+    if not s or s.endswith(("/", os.sep)) or os.path.basename(s) in (".", ".."):     # `out.json/.` is out.json too
+        raise argparse.ArgumentTypeError(f"expected a file path, found {s!r}" + (" (it names a directory)" if s else ""))
     return Path(s)
 
 

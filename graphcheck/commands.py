@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .config import Config, ConfigError, load_config
 from .findings import UNCHECKED, Finding
-from .io import OutputError, check_output, write_atomic
+from .io import OutputError, check_output, stdout_to_stderr, write_atomic
 from .result import Result, classify
 
 
@@ -199,9 +199,8 @@ def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, 
         for spec in specs:
             if spec in broken:
                 continue
-            # the user's code may print (a loading message, a per-step log): to stderr, so that stdout carries
-            # only graphcheck's own output (`--output-format json > inv.json` stays valid JSON)
-            with step(f"{'audit' if kind == 'sync' else 'capture'} {spec}"), contextlib.redirect_stdout(sys.stderr):
+            # the user's code may print (a loading message, a per-step log, a C++ extension's build): to stderr
+            with step(f"{'audit' if kind == 'sync' else 'capture'} {spec}"), stdout_to_stderr():
                 nproc = getattr(args, "nproc", 1) or 1
                 if nproc > 1:             # every rank builds its shard of the target; verdicts merged with their ranks
                     from .runtime.distributed import DistributedError, run_ranks
@@ -383,7 +382,7 @@ def cmd_report(args) -> int:
             cfg = None
         root = cfg.root if cfg is not None else Path.cwd()
         gated = root / result.baseline if isinstance(result.baseline, str) and result.baseline else None
-        check_output(args.output, [args.inventory, gated, cfg.source if cfg else None, cfg.baseline_path if cfg else None])
+        _check_out(args, cfg, args.inventory, gated)
     return finish(result, args, args.format or "full")
 
 

@@ -1,6 +1,7 @@
 """Writing output files: never over an input, and atomically (the old file or the complete new one, never half)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
@@ -10,6 +11,28 @@ from pathlib import Path
 # Files an output must never replace whatever the caller lists: sources, configuration, checkpoints.
 PROTECTED_SUFFIXES = (".py", ".pyi", ".pyx", ".toml", ".cfg", ".ini", ".safetensors", ".pt", ".pth", ".bin",
                       ".ckpt", ".gguf", ".npy", ".npz", ".onnx")
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """What runs inside writes to stderr, so stdout carries only graphcheck's own output (`--output-format json >
+    inv.json` stays valid JSON): Python's sys.stdout, and file descriptor 1 too, which C/C++ code, extension builds
+    and subprocesses write to without passing through Python."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:                      # no fd 1 (a closed stdout): nothing below Python to redirect
+        saved = None
+    if saved is not None:
+        os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 class OutputError(ValueError):

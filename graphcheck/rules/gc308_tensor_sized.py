@@ -42,15 +42,16 @@ def check_call(ctx, node: ast.Call) -> None:
 
 def _module_call(ctx, node: ast.Call) -> bool:
     """`self.topk(hidden, logits)`, `moe.topk(hidden, logits)`: a method or submodule of that name, not
-    Tensor.topk(k, dim): its receiver is the object itself, or its second argument is a tensor where Tensor.topk
-    takes the dimension."""
+    Tensor.topk(k, dim): its receiver is the object itself, or a receiver not known to be a tensor gets a tensor
+    where Tensor.topk takes the dimension. A tensor receiver is Tensor.topk, whatever the second argument (a `dim`
+    parameter's kind is only known at the call site)."""
     recv = node.func.value
     if isinstance(recv, ast.Name) and recv.id in ("self", "cls"):
         return True
-    if len(node.args) > 1:
-        k = ctx.kind(node.args[1])
-        return k in TENSORS or isinstance(k, frozenset)
-    return False
+    if ctx.kind(recv) in TENSORS or len(node.args) < 2:      # known to be a tensor (not merely maybe)
+        return False
+    k = ctx.kind(node.args[1])          # a tensor, or a value that follows the caller's (the hidden/logits pair)
+    return k in TENSORS or isinstance(k, frozenset)
 
 
 @on(ast.Subscript)

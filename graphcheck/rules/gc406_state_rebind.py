@@ -33,33 +33,41 @@ def _converts_itself(attr: str, v: ast.AST) -> bool:
     """`self.cache = self.cache.to(q.device, dtype=q.dtype)`: rebinds only the first time (then `.to` returns the
     same tensor), and the copy, if captured, is replayed from the same source."""
     return isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in _IDEMPOTENT \
-        and _self_attr(v.func.value) == attr
+        and _self_attr(v.func.value) == attr \
+        and not any(k.arg == "copy" and not (isinstance(k.value, ast.Constant) and not k.value.value) for k in v.keywords)
 
 
-def _once_flag(test: ast.AST) -> str:
-    """The attribute an `if` tests for not-yet-done: `if not self.ready:`, `if self.buf is None:`."""
+def _once_flag(test: ast.AST) -> tuple[str, bool]:
+    """The attribute an `if` tests for not-yet-done, and whether the test is `is None`: `if not self.ready:`,
+    `if self.buf is None:`."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _self_attr(test.operand)
+        return _self_attr(test.operand), False
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) \
             and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
-        return _self_attr(test.left)
-    return ""
+        return _self_attr(test.left), True
+    return "", False
 
 
 def _once_branches(fn: ast.AST) -> set[int]:
     """Assignments inside a run-once branch: `if not self.F: ...; self.F = True` (or `if self.F is None: self.F =
-    ...`). The branch sets what it tests, so it runs on the first call (the warm-up before capture), never again."""
+    ...`). The branch sets what it tests, so it runs on the first call (the warm-up before capture), never again.
+    Not run-once: a flag set to something that may be false (`self.F = x.any()`), or assigned again elsewhere in
+    the function (`self.F = False` at the end of the step runs the branch every step)."""
     out: set[int] = set()
+    assigns = [m for m in ast.walk(fn) if isinstance(m, ast.Assign)]
     for n in ast.walk(fn):
         if not isinstance(n, ast.If):
             continue
-        flag = _once_flag(n.test)
+        flag, is_none = _once_flag(n.test)
         if not flag:
             continue
         body = [m for s in n.body for m in ast.walk(s)]
-        sets = any(isinstance(m, ast.Assign) and any(_self_attr(t) == flag for t in m.targets)
-                   and not (isinstance(m.value, ast.Constant) and m.value.value in (None, False)) for m in body)
-        if sets:
+        inside = {id(m) for m in body}
+        to_flag = [m for m in assigns if any(_self_attr(t) == flag for t in m.targets)]
+        done = [m for m in to_flag if id(m) in inside and (
+            not (isinstance(m.value, ast.Constant) and m.value.value is None) if is_none
+            else isinstance(m.value, ast.Constant) and bool(m.value.value))]
+        if done and all(id(m) in inside for m in to_flag):
             out.update(id(m) for m in body if isinstance(m, ast.Assign))
     return out
 

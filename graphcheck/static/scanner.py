@@ -163,9 +163,13 @@ def package_dirs(root: Path) -> dict[str, str]:
 class ModuleNamer:
     """Dotted module names by walking up through packages, honouring package-dir mappings."""
 
-    def __init__(self, mapping: dict[str, str] | None = None):
+    def __init__(self, mapping: dict[str, str] | None = None, root: Path | str | None = None):
         self.mapping = mapping or {}
+        self.root = os.path.abspath(root) if root is not None else None
         self._pkg: dict[str, str] = {}
+
+    def _inside(self, d: str) -> bool:
+        return self.root is not None and d.startswith(self.root.rstrip(os.sep) + os.sep)
 
     def package_of(self, d: str) -> str:
         hit = self._pkg.get(d)
@@ -174,15 +178,17 @@ class ModuleNamer:
         mapped = self.mapping.get(d)
         if mapped is not None:
             name = mapped       # "" maps the project root: packages directly below it are top level
+        elif self.root is not None and d == self.root:
+            name = ""           # the project root is on sys.path: names never climb above it into a parent package
         else:
             up = os.path.dirname(d)
             parent = self.package_of(up) if up != d else ""
             if os.path.isfile(os.path.join(d, "__init__.py")):
                 name = f"{parent}.{os.path.basename(d)}" if parent else os.path.basename(d)
             else:
-                # a directory without __init__.py inside a package is a namespace subpackage (PEP 420: `import
-                # pkg.sub.mod` finds it through pkg.__path__), e.g. sglang/srt; outside a package it names nothing
-                name = f"{parent}.{os.path.basename(d)}" if parent else ""
+                # a directory without __init__.py inside a package of the project is a namespace subpackage (PEP
+                # 420: `import pkg.sub.mod` finds it through pkg.__path__), e.g. sglang/srt; elsewhere, nothing
+                name = f"{parent}.{os.path.basename(d)}" if parent and self._inside(d) else ""
         self._pkg[d] = name
         return name
 
@@ -391,7 +397,7 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
         sp = Path(source_name) if Path(source_name).is_absolute() else root / source_name
         files = [f for f in files if os.path.abspath(f) != os.path.abspath(sp)]
     summaries, cached = analyse_files(files, cache=cache, jobs=jobs)
-    namer = ModuleNamer(package_dirs(root))
+    namer = ModuleNamer(package_dirs(root), root)
     rels = [rel_path(f, root) for f in files]
     if source is not None:
         files.append(sp)

@@ -395,7 +395,8 @@ class Program:
             tail = mod.replace(".", "/")
             near = sorted(m for p, m in self.mod_of.items() if p.endswith((f"{tail}.py", f"{tail}/__init__.py"))
                           or p.endswith(f"{mod.rsplit('.', 1)[-1]}.py") and mod.endswith(f".{m}"))
-            hint = f" (its file is scanned as module {near[0]!r}: is a parent directory outside the package?)" if near else ""
+            hint = (f" (its file is scanned as module {near[0]!r}: names come from the package directories, those with "
+                    "an __init__.py, up to the project root)") if near else ""
             raise ScopeError(f"entry point {spec!r}: module {mod!r} is not among the scanned files{hint}")
         funcs = self.s[path]["functions"]
         if qual in funcs:

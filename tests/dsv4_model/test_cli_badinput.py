@@ -251,6 +251,7 @@ def test_score_out_with_a_trailing_slash_or_empty(tmp_path, capsys):
     """Path('l.pt/') is Path('l.pt'): the old logits were replaced where a directory was named."""
     old = tmp_path / "l.pt"
     old.write_bytes(b"old logits")
-    _fails(capsys, ["score", "--tokens", "20", "--out", f"{old}/"], f"--out '{old}/'", "found a directory name (trailing /)")
+    _fails(capsys, ["score", "--tokens", "20", "--out", f"{old}/"], f"--out '{old}/'", "found a directory name")
+    _fails(capsys, ["score", "--tokens", "20", "--out", f"{old}/."], f"--out '{old}/.'", "found a directory name")
     _fails(capsys, ["score", "--tokens", "20", "--out", ""], "--out ''", "found an empty string")
     assert old.read_bytes() == b"old logits" and [p.name for p in tmp_path.iterdir()] == ["l.pt"]

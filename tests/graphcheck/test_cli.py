@@ -48,6 +48,15 @@ def in_terminal(cwd, *args, timeout=300):
     return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
 
 
+def test_output_naming_a_directory_never_replaces_the_file(project):
+    """Path() drops a trailing "/" and "/.": `-o keep.json/.` replaced keep.json."""
+    (project / "keep.json").write_text("kept")
+    for bad in ("keep.json/", "keep.json/.", "keep.json/.."):
+        r = gc(project, "scan", "-o", bad)
+        assert r.returncode == 2 and "it names a directory" in r.stderr, (bad, r.stderr)
+    assert (project / "keep.json").read_text() == "kept"
+
+
 def test_rules_fit_the_terminal(project):
     """`graphcheck rules` in a terminal of 100 columns (_env) is drawn in 100: a fixed 160 wrapped every row in two;
     piped, it stays 160 wide whatever the terminal."""
@@ -335,15 +344,18 @@ def test_a_target_with_rich_markup_in_a_terminal(project):
 
 
 def test_a_target_that_prints_keeps_stdout_machine_readable(project):
-    """A model that logs with print() while loading and stepping: its lines go to stderr, the JSON to stdout."""
+    """A model that logs with print() while loading and stepping, and C-level code that writes to file descriptor 1
+    (an extension's build, a C++ logger): its lines go to stderr, the JSON to stdout."""
     (project / "demo" / "noisy.py").write_text(
         "print('loading weights')\nfrom demo.step import make as _make\n\n\ndef make():\n    print('building')\n"
+        "    import os\n    os.write(1, b'C-level loading message\\n')\n"
         "    t = _make()\n    inner = t.step\n\n    def step(x):\n        print('step')\n        return inner(x)\n"
         "    t.step = step\n    return t\n")
     for cmd in ("audit", "capture"):
         r = gc(project, cmd, "demo.noisy:make", "--output-format", "json")
         assert r.returncode == 1 and json.loads(r.stdout)["findings"], r.stdout[:300] + r.stderr
-        assert all(line in r.stderr.splitlines() for line in ("loading weights", "building", "step")), r.stderr
+        assert all(line in r.stderr.splitlines() for line in ("loading weights", "building", "step",
+                                                                 "C-level loading message")), r.stderr
 
 
 def test_stdin_is_decoded_like_a_file(project):

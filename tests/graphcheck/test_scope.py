@@ -225,6 +225,19 @@ def test_namespace_subpackage_of_a_regular_package_keeps_its_dotted_name(tmp_pat
     assert scan([str(tmp_path)], entry_points=["tool:main"], root=tmp_path, cache=False, jobs=1).scope == ["loose/tool.py:main"]
 
 
+def test_module_names_never_climb_above_the_project_root(tmp_path):
+    # a project checked out inside a directory that is itself a package (a vendored copy, a monorepo with an
+    # __init__.py above): `pkg.a` is what the project imports, not x.src.pkg.a, and its import of pkg.b resolves
+    src = tmp_path / "x" / "src"
+    (src / "pkg").mkdir(parents=True)
+    (tmp_path / "x" / "__init__.py").write_text("")
+    (src / "pkg" / "__init__.py").write_text("")
+    (src / "pkg" / "a.py").write_text("from pkg.b import g\n\ndef f(t):\n    return g(t)\n")
+    (src / "pkg" / "b.py").write_text("import torch\ndef g(t: torch.Tensor):\n    return t.item()\n")
+    res = scan([str(src)], entry_points=["pkg.a:f"], root=src, cache=False, jobs=1)
+    assert [(f.rule, f.path) for f in res.findings] == [("GC101", "pkg/b.py")] and res.unresolved == []
+
+
 def test_layers_unpacked_from_a_helper_tuple_and_instances_passed_by_reference(tmp_path):
     root = _pkg(tmp_path, {"m.py": '''
         import torch

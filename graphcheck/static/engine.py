@@ -20,7 +20,7 @@ from ..rules import CALLS_BY_PREFIX as _CALLS_BY_PREFIX
 from ..rules import CHECKERS, format_message
 from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
-                        annotation_kind, infer, join, name_hint)
+                        annotation_kind, element, infer, join, name_hint)
 
 ENGINE_VERSION = "10"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -360,13 +360,15 @@ class FileAnalyzer:
                     rec.append({k.arg: _enc(env.kind(k.value)) for k in cn.keywords if k.arg})
             ret = None
             ret_ctors: list[str] = []
+            rets: list[ast.AST] = []
             for n in f.nodes:
                 if type(n) is ast.Return and n.value is not None:
                     ret = join(ret, env.kind(n.value))
                     ret_ctors += [s for s in _ctor_symbols(n.value, local_ctors) if s not in ret_ctors]
+                    rets.append(n.value)
             functions[f.qname] = {
                 "line": getattr(node, "lineno", 0), "cls": f.cls, "calls": calls, "params": params,
-                "ret": _enc(ret), "ret_ctors": ret_ctors,
+                "ret": _enc(ret), "ret_elts": _ret_elts(env, rets), "ret_ctors": ret_ctors,
                 "capturable": is_def and any(dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-1]
                                              == "capturable" for d in node.decorator_list),
             }
@@ -522,6 +524,36 @@ def _splits(node: ast.AST) -> bool:
     """`x.tensor_split(n)`, `torch.chunk(x, n)`: a host sequence of tensors, which list()/tuple()/sum() walk on
     the host without reading any element back."""
     return type(node) is ast.Call and type(node.func) is ast.Attribute and node.func.attr in _SPLITS
+
+
+def _ret_elts(env: Env, rets: list[ast.AST]) -> list | None:
+    """The kinds of a returned tuple's elements, by position: `return a, b` (or a local bound to tuple literals),
+    joined over the tuple returns of one length. Another path's value that is symbolic (`return self.inner(x)`)
+    adds its own elements, as far as its tuple returns show them (`r:i@k`); one that is a tensor, None or a
+    Python value adds nothing, so unpacking the tuple does not take the other path's kind for every name. None
+    when no return is a tuple, or tuples of different lengths are returned."""
+    elts: list | None = None
+    others: list = []
+    for v in rets:
+        ks = env.tuple_elts(v)
+        if ks is None:
+            if type(v) is ast.Tuple or type(v) is ast.Name and v.id in env.tuples:
+                return None             # a starred tuple or literals of different lengths: no fixed positions
+            k = env.kind(v)
+            if isinstance(k, frozenset):
+                others.append(k)
+            continue
+        if elts is None:
+            elts = list(ks)
+        elif len(elts) != len(ks):
+            return None
+        else:
+            elts = [join(a, b) for a, b in zip(elts, ks)]
+    if elts is None:
+        return None
+    for k in others:
+        elts = [join(e, element(k, i, strict=True)) for i, e in enumerate(elts)]
+    return [_enc(e) for e in elts]
 
 
 def _enc(k):

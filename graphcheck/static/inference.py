@@ -7,6 +7,13 @@ or on the result of a call into the scanned tree is *symbolic*: a frozenset of d
 ``"r:<call index>"``) that the cross-file pass (``scope.Program``) resolves through the call graph, in both
 directions (arguments at resolved call sites, returns of resolved callees).
 
+Tuples: an element of a symbolic value is a dependency of its own, ``"<dep>#<i>"`` (``x, y = f()``, ``f()[1]``,
+``a, b = param``): the scope takes element i of what the callee returns where its ``return a, b`` statements show
+the elements (``ret_elts``), and the whole value where they do not (unpacking a tensor yields tensors). A callee's
+own elements are kept with ``"<dep>@<i>"``: element i as tuple returns show it, nothing otherwise, so a path that
+returns a tensor does not lend its kind to the names unpacked from another path's tuple. A local bound to a tuple
+literal keeps its elements too (``t = (a, b)``).
+
 Flow-insensitive per function: a name's kind is the join of everything assigned to it. Host values derived from
 tensors (``.shape``, ``.size()``, ``.numel()``, ``len(t)``) are Python values, so branching on them is never a
 hazard. Nothing here imports torch.
@@ -168,6 +175,43 @@ def _targets(t: ast.AST):
         yield t
 
 
+def element(k, i: int, strict: bool = False):
+    """Element i of a value of kind k (tuple unpacking, a constant index). A symbolic value's element is a dependency
+    of its own (``p:x#0``, ``r:3#1``), resolved by the scope from the tuples the callee returns; a concrete kind, or a
+    dependency that is already an element or a class field, is the value's own kind (unpacking a tensor gives tensors).
+    ``strict`` (``@``): only what tuple returns show; a dependency that cannot say is dropped, a concrete kind is
+    unknown."""
+    if not isinstance(k, frozenset):
+        return None if strict else k
+    sep = "@" if strict else "#"
+    out = frozenset(f"{d}{sep}{i}" if _plain(d) else d for d in k if not strict or _plain(d))
+    return out or None
+
+
+def _plain(dep: str) -> bool:
+    """A parameter or a call's return, not yet an element of one (elements of elements are not followed)."""
+    return dep[:2] in ("p:", "r:", "R:") and "#" not in dep and "@" not in dep
+
+
+def const_index(node: ast.AST) -> int | None:
+    """The value of a constant integer index (`0`, `-1`), else None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        v = node.operand.value
+        return -v if isinstance(v, int) and not isinstance(v, bool) else None
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    return None
+
+
+def tuple_positions(elts: list[ast.AST]) -> list[int | None]:
+    """Each unpacking target's index into the value: from the front before a `*rest`, from the back after it, None
+    for the starred one (it takes a list of the middle)."""
+    star = next((j for j, e in enumerate(elts) if isinstance(e, ast.Starred)), None)
+    if star is None:
+        return list(range(len(elts)))
+    return [j if j < star else None if j == star else j - len(elts) for j in range(len(elts))]
+
+
 class Env:
     """The kinds of one function's names, plus what it sees from its class and module.
 
@@ -189,6 +233,9 @@ class Env:
         self.names: dict[str, object] = {}
         self.param_classes: dict[str, list[str]] = {}   # parameter -> the classes its annotation names
         self.bools: set[str] = set()
+        self.tuples: dict[str, list | None] = {}     # a local bound to tuple literals: its elements' kinds (None:
+                                                    # literals of different lengths)
+        self.tuple_others: dict[str, frozenset] = {}   # ... and the symbolic kinds of its other bindings
         self.memo: dict[int, object] | None = None
 
     # -- names -----------------------------------------------------------------------------------------
@@ -256,7 +303,14 @@ class Env:
                 return frozenset(f"a:{c}:{node.attr}" for c in self.param_classes[v.id])
             return None
         if t is ast.Subscript:
+            i = const_index(node.slice)
+            if i is not None:
+                elts = self.tuple_elts(node.value)
+                if elts is not None:
+                    return elts[i] if -len(elts) <= i < len(elts) else None
             k = self.kind(node.value)
+            if i is not None and isinstance(k, frozenset):
+                return element(k, i)       # f(x)[1]: element 1 of what f returns
             return k if k in TENSORS or k == NP or isinstance(k, frozenset) else None
         if t is ast.BinOp:
             a, b = self.kind(node.left), self.kind(node.right)
@@ -440,6 +494,20 @@ class Env:
                 return k in TENSORS or isinstance(k, frozenset)
         return False
 
+    def tuple_elts(self, node: ast.AST) -> list | None:
+        """The elements' kinds of a tuple literal, or of a local bound only to tuple literals of one length."""
+        if isinstance(node, ast.Tuple):
+            if any(isinstance(e, ast.Starred) for e in node.elts):
+                return None
+            return [self.kind(e) for e in node.elts]
+        if isinstance(node, ast.Name) and node.id in self.tuples:
+            elts = self.tuples[node.id]
+            other = self.tuple_others.get(node.id)
+            if elts is not None and other is not None:     # `t = (a, b)` here, `t = f(x)` there: f's elements too
+                elts = [join(k, element(other, i, strict=True)) for i, k in enumerate(elts)]
+            return elts
+        return None
+
     # -- binding ---------------------------------------------------------------------------------------
     def bind(self, targets: list[ast.AST], value: ast.AST) -> None:
         vk = self.kind(value)
@@ -447,11 +515,36 @@ class Env:
         for tgt in targets:
             if isinstance(tgt, (ast.Tuple, ast.List)):
                 elems = value.elts if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(tgt.elts) else None
-                for i, t in enumerate(tgt.elts):
-                    ek = self.kind(elems[i]) if elems is not None else (vk if vk in TENSORS or vk == NP or isinstance(vk, frozenset) else None)
+                known = self.tuple_elts(value) if elems is None else None
+                whole = vk if vk in TENSORS or vk == NP or isinstance(vk, frozenset) else None
+                for j, (t, i) in enumerate(zip(tgt.elts, tuple_positions(tgt.elts))):
+                    if elems is not None:
+                        ek = self.kind(elems[j])
+                    elif i is None:
+                        ek = whole          # *rest: a list of the middle elements
+                    elif known is not None:
+                        ek = known[i] if -len(known) <= i < len(known) else None
+                    elif isinstance(vk, frozenset):
+                        ek = element(vk, i)
+                    else:
+                        ek = whole
                     self._set(t, ek, False)
             else:
+                if isinstance(tgt, ast.Name):
+                    if type(value) is ast.Tuple:
+                        self._bind_tuple(tgt.id, value)
+                    elif isinstance(vk, frozenset):
+                        self.tuple_others[tgt.id] = vk | self.tuple_others.get(tgt.id, frozenset())
                 self._set(tgt, vk, vb)
+
+    def _bind_tuple(self, name: str, value: ast.Tuple) -> None:
+        elts = self.tuple_elts(value)
+        if name not in self.tuples:
+            self.tuples[name] = elts
+            return
+        cur = self.tuples[name]
+        self.tuples[name] = None if cur is None or elts is None or len(cur) != len(elts) else \
+            [join(a, b) for a, b in zip(cur, elts)]
 
     def _set(self, t: ast.AST, k, is_bool: bool) -> None:
         if isinstance(t, ast.Starred):

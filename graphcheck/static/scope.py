@@ -520,7 +520,8 @@ class Program:
 
     def dep_kind(self, path: str, q: str, dep: str, within: set | None, depth: int = 0):
         """The kind a symbolic dependency resolves to: 'p:x' from the resolved callers' arguments, 'r:i' from the
-        resolved callees' returns. Unknown (None) when nothing resolves or the chain is too long."""
+        resolved callees' returns, 'r:i#k' / 'p:x#k' from element k of those (see ``_element_kind``). Unknown (None)
+        when nothing resolves or the chain is too long."""
         key = (path, q, dep)
         if key in self._kinds:
             return self._kinds[key]
@@ -529,8 +530,11 @@ class Program:
         self._kinds[key] = None          # cycles resolve to unknown
         fn = self.s[path]["functions"].get(q)
         k = None
+        base, sep, idx = _split_element(dep)
         if fn is None:
             pass
+        elif sep:
+            k = self._element_kind(path, q, fn, base, int(idx), sep == "@", within, depth)
         elif dep.startswith("p:"):
             name = dep[2:]
             params = fn.get("params", [])
@@ -539,19 +543,9 @@ class Program:
             if not sites and (path, q) in self.roots:
                 k = TENSOR     # an entry point's un-annotated inputs are the step's tensors: likely on the device
             for cpath, cq, call in sites:
-                args, kw = call[-2], call[-1]
-                # a bound call (self.m(x), obj.m(x), Cls(x) -> __init__) does not pass self; `mod.f(x)` and
-                # `Cls.m(obj, x)` pass every argument
-                # (`self.a.b.m(x)` is bound too)
-                shift = 1 if params[:1] in (["self"], ["cls"]) and (call[0] != "attr" or call[1] == "self"
-                                                                   or q.endswith(".__init__")) else 0
-                if name in kw:
-                    a = kw[name]
-                elif pos >= shift and pos - shift < len(args):
-                    a = args[pos - shift]
-                else:
-                    continue
-                k = join(k, self._decode(cpath, cq, a, within, depth + 1))
+                a = self._argument(call, params, pos, name, q)
+                if a is not _MISSING:
+                    k = join(k, self._decode(cpath, cq, a, within, depth + 1))
         elif dep.startswith("a:"):       # a:Cls:attr, a field of a parameter typed Cls
             cls, _, attr = dep[2:].rpartition(":")
             ref = self.resolve_symbol(path, cls)
@@ -572,6 +566,66 @@ class Program:
                     k = TENSOR       # a submodule outside the tree (nn.Linear): calling it returns a tensor
         self._kinds[key] = k
         return k
+
+    def _element_kind(self, path: str, q: str, fn: dict, base: str, i: int, strict: bool, within, depth: int):
+        """Element i of a parameter or a call's return (`x, y = f()`, `f()[1]`, `a, b = param`): of a callee, what
+        its tuple returns hold at i (`ret_elts`), else (not strict) its whole return; of a parameter, element i of
+        what each resolved caller passes (an entry point's inputs are tensors)."""
+        k = None
+        if base.startswith("p:"):
+            name = base[2:]
+            params = fn.get("params", [])
+            pos = params.index(name) if name in params else -1
+            sites = self.callers(path, q, within)
+            if not sites and (path, q) in self.roots and not strict:
+                return TENSOR
+            for cpath, cq, call in sites:
+                a = self._argument(call, params, pos, name, q)
+                if a is not _MISSING:
+                    k = join(k, self._element(cpath, cq, a, i, strict, within, depth + 1))
+            return k
+        calls = fn["calls"]
+        n = int(base[2:])
+        if n >= len(calls):
+            return None
+        targets = [t for t in self.callees_of(path, q, calls[n]) if not t[1].endswith(".__init__")]
+        for t in targets:
+            callee = self.s[t[0]]["functions"][t[1]]
+            elts = callee.get("ret_elts")
+            if elts is not None:
+                if -len(elts) <= i < len(elts):
+                    k = join(k, self._decode(t[0], t[1], elts[i], within, depth + 1))
+            else:
+                k = join(k, self._element(t[0], t[1], callee.get("ret"), i, strict, within, depth + 1))
+        if not targets and base[0] == "R" and not strict:
+            k = TENSOR       # a submodule outside the tree: a tensor, or a tuple of them
+        return k
+
+    def _element(self, path: str, q: str, enc, i: int, strict: bool, within, depth: int):
+        """Element i of an encoded kind: a dependency's element, or (not strict) the concrete kind itself."""
+        if not isinstance(enc, list):
+            return None if strict else enc
+        k = None
+        for d in enc:
+            if d[:2] in ("p:", "r:", "R:") and not _split_element(d)[1]:
+                k = join(k, self.dep_kind(path, q, f"{d}{'@' if strict else '#'}{i}", within, depth))
+            elif not strict:
+                k = join(k, self.dep_kind(path, q, d, within, depth))
+        return k
+
+    @staticmethod
+    def _argument(call: list, params: list, pos: int, name: str, q: str):
+        """The encoded argument a call site passes for a parameter, or _MISSING."""
+        args, kw = call[-2], call[-1]
+        # a bound call (self.m(x), obj.m(x), Cls(x) -> __init__) does not pass self; `mod.f(x)` and
+        # `Cls.m(obj, x)` pass every argument (`self.a.b.m(x)` is bound too)
+        shift = 1 if params[:1] in (["self"], ["cls"]) and (call[0] != "attr" or call[1] == "self"
+                                                           or q.endswith(".__init__")) else 0
+        if name in kw:
+            return kw[name]
+        if pos >= shift and pos - shift < len(args):
+            return args[pos - shift]
+        return _MISSING
 
     def _decode(self, path: str, q: str, enc, within, depth: int):
         if isinstance(enc, list):
@@ -618,6 +672,18 @@ class Reach:
             cur = prev
             guard += 1
         return list(reversed(out))
+
+
+_MISSING = object()
+
+
+def _split_element(dep: str) -> tuple[str, str, str]:
+    """'r:3#1' -> ('r:3', '#', '1'); 'r:3@1' -> ('r:3', '@', '1'); a dependency that is no element -> (dep, '', '')."""
+    for sep in ("#", "@"):
+        base, s, idx = dep.rpartition(sep)
+        if s and idx.lstrip("-").isdigit():
+            return base, sep, idx
+    return dep, "", ""
 
 
 def _call_line(call: list) -> int:

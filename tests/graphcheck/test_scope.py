@@ -643,3 +643,81 @@ def test_self_calls_reach_subclass_overrides_and_submodules_of_submodules(tmp_pa
     assert got == [("GC305", "DenseExperts.compute"), ("GC602", "DenseExperts.wait")]
     assert {"pkg/experts.py:ExpertsBase.compute", "pkg/experts.py:ExpertsBase.combine"} <= set(res.scope)
     assert res.unresolved == []
+
+
+def test_tuple_returns_keep_their_elements_across_calls(tmp_path):
+    root = _pkg(tmp_path, {"plans.py": '''
+        import enum
+        import torch
+
+        class Route(enum.Enum):
+            DENSE = 1
+            SPARSE = 2
+
+        def choose(x):
+            return Route.DENSE if x.shape[-1] < 64 else Route.SPARSE
+
+        def route(x: torch.Tensor, scale):
+            if x.numel() == 0:
+                return x                              # a tensor on this path: the tuple's elements stay their own
+            how = choose(x)
+            return how, x * scale, x.norm()
+
+        def forward_route(x: torch.Tensor):
+            return route(x, 2.0)                      # forwards the callee's tuple: its elements, by position
+    ''', "model.py": '''
+        import torch
+        from .plans import Route, forward_route, route
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = torch.nn.GRU(4, 4)
+
+            def _prepare(self, x: torch.Tensor):
+                if x.dim() == 1:
+                    return x
+                state = (choose_len(x), x + 1)
+                return state                          # a local bound to a tuple literal
+
+            def _split(self, x: torch.Tensor):
+                return x.view(2, -1)                  # no tuple returned: unpacking it gives tensors, as before
+
+            def _core(self, packed):
+                how, h, norm = packed                 # the caller's tuple, through a parameter
+                if how == Route.SPARSE:               # an enum member: no finding
+                    h = h * 2
+                if norm > 1:                          # GC201: a device tensor from the same tuple
+                    h = h / norm
+                return h
+
+            def forward(self, x: torch.Tensor):
+                how, h, norm = route(x, 0.5)          # cross-module
+                if how == Route.DENSE:
+                    h = h + 1
+                peak = norm.item()                    # GC101: element 2 is on the device
+                n, y = self._prepare(x)               # self.method
+                if n > 2:                             # a host int
+                    y = y + 1
+                if self._prepare(x)[1].any():         # GC201: element 1 by a constant index
+                    y = y - 1
+                w, _, _ = forward_route(x)
+                if w is Route.SPARSE or w == Route.DENSE:
+                    y = y * 2
+                q, k = self._split(x)
+                if q.any():                           # GC201: still a tensor
+                    y = y + k
+                out, hx = self.rnn(x)                 # a submodule outside the tree: still tensors
+                if hx.any():                          # GC201
+                    y = y + out
+                return self._core(route(x, 1.0)), peak
+
+        def choose_len(x):
+            return len(x)
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.model:Block.forward"], root=root, cache=False, jobs=1)
+    got = sorted((f.rule, f.function, f.line) for f in res.findings)
+    # not flagged: the enum members compared (lines 21, 29, 38), the host int (33); before, each name unpacked from
+    # a call took the join of everything the callee returns (a tensor)
+    assert got == [("GC101", "Block.forward", 31), ("GC201", "Block._core", 23), ("GC201", "Block.forward", 35),
+                   ("GC201", "Block.forward", 41), ("GC201", "Block.forward", 44)], got

@@ -22,7 +22,7 @@ from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, element, infer, join, name_hint)
 
-ENGINE_VERSION = "11"
+ENGINE_VERSION = "12"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -489,20 +489,43 @@ def _closure_kinds(env: Env, f: _Func, envs: dict[str, Env]) -> None:
     if outer is None or not f.qname.startswith(q + ".") or "." in f.qname[len(q) + 1:]:
         return      # no enclosing def, or a class body between them (a method does not see the function's names)
     node = f.node
-    bound = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs, node.args.vararg,
-                             node.args.kwarg] if a is not None}
-    for n in f.nodes:
-        t = type(n)
-        tgts = n.targets if t is ast.Assign else [n.target] if t in (ast.AnnAssign, ast.AugAssign, ast.For,
-                                                                        ast.NamedExpr) else []
-        for tg in tgts:
-            bound.update(x.id for x in _names_in(tg))
+    bound = _own_bindings(node)
     shared = {name for st in ast.walk(node) if isinstance(st, ast.Nonlocal) for name in st.names}
     for name, k in outer.names.items():
         if isinstance(k, str) and (name not in bound or name in shared):
             env.names[name] = k
             if name in outer.bools:
                 env.bools.add(name)
+
+
+def _own_bindings(fn: ast.AST) -> set[str]:
+    """The names a def binds in its own scope: parameters, assignment and loop targets, `with ... as`, `except ...
+    as`, imports, nested defs and classes, and `global` names (module globals, not the enclosing function's);
+    nested defs, classes and lambdas are their own scopes and are not entered."""
+    a = fn.args
+    out = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x is not None}
+    stack = list(fn.body)
+    while stack:
+        n = stack.pop()
+        t = type(n)
+        if t in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            out.add(n.name)
+            continue
+        if t is ast.Lambda:
+            continue
+        tgts = n.targets if t is ast.Assign else [n.target] if t in (ast.AnnAssign, ast.AugAssign, ast.For,
+                                                                        ast.AsyncFor, ast.NamedExpr) else \
+            [i.optional_vars for i in n.items if i.optional_vars is not None] if t in (ast.With, ast.AsyncWith) else []
+        for tg in tgts:
+            out.update(x.id for x in _names_in(tg))
+        if t is ast.ExceptHandler and n.name:
+            out.add(n.name)
+        elif t in (ast.Import, ast.ImportFrom):
+            out.update((x.asname or x.name).split(".")[0] for x in n.names)
+        elif t is ast.Global:
+            out.update(n.names)
+        stack.extend(ast.iter_child_nodes(n))
+    return out
 
 
 def _names_in(t: ast.AST):

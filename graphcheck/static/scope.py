@@ -320,6 +320,10 @@ class Program:
             insts, ext, known = self._attr_instances(cls_ref, call[1])
             for c in insts:      # `self.ffn(x)` runs a submodule's forward; `self.model_cls(cfg)` its __init__
                 t += self._class_method(c, "__call__") or self._class_method(c, "__init__")
+            if not t and not known:
+                # a method only the subclasses define (a base without the stub): before "external" from an
+                # nn.Module base, which would pass the subclasses' code over in silence
+                t = self._overrides(cls_ref, call[1])
             if t:
                 return t, "resolved"
             if ext or (not known and self._has_external_base(cls_ref)):

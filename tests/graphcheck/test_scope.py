@@ -721,3 +721,53 @@ def test_tuple_returns_keep_their_elements_across_calls(tmp_path):
     # a call took the join of everything the callee returns (a tensor)
     assert got == [("GC101", "Block.forward", 31), ("GC201", "Block._core", 23), ("GC201", "Block.forward", 35),
                    ("GC201", "Block.forward", 41), ("GC201", "Block.forward", 44)], got
+
+
+def test_a_method_only_the_subclasses_define_is_reached_from_the_base(tmp_path):
+    # Backend.forward calls self.compute(), which Backend does not declare (an nn.Module base: no stub): the
+    # subclass's compute is what runs, not something outside the tree, so its .item() is found
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        class Backend(torch.nn.Module):
+            def forward(self, x: torch.Tensor):
+                return self.compute(x)
+
+        class Slow(Backend):
+            def compute(self, x: torch.Tensor):
+                return x.sum().item()
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.attn = Slow()
+
+            def forward(self, x: torch.Tensor):
+                return self.attn(x)
+        '''})
+    res = scan([str(root)], entry_points=["pkg.m:Model.forward"], root=root, cache=False, jobs=1)
+    assert [(f.rule, f.line) for f in res.findings] == [("GC101", 10)] and "pkg/m.py:Slow.compute" in res.scope
+
+
+def test_a_closure_does_not_inherit_a_name_it_binds_itself(tmp_path):
+    # the enclosing `sizes` is a CPU tensor; the nested def's own `sizes` (bound by `with ... as`, `except ... as`
+    # or an import) is another value: its readback is reported, not passed over as the host tensor's
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        def outer(x: torch.Tensor, stream):
+            sizes = torch.tensor([1, 2])
+            def inner():
+                with stream.capture(x) as sizes:
+                    return sizes.tolist()
+            def other():
+                try:
+                    return 0
+                except Exception as sizes:
+                    return sizes
+            def kept():
+                return sizes.tolist()
+            return inner(), other(), kept()
+        '''})
+    res = scan([str(root)], entry_points=["pkg.m:outer"], root=root, cache=False, jobs=1)
+    assert [(f.rule, f.line) for f in res.findings] == [("GC102", 8)], [(f.rule, f.line, f.message) for f in res.findings]

@@ -263,7 +263,35 @@ def _out_tensors(out) -> list[torch.Tensor]:
 
 _NET_OPS = ("_local_scalar_dense", "nonzero", "_unique", "_unique2", "unique_dim", "unique_consecutive", "bincount",
             "masked_select", "repeat_interleave.Tensor", "index.Tensor", "equal", "lift_fresh", "lift_fresh_copy",
-            "is_nonzero", "_to_copy", "copy_")
+            "is_nonzero", "_to_copy", "copy_", "histc", "_grouped_mm")
+
+
+def _kernel_readback(name: str, args, kwargs) -> str | None:
+    """The call to report where an op's kernel reads device data back on the host itself, in C++: the `.cpu()`/
+    `.item()` it runs there re-enters the dispatcher below the Autograd key, so neither the net nor the function
+    layer sees it, and on a CPU target the CPU kernel reads its own memory without any copy at all. Decided from
+    the arguments, as the CUDA kernel decides (ATen's source):
+    - `histc` with min == max (the default 0, 0) reads the input's min and max back to size its bins;
+    - `_grouped_mm` with offsets takes the CUTLASS kernel only for bf16 operands and output on sm90/sm100; every
+      other call runs `_grouped_mm_fallback`, which copies `offs` to the host and loops over the groups."""
+    x = args[0] if args else None
+    if not _is_tensor(x):
+        return None
+    if name == "histc":
+        lo = args[2] if len(args) > 2 else kwargs.get("min", 0)
+        hi = args[3] if len(args) > 3 else kwargs.get("max", 0)
+        return "torch.histc(min == max)" if lo == hi and x.numel() > 0 else None
+    if name == "_grouped_mm":
+        w = args[1] if len(args) > 1 else kwargs.get("mat2")
+        offs = args[2] if len(args) > 2 else kwargs.get("offs")
+        out_dtype = args[4] if len(args) > 4 else kwargs.get("out_dtype")
+        if offs is None or not _is_tensor(w):
+            return None          # 3-d x 3-d is one bmm: no offsets to read
+        bf16 = x.dtype == w.dtype == torch.bfloat16 and out_dtype in (None, torch.bfloat16)
+        fast = bf16 and (x.device.type != "cuda" or (torch.version.hip is None and
+                                                     torch.cuda.get_device_capability(x.device)[0] in (9, 10)))
+        return None if fast else f"torch._grouped_mm of {str(x.dtype)[6:]} x {str(w.dtype)[6:]} (its fallback reads offs)"
+    return None
 
 
 class _KernelNet:
@@ -302,7 +330,11 @@ class _KernelNet:
                 hit = audit.classify_aten(name, sig, args, kwargs)
                 if hit is not None:
                     audit.event(hit[0], sys._getframe(1), hit[1])
-            return op.redispatch(ks & below, *args, **kwargs)
+            # As the autograd kernel this replaces does: what the op's kernel calls in turn dispatches below autograd
+            # (without it a kernel's own `.item()` surfaced as a second event, and an out= op inside it refused
+            # arguments that require grad).
+            with torch._C._AutoDispatchBelowAutograd():
+                return op.redispatch(ks & below, *args, **kwargs)
         return kernel
 
 
@@ -413,6 +445,9 @@ class PortableAudit:
     def classify_aten(self, name: str, sig: str, args, kwargs) -> tuple[str, dict] | None:
         if name in ("_local_scalar_dense", "is_nonzero"):
             return sig, {"call": name}
+        if name in ("histc", "_grouped_mm"):
+            call = _kernel_readback(name, args, kwargs)
+            return ("torch.Tensor.cpu", {"call": call}) if call else None
         if name == "index":
             idx = args[1] if len(args) > 1 else []
             if any(_is_tensor(i) and i.dtype in (torch.bool, torch.uint8) for i in idx if i is not None):

@@ -232,6 +232,25 @@ def test_host_built_tensor_meeting_device_state_is_an_h2d_copy_on_cpu():
     assert [(f.rule, f.line) for f in rec.findings() if f.rule == "GC402"] == [("GC402", _line_of_marker("mixed"))]
 
 
+@pytest.mark.skipif(not hasattr(torch.nn.functional, "grouped_mm"), reason="torch without F.grouped_mm")
+def test_readbacks_inside_aten_kernels_are_seen_on_cpu():
+    """A kernel that reads device data on the host itself (in C++, below the Autograd key: no `.item()` reaches the
+    function layer or the net, and a CPU kernel reads its own memory) is reported from its arguments: histc sizing
+    its bins from the data, grouped_mm off its bf16 fast path (the fallback's `offs.cpu()`). One event each, and
+    the op still runs with autograd's arguments."""
+    x, w = torch.randn(8, 16), torch.randn(2, 16, 16, requires_grad=True)
+    offs = torch.tensor([3, 8], dtype=torch.int32)
+    rec = Recorder()
+    with PortableAudit(rec, device="cpu"):
+        torch.histc(x, bins=4)                                         # <- histc-range
+        torch.histc(x, bins=4, min=-3, max=3)                          # a given range: nothing read
+        torch.nn.functional.grouped_mm(x, w, offs=offs)                # <- grouped-fp32
+        torch.nn.functional.grouped_mm(x.bfloat16(), w.bfloat16(), offs=offs)   # the bf16 kernel reads on device
+        torch.nn.functional.grouped_mm(x.view(2, 4, 16), w)            # 3-d x 3-d: one bmm, no offsets
+    got = sorted((f.rule, f.line, f.count) for f in rec.findings())
+    assert got == [("GC103", _line_of_marker("histc-range"), 1), ("GC103", _line_of_marker("grouped-fp32"), 1)], got
+
+
 def test_hazards_inside_custom_ops_and_autograd_functions():
     fs = audit(planted.custom_ops())
     assert ("GC102", "planted.py", planted.line_of("custom-op-tolist")) in rows(fs)

@@ -54,6 +54,43 @@ EXPECTED: dict[str, Expect] = {
     "hf_mixtral_moe_batched": Expect("safe", (), "integrations/moe.batched_mm_experts_forward gathers every token's "
                                      "k expert weights by device index (`gate_up_proj[expert_ids]`) and sums with a "
                                      "fixed reshape: fixed shapes, no readback."),
+    "hf_deepseek_v3_moe_grouped_fp32": Expect("unsafe", ("GC103", "GC001"), "DeepseekV3TopkRouter.forward "
+                                              "(modeling_deepseek_v3.py:144-169: topk over groups, `group_mask.scatter_`,"
+                                              " masked_fill) and integrations/moe.grouped_mm_experts_forward (sort :393, "
+                                              "`torch.histc` with a given range :402, cumsum) keep fixed shapes, but the "
+                                              "experts run `torch.nn.functional.grouped_mm` (moe.py:332) in fp32: ATen's "
+                                              "`_grouped_mm_cuda` takes its CUTLASS kernel only for bf16 on sm90/sm100 and "
+                                              "otherwise `_grouped_mm_fallback` (GroupedMMUtils.h), whose "
+                                              "`offs.value().cpu()` copies the offsets to the host every call: capture "
+                                              "fails there."),
+    "hf_deepseek_v3_moe_grouped_bf16": Expect("safe", (), "the same block in bf16: `_grouped_mm_cuda` takes "
+                                              "`bf16bf16_grouped_mm` on sm90/sm100 ('fast path, no d2h sync needed'), "
+                                              "which reads the offsets on the device; the router and the sort/histc/"
+                                              "cumsum around it are fixed-shape device ops (moe.py:393-403)."),
+    "hf_mistral_swa_filling": Expect("unsafe", ("GC003",), "StaticSlidingWindowLayer keeps a Python int "
+                                     "`cumulative_length_int`, and get_seq_length returns it (cache_utils.py:626); "
+                                     "MistralModel.forward builds `position_ids = torch.arange(...) + past_seen_tokens` "
+                                     "from it (modeling_mistral.py:360-361). Nothing syncs and the writes are in place "
+                                     "at the device `cumulative_length`, but capture bakes the position: every replay "
+                                     "rotates q/k for the captured step's position while the cache row advances."),
+    "hf_mistral_swa_full": Expect("unsafe", ("GC401", "GC001"), "once the window is full, StaticSlidingWindowLayer.update "
+                                  "rolls the cache and indexes with `torch.tensor([-1], dtype=int, device=self.device)` "
+                                  "(cache_utils.py:559): a pageable host-to-device copy every step, which a capture "
+                                  "refuses; the position (:626) and the mask's `kv_offset` (:611) are host ints too."),
+    "hf_penalties_and_stopping": Expect("safe", (), "RepetitionPenaltyLogitsProcessor is gather/where/scatter over "
+                                        "input_ids (logits_process.py:409-412); NoRepeatNGramLogitsProcessor is "
+                                        "vectorised in 5.17 (unfold, compare, 3-arg where, `banned_mask.scatter_`, "
+                                        ":1131-1138: no `.tolist()` any more); MinPLogitsWarper is softmax/amax/topk/"
+                                        "scatter_/masked_fill (:762-777). MaxLengthCriteria compares the host length "
+                                        "`input_ids.shape[1]` and fills on the device (stopping_criteria.py:90, a constant "
+                                        "at a fixed shape); EosTokenCriteria moves its ids to the device once and rebinds "
+                                        "them (:590, a no-op after warm-up), then `torch.isin(...).any(-1)` (:591). The "
+                                        "host read is generate()'s own `unfinished_sequences.max() == 0`, not here."),
+    "hf_encoder_no_repeat_ngram": Expect("unsafe", ("GC102",), "EncoderNoRepeatNGramLogitsProcessor still uses the "
+                                         "host n-gram dict: per hypothesis `_get_generated_ngrams` reads the last "
+                                         "tokens with `tuple(prev_input_ids[...].tolist())` (logits_process.py:1069) "
+                                         "and bans with a Python list index `scores_processed[i, banned_tokens] = "
+                                         "-inf` (:1206)."),
     "gptfast_greedy": Expect("safe", (), "gpt-fast decode: KV cache written with index_put_ at a device input_pos, "
                              "mask rows gathered by device index, argmax: nothing leaves the device."),
     "gptfast_sampling": Expect("safe", (), "gpt-fast sampling: topk pivot + 3-arg where + softmax, then "
@@ -190,6 +227,111 @@ def hf_mixtral_moe_eager(device: str = "cpu") -> Target:
 
 def hf_mixtral_moe_batched(device: str = "cpu") -> Target:
     return _mixtral(device, "batched_mm")
+
+
+def _deepseek_v3_moe(device: str, dtype: torch.dtype) -> Target:
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
+    torch.manual_seed(0)
+    config = DeepseekV3Config(hidden_size=32, moe_intermediate_size=16, n_routed_experts=16, num_experts_per_tok=4,
+                              n_group=4, topk_group=2, n_shared_experts=1, num_hidden_layers=1, num_attention_heads=4,
+                              num_key_value_heads=4, vocab_size=VOCAB)
+    config._experts_implementation = "grouped_mm"
+    block = DeepseekV3MoE(config)
+    for p in block.parameters():
+        nn.init.normal_(p, std=0.2)
+    block.gate.e_score_correction_bias.normal_(std=0.1)     # the bias steers the choice, not the weights
+    block = block.to(device=device, dtype=dtype).eval()
+    out = torch.zeros(B, 1, 32, device=device, dtype=dtype)
+
+    def make_inputs(k: int) -> torch.Tensor:
+        return torch.randn(B, 1, 32, generator=torch.Generator().manual_seed(400 + k)).to(device=device, dtype=dtype)
+
+    def step(x):
+        out.copy_(block(x))
+        return out
+    return Target(step, make_inputs, lambda: {"out": out}, name=f"hf deepseek-v3 moe (group-limited router, grouped_mm "
+                  f"experts, {str(dtype)[6:]})", device=device)
+
+
+def hf_deepseek_v3_moe_grouped_fp32(device: str = "cpu") -> Target:
+    return _deepseek_v3_moe(device, torch.float32)
+
+
+def hf_deepseek_v3_moe_grouped_bf16(device: str = "cpu") -> Target:
+    return _deepseek_v3_moe(device, torch.bfloat16)
+
+
+def _mistral_swa(device: str, window: int, prefill: int) -> Target:
+    from transformers import MistralConfig, MistralForCausalLM, StaticCache
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                           sliding_window=window, tie_word_embeddings=False)
+    config._attn_implementation = "sdpa"
+    model = MistralForCausalLM(config).to(device).eval()
+    kv = StaticCache(config=config, max_cache_len=48)       # every layer a StaticSlidingWindowLayer
+    with torch.no_grad():
+        model(torch.arange(prefill, device=device).repeat(B, 1) % VOCAB, past_key_values=kv, use_cache=True)
+
+    def step(ids: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=ids, past_key_values=kv, use_cache=True).logits
+
+    def state() -> dict[str, torch.Tensor]:
+        out = {}
+        for i, layer in enumerate(kv.layers):
+            out[f"layers[{i}].keys"], out[f"layers[{i}].values"] = layer.keys, layer.values
+            out[f"layers[{i}].cumulative_length"] = layer.cumulative_length
+        return out
+    return Target(step, _token_inputs(device), state, name=f"hf mistral static sliding-window cache (window {window}, "
+                  f"prefill {prefill})", device=device)
+
+
+def hf_mistral_swa_filling(device: str = "cpu") -> Target:
+    return _mistral_swa(device, window=32, prefill=4)       # the window never fills during the run
+
+
+def hf_mistral_swa_full(device: str = "cpu") -> Target:
+    return _mistral_swa(device, window=8, prefill=12)       # the prefill already overflows the window
+
+
+def hf_penalties_and_stopping(device: str = "cpu") -> Target:
+    from transformers import (EosTokenCriteria, LogitsProcessorList, MaxLengthCriteria, MinPLogitsWarper,
+                              NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor, StoppingCriteriaList)
+    procs = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.3), NoRepeatNGramLogitsProcessor(2),
+                                 MinPLogitsWarper(0.1)])
+    crit = StoppingCriteriaList([MaxLengthCriteria(max_length=64), EosTokenCriteria(eos_token_id=[0, 5, 9])])
+    tok = torch.zeros(B, 1, dtype=torch.long, device=device)
+    unfinished = torch.ones(B, 1, dtype=torch.long, device=device)
+
+    def make_inputs(k: int):
+        inp = _scores(device)(k)
+        inp["input_ids"][:, 3:5] = inp["input_ids"][:, 0:2]     # repeats, so the n-gram ban and the penalty bite
+        return inp
+
+    def step(inp):         # generate()'s per-token tail: process, pick, stop check (without its host-side any())
+        tok.copy_(procs(inp["input_ids"], inp["scores"]).argmax(-1, keepdim=True))
+        unfinished.mul_(~crit(torch.cat([inp["input_ids"], tok], dim=-1), inp["scores"])[:, None])
+        return tok
+    return Target(step, make_inputs, lambda: {"tok": tok, "unfinished": unfinished},
+                  name="hf repetition penalty + no-repeat-ngram + min-p, then max-length + eos stopping", device=device)
+
+
+def hf_encoder_no_repeat_ngram(device: str = "cpu") -> Target:
+    from transformers.generation.logits_process import EncoderNoRepeatNGramLogitsProcessor
+    enc = torch.randint(0, VOCAB, (B, 8), generator=torch.Generator().manual_seed(5)).to(device)
+    proc = EncoderNoRepeatNGramLogitsProcessor(2, enc)
+    out = torch.zeros(B, dtype=torch.long, device=device)
+
+    def make_inputs(k: int):
+        inp = _scores(device)(k)
+        inp["input_ids"][:, -1] = enc[:, k % 7]           # the last token starts an encoder bigram: a ban applies
+        return inp
+
+    def step(inp):
+        out.copy_(proc(inp["input_ids"], inp["scores"]).argmax(-1))
+        return out
+    return Target(step, make_inputs, lambda: {"out": out}, name="hf encoder no-repeat-ngram", device=device)
 
 
 # ---------------------------------------------------------------- a gpt-fast-style decoder (written here)

@@ -290,7 +290,9 @@ def _kernel_readback(name: str, args, kwargs) -> str | None:
         bf16 = x.dtype == w.dtype == torch.bfloat16 and out_dtype in (None, torch.bfloat16)
         fast = bf16 and (x.device.type != "cuda" or (torch.version.hip is None and
                                                      torch.cuda.get_device_capability(x.device)[0] in (9, 10)))
-        return None if fast else f"torch._grouped_mm of {str(x.dtype)[6:]} x {str(w.dtype)[6:]} (its fallback reads offs)"
+        if fast:
+            return None
+        return f"torch._grouped_mm of {str(x.dtype)[6:]} x {str(w.dtype)[6:]} (its fallback reads offs)"
     return None
 
 

@@ -54,43 +54,47 @@ EXPECTED: dict[str, Expect] = {
     "hf_mixtral_moe_batched": Expect("safe", (), "integrations/moe.batched_mm_experts_forward gathers every token's "
                                      "k expert weights by device index (`gate_up_proj[expert_ids]`) and sums with a "
                                      "fixed reshape: fixed shapes, no readback."),
-    "hf_deepseek_v3_moe_grouped_fp32": Expect("unsafe", ("GC103", "GC001"), "DeepseekV3TopkRouter.forward "
-                                              "(modeling_deepseek_v3.py:144-169: topk over groups, `group_mask.scatter_`,"
-                                              " masked_fill) and integrations/moe.grouped_mm_experts_forward (sort :393, "
-                                              "`torch.histc` with a given range :402, cumsum) keep fixed shapes, but the "
-                                              "experts run `torch.nn.functional.grouped_mm` (moe.py:332) in fp32: ATen's "
-                                              "`_grouped_mm_cuda` takes its CUTLASS kernel only for bf16 on sm90/sm100 and "
-                                              "otherwise `_grouped_mm_fallback` (GroupedMMUtils.h), whose "
-                                              "`offs.value().cpu()` copies the offsets to the host every call: capture "
-                                              "fails there."),
-    "hf_deepseek_v3_moe_grouped_bf16": Expect("safe", (), "the same block in bf16: `_grouped_mm_cuda` takes "
-                                              "`bf16bf16_grouped_mm` on sm90/sm100 ('fast path, no d2h sync needed'), "
-                                              "which reads the offsets on the device; the router and the sort/histc/"
-                                              "cumsum around it are fixed-shape device ops (moe.py:393-403)."),
-    "hf_mistral_swa_filling": Expect("unsafe", ("GC003",), "StaticSlidingWindowLayer keeps a Python int "
-                                     "`cumulative_length_int`, and get_seq_length returns it (cache_utils.py:626); "
-                                     "MistralModel.forward builds `position_ids = torch.arange(...) + past_seen_tokens` "
-                                     "from it (modeling_mistral.py:360-361). Nothing syncs and the writes are in place "
-                                     "at the device `cumulative_length`, but capture bakes the position: every replay "
-                                     "rotates q/k for the captured step's position while the cache row advances."),
-    "hf_mistral_swa_full": Expect("unsafe", ("GC401", "GC001"), "once the window is full, StaticSlidingWindowLayer.update "
-                                  "rolls the cache and indexes with `torch.tensor([-1], dtype=int, device=self.device)` "
-                                  "(cache_utils.py:559): a pageable host-to-device copy every step, which a capture "
-                                  "refuses; the position (:626) and the mask's `kv_offset` (:611) are host ints too."),
-    "hf_penalties_and_stopping": Expect("safe", (), "RepetitionPenaltyLogitsProcessor is gather/where/scatter over "
-                                        "input_ids (logits_process.py:409-412); NoRepeatNGramLogitsProcessor is "
-                                        "vectorised in 5.17 (unfold, compare, 3-arg where, `banned_mask.scatter_`, "
-                                        ":1131-1138: no `.tolist()` any more); MinPLogitsWarper is softmax/amax/topk/"
-                                        "scatter_/masked_fill (:762-777). MaxLengthCriteria compares the host length "
-                                        "`input_ids.shape[1]` and fills on the device (stopping_criteria.py:90, a constant "
-                                        "at a fixed shape); EosTokenCriteria moves its ids to the device once and rebinds "
-                                        "them (:590, a no-op after warm-up), then `torch.isin(...).any(-1)` (:591). The "
-                                        "host read is generate()'s own `unfinished_sequences.max() == 0`, not here."),
-    "hf_encoder_no_repeat_ngram": Expect("unsafe", ("GC102",), "EncoderNoRepeatNGramLogitsProcessor still uses the "
-                                         "host n-gram dict: per hypothesis `_get_generated_ngrams` reads the last "
-                                         "tokens with `tuple(prev_input_ids[...].tolist())` (logits_process.py:1069) "
-                                         "and bans with a Python list index `scores_processed[i, banned_tokens] = "
-                                         "-inf` (:1206)."),
+    "hf_deepseek_v3_moe_grouped_fp32": Expect(
+        "unsafe", ("GC103", "GC001"),
+        "DeepseekV3TopkRouter.forward (modeling_deepseek_v3.py:144-169: topk over groups, `group_mask.scatter_`, "
+        "masked_fill) and integrations/moe.grouped_mm_experts_forward (sort :393, `torch.histc` with a given range "
+        ":402, cumsum) keep fixed shapes, but the experts run `torch.nn.functional.grouped_mm` (moe.py:332) in "
+        "fp32: ATen's `_grouped_mm_cuda` takes its CUTLASS kernel only for bf16 on sm90/sm100 and otherwise "
+        "`_grouped_mm_fallback` (GroupedMMUtils.h), whose `offs.value().cpu()` copies the offsets to the host every"
+        " call: capture fails there."),
+    "hf_deepseek_v3_moe_grouped_bf16": Expect(
+        "safe", (),
+        "the same block in bf16: `_grouped_mm_cuda` takes `bf16bf16_grouped_mm` on sm90/sm100 ('fast path, no d2h "
+        "sync needed'), which reads the offsets on the device; the router and the sort/histc/cumsum around it are "
+        "fixed-shape device ops (moe.py:393-403)."),
+    "hf_mistral_swa_filling": Expect(
+        "unsafe", ("GC003",),
+        "StaticSlidingWindowLayer keeps a Python int `cumulative_length_int`, and get_seq_length returns it "
+        "(cache_utils.py:626); MistralModel.forward builds `position_ids = torch.arange(...) + past_seen_tokens` "
+        "from it (modeling_mistral.py:360-361). Nothing syncs and the writes are in place at the device "
+        "`cumulative_length`, but capture bakes the position: every replay rotates q/k for the captured step's "
+        "position while the cache row advances."),
+    "hf_mistral_swa_full": Expect(
+        "unsafe", ("GC401", "GC001"),
+        "once the window is full, StaticSlidingWindowLayer.update rolls the cache and indexes with "
+        "`torch.tensor([-1], dtype=int, device=self.device)` (cache_utils.py:559): a pageable host-to-device copy "
+        "every step, which a capture refuses; the position (:626) and the mask's `kv_offset` (:611) are host ints "
+        "too."),
+    "hf_penalties_and_stopping": Expect(
+        "safe", (),
+        "RepetitionPenaltyLogitsProcessor is gather/where/scatter over input_ids (logits_process.py:409-412); "
+        "NoRepeatNGramLogitsProcessor is vectorised in 5.17 (unfold, compare, 3-arg where, `banned_mask.scatter_`, "
+        ":1131-1138: no `.tolist()` any more); MinPLogitsWarper is softmax/amax/topk/scatter_/masked_fill "
+        "(:762-777). MaxLengthCriteria compares the host length `input_ids.shape[1]` and fills on the device "
+        "(stopping_criteria.py:90, a constant at a fixed shape); EosTokenCriteria moves its ids to the device once "
+        "and rebinds them (:590, a no-op after warm-up), then `torch.isin(...).any(-1)` (:591). The host read is "
+        "generate()'s own `unfinished_sequences.max() == 0`, not here."),
+    "hf_encoder_no_repeat_ngram": Expect(
+        "unsafe", ("GC102",),
+        "EncoderNoRepeatNGramLogitsProcessor still uses the host n-gram dict: per hypothesis "
+        "`_get_generated_ngrams` reads the last tokens with `tuple(prev_input_ids[...].tolist())` "
+        "(logits_process.py:1069) and bans with a Python list index `scores_processed[i, banned_tokens] = -inf` "
+        "(:1206)."),
     "gptfast_greedy": Expect("safe", (), "gpt-fast decode: KV cache written with index_put_ at a device input_pos, "
                              "mask rows gathered by device index, argmax: nothing leaves the device."),
     "gptfast_sampling": Expect("safe", (), "gpt-fast sampling: topk pivot + 3-arg where + softmax, then "

@@ -111,4 +111,10 @@ def load_config(start: Path | None = None, explicit: Path | None = None) -> Conf
         raise ConfigError(f"{path}: [tool.graphcheck] format must be one of {', '.join(FORMATS)}, found {cfg.format!r}")
     if cfg.steps < 1:
         raise ConfigError(f"{path}: [tool.graphcheck] steps must be at least 1, found {cfg.steps}")
+    if cfg.select or cfg.ignore:     # checked here, where the file is known: a bad code is the config's error
+        from .rules import select_codes
+        try:
+            select_codes(cfg.select or None, cfg.ignore or None)
+        except ValueError as e:
+            raise ConfigError(f"{path}: [tool.graphcheck] {e}") from None
     return cfg

@@ -74,7 +74,7 @@ CASES = {
                            lambda p: (p / "pyproject.toml").write_text("[tool.graphcheck]\nentry_point = []\n"),
                            ("scan",), 2, "unknown key 'entry_point'"),
     "select-empty-code": ("an empty code in `select`", lambda p: (p / "pyproject.toml").write_text(PROJECT + 'select = [""]\n'),
-                          ("scan",), 2, "empty rule code in select; expected a code or prefix"),
+                          ("scan",), 2, "pyproject.toml: [tool.graphcheck] empty rule code in select; expected a code or prefix"),
     "select-unknown": ("`--select GC999`", None, ("scan", "--select", "GC999"), 2, "GC999"),
     "stdin-mixed": ("`scan - other.py`", None, ("scan", "-", "demo"), 2, "cannot be combined with other paths"),
     "out-scanned-file": ("`scan F -o F`, whatever F is named", lambda p: shutil.copy(p / "demo" / "step.py", p / "step.txt"),

@@ -641,7 +641,9 @@ def test_self_calls_reach_subclass_overrides_and_submodules_of_submodules(tmp_pa
     res = scan([str(root / "pkg")], entry_points=["pkg.model:Model.forward"], root=root, cache=False, jobs=1)
     got = sorted((f.rule, f.function) for f in res.findings)
     assert got == [("GC305", "DenseExperts.compute"), ("GC602", "DenseExperts.wait")]
-    assert {"pkg/experts.py:ExpertsBase.compute", "pkg/experts.py:ExpertsBase.combine"} <= set(res.scope)
+    # the factory builds a DenseExperts: the inherited forward runs as that class, so self.compute() is the override
+    # and the base's NotImplementedError stub is not reached; self.combine() is the base's, inherited
+    assert "pkg/experts.py:ExpertsBase.combine" in res.scope and "pkg/experts.py:ExpertsBase.compute" not in res.scope
     assert res.unresolved == []
 
 
@@ -771,3 +773,122 @@ def test_a_closure_does_not_inherit_a_name_it_binds_itself(tmp_path):
         '''})
     res = scan([str(root)], entry_points=["pkg.m:outer"], root=root, cache=False, jobs=1)
     assert [(f.rule, f.line) for f in res.findings] == [("GC102", 8)], [(f.rule, f.line, f.message) for f in res.findings]
+
+
+BACKENDS = '''
+    import torch
+
+    class Backend(torch.nn.Module):
+        def forward(self, x: torch.Tensor):
+            return self.compute(x)
+
+    class Fast(Backend):
+        def compute(self, x: torch.Tensor):
+            return x * 2
+
+    class Slow(Backend):
+        def compute(self, x: torch.Tensor):
+            return x.sum().item()
+'''
+
+
+def test_a_base_method_runs_as_the_entry_points_class(tmp_path):
+    # Fast.forward is Backend.forward running as a Fast: its self.compute() is Fast.compute, never Slow's. Named on
+    # the base, which does not define compute, the entry point stands for every subclass (as before)
+    root = _pkg(tmp_path, {"m.py": BACKENDS})
+    res = scan([str(root)], entry_points=["pkg.m:Fast.forward"], root=root, cache=False, jobs=1)
+    assert res.findings == [] and "pkg/m.py:Fast.compute" in res.scope and "pkg/m.py:Slow.compute" not in res.scope
+    res = scan([str(root)], entry_points=["pkg.m:Backend.forward"], root=root, cache=False, jobs=1)
+    assert [(f.rule, f.function) for f in res.findings] == [("GC101", "Slow.compute")]
+
+
+def test_a_submodule_constructed_as_a_class_runs_its_inherited_forward_as_that_class(tmp_path):
+    root = _pkg(tmp_path, {"m.py": BACKENDS + '''
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = Fast()
+            self.layers = torch.nn.ModuleList([Fast() for _ in range(2)])
+
+        def forward(self, x: torch.Tensor):
+            for layer in self.layers:
+                x = layer(x)
+            return self.attn(x)
+    '''})
+    res = scan([str(root)], entry_points=["pkg.m:Model.forward"], root=root, cache=False, jobs=1)
+    assert res.findings == [] and "pkg/m.py:Backend.forward" in res.scope and "pkg/m.py:Fast.compute" in res.scope
+    assert "pkg/m.py:Slow.compute" not in res.scope and res.unresolved == []
+
+
+def test_an_attribute_known_only_up_to_its_base_class_reaches_every_override(tmp_path):
+    # typed by the base (an annotation), or taken from a registry: the runtime class may be any of them
+    root = _pkg(tmp_path, {"m.py": BACKENDS + '''
+    BACKENDS = {"fast": Fast, "slow": Slow}
+
+    class Model(torch.nn.Module):
+        attn: Backend
+
+        def __init__(self, attn: Backend, impl: str):
+            super().__init__()
+            self.attn = attn
+            self.other = BACKENDS[impl]()
+
+        def forward(self, x: torch.Tensor):
+            return self.attn(x)
+
+        def step(self, x: torch.Tensor):
+            return self.other(x)
+    '''})
+    for ep in ("pkg.m:Model.forward", "pkg.m:Model.step"):
+        res = scan([str(root)], entry_points=[ep], root=root, cache=False, jobs=1)
+        assert [(f.rule, f.function) for f in res.findings] == [("GC101", "Slow.compute")], ep
+
+
+def test_super_continues_the_mro_of_the_class_self_runs_as(tmp_path):
+    # Leaf.forward is Mid.forward, whose super().forward() is Base.forward, all running as a Leaf: self.compute() is
+    # Leaf.compute, whose super().compute() is Mid.compute (its .item() is found); Other's override never runs, nor
+    # Base.compute. A mixin's super() goes on along the class's MRO, to the next mixin (cooperative inheritance)
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        class Base(torch.nn.Module):
+            def forward(self, x: torch.Tensor):
+                return self.compute(x)
+
+            def compute(self, x: torch.Tensor):
+                return x
+
+        class Mid(Base):
+            def forward(self, x: torch.Tensor):
+                return super().forward(x)
+
+            def compute(self, x: torch.Tensor):
+                return x.sum().item()
+
+        class Leaf(Mid):
+            def compute(self, x: torch.Tensor):
+                return super().compute(x) * 2
+
+        class Other(Mid):
+            def compute(self, x: torch.Tensor):
+                torch.cuda.synchronize()
+                return x
+
+        class Scale(torch.nn.Module):
+            def run(self, x: torch.Tensor):
+                return super().run(x) * 2
+
+        class Read(torch.nn.Module):
+            def run(self, x: torch.Tensor):
+                return x.tolist()
+
+        class Both(Scale, Read):
+            def forward(self, x: torch.Tensor):
+                return self.run(x)
+        '''})
+    res = scan([str(root)], entry_points=["pkg.m:Leaf.forward"], root=root, cache=False, jobs=1)
+    assert [(f.rule, f.function) for f in res.findings] == [("GC101", "Mid.compute")]
+    assert {"pkg/m.py:Mid.forward", "pkg/m.py:Base.forward", "pkg/m.py:Leaf.compute"} <= set(res.scope)
+    assert not {"pkg/m.py:Base.compute", "pkg/m.py:Other.compute"} & set(res.scope)
+    res = scan([str(root)], entry_points=["pkg.m:Both.forward"], root=root, cache=False, jobs=1)
+    assert [(f.rule, f.function) for f in res.findings] == [("GC102", "Read.run")]

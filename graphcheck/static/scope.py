@@ -5,12 +5,9 @@ same-module names, imports (also through package-dir mappings and re-exports), `
 in attributes (assigned directly, in ``nn.ModuleList``/``ModuleDict``/``Sequential``, filled by ``.append`` in a
 loop, by a comprehension, by a helper or factory that returns them, by a class variable such as ``model_cls``, or
 taken from a module-level registry), submodules of submodules (``self.block.experts(x)``), ``CustomOp``-style
-dispatch (``forward`` -> ``forward_cuda`` / ``forward_native``), ``super()`` and ``self.method()`` along the MRO of
-the class ``self`` runs as (the receiver) where that is known exactly (an entry point's class, a submodule constructed
-as named), else to the method and its overrides in every subclass (the class ``self`` may be at run time), functions
-passed as arguments (by position or keyword) and defs nested in an enclosing function. ``module(...)`` means
-``forward``. Reachability walks (function, receiver); a function reached under any receiver is in scope, and the
-kinds resolve a call site under the receivers its function was reached with.
+dispatch (``forward`` -> ``forward_cuda`` / ``forward_native``), ``super()``, ``self.method()`` to the method and
+its overrides in every subclass (the class ``self`` may be at run time), functions passed as arguments (by position
+or keyword) and defs nested in an enclosing function. ``module(...)`` means ``forward``.
 Whatever cannot be resolved is kept (``unresolved``), so a scan never calls a scope it could not build clean.
 
 Kinds: a finding whose value depends on a parameter or a callee's return (see ``inference``) is decided here by
@@ -42,9 +39,6 @@ class Program:
         self.roots: set[tuple[str, str]] = set()
         self._rev: dict[str, dict] = {}
         self._calls: dict[int, tuple] = {}
-        self._recv_calls: dict[tuple, tuple] = {}
-        self._receivers: dict[tuple[str, str], set] = {}     # function -> the receivers reachability met it under
-        self._sites: dict[int, list] = {}
         self._mros: dict[tuple[str, str], list] = {}
         self._syms: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._subs: dict[tuple[str, str], list] | None = None
@@ -180,11 +174,8 @@ class Program:
                         break
         return out
 
-    def instances(self, cls_ref: tuple[str, str] | None, path: str, entry: str, depth: int = 0,
-                  loose: set | None = None) -> tuple[list, bool]:
-        """Classes an attribute entry constructs, and whether any part of it lies outside the scanned tree. Classes
-        known only up to a base (an annotation, a registry) are also added to `loose`; the others are constructed
-        as named, so their instances run as exactly that class (the receiver of their self-calls)."""
+    def instances(self, cls_ref: tuple[str, str] | None, path: str, entry: str, depth: int = 0) -> tuple[list, bool]:
+        """Classes an attribute entry constructs, and whether any part of it lies outside the scanned tree."""
         if depth > 8:
             return [], False
         if entry.startswith("reg:"):
@@ -193,17 +184,12 @@ class Program:
                 ref = self.resolve_symbol(path, sym)
                 if ref and ref[1] in self.s[ref[0]]["classes"]:
                     out.append(ref)
-            if loose is not None:
-                loose.update(out)
             return out, False
         if entry.startswith("ann:"):     # typed by an annotation: that class or any subclass in the tree
             ref = self.resolve_symbol(path, entry[4:])
             if ref is None or ref[1] not in self.s[ref[0]]["classes"]:
                 return [], False         # a type outside the tree says nothing about what runs: stays unresolved
-            out = [ref, *self._subclasses(ref)]
-            if loose is not None:
-                loose.update(out)
-            return out, False
+            return [ref, *self._subclasses(ref)], False
         if entry.startswith("self:"):
             name = entry[5:]
             out, ext = [], False
@@ -211,12 +197,12 @@ class Program:
                 return [], False
             for t in self._class_method(cls_ref, name):
                 for e in self.s[t[0]]["functions"][t[1]].get("ret_ctors", []):
-                    got, x = self.instances(self._cls_of(t), t[0], e, depth + 1, loose)
+                    got, x = self.instances(self._cls_of(t), t[0], e, depth + 1)
                     out += got
                     ext |= x
             for cpath, cname in self._mro(cls_ref):
                 for sym in self.s[cpath]["classes"][cname].get("refs", {}).get(name, []):
-                    got, x = self.instances(None, cpath, sym, depth + 1, loose)
+                    got, x = self.instances(None, cpath, sym, depth + 1)
                     out += got
                     ext |= x
             return out, ext
@@ -231,7 +217,7 @@ class Program:
         if q in summ["functions"]:          # a factory or helper: what it returns
             out, ext = [], False
             for e in summ["functions"][q].get("ret_ctors", []):
-                got, x = self.instances(self._cls_of(ref), rpath, e, depth + 1, loose)
+                got, x = self.instances(self._cls_of(ref), rpath, e, depth + 1)
                 out += got
                 ext |= x
             return out, ext
@@ -241,16 +227,15 @@ class Program:
         cls = self.s[ref[0]]["functions"][ref[1]].get("cls")
         return (ref[0], cls) if cls else None
 
-    def _attr_instances(self, cls_ref: tuple[str, str], attr: str, loose: set | None = None) -> tuple[list, bool, bool]:
-        """Classes held by self.<attr>; whether some of it is outside the tree; whether the attribute is known.
-        Those known only up to a base are added to `loose` (see ``instances``)."""
+    def _attr_instances(self, cls_ref: tuple[str, str], attr: str) -> tuple[list, bool, bool]:
+        """Classes held by self.<attr>; whether some of it is outside the tree; whether the attribute is known."""
         out: list[tuple[str, str]] = []
         ext = known = False
         for path, cname in self._mro(cls_ref):
             info = self.s[path]["classes"][cname]
             for e in info["attrs"].get(attr, []):
                 known = True
-                got, x = self.instances((path, cname), path, e, loose=loose)
+                got, x = self.instances((path, cname), path, e)
                 out += [g for g in got if g not in out]
                 ext |= x
             for sym in info.get("refs", {}).get(attr, []):
@@ -267,74 +252,41 @@ class Program:
         return self._callees[key]
 
     def resolve_call(self, path: str, qname: str, call: list) -> tuple[list[tuple[str, str]], str]:
-        """Targets of one call record and its status: 'resolved', 'external' (outside the tree) or 'unresolved'.
-        Whatever class `self` is (the receiver unknown): a base's self.m() gives the method and every override."""
+        """Targets of one call record and its status: 'resolved', 'external' (outside the tree) or 'unresolved'."""
         key = id(call)       # call records live as long as the program: their identity names the site
         hit = self._calls.get(key)
         if hit is None:
-            pairs, st = self.resolve_for(path, qname, call, None)
-            hit = self._calls[key] = ([t for t, _ in pairs], st)
+            hit = self._calls[key] = self._resolve_call(path, qname, call)
         return hit
 
-    def resolve_for(self, path: str, qname: str, call: list, recv: tuple[str, str] | None) -> tuple[list, str]:
-        """Targets of one call when `self` runs as exactly class `recv` (None: the defining class or any subclass),
-        each with the receiver it runs under, and the call's status (see ``resolve_call``)."""
-        key = (id(call), recv)
-        hit = self._recv_calls.get(key)
-        if hit is None:
-            hit = self._recv_calls[key] = self._resolve_call(path, qname, call, recv)
-        return hit
-
-    def receiver(self, node: tuple[str, str], recv: tuple[str, str] | None) -> tuple[str, str] | None:
-        """The receiver a function is reached under, canonical: None for a plain function, and where it is unknown
-        (also a receiver whose MRO does not hold the function's class); a class with no subclass in the tree is
-        exactly itself, so one function is not walked twice for one meaning and what it calls runs as that class."""
-        cls = self.s[node[0]]["functions"][node[1]].get("cls")
-        if not cls:
-            return None
-        home = (node[0], cls)
-        if recv is None or home not in self._mro(recv):
-            return None if self._subclasses(home) else home
-        return recv
-
-    def _resolve_call(self, path: str, qname: str, call: list,  # noqa: C901
-                      recv: tuple[str, str] | None) -> tuple[list, str]:
+    def _resolve_call(self, path: str, qname: str, call: list) -> tuple[list[tuple[str, str]], str]:
         summ = self.s[path]
         fn = summ["functions"][qname]
         cls = fn.get("cls")
-        home = (path, cls) if cls else None
-        if recv is not None and (home is None or home not in self._mro(recv)):
-            recv = None
-        cls_ref = recv or home           # whose methods and attributes `self` has
+        cls_ref = (path, cls) if cls else None
         kind = call[0]
-
-        def of(c, loose):                # the receiver of a method called on an instance of c
-            return None if c in loose else c
-
         if kind == "ref":
             if call[1] == "self" and cls_ref is not None and not self._class_method(cls_ref, call[2]):
                 # `helper(self.norm)` hands over a submodule the callee may call (its forward), but it was
                 # constructed elsewhere: passing it never runs its __init__
-                loose: set = set()
-                insts, _, _ = self._attr_instances(cls_ref, call[2], loose)
-                t = [(m, of(c, loose)) for c in insts for m in self._class_method(c, "__call__")]
+                insts, _, _ = self._attr_instances(cls_ref, call[2])
+                t = [m for c in insts for m in self._class_method(c, "__call__")]
                 return t, "resolved" if t else "external"
-            t, st = self._resolve_call(path, qname, call[1:], recv)
+            t, st = self._resolve_call(path, qname, call[1:])
             return t, st if t else "external"
         if kind == "name":
             # a def nested in this function or in an enclosing one (a closure calling its sibling helper); a class
-            # body is not an enclosing scope: a method does not see its class's names. A closure's `self` is its
-            # enclosing method's, so it runs under the same receiver
+            # body is not an enclosing scope: a method does not see its class's names
             scope_q = qname
             while scope_q:
                 if scope_q in summ["functions"]:
                     nested = f"{scope_q}.{call[1]}"
                     if nested in summ["functions"]:
-                        return [((path, nested), recv)], "resolved"
+                        return [(path, nested)], "resolved"
                 scope_q = scope_q.rpartition(".")[0]
             ref = self.resolve_symbol(path, call[1])
             if ref:
-                t = self._constructed(ref)
+                t = self._callable(ref)
                 return t, "resolved" if t else "external"
             if self._external(path, call[1]) or call[1] in summ["classes"]:
                 return [], "external"
@@ -342,30 +294,19 @@ class Program:
         if kind == "attr":
             if call[1] == "self" and cls_ref is not None and "." in call[2]:
                 # `self.mlp.experts.dispatch(s)`: a method of a submodule of a submodule, hop by hop; a hop that
-                # holds no class of the tree (a config, a tensor) leaves it outside, as before. An instance is
-                # exact only where every hop to it is
+                # holds no class of the tree (a config, a tensor) leaves it outside, as before
                 *hops, meth = call[2].split(".")
-                insts, loose = [cls_ref], set()
+                insts = [cls_ref]
                 for a in hops:
-                    nxt: dict = {}
-                    for i in insts:
-                        lo: set = set()
-                        for c in self._attr_instances(i, a, lo)[0]:
-                            nxt[c] = None
-                            if c in lo or i in loose:
-                                loose.add(c)
-                    insts = list(nxt)
-                t = list(dict.fromkeys((m, of(c, loose)) for c in insts for m in self._class_method(c, meth)))
+                    insts = list(dict.fromkeys(c for i in insts for c in self._attr_instances(i, a)[0]))
+                t = list(dict.fromkeys(m for c in insts for m in self._class_method(c, meth)))
                 if not t:    # `self.block.experts(x)`: the last hop is a submodule too, and calling it runs forward
-                    for c in insts:
-                        lo = set()
-                        for i in self._attr_instances(c, meth, lo)[0]:
-                            r = None if c in loose or i in lo else i
-                            t += [(m, r) for m in self._class_method(i, "__call__") if (m, r) not in t]
+                    t = list(dict.fromkeys(m for c in insts for i in self._attr_instances(c, meth)[0]
+                                           for m in self._class_method(i, "__call__")))
                 return t, "resolved" if t else "external"
             ref = self.resolve_symbol(path, f"{call[1]}.{call[2]}")
             if ref:
-                t = self._constructed(ref)
+                t = self._callable(ref)
                 return t, "resolved" if t else "external"
             return [], "external"        # a module outside the tree, or a method on a value
         if kind == "self":
@@ -373,24 +314,18 @@ class Program:
                 return [], "external"
             t = self._class_method(cls_ref, call[1])
             if t:
-                if recv is not None:     # running as exactly recv: the method its MRO gives, nothing else
-                    return [(m, recv) for m in t], "resolved"
                 # `self.gemm()` in a base class runs whatever the instance's class defines: a subclass's override
                 # is as reachable as the base method (a template method whose base raises NotImplementedError)
-                return [(m, None) for m in t + [o for o in self._overrides(cls_ref, call[1]) if o not in t]], "resolved"
-            loose = set()
-            insts, ext, known = self._attr_instances(cls_ref, call[1], loose)
-            pairs = []
+                return t + [o for o in self._overrides(cls_ref, call[1]) if o not in t], "resolved"
+            insts, ext, known = self._attr_instances(cls_ref, call[1])
             for c in insts:      # `self.ffn(x)` runs a submodule's forward; `self.model_cls(cfg)` its __init__
-                ms = self._class_method(c, "__call__") or self._class_method(c, "__init__")
-                pairs += [(m, of(c, loose)) for m in ms]
-            if not pairs and not known:
+                t += self._class_method(c, "__call__") or self._class_method(c, "__init__")
+            if not t and not known:
                 # a method only the subclasses define (a base without the stub): before "external" from an
-                # nn.Module base, which would pass the subclasses' code over in silence. A receiver that lacks it
-                # stands for its subclasses (an entry point named on an abstract base)
-                pairs = [(o, None) for o in self._overrides(cls_ref, call[1])]
-            if pairs:
-                return pairs, "resolved"
+                # nn.Module base, which would pass the subclasses' code over in silence
+                t = self._overrides(cls_ref, call[1])
+            if t:
+                return t, "resolved"
             if ext or (not known and self._has_external_base(cls_ref)):
                 return [], "external"
             return [], "unresolved"
@@ -398,26 +333,19 @@ class Program:
             if cls_ref is None:
                 return [], "external"
             t = []
-            mro = self._mro(cls_ref)
-            # super() in class `home` continues the MRO of the class `self` runs as, after `home` (cooperative
-            # mixins); unknown, that of `home`
-            for b in mro[mro.index(home) + 1:] if recv is not None else mro[1:]:
+            for b in self._mro(cls_ref)[1:]:
                 t = self._class_method(b, call[1])
                 if t:
                     break
-            return [(m, recv) for m in t], "resolved" if t else "external"
+            return t, "resolved" if t else "external"
         if kind == "selfattr":
             if cls_ref is None:
                 return [], "external"
-            loose = set()
-            insts, ext, known = self._attr_instances(cls_ref, call[1], loose)
-            t = [(m, of(c, loose)) for c in insts for m in self._class_method(c, call[2])]
+            insts, ext, known = self._attr_instances(cls_ref, call[1])
+            t = [m for c in insts for m in self._class_method(c, call[2])]
             if not t and call[2] != "__call__":   # `self.block.experts(x)`: a submodule's submodule, called
-                for c in insts:
-                    lo = set()
-                    for i in self._attr_instances(c, call[2], lo)[0]:
-                        r = None if c in loose or i in lo else i
-                        t += [(m, r) for m in self._class_method(i, "__call__") if (m, r) not in t]
+                t = list(dict.fromkeys(m for c in insts for i in self._attr_instances(c, call[2])[0]
+                                       for m in self._class_method(i, "__call__")))
             if t:
                 return t, "resolved"
             if any(call[1] in self.s[p]["classes"][c].get("tensors", ()) for p, c in self._mro(cls_ref)):
@@ -428,12 +356,11 @@ class Program:
         if kind == "inst":
             t, ext = [], False
             for e in call[1]:
-                loose = set()
-                insts, x = self.instances(cls_ref, path, e, loose=loose)
+                insts, x = self.instances(cls_ref, path, e)
                 ext |= x
-                t += [(m, of(c, loose)) for c in insts for m in self._class_method(c, call[2])]
+                t += [m for c in insts for m in self._class_method(c, call[2])]
             return t, "resolved" if t else "external"
-        if kind == "reg":        # a class taken from a registry: known up to the classes listed, as before
+        if kind == "reg":
             t = []
             for sym in summ.get("registries", {}).get(call[1], []):
                 ref = self.resolve_symbol(path, sym)
@@ -441,14 +368,8 @@ class Program:
                     meth = "__init__" if call[2] == "__call__" else call[2]
                     t += self._callable(ref) if meth == "__init__" and ref[1] in self.s[ref[0]]["functions"] else \
                         self._class_method(ref, meth) if ref[1] in self.s[ref[0]]["classes"] else []
-            return [(m, None) for m in t], "resolved" if t else "unresolved"
+            return t, "resolved" if t else "unresolved"
         return [], "external"
-
-    def _constructed(self, ref: tuple[str, str]) -> list:
-        """``_callable`` with receivers: constructing a class runs its __init__ as exactly that class; a function
-        (also `Cls.meth(obj, x)`, unbound) runs for whatever it is given."""
-        recv = ref if ref[1] in self.s[ref[0]]["classes"] else None
-        return [(m, recv) for m in self._callable(ref)]
 
     def _resolve_callees(self, path: str, qname: str) -> list[tuple[tuple[str, str], list]]:
         out = []
@@ -470,10 +391,6 @@ class Program:
 
     # -- reachability -------------------------------------------------------------------------------
     def entry(self, spec: str) -> tuple[str, str]:
-        return self._entry(spec)[0]
-
-    def _entry(self, spec: str) -> tuple[tuple[str, str], tuple[str, str] | None]:
-        """The entry point's function and its receiver: the class the spec names, which the step runs as."""
         mod, sep, qual = spec.partition(":")
         if not sep or not mod or not qual:
             raise ScopeError(f"entry point {spec!r} is not of the form 'package.module:Class.method'")
@@ -486,70 +403,48 @@ class Program:
                     "an __init__.py, up to the project root)") if near else ""
             raise ScopeError(f"entry point {spec!r}: module {mod!r} is not among the scanned files{hint}")
         funcs = self.s[path]["functions"]
-        cls, _, meth = qual.rpartition(".")
         if qual in funcs:
-            c = funcs[qual].get("cls")
-            return (path, qual), ((path, c) if c == cls else None)
+            return (path, qual)
         if qual in self.s[path]["classes"]:
             hit = self._class_method((path, qual), "__call__")
             if hit:
-                return hit[0], (path, qual)
+                return hit[0]
+        cls, _, meth = qual.rpartition(".")
         if cls in self.s[path]["classes"]:      # a method the class inherits: Backend.init_metadata from its base
             hit = self._class_method((path, cls), meth)
             if hit:
-                return hit[0], (path, cls)
+                return hit[0]
         raise ScopeError(f"entry point {spec!r}: no function {qual!r} in {path}")
 
     def reachable(self, entry_points: list[str]) -> "Reach":
-        """Breadth-first over (function, receiver): the receiver is the class `self` runs as when it is known exactly
-        (an entry point's class, a submodule constructed as named), so that a base method's self.m() reaches the
-        override that class sees and not every subclass's; None where it is not (the method and every override).
-        A function reached under any receiver is in scope."""
-        entries = [self._entry(e) for e in entry_points]
-        roots = [(n, self.receiver(n, r)) for n, r in entries]
+        roots = [self.entry(e) for e in entry_points]
         for path, summ in self.s.items():
-            roots += [((path, q), self.receiver((path, q), None)) for q, f in summ["functions"].items()
-                      if f.get("capturable")]
-        self.roots = {n for n, _ in roots}
-        self._receivers, self._sites, self._rev = {}, {}, {}
-        parent: dict[tuple[str, str], tuple | None] = {n: None for n, _ in roots}
-        unresolved: dict[tuple, dict] = {}
+            roots += [(path, q) for q, f in summ["functions"].items() if f.get("capturable")]
+        self.roots = set(roots)
+        parent: dict[tuple[str, str], tuple | None] = {r: None for r in roots}
+        unresolved: list[dict] = []
         todo = deque(roots)
-        seen: set[tuple] = set()
-        functions: set[tuple[str, str]] = set()
+        seen: set[tuple[str, str]] = set()
         while todo:
-            item = todo.popleft()
-            if item in seen:
+            node = todo.popleft()
+            if node in seen:
                 continue
-            seen.add(item)
-            node, recv = item
-            functions.add(node)
-            self._receivers.setdefault(node, set()).add(recv)
+            seen.add(node)
             path, q = node
-            funcs = self.s[path]["functions"]
-            # nested functions of a reachable function are part of it (a closure's self is the method's)
-            for other in funcs:
-                if other.startswith(q + ".") and "." not in other[len(q) + 1:]:
-                    t = (path, other)
-                    if t not in parent:
-                        parent[t] = (node, funcs[other]["line"])
-                    nxt = (t, self.receiver(t, recv))
-                    if nxt not in seen:
-                        todo.append(nxt)
-            for call in funcs[q]["calls"]:
-                targets, status = self.resolve_for(path, q, call, recv)
+            # nested functions of a reachable function are part of it
+            for other in self.s[path]["functions"]:
+                if other.startswith(q + ".") and "." not in other[len(q) + 1:] and (path, other) not in parent:
+                    parent[(path, other)] = (node, self.s[path]["functions"][other]["line"])
+                    todo.append((path, other))
+            for call in self.s[path]["functions"][q]["calls"]:
+                targets, status = self.resolve_call(path, q, call)
                 if status == "unresolved" and call[0] != "ref":
-                    line = _call_line(call)
-                    unresolved.setdefault((path, q, line, id(call)),
-                                          {"path": path, "function": q, "line": line, "call": _describe(call)})
-                for t, r in targets:
+                    unresolved.append({"path": path, "function": q, "line": _call_line(call), "call": _describe(call)})
+                for t in targets:
                     if t not in parent:
                         parent[t] = (node, _call_line(call))
-                    nxt = (t, self.receiver(t, r))
-                    if nxt not in seen:
-                        todo.append(nxt)
-        return Reach(functions, parent, list(unresolved.values()), self._gaps([n for n, _ in entries], functions,
-                                                                                entry_points))
+                        todo.append(t)
+        return Reach(seen, parent, unresolved, self._gaps(roots, seen, entry_points))
 
     def _gaps(self, roots: list, seen: set, specs: list[str]) -> list[str]:
         """Entry points that reach fewer functions than their class obviously calls: submodules it constructs whose
@@ -616,7 +511,7 @@ class Program:
                 rev = self._rev[key] = {}
                 for site in self._by_key().get(key, ()):
                     cpath, cq, call = site
-                    for t in self.site_targets(cpath, cq, call):
+                    for t in self.resolve_call(cpath, cq, call)[0]:
                         rev.setdefault(t, []).append(site)
             for site in rev.get((path, q), ()):
                 if (within is None or (site[0], site[1]) in within) and id(site[2]) not in seen:
@@ -625,22 +520,7 @@ class Program:
         return out
 
     def callees_of(self, path: str, q: str, call: list) -> list[tuple[str, str]]:
-        return self.site_targets(path, q, call)
-
-    def site_targets(self, path: str, q: str, call: list) -> list[tuple[str, str]]:
-        """What a call site may run, for the kinds: under each receiver the reachability met its function with (a
-        base method run as Fast calls Fast.compute, not Slow's; a mixin's super() goes on along the class's MRO);
-        whatever `self` is where the function was not reached under one."""
-        key = id(call)
-        hit = self._sites.get(key)
-        if hit is None:
-            recvs = self._receivers.get((path, q))
-            if not recvs or recvs == {None}:
-                hit = self.resolve_call(path, q, call)[0]
-            else:
-                hit = list(dict.fromkeys(t for r in recvs for t, _ in self.resolve_for(path, q, call, r)[0]))
-            self._sites[key] = hit
-        return hit
+        return self.resolve_call(path, q, call)[0]
 
     def dep_kind(self, path: str, q: str, dep: str, within: set | None, depth: int = 0):
         """The kind a symbolic dependency resolves to: 'p:x' from the resolved callers' arguments, 'r:i' from the

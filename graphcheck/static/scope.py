@@ -27,6 +27,20 @@ class ScopeError(ValueError):
     pass
 
 
+def _c3(seqs: list[list]) -> list | None:
+    """C3 merge: the next head that is in no other sequence's tail, until all are used; None if none is."""
+    seqs = [q for q in seqs if q]
+    out = []
+    while seqs:
+        head = next((q[0] for q in seqs if not any(q[0] in r[1:] for r in seqs)), None)
+        if head is None:
+            return None
+        out.append(head)
+        seqs = [q[1:] if q[0] == head else q for q in seqs]
+        seqs = [q for q in seqs if q]
+    return out
+
+
 class Program:
     def __init__(self, summaries: dict[str, dict], modules: dict[str, str]):
         self.s = summaries            # path -> summary
@@ -119,16 +133,24 @@ class Program:
         return self._mro_walk(cls_ref, depth)
 
     def _mro_walk(self, cls_ref: tuple[str, str], depth: int) -> list[tuple[str, str]]:
+        """Python's method resolution order (C3) over the bases in the tree (those outside it are left out); where
+        what the tree shows does not linearise, depth-first, each class once."""
         path, cname = cls_ref
         summ = self.s.get(path)
         if summ is None or cname not in summ["classes"] or depth > 8:
             return []
-        out = [cls_ref]
+        bases = []
         for b in summ["classes"][cname]["bases"]:
             ref = self.resolve_symbol(path, b)
-            if ref:
-                out += [r for r in self._mro(ref, depth + 1) if r not in out]
-        return out
+            if ref and ref != cls_ref and ref not in bases:
+                bases.append(ref)
+        seqs = [[r for r in self._mro(b, depth + 1) if r != cls_ref] for b in bases]
+        merged = _c3([*seqs, list(bases)])
+        if merged is None:
+            merged = []
+            for q in seqs:
+                merged += [r for r in q if r not in merged]
+        return [cls_ref, *merged]
 
     def _subclasses(self, cls_ref: tuple[str, str]) -> list[tuple[str, str]]:
         """Every class of the tree with cls_ref among its bases, at any depth."""
@@ -332,11 +354,16 @@ class Program:
         if kind == "super":
             if cls_ref is None:
                 return [], "external"
+            # the next class after this one in the MRO of the class `self` is: this one or any subclass (in
+            # D(B, C), B's super().m() runs C.m)
             t = []
-            for b in self._mro(cls_ref)[1:]:
-                t = self._class_method(b, call[1])
-                if t:
-                    break
+            for sub in [cls_ref, *self._subclasses(cls_ref)]:
+                mro = self._mro(sub)
+                for b in mro[mro.index(cls_ref) + 1:] if cls_ref in mro else ():
+                    hit = self._class_method(b, call[1])
+                    if hit:
+                        t += [m for m in hit if m not in t]
+                        break
             return t, "resolved" if t else "external"
         if kind == "selfattr":
             if cls_ref is None:

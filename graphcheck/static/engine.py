@@ -20,7 +20,7 @@ from ..rules import CALLS_BY_PREFIX as _CALLS_BY_PREFIX
 from ..rules import CHECKERS, format_message
 from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
-                        annotation_kind, element, infer, join, name_hint)
+                        annotation_kind, element, infer, join, name_hint, unpack_targets)
 
 ENGINE_VERSION = "12"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -517,7 +517,7 @@ def _own_bindings(fn: ast.AST) -> set[str]:
                                                                         ast.AsyncFor, ast.NamedExpr) else \
             [i.optional_vars for i in n.items if i.optional_vars is not None] if t in (ast.With, ast.AsyncWith) else []
         for tg in tgts:
-            out.update(x.id for x in _names_in(tg))
+            out.update(x.id for x in unpack_targets(tg) if isinstance(x, ast.Name))
         if t is ast.ExceptHandler and n.name:
             out.add(n.name)
         elif t in (ast.Import, ast.ImportFrom):
@@ -526,16 +526,6 @@ def _own_bindings(fn: ast.AST) -> set[str]:
             out.update(n.names)
         stack.extend(ast.iter_child_nodes(n))
     return out
-
-
-def _names_in(t: ast.AST):
-    if isinstance(t, (ast.Tuple, ast.List)):
-        for e in t.elts:
-            yield from _names_in(e)
-    elif isinstance(t, ast.Starred):
-        yield from _names_in(t.value)
-    elif isinstance(t, ast.Name):
-        yield t
 
 
 # torch functions / tensor methods that return a Python tuple or list of tensors (views, no readback)

@@ -165,12 +165,13 @@ def annotation_classes(a: ast.AST | None) -> list[str]:
     return [f"ann:{name}"] if name and name.split(".")[-1] not in _NOT_CLASSES else []
 
 
-def _targets(t: ast.AST):
+def unpack_targets(t: ast.AST):
+    """The single targets an assignment target unpacks into (`a, (b, *c) = ...` -> a, b, c)."""
     if isinstance(t, (ast.Tuple, ast.List)):
         for e in t.elts:
-            yield from _targets(e)
+            yield from unpack_targets(e)
     elif isinstance(t, ast.Starred):
-        yield from _targets(t.value)
+        yield from unpack_targets(t.value)
     else:
         yield t
 
@@ -636,6 +637,6 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
             elif t is ast.For or t is ast.comprehension:
                 it = env.kind(n.iter)
                 if it in TENSORS or isinstance(it, frozenset):
-                    for x in _targets(n.target):   # iterating a tensor yields tensors
+                    for x in unpack_targets(n.target):   # iterating a tensor yields tensors
                         env._set(x, it, False)
     return params

@@ -117,6 +117,22 @@ def _llama_config(**kw):
     return c
 
 
+def _cached_decode(model, kv, device: str, name: str) -> Target:
+    """One decode token of a transformers causal LM through its cache kv; the state is every layer's keys, values
+    and, where it is a tensor (the static layers), the length written so far."""
+    def step(ids: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=ids, past_key_values=kv, use_cache=True).logits
+
+    def state() -> dict[str, torch.Tensor]:
+        out = {}
+        for i, layer in enumerate(kv.layers):
+            out[f"layers[{i}].keys"], out[f"layers[{i}].values"] = layer.keys, layer.values
+            if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+                out[f"layers[{i}].cumulative_length"] = layer.cumulative_length
+        return out
+    return Target(step, _token_inputs(device), state, name=name, device=device)
+
+
 def _token_inputs(device: str):
     def make_inputs(k: int) -> torch.Tensor:
         g = torch.Generator().manual_seed(100 + k)
@@ -132,18 +148,7 @@ def _llama(device: str, cache: str, **cfg) -> Target:
     kv = StaticCache(config=config, max_cache_len=48) if cache == "static" else DynamicCache(config=config)
     with torch.no_grad():                               # prefill outside the step: the step is one decode token
         model(torch.arange(4, device=device).repeat(B, 1), past_key_values=kv, use_cache=True)
-
-    def step(ids: torch.Tensor) -> torch.Tensor:
-        return model(input_ids=ids, past_key_values=kv, use_cache=True).logits
-
-    def state() -> dict[str, torch.Tensor]:
-        out = {}
-        for i, layer in enumerate(kv.layers):
-            out[f"layers[{i}].keys"], out[f"layers[{i}].values"] = layer.keys, layer.values
-            if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
-                out[f"layers[{i}].cumulative_length"] = layer.cumulative_length
-        return out
-    return Target(step, _token_inputs(device), state, name=f"hf llama ({cache} cache)", device=device)
+    return _cached_decode(model, kv, device, f"hf llama ({cache} cache)")
 
 
 def hf_llama_static(device: str = "cpu") -> Target:
@@ -277,18 +282,8 @@ def _mistral_swa(device: str, window: int, prefill: int) -> Target:
     kv = StaticCache(config=config, max_cache_len=48)       # every layer a StaticSlidingWindowLayer
     with torch.no_grad():
         model(torch.arange(prefill, device=device).repeat(B, 1) % VOCAB, past_key_values=kv, use_cache=True)
-
-    def step(ids: torch.Tensor) -> torch.Tensor:
-        return model(input_ids=ids, past_key_values=kv, use_cache=True).logits
-
-    def state() -> dict[str, torch.Tensor]:
-        out = {}
-        for i, layer in enumerate(kv.layers):
-            out[f"layers[{i}].keys"], out[f"layers[{i}].values"] = layer.keys, layer.values
-            out[f"layers[{i}].cumulative_length"] = layer.cumulative_length
-        return out
-    return Target(step, _token_inputs(device), state, name=f"hf mistral static sliding-window cache (window {window}, "
-                  f"prefill {prefill})", device=device)
+    return _cached_decode(model, kv, device,
+                          f"hf mistral static sliding-window cache (window {window}, prefill {prefill})")
 
 
 def hf_mistral_swa_filling(device: str = "cpu") -> Target:

@@ -54,12 +54,13 @@ class ScanResult:
     scope: list[str] = field(default_factory=list)         # 'path:function' of every function in the captured region
     warnings: list[str] = field(default_factory=list)      # entry points that reach less than their class constructs
 
-    def scope_report(self) -> str:
-        """What `--show-scope` prints: the functions in the captured region and the calls that could not be followed."""
+    def scope_report(self, warnings: bool = True) -> str:
+        """What `--show-scope` prints: the functions in the captured region, the calls that could not be followed and
+        (unless the report prints them) the entry points that reach less than their class constructs."""
         out = [f"{len(self.scope)} function(s) in the captured region:"] + [f"  {s}" for s in self.scope]
         out.append(f"{len(self.unresolved)} unresolved call(s) in scope:")
         out += [f"  {u['path']}:{u['line']} {u['function']}: {u['call']}" for u in self.unresolved]
-        out += [f"warning: {w}" for w in self.warnings]
+        out += [f"warning: {w}" for w in self.warnings] if warnings else []
         return "\n".join(out)
 
     def scope_line(self) -> str:

@@ -375,9 +375,13 @@ def test_static_scan_of_the_graphsafe_config_is_clean():
     # zero findings; the calls made through callables bound at load time (the compressor's post-processing, the
     # routed-expert compute chosen once, the runner's decoder and sampler) are listed as unresolved, not hidden
     assert r.returncode == 0 and "No findings" in r.stdout, r.stdout + r.stderr
-    s = subprocess.run([sys.executable, "-m", "graphcheck", "scan", "--config", "graphcheck-graphsafe.toml",
-                        "--show-scope"], capture_output=True, text=True, cwd=ROOT, timeout=300).stderr
-    assert int(s.split("function(s) in the captured region")[0].split()[-1]) >= 30, s
+    for fmt in ("full", "concise"):
+        r = subprocess.run([sys.executable, "-m", "graphcheck", "scan", "--config", "graphcheck-graphsafe.toml",
+                            "--show-scope", "--output-format", fmt], capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert int(r.stderr.split("function(s) in the captured region")[0].split()[-1]) >= 30, r.stderr
+        # each scope warning once, whether the report (full) or the scope listing (concise) prints it
+        warnings = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("warning: entry point")]
+        assert warnings and len(warnings) == len(set(warnings)), (fmt, warnings)
 
 
 def test_capture_emulation_of_the_graphsafe_target_is_clean(monkeypatch):

@@ -8,8 +8,10 @@ A PATCH is a unified diff against the tree as `git diff` writes it (paths a/kern
 the variants waiting for a GPU. Each variant, the tree too, is a copy of kernels/ (patched) imported under its own
 package name and built as its own extension, the builds side by side in subprocesses (about 80 s on the H200
 image; cached by name and sources under TORCH_EXTENSIONS_DIR). A patch that no longer applies is reported and
-skipped (exit 1). Times: CUDA-graph replay of 10 calls, median over the rounds; %copy = bytes the kernel must
-move / time / copy bandwidth of the same run; x tree = tree time / variant time (above 1: the variant is faster).
+skipped (exit 1). Times: CUDA-graph replay of 10 calls or more, taken in turn over as many copies of the weights
+(or routings) as make 4x the L2, so that every call reads memory; median over the rounds; %copy = bytes the kernel
+must move / time / copy bandwidth of the same run; x tree = tree time / variant time (above 1: the variant is
+faster).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("bench_kernels", Path(__file__).with_name("kernels.py"))
 _bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_bench)
-copy_bandwidth, graphed = _bench.copy_bandwidth, _bench.graphed
+copy_bandwidth, graphed, rotation = _bench.copy_bandwidth, _bench.graphed, _bench.rotation
 
 EXT = 'name="dsv4_fp4_rows"'          # the extension's name in moe_gemv/cuda_kernel.py; each variant gets its own
 
@@ -78,7 +80,7 @@ def build_all(roots: dict[str, Path]) -> dict[str, str]:
 
 
 def workloads(ref, only: set[str]):
-    """(label, bytes moved, call(module) -> output tensor) for the decode's FP4 shapes (Flash: dim 4096, moe_inter
+    """(label, bytes moved per call, [call(module) -> output tensor, one per input set: see `rotation`]) for the decode's FP4 shapes (Flash: dim 4096, moe_inter
     2048, top-6 of 256 experts)."""
     out = []
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -86,10 +88,10 @@ def workloads(ref, only: set[str]):
         for B, N, K in ((1, 8192, 8192), (1, 4096, 4096), (8, 8192, 8192)):
             if f"gemv{B}" not in only:
                 continue
-            w = ref.random_weight(fmt, N, K, device="cuda")
             x = torch.randn(B, K, device="cuda", generator=g).bfloat16()
             nbytes = N * K // 2 + N * K // ref.GROUP[fmt] + B * (K + N) * 2
-            out.append((f"gemv {fmt} B={B} {N}x{K}", nbytes, lambda m, x=x, w=w: m.fp4_gemv_cuda(x, w, path="mma")))
+            ws = [ref.random_weight(fmt, N, K, device="cuda") for _ in range(rotation(nbytes))]  # memory, not the L2
+            out.append((f"gemv {fmt} B={B} {N}x{K}", nbytes, [lambda m, x=x, w=w: m.fp4_gemv_cuda(x, w, path="mma") for w in ws]))
         if "routed" in only:
             E, dim, inter, k, limit = 256, 4096, 2048, 6, 10.0
             w1, w3 = ref.random_weight(fmt, inter, dim, E, device="cuda"), ref.random_weight(fmt, inter, dim, E, device="cuda")
@@ -97,11 +99,14 @@ def workloads(ref, only: set[str]):
             per_expert = 3 * (inter * dim // 2 + inter * dim // ref.GROUP[fmt])
             for B in (1, 8):
                 x = torch.randn(B, dim, device="cuda", generator=g).bfloat16()
-                idx = torch.rand(B, E, device="cuda", generator=g).argsort(-1)[:, :k]
-                wts = torch.rand(B, k, device="cuda", generator=g)
-                hit = len(set(idx.flatten().tolist()))
-                out.append((f"routed {fmt} B={B} top-{k}/{E} ({hit} hit)", hit * per_expert,
-                            lambda m, a=(x, idx, wts, w1, w3, w2, limit): m.routed_experts_cuda(*a, path="mma")))
+                sets, hits = [], []      # routings taken in turn: the experts they hit are more than the L2 holds
+                while not sets or len(sets) < rotation(hits[0] * per_expert):
+                    idx = torch.rand(B, E, device="cuda", generator=g).argsort(-1)[:, :k]
+                    sets.append((x, idx, torch.rand(B, k, device="cuda", generator=g), w1, w3, w2, limit))
+                    hits.append(len(set(idx.flatten().tolist())))
+                hit = sum(hits) / len(hits)
+                out.append((f"routed {fmt} B={B} top-{k}/{E} ({hit:.0f} hit, {len(sets)} routings)", round(hit * per_expert),
+                            [lambda m, a=a: m.routed_experts_cuda(*a, path="mma") for a in sets]))
     return out
 
 
@@ -147,18 +152,18 @@ def main() -> int:
         loads = workloads(ref, only)
         same = {}
         bits = lambda t: t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)  # noqa: E731  (-0.0 is not 0.0)
-        for label, _, call in loads:
-            want = call(mods["tree"])
+        for label, _, calls in loads:
+            want = calls[0](mods["tree"])
             for n, m in mods.items():
-                got = call(m)
+                got = calls[0](m)
                 same[label, n] = "same" if torch.equal(bits(got), bits(want)) else \
                     f"DIFFERS (max |d| {(got.float() - want.float()).abs().max().item():.3g})"
         times = {(label, n): [] for label, _, _ in loads for n in mods}
         order = list(mods)
         for r in range(a.rounds):
-            for label, _, call in loads:
+            for label, _, calls in loads:
                 for n in order[r % len(order):] + order[:r % len(order)]:     # who goes first rotates per round
-                    times[label, n].append(graphed(lambda: call(mods[n])))
+                    times[label, n].append(graphed([lambda c=c, m=mods[n]: c(m) for c in calls]))
         print(f"{'workload':44} {'variant':22} {'us':>8} {'%copy':>6} {'x tree':>7}  output vs tree")
         for label, nbytes, _ in loads:
             t0 = statistics.median(times[label, "tree"])

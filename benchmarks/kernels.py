@@ -23,36 +23,55 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _calls(fn) -> list:
+    return list(fn) if isinstance(fn, (list, tuple)) else [fn]
+
+
+def rotation(nbytes: int) -> int:
+    """How many input sets a timing rotates among so that one pass over them reads 4x the L2: calls that read again
+    and again one buffer that fits the L2 time the cache, not memory (one 34 MB FP8 weight, read 10 times in a row
+    under the H200's 50 MB L2, came out at 104 % of copy bandwidth in run 7)."""
+    return max(1, -(-4 * torch.cuda.get_device_properties(0).L2_cache_size // max(1, nbytes)))
+
+
 def timed(fn, iters: int = 20, warmup: int = 3) -> float:
-    """Median of 5 batches, mean seconds per call, CUDA events around `iters` eager calls."""
-    for _ in range(warmup):
-        fn()
+    """Median of 5 batches, mean seconds per call, CUDA events around `iters` eager calls. `fn`: a callable, or a
+    list of them over different input sets (see `rotation`), called in turn (`iters` rounded up to whole turns)."""
+    fns = _calls(fn)
+    seq = fns * -(-iters // len(fns))
+    for f in fns * max(1, -(-warmup // len(fns))):
+        f()
     torch.cuda.synchronize()
     runs = []
     for _ in range(5):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        for _ in range(iters):
-            fn()
+        for f in seq:
+            f()
         b.record()
         torch.cuda.synchronize()
-        runs.append(a.elapsed_time(b) / 1e3 / iters)
+        runs.append(a.elapsed_time(b) / 1e3 / len(seq))
     return sorted(runs)[2]
 
 
 def graphed(fn, per_graph: int = 10) -> float:
-    """Seconds per call when `per_graph` calls are captured into one CUDA graph and replayed."""
-    fn()
+    """Seconds per call when `per_graph` calls (rounded up to whole turns of a list of callables) are captured into
+    one CUDA graph and replayed."""
+    fns = _calls(fn)
+    seq = fns * -(-per_graph // len(fns))
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
+    for f in fns:
+        f()
     with torch.cuda.stream(s):
-        fn()
+        for f in fns:
+            f()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(per_graph):
-            fn()
-    return timed(g.replay, iters=5, warmup=1) / per_graph
+        for f in seq:
+            f()
+    return timed(g.replay, iters=5, warmup=1) / len(seq)
 
 
 def copy_bandwidth() -> float:
@@ -120,23 +139,24 @@ def bench_gemv(tab, sweep):
     from dsv4_kernels.moe_gemv.reference import GROUP, fp4_gemv_ref, random_weight
     for fmt in ("mxfp4", "nvfp4"):
         for B, N, K in ((1, 8192, 8192), (8, 8192, 8192)) if sweep else ((1, 8192, 8192), (4, 8192, 8192), (8, 8192, 8192), (1, 4096, 4096)):
-            w = random_weight(fmt, N, K, device="cuda")
-            x = torch.randn(B, K, device="cuda").bfloat16()
-            w16 = torch.randn(N, K, device="cuda").bfloat16()
             nbytes = N * K // 2 + N * K // GROUP[fmt] + B * (K + N) * 2
-            base = both(lambda: F.linear(x, w16))
+            ws = [random_weight(fmt, N, K, device="cuda") for _ in range(rotation(nbytes))]   # each call reads memory
+            w = ws[0]
+            x = torch.randn(B, K, device="cuda").bfloat16()
+            w16s = [torch.randn(N, K, device="cuda").bfloat16() for _ in range(rotation(N * K * 2))]
+            base = both([lambda w16=w16: F.linear(x, w16) for w16 in w16s])
             want = fp4_gemv_ref(x, w)
             ref = (timed(lambda: fp4_gemv_ref(x, w), 5, 1), None)
             for cfg in (SWEEP if sweep else [tk.CONFIG["gemv"]]):
                 with guard(f"fp4_gemv {fmt} B={B} {cfg}"):
                     err = _relerr(tk.fp4_gemv_triton(x, w, cfg), want)
-                    tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {cfg}", both(lambda: tk.fp4_gemv_triton(x, w, cfg)), ref=ref,
-                            nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
+                    tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {cfg}", both([lambda w=w: tk.fp4_gemv_triton(x, w, cfg) for w in ws]),
+                            ref=ref, nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
             for path, label in (("rows", "CUDA C++ rows"), ("mma", "CUDA C++ mma")):
                 with guard(f"fp4_gemv cuda {path} {fmt} B={B}"):
                     ck = _cuda()
                     err = _relerr(ck.fp4_gemv_cuda(x, w, path=path), want)
-                    tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {label}", both(lambda: ck.fp4_gemv_cuda(x, w, path=path)),
+                    tab.add(f"fp4_gemv {fmt} B={B} {N}x{K} {label}", both([lambda w=w: ck.fp4_gemv_cuda(x, w, path=path) for w in ws]),
                             ref=ref, nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
 
 
@@ -164,18 +184,20 @@ def bench_fp8(tab):
     the model's reference path (dequantise, then F.linear) and bf16 F.linear of the same matrix."""
     from dsv4_kernels.moe_gemv.reference import fp8_gemv_ref
     for B, N, K in ((1, 32768, 1024), (1, 4096, 8192), (8, 32768, 1024), (8, 4096, 8192)):
-        data = (torch.randn(N, K, device="cuda") * 40).to(torch.float8_e4m3fn)
-        scale = torch.rand((N + 127) // 128, (K + 127) // 128, device="cuda") * 1e-2
-        w = ("fp8", data, scale, None, None)
+        nbytes = N * K + -(-N // 128) * -(-K // 128) * 4 + B * (K + N) * 2
+        ws = [("fp8", (torch.randn(N, K, device="cuda") * 40).to(torch.float8_e4m3fn),
+               torch.rand((N + 127) // 128, (K + 127) // 128, device="cuda") * 1e-2, None, None)
+              for _ in range(rotation(nbytes))]                   # each call reads memory, not the L2
+        w = ws[0]
         x = torch.randn(B, K, device="cuda").bfloat16()
-        w16 = torch.randn(N, K, device="cuda").bfloat16()
-        nbytes = N * K + scale.numel() * 4 + B * (K + N) * 2
-        ref, base = both(lambda: fp8_gemv_ref(x, w)), both(lambda: F.linear(x, w16))
+        w16s = [torch.randn(N, K, device="cuda").bfloat16() for _ in range(rotation(N * K * 2))]
+        ref = both([lambda w=w: fp8_gemv_ref(x, w) for w in ws])
+        base = both([lambda w16=w16: F.linear(x, w16) for w16 in w16s])
         for path, label in (("rows", "CUDA C++ rows"), ("mma", "CUDA C++ mma")):
             with guard(f"fp8 gemv {path} B={B}"):
                 ck = _cuda()
                 err = _relerr(ck.fp4_gemv_cuda(x, w, path=path), fp8_gemv_ref(x, w))
-                tab.add(f"fp8_gemv B={B} {N}x{K} {label}", both(lambda: ck.fp4_gemv_cuda(x, w, path=path)),
+                tab.add(f"fp8_gemv B={B} {N}x{K} {label}", both([lambda w=w: ck.fp4_gemv_cuda(x, w, path=path) for w in ws]),
                         ref=ref, nbytes=nbytes, base=base, base_name="bf16 F.linear", err=err)
 
 
@@ -191,43 +213,45 @@ def bench_routed(tab, sweep):
         for B in (1, 4, 8):
             g = torch.Generator(device="cuda").manual_seed(B)
             x = torch.randn(B, dim, device="cuda", generator=g).bfloat16()
-            idx = torch.rand(B, E, device="cuda", generator=g).argsort(-1)[:, :k]
-            wts = torch.rand(B, k, device="cuda", generator=g)
-            hit = sorted(set(idx.flatten().tolist()))
+            sets = []      # routings of the same tokens, taken in turn: the experts they hit are more than the L2 holds
+            while not sets or len(sets) < rotation(len(sets[0][2]) * per_expert):
+                idx = torch.rand(B, E, device="cuda", generator=g).argsort(-1)[:, :k]
+                sets.append((idx, torch.rand(B, k, device="cuda", generator=g), sorted(set(idx.flatten().tolist()))))
             # the reference expert loop: bf16 weights dequantised at load, tokens grouped per expert
             one = lambda w, e: dequant((w[0], w[1][e], w[2][e], None if w[3] is None else w[3][e], None), dtype=torch.bfloat16)  # noqa: E731
-            W = {e: (one(w1, e), one(w3, e), one(w2, e)) for e in hit}
-            groups = []
-            for e in hit:
-                rows, slots = (idx == e).nonzero(as_tuple=True)
-                groups.append((e, rows, slots))
+            W = {e: (one(w1, e), one(w3, e), one(w2, e)) for _, _, hit in sets for e in hit}
 
-            def loop():
-                y = torch.zeros(B, dim, device="cuda")
-                for e, rows, slots in groups:
-                    xe = x[rows]
-                    h = swiglu_ref(F.linear(xe, W[e][0]), F.linear(xe, W[e][1]), limit)
-                    h = (wts[rows, slots, None] * h).to(x.dtype)
-                    y.index_add_(0, rows, F.linear(h, W[e][2]).float())
-                return y
+            def loop(idx, wts, hit):
+                groups = [(e, *(idx == e).nonzero(as_tuple=True)) for e in hit]
 
-            nbytes = len(hit) * per_expert
-            base = both(loop)
+                def run():
+                    y = torch.zeros(B, dim, device="cuda")
+                    for e, rows, slots in groups:
+                        xe = x[rows]
+                        h = swiglu_ref(F.linear(xe, W[e][0]), F.linear(xe, W[e][1]), limit)
+                        h = (wts[rows, slots, None] * h).to(x.dtype)
+                        y.index_add_(0, rows, F.linear(h, W[e][2]).float())
+                    return y
+                return run
+
+            hits = sum(len(hit) for _, _, hit in sets) / len(sets)
+            nbytes = round(hits * per_expert)
+            name = f"routed {fmt} B={B} top-{k}/{E} ({hits:.0f} hit{f', {len(sets)} routings' if len(sets) > 1 else ''})"
+            base = both([loop(*s_) for s_ in sets])
+            idx, wts, _ = sets[0]
             want = routed_experts_ref(x, idx, wts, w1, w3, w2, limit)
-            ref = (timed(lambda: routed_experts_ref(x, idx, wts, w1, w3, w2, limit), 2, 1), None)
+            ref = (timed([lambda i=i, t=t: routed_experts_ref(x, i, t, w1, w3, w2, limit) for i, t, _ in sets], 2, 1), None)
             for cfg in (SWEEP_ROUTED if sweep else [tk.CONFIG["up"]]):
-                run = lambda: tk.routed_experts_triton(x, idx, wts, w1, w3, w2, limit, cfg, cfg)  # noqa: E731
+                runs = [lambda i=i, t=t: tk.routed_experts_triton(x, i, t, w1, w3, w2, limit, cfg, cfg) for i, t, _ in sets]
                 with guard(f"routed {fmt} B={B} {cfg}"):
-                    err = _relerr(run(), want)
-                    tab.add(f"routed {fmt} B={B} top-{k}/{E} ({len(hit)} hit) {cfg}", both(run), ref=ref, nbytes=nbytes,
-                            base=base, base_name="expert loop bf16", err=err)
+                    err = _relerr(runs[0](), want)
+                    tab.add(f"{name} {cfg}", both(runs), ref=ref, nbytes=nbytes, base=base, base_name="expert loop bf16", err=err)
             for path, label in (("rows", "CUDA C++ rows"), ("mma", "CUDA C++ mma")):
                 with guard(f"routed cuda {path} {fmt} B={B}"):
                     ck = _cuda()
-                    run = lambda: ck.routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, path=path)  # noqa: E731
-                    err = _relerr(run(), want)
-                    tab.add(f"routed {fmt} B={B} top-{k}/{E} ({len(hit)} hit) {label}", both(run), ref=ref,
-                            nbytes=nbytes, base=base, base_name="expert loop bf16", err=err)
+                    runs = [lambda i=i, t=t: ck.routed_experts_cuda(x, i, t, w1, w3, w2, limit, path=path) for i, t, _ in sets]
+                    err = _relerr(runs[0](), want)
+                    tab.add(f"{name} {label}", both(runs), ref=ref, nbytes=nbytes, base=base, base_name="expert loop bf16", err=err)
 
 
 def bench_swiglu(tab):

@@ -22,7 +22,7 @@ from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, element, infer, join, name_hint, unpack_targets)
 
-ENGINE_VERSION = "12"
+ENGINE_VERSION = "13"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -368,6 +368,8 @@ class FileAnalyzer:
                     rets.append(n.value)
             functions[f.qname] = {
                 "line": getattr(node, "lineno", 0), "cls": f.cls, "calls": calls, "params": params,
+                # how many of them a positional argument can fill: those after `*` or `*args` are keyword-only
+                "npos": len(node.args.posonlyargs) + len(node.args.args) if is_def else 0,
                 "ret": _enc(ret), "ret_elts": _ret_elts(env, rets), "ret_ctors": ret_ctors,
                 "capturable": is_def and any(dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-1]
                                              == "capturable" for d in node.decorator_list),

@@ -10,7 +10,7 @@ RULE = Rule(
     name='state-rebind',
     message='`self.{attr}` is rebound to another tensor inside the captured step',
     hint='write in place (`self.{attr}.copy_(...)`, `index_copy_`)',
-    what='Flags assigning a tensor to `self.<attr>` (or re-registering a buffer) outside `__init__` in the captured region (`self.cache = torch.cat(...)`). Not flagged: a conversion of the attribute itself (`self.cache = self.cache.to(q.device, dtype=q.dtype)`, the same tensor once converted) and a run-once branch that sets what it tests (`if not self.ready: self.cache = ...; self.ready = True`, `if self.buf is None: self.buf = ...`), which runs at warm-up, before capture.',
+    what='Flags assigning a tensor to `self.<attr>` (or re-registering a buffer) outside `__init__` in the captured region (`self.cache = torch.cat(...)`). Not flagged: a conversion or view of the attribute itself (`self.cache = self.cache.to(q.device, dtype=q.dtype)`, the same tensor once converted; `self.lens = self.lens.reshape(-1, 1)`, the same storage) and a run-once branch that sets what it tests (`if not self.ready: self.cache = ...; self.ready = True`, `if self.buf is None: self.buf = ...`), which runs at warm-up, before capture.',
     why='A graph replays into the memory it captured. Rebinding runs in Python, which replay skips: a state tensor rebound to a fresh allocation (or to another buffer) is never updated by replay, which keeps reading and writing the tensor it captured, and a growing `cat` changes the shape every step.',
     example='self.k_cache = torch.cat([self.k_cache, k], dim=1)',
     instead='self.k_cache.index_copy_(1, pos, k)   # fixed capacity, device pos',
@@ -21,8 +21,10 @@ RUNTIME: tuple[str, ...] = ()
 
 
 _INIT = {"__init__", "__post_init__", "__new__", "__setstate__"}
-# conversions that return the tensor itself once it already has the asked-for device/dtype/layout
-_IDEMPOTENT = {"to", "type", "float", "half", "bfloat16", "double", "contiguous", "cuda"}
+# conversions that return the tensor itself once it already has the asked-for device/dtype/layout, and views to a
+# fixed shape (`self.lens = self.lens.reshape(-1, 1, 1, 1)`): the same storage, and the same shape when run again
+_IDEMPOTENT = {"to", "type", "float", "half", "bfloat16", "double", "contiguous", "cuda", "view", "reshape",
+               "view_as", "reshape_as"}
 
 
 def _self_attr(n: ast.AST) -> str:

@@ -22,7 +22,7 @@ from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, element, infer, join, name_hint, unpack_targets)
 
-ENGINE_VERSION = "12"
+ENGINE_VERSION = "16"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -195,8 +195,10 @@ class _Ctx:
         if hit is None:
             lines = self.a.lines[test.lineno - 1:(test.end_lineno or test.lineno)]
             # walk only when the text says so (most files never name a guard: then not even the lines are read)
+            # `math.isfinite(scale)`, `np.isnan(a)`: host predicates on host values, no device reduction
             hit = self.a.names_nan_guard and any(g in ln for ln in lines for g in _NAN_GUARDS) and any(
-                isinstance(n, ast.Call) and dotted(n.func).split(".")[-1] in _NAN_GUARDS for n in ast.walk(test))
+                isinstance(n, ast.Call) and dotted(n.func).split(".")[-1] in _NAN_GUARDS
+                and not self.env.qual(n.func).startswith(_HOST_MATH) for n in ast.walk(test))
             self._nan[id(test)] = hit
         return hit
 
@@ -251,6 +253,7 @@ def _call_checkers(name: str, q: str) -> tuple:
 
 
 _NAN_GUARDS = ("isnan", "isinf", "isfinite", "isneginf", "isposinf")
+_HOST_MATH = ("math.", "cmath.", "numpy.")
 _STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "ExternalStream")
 _KERNEL_DECORATORS = ("cute.jit", "cute.kernel", "triton.jit", "jit")
 
@@ -368,6 +371,8 @@ class FileAnalyzer:
                     rets.append(n.value)
             functions[f.qname] = {
                 "line": getattr(node, "lineno", 0), "cls": f.cls, "calls": calls, "params": params,
+                # how many of them a positional argument can fill: those after `*` or `*args` are keyword-only
+                "npos": len(node.args.posonlyargs) + len(node.args.args) if is_def else 0,
                 "ret": _enc(ret), "ret_elts": _ret_elts(env, rets), "ret_ctors": ret_ctors,
                 "capturable": is_def and any(dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-1]
                                              == "capturable" for d in node.decorator_list),

@@ -55,7 +55,9 @@ HOST_METHODS = {"item", "tolist", "size", "dim", "ndimension", "numel", "nelemen
                 "keys", "items", "values", "get", "startswith", "endswith", "join", "split", "format", "count",
                 "index", "append", "extend", "pop", "insert", "copy", "update", "setdefault", "strip"}
 TENSOR_METHOD_ONLY_HOST = {"item", "tolist", "size", "dim", "numel", "element_size", "data_ptr", "stride",
-                           "is_contiguous", "is_floating_point", "get_device", "equal", "allclose", "is_pinned"}
+                           "is_contiguous", "is_floating_point", "get_device", "equal", "allclose", "is_pinned",
+                           # metadata: host ints, and the storage object (whose data_ptr()/nbytes() are host ints)
+                           "storage_offset", "ndimension", "nelement", "untyped_storage", "dim_order", "is_shared"}
 HOST_ATTRS = {"shape", "dtype", "device", "ndim", "layout", "is_cuda", "is_cpu", "is_sparse", "requires_grad",
               "names", "itemsize", "nbytes", "is_leaf", "is_quantized", "is_meta", "grad_fn", "size"}
 TENSOR_ATTRS = {"T", "mT", "H", "mH", "data", "grad", "real", "imag", "values", "indices"}

@@ -574,7 +574,7 @@ class Program:
             if not sites and (path, q) in self.roots:
                 k = TENSOR     # an entry point's un-annotated inputs are the step's tensors: likely on the device
             for cpath, cq, call in sites:
-                a = self._argument(call, params, pos, name, q)
+                a = self._argument(call, params, pos, name, q, fn.get("npos", len(params)))
                 if a is not _MISSING:
                     k = join(k, self._decode(cpath, cq, a, within, depth + 1))
         elif dep.startswith("a:"):       # a:Cls:attr, a field of a parameter typed Cls
@@ -611,7 +611,7 @@ class Program:
             if not sites and (path, q) in self.roots and not strict:
                 return TENSOR
             for cpath, cq, call in sites:
-                a = self._argument(call, params, pos, name, q)
+                a = self._argument(call, params, pos, name, q, fn.get("npos", len(params)))
                 if a is not _MISSING:
                     k = join(k, self._element(cpath, cq, a, i, strict, within, depth + 1))
             return k
@@ -645,8 +645,9 @@ class Program:
         return k
 
     @staticmethod
-    def _argument(call: list, params: list, pos: int, name: str, q: str):
-        """The encoded argument a call site passes for a parameter, or _MISSING."""
+    def _argument(call: list, params: list, pos: int, name: str, q: str, npos: int):
+        """The encoded argument a call site passes for a parameter, or _MISSING. Only the first `npos` parameters
+        take positional arguments: a keyword-only one (after `*` or `*args`) is passed by name or not at all."""
         args, kw = call[-2], call[-1]
         # a bound call (self.m(x), obj.m(x), Cls(x) -> __init__) does not pass self; `mod.f(x)` and
         # `Cls.m(obj, x)` pass every argument (`self.a.b.m(x)` is bound too)
@@ -654,7 +655,7 @@ class Program:
                                                            or q.endswith(".__init__")) else 0
         if name in kw:
             return kw[name]
-        if pos >= shift and pos - shift < len(args):
+        if shift <= pos < npos and pos - shift < len(args):
             return args[pos - shift]
         return _MISSING
 

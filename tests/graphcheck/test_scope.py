@@ -904,3 +904,48 @@ def test_super_follows_the_method_resolution_order_of_a_subclass(tmp_path):
 def test_what_a_subclass_runs_stays_in_scope(tmp_path, src, entry, where):
     # a narrowing of self.m() to one class (tried, reverted: 440cc85) made each of these a silent "all clear"
     assert ("GC101", where) in _found(tmp_path, src, entry)
+
+
+def test_a_keyword_only_parameter_never_takes_a_positional_argument(tmp_path):
+    # `def build(*args, use_fast=False, **kw)`: the tensor passed first lands in args, never in use_fast; a caller
+    # that passes the flag by keyword (a host bool) or leaves it to **kw decides it, and `if use_fast:` is host
+    # control flow. The same with a bare `*`. A real device flag passed by keyword is still reported.
+    found = _found(tmp_path, '''
+        import torch
+
+        def pick(fast_flag, x):
+            if fast_flag:
+                return x
+            return x + 1
+
+        def build(*args, use_fast=False, **kwargs):
+            return pick(use_fast, args[0])
+
+        def build2(x, *, use_fast=False):
+            return pick(use_fast, x)
+
+        def step(x: torch.Tensor, opts: dict):
+            a = build(x, x, **opts)
+            b = build(x, use_fast=True)
+            c = build2(x, use_fast=False)
+            return a, b, c
+
+        def step_device_flag(x: torch.Tensor):
+            return build2(x, use_fast=x.sum() > 0)
+        ''', "pkg.m:step")
+    assert found == [], found
+    (tmp_path / "d").mkdir()
+    assert ("GC201", "pick") in _found(tmp_path / "d", '''
+        import torch
+
+        def pick(fast_flag, x):
+            if fast_flag:
+                return x
+            return x + 1
+
+        def build2(x, *, use_fast=False):
+            return pick(use_fast, x)
+
+        def step(x: torch.Tensor):
+            return build2(x, use_fast=x.sum() > 0)
+        ''', "pkg.m:step")

@@ -49,6 +49,10 @@ EMITS = frozenset({
     "torch.cuda.Stream.synchronize", "torch.cuda.empty_cache", "torch.cuda.synchronize", "torch.equal",
     "torch.from_numpy", "torch.masked_select", "torch.nonzero", "torch.repeat_interleave", "torch.tensor",
     "torch.unique", "torch.unique_consecutive", "torch.where",
+    "torch.get_rng_state", "torch.set_rng_state", "torch.manual_seed", "torch.seed", "torch.initial_seed",
+    "torch.cuda.get_rng_state", "torch.cuda.get_rng_state_all", "torch.cuda.set_rng_state",
+    "torch.cuda.set_rng_state_all", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.cuda.seed",
+    "torch.cuda.seed_all", "torch.cuda.initial_seed",
 })
 
 
@@ -353,6 +357,9 @@ def _patch_targets() -> list[tuple[Any, str, str, dict]]:
         out.append((cls, "query", f"torch.cuda.{cls.__name__}.query", {"call": f"{cls.__name__}.query()"}))
     for name in ("random", "randint", "randrange", "uniform", "gauss", "normalvariate", "choice", "choices", "shuffle", "sample"):
         out.append((random, name, f"random.{name}", {"call": f"random.{name}", "_rule": "GC501"}))
+    for name in sorted(n for n in EMITS if CODES.get(n) == "GC503"):     # torch.manual_seed, torch.cuda.get_rng_state
+        mod, _, attr = name.rpartition(".")
+        out.append((torch.cuda if mod == "torch.cuda" else torch, attr, name, {"call": f"{name}()"}))
     np = sys.modules.get("numpy")
     if np is not None:
         for name in ("rand", "randn", "randint", "random", "random_sample", "choice", "normal", "uniform", "permutation", "shuffle"):
@@ -491,13 +498,20 @@ class PortableAudit:
         if orig is None:
             return
         audit = self
-        is_cuda = owner in (torch.cuda, torch.cuda.Stream, torch.cuda.Event, getattr(torch, "accelerator", None))
+        # a sync or cache call on a machine without a device has nothing to wait for: it is recorded, not run
+        is_sync = owner in (torch.cuda, torch.cuda.Stream, torch.cuda.Event, getattr(torch, "accelerator", None)) \
+            and attr in ("synchronize", "query", "empty_cache")
 
         def wrapper(*a, **k):
             if audit.active() and audit.depth == 0:
                 audit.event(name, sys._getframe(1), fmt)
-                if is_cuda and not audit.cuda_ok:
-                    return True if attr == "query" else None   # no device: nothing to wait for
+                if is_sync and not audit.cuda_ok:
+                    return True if attr == "query" else None
+                audit.depth += 1            # one hazard, one event (torch.manual_seed calls torch.cuda.manual_seed_all)
+                try:
+                    return orig(*a, **k)
+                finally:
+                    audit.depth -= 1
             return orig(*a, **k)
 
         wrapper.__wrapped__ = orig  # type: ignore[attr-defined]

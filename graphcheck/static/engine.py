@@ -22,7 +22,7 @@ from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, element, infer, join, name_hint, unpack_targets)
 
-ENGINE_VERSION = "16"
+ENGINE_VERSION = "17"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -267,6 +267,7 @@ class FileAnalyzer:
         self.seen: set = set()
         self.host_seqs: dict[int, set[str]] = {}
         self.stream_names: set[str] = set()
+        self.generator_names: set[str] = set()     # locals bound to torch.Generator(...)
         self.kernel_names: set[str] = set()
         self.kernel_attrs: set[str] = set()
         self.module_defs: set[str] = set()
@@ -470,6 +471,8 @@ class FileAnalyzer:
                     last = fname.split(".")[-1]
                     if last in _STREAM_CTORS and isinstance(t, ast.Name):
                         self.stream_names.add(t.id)
+                    if last == "Generator" and isinstance(t, ast.Name):
+                        self.generator_names.add(t.id)
                     if fname.endswith("cute.compile") or fname == "compile" and self.imports.get("compile", {}).get("target", "").startswith("cutlass"):
                         if isinstance(t, ast.Name):
                             self.kernel_names.add(t.id)

@@ -62,6 +62,21 @@ def test_host_rng_and_numpy():
     assert not hasattr(random.random, "__wrapped__")    # unpatched again
 
 
+def test_host_rng_state_is_one_event_per_call():
+    """torch.manual_seed re-seeds the CUDA generators through torch.cuda.manual_seed_all: still one event; a torch op
+    drawing from a generator is none."""
+    def step(x):
+        torch.manual_seed(3)
+        seed = torch.initial_seed()
+        g = torch.Generator().manual_seed(seed)     # a generator's own method: only the static layer sees it
+        return x * 2 + torch.rand(x.shape, generator=g)
+    orig = (torch.manual_seed, torch.cuda.manual_seed_all)
+    fs = audit(graphcheck.Target(step, planted._inputs, dict, "rng-state"))
+    assert sorted(f.evidence["op"] for f in fs if f.rule == "GC503") == ["torch.initial_seed", "torch.manual_seed"], \
+        [(f.rule, f.message) for f in fs]
+    assert (torch.manual_seed, torch.cuda.manual_seed_all) == orig      # unpatched again
+
+
 def test_broken_target_is_a_finding_not_a_crash():
     fs = audit(planted.broken())
     assert [f.rule for f in fs] == ["GC006"] and "RuntimeError" in fs[0].message

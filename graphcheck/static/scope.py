@@ -7,7 +7,9 @@ loop, by a comprehension, by a helper or factory that returns them, by a class v
 taken from a module-level registry), submodules of submodules (``self.block.experts(x)``), ``CustomOp``-style
 dispatch (``forward`` -> ``forward_cuda`` / ``forward_native``), ``super()``, ``self.method()`` to the method and
 its overrides in every subclass (the class ``self`` may be at run time), functions passed as arguments (by position
-or keyword) and defs nested in an enclosing function. ``module(...)`` means ``forward``.
+or keyword) and defs nested in an enclosing function. ``module(...)`` means ``forward``. Reading a property
+(``self.n``, ``self.cache.length``, resolved as ``self.n()`` / ``self.cache.length()`` would be) runs its getter, and
+assigning it (``self.n = v``) its setter; a read of a plain attribute resolves to nothing and stays quiet.
 Whatever cannot be resolved is kept (``unresolved``), so a scan never calls a scope it could not build clean.
 
 Kinds: a finding whose value depends on a parameter or a callee's return (see ``inference``) is decided here by
@@ -56,6 +58,7 @@ class Program:
         self._mros: dict[tuple[str, str], list] = {}
         self._syms: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._subs: dict[tuple[str, str], list] | None = None
+        self._accessors: set[str] | None = None
 
     # -- symbol resolution --------------------------------------------------------------------------
     def _import_target(self, path: str, alias: str) -> str:
@@ -171,6 +174,24 @@ class Program:
                 out.append((path, q))
         return out
 
+    def _accessor_names(self) -> set[str]:
+        """The names of every property getter (`x`) and setter (`x@setter`) in the tree: a read or store of any
+        other name is a plain attribute, answered without resolving its receiver."""
+        if self._accessors is None:
+            self._accessors = {q.rpartition(".")[2] for summ in self.s.values()
+                               for q, f in summ["functions"].items() if f.get("prop")}
+        return self._accessors
+
+    def _getter(self, cls_ref: tuple[str, str], attr: str) -> tuple[str, str] | None:
+        """The property getter `attr` of a class (its own or inherited), if it is one."""
+        if attr not in self._accessor_names():
+            return None
+        for path, cname in self._mro(cls_ref):
+            f = self.s[path]["functions"].get(f"{cname}.{attr}")
+            if f is not None:
+                return (path, f"{cname}.{attr}") if f.get("prop") == "get" else None
+        return None
+
     def _has_external_base(self, cls_ref: tuple[str, str]) -> bool:
         for path, cname in self._mro(cls_ref):
             for b in self.s[path]["classes"][cname]["bases"]:
@@ -263,6 +284,12 @@ class Program:
             for sym in info.get("refs", {}).get(attr, []):
                 known = True
                 ext |= self.resolve_symbol(path, sym) is None
+        getter = self._getter(cls_ref, attr)
+        if getter is not None:        # a property: what its getter constructs, else a value from outside the tree
+            known = True
+            got, x = self.instances(cls_ref, getter[0], f"self:{attr}")
+            out += [g for g in got if g not in out]
+            ext |= x or not got
         return out, ext, known
 
     # -- calls --------------------------------------------------------------------------------------
@@ -287,6 +314,14 @@ class Program:
         cls = fn.get("cls")
         cls_ref = (path, cls) if cls else None
         kind = call[0]
+        if kind == "get" or kind == "set":
+            # an attribute read or store: the getter or setter of a property of that name, resolved as a call of it
+            # would be (the class's MRO, its subclasses' overrides, a submodule's class); else a plain attribute
+            if self._call_key(call) not in self._accessor_names():
+                return [], "external"
+            t = [x for x in self._resolve_call(path, qname, call[1:])[0]
+                 if self.s[x[0]]["functions"][x[1]].get("prop") == kind]
+            return t, "resolved" if t else "external"
         if kind == "ref":
             if call[1] == "self" and cls_ref is not None and not self._class_method(cls_ref, call[2]):
                 # `helper(self.norm)` hands over a submodule the callee may call (its forward), but it was
@@ -496,6 +531,8 @@ class Program:
     # -- kinds across calls -------------------------------------------------------------------------
     def _call_key(self, call: list) -> str:
         k = call[0]
+        if k == "get" or k == "set":
+            return self._call_key(call[1:])
         if k == "name":
             return call[1]
         if k == "attr":
@@ -585,7 +622,7 @@ class Program:
                     k = self.s[cpath]["classes"][cname].get("fields", {}).get(attr)
                     if k is not None:
                         break
-        elif dep.startswith(("r:", "R:")):
+        elif dep.startswith(("r:", "R:", "g:")):
             i = int(dep[2:])
             calls = fn["calls"]
             if i < len(calls):
@@ -638,7 +675,7 @@ class Program:
             return None if strict else enc
         k = None
         for d in enc:
-            if d[:2] in ("p:", "r:", "R:") and not _split_element(d)[1]:
+            if d[:2] in ("p:", "r:", "R:", "g:") and not _split_element(d)[1]:
                 k = join(k, self.dep_kind(path, q, f"{d}{'@' if strict else '#'}{i}", within, depth))
             elif not strict:
                 k = join(k, self.dep_kind(path, q, d, within, depth))
@@ -727,6 +764,8 @@ def _call_line(call: list) -> int:
 
 def _describe(call: list) -> str:
     k = call[0]
+    if k == "get" or k == "set":
+        return _describe(call[1:])[:-2]
     if k == "name":
         return f"{call[1]}()"
     if k == "attr":

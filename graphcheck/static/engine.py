@@ -20,9 +20,9 @@ from ..rules import CALLS_BY_PREFIX as _CALLS_BY_PREFIX
 from ..rules import CHECKERS, format_message
 from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
-                        annotation_kind, element, infer, join, name_hint, unpack_targets)
+                        annotation_kind, element, infer, join, name_hint, soft, unpack_targets)
 
-ENGINE_VERSION = "18"
+ENGINE_VERSION = "19"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -121,6 +121,35 @@ class _Ctx:
             self._mode = "maybe"
             return True
         return k not in (HOST, PINNED, NP, PY)
+
+    def any_dev(self, nodes, maybe: bool = False) -> bool:
+        """`any(dev(n) for n in nodes)` (or `maybe_dev`) without its short cut: a value known to be on the device
+        (not known to be on the host) decides alone, whatever the others depend on; else each symbolic one is a
+        condition. A plain `any()` stops at the first symbolic value - an attribute that may be a property
+        (`self.training and p < 0.5`) - and leaves the finding waiting on that one alone, dropped when it resolves
+        to nothing."""
+        deps, mode = self._deps, self._mode
+        hit = False
+        for n in nodes:
+            k = self.env.kind(n)
+            if not isinstance(k, frozenset) and (k not in (HOST, PINNED, NP, PY) if maybe else k in ON_DEVICE):
+                self._deps, self._mode = deps, mode
+                return True
+            hit = (self.maybe_dev(n) if maybe else self.dev(n)) or hit
+        return hit
+
+    def not_dev(self, node: ast.AST) -> bool:
+        """Not known to be on the device (`x.cuda()` copies it). An attribute that may be a property (`g:`) is
+        unknown, as it was before the scope could resolve it: the finding holds unless its getter returns a device
+        value (mode "not"). Other symbolic values count as on the device, as `not dev()` has them."""
+        k = self.env.kind(node)
+        if isinstance(k, frozenset):
+            if not soft(k):
+                return False
+            self._deps |= k
+            self._mode = "not"
+            return True
+        return k not in ON_DEVICE
 
     def tensor(self, node: ast.AST) -> bool:
         k = self.env.kind(node)
@@ -316,16 +345,28 @@ class FileAnalyzer:
             call_nodes: list[ast.Call] = []
             index: dict[int, int] = {}
             called: set[int] = set()      # the attribute reads that are a call's function
-            stores: list[ast.AST] = []     # assignments to an attribute: a property's setter may run
-            for n in f.nodes:
+            # attribute reads and stores that may run a property's getter or setter, described with what the
+            # locals hold at that point of the function (`o = A(); v = o.n; o = B()` reads A's n, not B's)
+            reads = f.reads
+            nreads = len(reads)
+            ri = 0
+            got: list = []
+            stores: list = []
+            for j, n in enumerate(f.nodes):
                 t = type(n)
                 if t is ast.Assign or t is ast.For:
-                    _bind_local_types(n, local_types, registries)
+                    while ri < nreads and reads[ri][0] <= j:      # the reads before this binding
+                        a = reads[ri][1]
+                        ri += 1
+                        d = _read_descriptor(a, local_types)
+                        if d is not None:
+                            got.append((a, d))
                     if t is ast.Assign and any(type(x) is not ast.Name for x in n.targets):
-                        stores.append(n)
+                        stores += _store_descriptors(n, local_types)
+                    _bind_local_types(n, local_types, registries)
                 elif t is ast.AugAssign or t is ast.AnnAssign:
                     if type(n.target) is ast.Attribute:
-                        stores.append(n)
+                        stores += _store_descriptors(n, local_types)
                 elif t is ast.Call:
                     called.add(id(n.func))
                     d = _call_descriptor(n.func, local_types)
@@ -347,7 +388,13 @@ class FileAnalyzer:
             module_calls = {i for i, c in enumerate(calls) if (c[0] == "self" and c[1] in mods) or (
                 c[0] == "selfattr" and c[2] == "__call__") or (c[0] == "inst" and c[2] == "__call__")}
             ncalls = len(calls)
-            sets = _accessor_calls(f, local_types, calls, index, called, stores) if f.reads or stores else ()
+            while ri < nreads:
+                a = reads[ri][1]
+                ri += 1
+                d = _read_descriptor(a, local_types)
+                if d is not None:
+                    got.append((a, d))
+            sets = _accessor_calls(got, stores, calls, index, called) if got or stores else ()
             local_aliases = dict(aliases)
             _aliases(Env(self.imports, aliases, module_kinds, kinds, mods, {}), f.nodes, local_aliases)
             env = Env(self.imports, local_aliases, module_kinds, kinds, mods, index)
@@ -453,7 +500,7 @@ class FileAnalyzer:
             if t in keep:
                 if t is ast.Attribute:
                     if type(node.ctx) is ast.Load:
-                        owner.reads.append(node)
+                        owner.reads.append((len(owner.nodes), node))    # where it falls among the kept nodes
                 else:
                     owner.nodes.append(node)
                     if t is ast.Assign and type(node.value) is ast.Lambda:
@@ -982,50 +1029,61 @@ def _accessor_role(qname: str, node: ast.AST) -> str:
     return ""
 
 
-def _accessor_calls(f: _Func, local: dict[str, list], calls: list, index: dict, called: set[int],
-                    stores: list[ast.AST]) -> list:
+def _read_descriptor(a: ast.Attribute, local: dict[str, list]) -> list | None:
+    """A read of `self.x`, `self.a.x`, `obj.x` (obj a local of a known class) described as a call of `x` would be;
+    None for the reads no getter of the tree can answer (`torch.x`, `t.shape` of an unknown `t`)."""
+    v = a.value
+    if type(v) is ast.Name:          # the common shapes first: `self.x`, and `torch.x` / `t.shape` (skipped)
+        if v.id == "self":
+            return ["self", a.attr]
+        if v.id in local and local[v.id][0] != "reg":
+            return [*local[v.id], a.attr]
+        return None
+    d = _call_descriptor(a, local)
+    if d is None or d[0] in ("name", "reg") or d[0] == "attr" and d[1] != "self":
+        return None
+    return d
+
+
+def _store_descriptors(n: ast.AST, local: dict[str, list]) -> list:
+    """The attribute targets of an assignment that may run a property's setter: (target, value or None, the
+    target described as a call of it would be)."""
+    t = type(n)
+    if t is ast.Assign:
+        pairs = [(x, n.value) for tgt in n.targets for x in unpack_targets(tgt)]
+    else:
+        pairs = [(n.target, n.value)] if n.value is not None else []
+    out = []
+    for tgt, v in pairs:
+        if type(tgt) is not ast.Attribute:
+            continue
+        d = _call_descriptor(tgt, local)
+        if d is None or d[0] in ("name", "reg") or d[0] == "attr" and d[1] != "self":
+            continue
+        # an unpacked target takes an element of the value: its kind is not the whole value's
+        out.append((n, tgt, v if v is not None and tgt in getattr(n, "targets", [tgt]) else None, d))
+    return out
+
+
+def _accessor_calls(reads: list, stores: list, calls: list, index: dict, called: set[int]) -> list:
     """Attribute reads and stores that may run a property's getter or setter, as call records after the
     function's calls: `["get", *descriptor]` for a read of `self.x`, `self.a.x`, `obj.x` (obj a local of a known
     class) and `["set", *descriptor + "@setter"]` for `self.x = v`, described as a call of `x` would be. Whether
     `x` is a property is the scope's business (the class may live in another file); for a plain attribute the
     record resolves to nothing and stays quiet. A read that is a call's function is the call itself. Returns the
     setter records with the value assigned, for its kind."""
-    for a in f.reads:
-        v = a.value
-        if type(v) is ast.Name:          # the common shapes first: `self.x`, and `torch.x` / `t.shape` (skipped)
-            if v.id == "self":
-                d = ["self", a.attr]
-            elif v.id in local and local[v.id][0] != "reg":
-                d = [*local[v.id], a.attr]
-            else:
-                continue
-        else:
-            d = _call_descriptor(a, local)
-            if d is None or d[0] in ("name", "reg") or d[0] == "attr" and d[1] != "self":
-                continue
+    for a, d in reads:
         if id(a) in called:
             continue
         index[id(a)] = len(calls)
         calls.append(["get", *d, a.lineno, a.col_offset])
     sets = []
-    for n in stores:
-        t = type(n)
-        if t is ast.Assign:
-            pairs = [(x, n.value) for tgt in n.targets for x in unpack_targets(tgt)]
-        else:
-            pairs = [(n.target, n.value)] if n.value is not None else []
-        for tgt, v in pairs:
-            if type(tgt) is not ast.Attribute:
-                continue
-            d = _call_descriptor(tgt, local)
-            if d is None or d[0] in ("name", "reg") or d[0] == "attr" and d[1] != "self":
-                continue
-            if t is ast.AugAssign:      # `self.x += 1` reads it first
-                calls.append(["get", *d, tgt.lineno, tgt.col_offset])
-            rec = ["set", *d[:-1], f"{d[-1]}@setter", tgt.lineno, tgt.col_offset]
-            calls.append(rec)
-            # an unpacked target takes an element of the value: its kind is not the whole value's
-            sets.append((rec, v if v is not None and tgt in getattr(n, "targets", [tgt]) else None))
+    for n, tgt, v, d in stores:
+        if type(n) is ast.AugAssign:      # `self.x += 1` reads it first
+            calls.append(["get", *d, tgt.lineno, tgt.col_offset])
+        rec = ["set", *d[:-1], f"{d[-1]}@setter", tgt.lineno, tgt.col_offset]
+        calls.append(rec)
+        sets.append((rec, v))
     return sets
 
 

@@ -329,7 +329,8 @@ class Env:
             k = self.kind(node.value)
             if i is not None and isinstance(k, frozenset):
                 return element(k, i)       # f(x)[1]: element 1 of what f returns
-            return k if k in TENSORS or k == NP or isinstance(k, frozenset) else None
+            # `self.parts[i]`: of what a getter returns (a list, a dict) nothing says the element's kind
+            return k if k in TENSORS or k == NP or isinstance(k, frozenset) and not soft(k) else None
         if t is ast.BinOp:
             a, b = self.kind(node.left), self.kind(node.right)
             if isinstance(node.op, ast.Mod) and a == PY:
@@ -485,7 +486,7 @@ class Env:
                 return d
             if last in ("tensor", "as_tensor") and node.args:
                 k = self.kind(node.args[0])
-                if k in TENSORS or isinstance(k, frozenset):
+                if k in TENSORS or isinstance(k, frozenset) and not soft(k):   # an attribute: host data, as before
                     return k
             # host data wrapped without a device stays on the CPU; an empty/zeros buffer without one is usually
             # made under `with torch.device(...)` or a default device, so its placement is unknown
@@ -667,7 +668,8 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
                 env._set(n.target, _arith(env.kind(n.target), env.kind(n.value)), False)
             elif t is ast.For or t is ast.comprehension:
                 it = env.kind(n.iter)
-                if it in TENSORS or isinstance(it, frozenset):
+                # not an attribute that may be a property: what its getter returns (a list) is not its elements' kind
+                if it in TENSORS or isinstance(it, frozenset) and not soft(it):
                     for x in unpack_targets(n.target):   # iterating a tensor yields tensors
                         env._set(x, it, False)
     return params

@@ -663,6 +663,8 @@ class Program:
             if elts is not None:
                 if -len(elts) <= i < len(elts):
                     k = join(k, self._decode(t[0], t[1], elts[i], within, depth + 1))
+            elif base[0] == "g" and callee.get("ret") == PY:
+                continue     # an element of the list or dict a getter returns: unknown, as the attribute read was
             else:
                 k = join(k, self._element(t[0], t[1], callee.get("ret"), i, strict, within, depth + 1))
         if not targets and base[0] == "R" and not strict:
@@ -709,6 +711,8 @@ class Program:
         k = self._decode(path, q, when["deps"], within, 0)
         if when.get("mode") == "maybe":
             return k not in (HOST, PINNED, NP, PY)
+        if when.get("mode") == "not":       # `x.cuda()` of what may be a property: a copy unless it is on the device
+            return k not in ON_DEVICE
         return k in ON_DEVICE or k == TENSOR
 
 

@@ -1113,3 +1113,108 @@ def test_an_attribute_that_is_no_property_keeps_its_unknown_kind(tmp_path):
                 return x + ids, n.bit_length()
         ''', "pkg.m:Runner.step")
     assert sorted(found) == [("GC201", "Runner.step"), ("GC401", "Runner.step")], found
+
+
+def test_an_attribute_that_may_be_a_property_does_not_hide_a_device_operand(tmp_path):
+    # `self.training` / `self.name` / `self.n` may be properties (symbolic until the scope says): checking the
+    # operands with a plain any() stopped at them, and the finding waited on that attribute alone - dropped once it
+    # resolved to nothing, though `p` beside it is on the device
+    found = _found(tmp_path, '''
+        import torch
+        from somewhere import ExternalBase
+
+        class Layer(ExternalBase):
+            def step(self, x: torch.Tensor):
+                p = torch.rand([], device="cuda")
+                skip = self.training and p < 0.5
+                print(self.name, p)
+                log = f"{self.name} {p}"
+                y = torch.zeros(self.n, p)
+                return x, skip, log, y
+        ''', "pkg.m:Layer.step")
+    assert sorted(found) == [("GC106", "Layer.step"), ("GC106", "Layer.step"), ("GC203", "Layer.step"),
+                             ("GC308", "Layer.step")], found
+
+
+def test_cuda_of_an_attribute_is_a_copy_unless_its_getter_is_on_the_device(tmp_path):
+    # `not dev()` of a symbolic value is False: an unknown attribute's `.cuda()` (a copy, before properties) went
+    # quiet; `torch.tensor(self.std)` is host data whatever the attribute is, unless a getter says it is a tensor
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+        from somewhere import ExternalBase
+
+        class Runner(ExternalBase):
+            def __init__(self):
+                self._w = torch.zeros(4, device="cuda")
+
+            @property
+            def weight(self):
+                return self._w
+
+            def step(self, x: torch.Tensor):
+                t = self.table.cuda()                     # unknown: a copy, as before
+                w = self.weight.cuda()                    # the getter's device tensor: no copy
+                s = torch.tensor(self.std).to(x.device)   # host data made a tensor, then copied
+                return x + t + w + s
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Runner.step"], root=root, cache=False, jobs=1)
+    assert sorted((f.rule, f.line) for f in res.findings) == [("GC402", 14), ("GC402", 16)], res.findings
+
+
+def test_an_element_of_what_a_getter_returns_is_unknown(tmp_path):
+    # a getter returning a list is a Python value: its elements (iterated, indexed) are not, they are unknown
+    # as the attribute read was before - `.item()` on them stays a readback
+    found = _found(tmp_path, '''
+        import torch
+
+        class Runner:
+            def __init__(self):
+                self._a = torch.zeros(2, device="cuda")
+
+            @property
+            def parts(self):
+                return [self._a, self._a]
+
+            def step(self, x: torch.Tensor, i: int):
+                for t in self.parts:
+                    x = x + t.item()
+                return x + self.parts[0].item() + self.parts[i].item()
+        ''', "pkg.m:Runner.step")
+    assert found == [("GC101", "Runner.step")] * 3, found
+
+
+def test_a_property_read_on_a_local_takes_the_class_it_holds_there(tmp_path):
+    # `o` holds a Dev when `o.n` is read, a Host only later: the read is Dev's getter (a device tensor)
+    found = _found(tmp_path, '''
+        import torch
+
+        class Dev:
+            def __init__(self):
+                self._a = torch.zeros(2, device="cuda")
+
+            @property
+            def n(self):
+                return self._a
+
+        class Host:
+            @property
+            def n(self):
+                return 3
+
+        def step(x: torch.Tensor):
+            o = Dev()
+            v = o.n
+            o = Host()
+            return x + v.item()
+        ''', "pkg.m:step")
+    assert found == [("GC101", "step")], found
+
+
+def test_a_finding_in_a_setter_keeps_its_fingerprint():
+    # before setters had their own entry (`C.x@setter`) they were `C.x`: a baseline written then still matches
+    from graphcheck.findings import Finding, assign_fingerprints
+    old = Finding(rule="GC101", kind="static", path="m.py", line=3, col=4, function="C.x", message="m", source="v.item()")
+    new = Finding(rule="GC101", kind="static", path="m.py", line=3, col=4, function="C.x@setter", message="m", source="v.item()")
+    assign_fingerprints([old])
+    assign_fingerprints([new])
+    assert old.fingerprint == new.fingerprint and new.function == "C.x@setter"

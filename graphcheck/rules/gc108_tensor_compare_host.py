@@ -30,7 +30,7 @@ RUNTIME: tuple[str, ...] = (
 @on(ast.Call, names=("equal", "allclose"))
 def check(ctx, node: ast.Call) -> None:
     t = ctx.torch(node)
-    if t in ("equal", "allclose") and ctx.any_dev(node.args[:2], maybe=True):
+    if t in ("equal", "allclose") and any(ctx.maybe_dev(a) for a in node.args[:2]):
         ctx.report(RULE.code, node, call=f"torch.{t}")
     elif ctx.method(node) in ("equal", "allclose") and ctx.dev(node.func.value):
         ctx.report(RULE.code, node, call=f".{node.func.attr}()")

@@ -122,21 +122,26 @@ class _Ctx:
             return True
         return k not in (HOST, PINNED, NP, PY)
 
-    def any_dev(self, nodes, maybe: bool = False) -> bool:
-        """`any(dev(n) for n in nodes)` (or `maybe_dev`) without its short cut: a value known to be on the device
-        (not known to be on the host) decides alone, whatever the others depend on; else each symbolic one is a
-        condition. A plain `any()` stops at the first symbolic value - an attribute that may be a property
-        (`self.training and p < 0.5`) - and leaves the finding waiting on that one alone, dropped when it resolves
-        to nothing."""
-        deps, mode = self._deps, self._mode
-        hit = False
+    def any_dev(self, nodes) -> bool:
+        """`any(dev(n) for n in nodes)`, an attribute that may be a property (`g:`) passed over as an unknown value
+        was before: a plain `any()` stops at it (`self.training and p < 0.5`) and leaves the finding waiting on that
+        attribute alone, dropped when it resolves to nothing, though `p` is on the device. The first value known to
+        be on the device, or symbolic otherwise, decides as before; the getters passed over on the way are
+        alternatives (the finding also holds where one returns a device value)."""
+        deps = self._deps
+        passed = False
         for n in nodes:
             k = self.env.kind(n)
-            if not isinstance(k, frozenset) and (k not in (HOST, PINNED, NP, PY) if maybe else k in ON_DEVICE):
-                self._deps, self._mode = deps, mode
+            if soft(k):
+                self._deps |= k
+                passed = True
+            elif k in ON_DEVICE:
+                self._deps = deps
                 return True
-            hit = (self.maybe_dev(n) if maybe else self.dev(n)) or hit
-        return hit
+            elif isinstance(k, frozenset):
+                self._deps |= k
+                return True
+        return passed
 
     def not_dev(self, node: ast.AST) -> bool:
         """Not known to be on the device (`x.cuda()` copies it). An attribute that may be a property (`g:`) is

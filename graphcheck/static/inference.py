@@ -494,7 +494,7 @@ class Env:
         if last in LIKE:
             d = self._device_arg(node)
             return d if d is not None else (self.kind(node.args[0]) if node.args else TENSOR)
-        if last == "from_numpy":
+        if last in ("from_numpy", "frombuffer"):     # always a CPU tensor
             return HOST
         k = None
         for a in [*node.args, *(kw.value for kw in node.keywords)]:

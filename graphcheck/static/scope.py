@@ -59,6 +59,8 @@ class Program:
         self._syms: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._subs: dict[tuple[str, str], list] | None = None
         self._accessors: set[str] | None = None
+        self._attr_insts: dict[tuple, tuple[list, bool, bool]] = {}
+        self._hops: dict[tuple, list] = {}
 
     # -- symbol resolution --------------------------------------------------------------------------
     def _import_target(self, path: str, alias: str) -> str:
@@ -271,7 +273,16 @@ class Program:
         return (ref[0], cls) if cls else None
 
     def _attr_instances(self, cls_ref: tuple[str, str], attr: str) -> tuple[list, bool, bool]:
-        """Classes held by self.<attr>; whether some of it is outside the tree; whether the attribute is known."""
+        """Classes held by self.<attr>; whether some of it is outside the tree; whether the attribute is known.
+        Memoised: every attribute read that may be a property asks it, hop by hop (`self.model.config.x`). The list
+        is shared: callers must not change it."""
+        key = (cls_ref, attr)
+        hit = self._attr_insts.get(key)
+        if hit is None:
+            hit = self._attr_insts[key] = self._attr_instances_uncached(cls_ref, attr)
+        return hit
+
+    def _attr_instances_uncached(self, cls_ref: tuple[str, str], attr: str) -> tuple[list, bool, bool]:
         out: list[tuple[str, str]] = []
         ext = known = False
         for path, cname in self._mro(cls_ref):
@@ -291,6 +302,18 @@ class Program:
             out += [g for g in got if g not in out]
             ext |= x or not got
         return out, ext, known
+
+    def _hop_instances(self, cls_ref: tuple[str, str], hops: tuple[str, ...]) -> list:
+        """Classes held by `self.a.b` (hops a, b), memoised by prefix: the reads and calls of one class share them."""
+        if not hops:
+            return [cls_ref]
+        key = (cls_ref, hops)
+        hit = self._hops.get(key)
+        if hit is None:
+            insts = self._hop_instances(cls_ref, hops[:-1])
+            a = hops[-1]
+            hit = self._hops[key] = list(dict.fromkeys(c for i in insts for c in self._attr_instances(i, a)[0]))
+        return hit
 
     # -- calls --------------------------------------------------------------------------------------
     def callees(self, path: str, qname: str) -> list[tuple[tuple[str, str], list]]:
@@ -353,9 +376,7 @@ class Program:
                 # `self.mlp.experts.dispatch(s)`: a method of a submodule of a submodule, hop by hop; a hop that
                 # holds no class of the tree (a config, a tensor) leaves it outside, as before
                 *hops, meth = call[2].split(".")
-                insts = [cls_ref]
-                for a in hops:
-                    insts = list(dict.fromkeys(c for i in insts for c in self._attr_instances(i, a)[0]))
+                insts = self._hop_instances(cls_ref, tuple(hops))
                 t = list(dict.fromkeys(m for c in insts for m in self._class_method(c, meth)))
                 if not t:    # `self.block.experts(x)`: the last hop is a submodule too, and calling it runs forward
                     t = list(dict.fromkeys(m for c in insts for i in self._attr_instances(c, meth)[0]

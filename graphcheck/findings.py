@@ -115,12 +115,16 @@ def _token_form(line: str) -> str:
     return " ".join(toks) if toks else _ws.sub(" ", line)
 
 
+_ACCESSOR = re.compile(r"@(?:setter|deleter)\b")
+
+
 def assign_fingerprints(findings: Iterable[Finding]) -> list[Finding]:
     """Give each finding its stable fingerprint; occurrence index counts repeats of the same key."""
     out = sorted(findings, key=Finding.sort_key)
     seen: dict[tuple, int] = {}
     for f in out:
-        key = (f.rule, f.path, f.function, normalise_source(f.source))
+        # a property's setter or deleter (`C.x@setter`) keeps the fingerprint it had when it shared the getter's name
+        key = (f.rule, f.path, _ACCESSOR.sub("", f.function), normalise_source(f.source))
         idx = seen.get(key, 0)
         seen[key] = idx + 1
         raw = "\x1f".join([*key, str(idx)])

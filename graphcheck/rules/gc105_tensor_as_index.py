@@ -23,7 +23,7 @@ RUNTIME: tuple[str, ...] = ('torch.Tensor.__index__',)
 @on(ast.Call, names=("range",))
 def check_range(ctx, node: ast.Call) -> None:
     f = node.func
-    if isinstance(f, ast.Name) and f.id == "range" and not ctx.is_shadowed("range") and any(ctx.dev(a) for a in node.args):
+    if isinstance(f, ast.Name) and f.id == "range" and not ctx.is_shadowed("range") and ctx.any_dev(node.args):
         ctx.report(RULE.code, node, call="range(...)")
 
 

@@ -28,19 +28,19 @@ _LOG_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "except
 def check_call(ctx, node: ast.Call) -> None:
     f = node.func
     if isinstance(f, ast.Name):
-        if f.id in ("print", "str", "repr") and not ctx.is_shadowed(f.id) and any(ctx.dev(a) for a in node.args):
+        if f.id in ("print", "str", "repr") and not ctx.is_shadowed(f.id) and ctx.any_dev(node.args):
             ctx.report(RULE.code, node, call=f"{f.id}(...)")
     elif isinstance(f, ast.Attribute):
-        if f.attr in _LOG_METHODS and ctx.is_logger(f.value) and any(ctx.dev(a) for a in node.args):
+        if f.attr in _LOG_METHODS and ctx.is_logger(f.value) and ctx.any_dev(node.args):
             ctx.report(RULE.code, node, call=f"{dotted(f)}(...)")
-        elif f.attr == "format" and isinstance(f.value, ast.Constant) and any(
-                ctx.dev(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+        elif f.attr == "format" and isinstance(f.value, ast.Constant) and ctx.any_dev(
+                [*node.args, *(k.value for k in node.keywords)]):
             ctx.report(RULE.code, node, call="str.format")
 
 
 @on(ast.JoinedStr)
 def check_fstring(ctx, node: ast.JoinedStr) -> None:
-    if any(isinstance(v, ast.FormattedValue) and ctx.dev(v.value) for v in node.values):
+    if ctx.any_dev(v.value for v in node.values if isinstance(v, ast.FormattedValue)):
         ctx.report(RULE.code, node, call="f-string")
 
 
@@ -48,5 +48,5 @@ def check_fstring(ctx, node: ast.JoinedStr) -> None:
 def check_percent(ctx, node: ast.BinOp) -> None:
     if isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
         r = node.right
-        if any(ctx.dev(i) for i in (r.elts if isinstance(r, ast.Tuple) else [r])):
+        if ctx.any_dev(r.elts if isinstance(r, ast.Tuple) else [r]):
             ctx.report(RULE.code, node, call="%-format")

@@ -28,7 +28,7 @@ def check_ifexp(ctx, node: ast.IfExp) -> None:
 
 @on(ast.BoolOp)
 def check_boolop(ctx, node: ast.BoolOp) -> None:
-    if any(ctx.dev(v) for v in node.values):
+    if ctx.any_dev(node.values):
         ctx.report(RULE.code, node, op="and" if isinstance(node.op, ast.And) else "or")
 
 

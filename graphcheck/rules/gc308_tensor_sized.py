@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ._base import Rule, on
-from ..static.inference import TENSORS
+from ..static.inference import TENSORS, soft
 
 RULE = Rule(
     code='GC308',
@@ -30,13 +30,13 @@ _SIZE_METHODS = {"view", "reshape", "expand", "repeat", "narrow", "new_zeros", "
 def check_call(ctx, node: ast.Call) -> None:
     t = ctx.torch(node)
     m = ctx.method(node)
-    if t in _SIZED and any(ctx.dev(a) for a in node.args):
+    if t in _SIZED and ctx.any_dev(node.args):
         ctx.report(RULE.code, node, call=f"torch.{t}")
     elif t in ("topk", "kthvalue") and len(node.args) > 1 and ctx.dev(node.args[1]):
         ctx.report(RULE.code, node, call=f"torch.{t}")
     elif m in ("topk", "kthvalue") and node.args and not _module_call(ctx, node) and ctx.dev(node.args[0]):
         ctx.report(RULE.code, node, call=f".{m}()")
-    elif m in _SIZE_METHODS and any(ctx.dev(a) for a in node.args) and ctx.tensor(node.func.value):
+    elif m in _SIZE_METHODS and ctx.any_dev(node.args) and ctx.tensor(node.func.value):
         ctx.report(RULE.code, node, call=f".{m}()")
 
 
@@ -51,14 +51,14 @@ def _module_call(ctx, node: ast.Call) -> bool:
     if ctx.kind(recv) in TENSORS or len(node.args) < 2:      # known to be a tensor (not merely maybe)
         return False
     k = ctx.kind(node.args[1])          # a tensor, or a value that follows the caller's (the hidden/logits pair)
-    return k in TENSORS or isinstance(k, frozenset)
+    return k in TENSORS or isinstance(k, frozenset) and not soft(k)
 
 
 @on(ast.Subscript)
 def check_slice(ctx, node: ast.Subscript) -> None:
     parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
     for p in parts:
-        if isinstance(p, ast.Slice) and any(ctx.dev(b) for b in (p.lower, p.upper, p.step) if b is not None) \
+        if isinstance(p, ast.Slice) and ctx.any_dev(b for b in (p.lower, p.upper, p.step) if b is not None) \
                 and ctx.tensor(node.value):
             ctx.report(RULE.code, node, call="x[a:b]")
             return

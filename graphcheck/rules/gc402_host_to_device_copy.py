@@ -34,9 +34,9 @@ def check(ctx, node: ast.Call) -> None:
     src = node.func.value
     if m in ("cuda", "to") and ctx.non_blocking(node):
         return     # GC403 judges non_blocking copies: from pinned memory they are the cure
-    if m == "cuda" and not ctx.dev(src):
+    if m == "cuda" and ctx.not_dev(src):
         ctx.report(RULE.code, node, call=".cuda()")
-    elif m == "to" and ctx.target_is_device(node) and (ctx.host(src) or (ctx.target_is_cuda(node) and not ctx.dev(src))):
+    elif m == "to" and ctx.target_is_device(node) and (ctx.host(src) or (ctx.target_is_cuda(node) and ctx.not_dev(src))):
         ctx.report(RULE.code, node, call=f"{dotted(src) or 'x'}.to(device)")
     elif m == "pin_memory" and not node.args:
         ctx.report(RULE.code, node, call=".pin_memory()")

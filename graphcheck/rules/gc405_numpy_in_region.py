@@ -27,5 +27,5 @@ def check(ctx, node: ast.Call) -> None:
     if not q.startswith("numpy.") or q.startswith("numpy.random.") or q in (
             "numpy.asarray", "numpy.array", "numpy.asanyarray", "numpy.ascontiguousarray"):   # those are GC109
         return
-    if any(ctx.dev(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+    if ctx.any_dev([*node.args, *(k.value for k in node.keywords)]):
         ctx.report(RULE.code, node, call=dotted(node.func) + "(...)")

@@ -24,5 +24,5 @@ RUNTIME: tuple[str, ...] = ()
 def check(ctx, node: ast.Call) -> None:
     q = ctx.qual(node.func)
     if q.startswith("einops.") and q.rsplit(".", 1)[-1] in ("rearrange", "repeat", "reduce", "pack", "unpack") \
-            and any(ctx.dev(k.value) for k in node.keywords):
+            and ctx.any_dev(k.value for k in node.keywords):
         ctx.report(RULE.code, node, call=f"einops.{q.rsplit('.', 1)[-1]}")

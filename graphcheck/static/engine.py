@@ -20,9 +20,9 @@ from ..rules import CALLS_BY_PREFIX as _CALLS_BY_PREFIX
 from ..rules import CHECKERS, format_message
 from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
-                        annotation_kind, element, infer, join, name_hint, unpack_targets)
+                        annotation_kind, element, infer, join, name_hint, soft, unpack_targets)
 
-ENGINE_VERSION = "17"
+ENGINE_VERSION = "19"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -43,6 +43,8 @@ class _Func:
     node: ast.AST | None
     cls: str | None
     nodes: list = field(default_factory=list)
+    reads: list = field(default_factory=list)     # attribute loads rooted in a name (`self.x`, `c.length`)
+    lambdas: set = field(default_factory=set)     # locals bound only to lambdas
 
 
 def _comments(lines: list[str]) -> dict[int, tuple[int, str]]:
@@ -120,11 +122,45 @@ class _Ctx:
             return True
         return k not in (HOST, PINNED, NP, PY)
 
+    def any_dev(self, nodes) -> bool:
+        """`any(dev(n) for n in nodes)`, an attribute that may be a property (`g:`) passed over as an unknown value
+        was before: a plain `any()` stops at it (`self.training and p < 0.5`) and leaves the finding waiting on that
+        attribute alone, dropped when it resolves to nothing, though `p` is on the device. The first value known to
+        be on the device, or symbolic otherwise, decides as before; the getters passed over on the way are
+        alternatives (the finding also holds where one returns a device value)."""
+        deps = self._deps
+        passed = False
+        for n in nodes:
+            k = self.env.kind(n)
+            if soft(k):
+                self._deps |= k
+                passed = True
+            elif k in ON_DEVICE:
+                self._deps = deps
+                return True
+            elif isinstance(k, frozenset):
+                self._deps |= k
+                return True
+        return passed
+
+    def not_dev(self, node: ast.AST) -> bool:
+        """Not known to be on the device (`x.cuda()` copies it). An attribute that may be a property (`g:`) is
+        unknown, as it was before the scope could resolve it: the finding holds unless its getter returns a device
+        value (mode "not"). Other symbolic values count as on the device, as `not dev()` has them."""
+        k = self.env.kind(node)
+        if isinstance(k, frozenset):
+            if not soft(k):
+                return False
+            self._deps |= k
+            self._mode = "not"
+            return True
+        return k not in ON_DEVICE
+
     def tensor(self, node: ast.AST) -> bool:
         k = self.env.kind(node)
-        # a field of a class-typed parameter ("a:") is unknown here, as before the scope could resolve it: a rule
-        # asking "is it a tensor?" (to stay quiet) must not take it for one
-        return k in TENSORS or isinstance(k, frozenset) and any(not d.startswith("a:") for d in k)
+        # a field of a class-typed parameter ("a:") or an attribute that may be a property ("g:") is unknown here,
+        # as before the scope could resolve it: a rule asking "is it a tensor?" (to stay quiet) must not take it for one
+        return k in TENSORS or isinstance(k, frozenset) and any(not d.startswith(("a:", "g:")) for d in k)
 
     def host(self, node: ast.AST) -> bool:
         """A CPU tensor that is not pinned."""
@@ -256,6 +292,8 @@ _NAN_GUARDS = ("isnan", "isinf", "isfinite", "isneginf", "isposinf")
 _HOST_MATH = ("math.", "cmath.", "numpy.")
 _STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "ExternalStream")
 _KERNEL_DECORATORS = ("cute.jit", "cute.kernel", "triton.jit", "jit")
+_PROPERTIES = ("property", "cached_property", "abstractproperty")
+_ACCESSORS = ("setter", "deleter")     # `@x.getter` is the getter again
 
 
 class FileAnalyzer:
@@ -300,21 +338,45 @@ class FileAnalyzer:
         ctx = _Ctx(self)
         functions: dict[str, dict] = {}
         envs: dict[str, Env] = {}     # each def's names, for the closures nested in it (pre-order: outer first)
+        lambdas: dict[str, set] = {}  # each def's local lambdas, also for the closures nested in it
         for f in funcs:
             node = f.node
             is_def = isinstance(node, _FUNCS)
+            lam = _local_lambdas(f, lambdas) if is_def else set()
             kinds, mods = class_kinds.get(f.cls or "", ({}, set()))
             local_types: dict[str, list] = {}
             local_ctors = _LazyCtors(f, registries)
             calls: list[list] = []
             call_nodes: list[ast.Call] = []
             index: dict[int, int] = {}
-            for n in f.nodes:
+            called: set[int] = set()      # the attribute reads that are a call's function
+            # attribute reads and stores that may run a property's getter or setter, described with what the
+            # locals hold at that point of the function (`o = A(); v = o.n; o = B()` reads A's n, not B's)
+            reads = f.reads
+            nreads = len(reads)
+            ri = 0
+            got: list = []
+            stores: list = []
+            for j, n in enumerate(f.nodes):
                 t = type(n)
                 if t is ast.Assign or t is ast.For:
+                    while ri < nreads and reads[ri][0] <= j:      # the reads before this binding
+                        a = reads[ri][1]
+                        ri += 1
+                        d = _read_descriptor(a, local_types)
+                        if d is not None:
+                            got.append((a, d))
+                    if t is ast.Assign and any(type(x) is not ast.Name for x in n.targets):
+                        stores += _store_descriptors(n, local_types)
                     _bind_local_types(n, local_types, registries)
+                elif t is ast.AugAssign or t is ast.AnnAssign:
+                    if type(n.target) is ast.Attribute:
+                        stores += _store_descriptors(n, local_types)
                 elif t is ast.Call:
+                    called.add(id(n.func))
                     d = _call_descriptor(n.func, local_types)
+                    if d and d[0] == "name" and d[1] in lam:
+                        d = None         # a local lambda: its body is this function's own code, scanned here
                     if d:
                         index[id(n)] = len(calls)
                         calls.append([*d, n.lineno, n.col_offset])
@@ -328,11 +390,20 @@ class FileAnalyzer:
                         if r:
                             calls.append(["ref", *r, n.lineno, n.col_offset])
                             call_nodes.append(None)
+            module_calls = {i for i, c in enumerate(calls) if (c[0] == "self" and c[1] in mods) or (
+                c[0] == "selfattr" and c[2] == "__call__") or (c[0] == "inst" and c[2] == "__call__")}
+            ncalls = len(calls)
+            while ri < nreads:
+                a = reads[ri][1]
+                ri += 1
+                d = _read_descriptor(a, local_types)
+                if d is not None:
+                    got.append((a, d))
+            sets = _accessor_calls(got, stores, calls, index, called) if got or stores else ()
             local_aliases = dict(aliases)
             _aliases(Env(self.imports, aliases, module_kinds, kinds, mods, {}), f.nodes, local_aliases)
             env = Env(self.imports, local_aliases, module_kinds, kinds, mods, index)
-            env.module_calls = {i for i, c in enumerate(calls) if (c[0] == "self" and c[1] in mods) or (
-                c[0] == "selfattr" and c[2] == "__call__") or (c[0] == "inst" and c[2] == "__call__")}
+            env.module_calls = module_calls
             if is_def:
                 _closure_kinds(env, f, envs)
             params = infer(env, node if is_def else None, f.nodes) if is_def or f.qname != "<module>" else []
@@ -358,10 +429,13 @@ class FileAnalyzer:
                     ctx._deps = _NO_DEPS
                     ctx._mode = "dev"
                     chk(ctx, n)
-            for rec, cn in zip(calls, call_nodes):
+            for rec, cn in zip(calls[:ncalls], call_nodes):
                 if cn is not None and (cn.args or cn.keywords):
                     rec.append([_enc(env.kind(a)) for a in cn.args])
                     rec.append({k.arg: _enc(env.kind(k.value)) for k in cn.keywords if k.arg})
+            for rec, v in sets:          # `self.x = v` passes v to the setter
+                rec.append([_enc(env.kind(v))] if v is not None else [])
+                rec.append({})
             ret = None
             ret_ctors: list[str] = []
             rets: list[ast.AST] = []
@@ -370,7 +444,7 @@ class FileAnalyzer:
                     ret = join(ret, env.kind(n.value))
                     ret_ctors += [s for s in _ctor_symbols(n.value, local_ctors) if s not in ret_ctors]
                     rets.append(n.value)
-            functions[f.qname] = {
+            functions[f.qname] = fsum = {
                 "line": getattr(node, "lineno", 0), "cls": f.cls, "calls": calls, "params": params,
                 # how many of them a positional argument can fill: those after `*` or `*args` are keyword-only
                 "npos": len(node.args.posonlyargs) + len(node.args.args) if is_def else 0,
@@ -378,6 +452,10 @@ class FileAnalyzer:
                 "capturable": is_def and any(dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-1]
                                              == "capturable" for d in node.decorator_list),
             }
+            if is_def and f.cls is not None and f.qname.startswith(f"{f.cls}."):
+                role = _accessor_role(f.qname, node)
+                if role:
+                    fsum["prop"] = role
         self.findings.sort(key=lambda d: (d["line"], d["col"], d["rule"]))
         return {"v": ENGINE_VERSION, "imports": self.imports, "functions": functions, "classes": class_info,
                 "registries": registries, "findings": self.findings, "suppressions": parse_suppressions(self.lines)}
@@ -387,7 +465,7 @@ class FileAnalyzer:
         module = _Func("<module>", None, None)
         funcs = [module]
         classes: dict[str, tuple[ast.ClassDef, list[_Func]]] = {}
-        keep = _KEEP
+        keep = _KEEP | {ast.Attribute}     # attribute reads are kept apart (see _accessor_calls)
         fields = _FIELDS
         # pre-order DFS; children pushed reversed so each function's nodes come out in source order
         stack: list[tuple[ast.AST, _Func, str, str | None]] = [(s, module, "", None) for s in reversed(tree.body)]
@@ -396,7 +474,11 @@ class FileAnalyzer:
             node, owner, prefix, cls = pop()
             t = type(node)
             if t in _FUNC_TYPES:
-                q = f"{prefix}{node.name}"
+                # `@x.setter` / `@x.deleter` redefine the name: they get their own entry (`C.x@setter`), or the
+                # last one would stand for the getter
+                acc = next((a for d in node.decorator_list for a in (dotted(d).rpartition(".")[2],)
+                            if a in _ACCESSORS and "." in dotted(d)), None) if cls is not None else None
+                q = f"{prefix}{node.name}@{acc}" if acc else f"{prefix}{node.name}"
                 fn = _Func(q, node, cls)
                 funcs.append(fn)
                 if cls is not None and prefix == f"{cls}.":
@@ -421,10 +503,16 @@ class FileAnalyzer:
                     push((b, owner, prefix, cls))
                 continue
             if t in keep:
-                owner.nodes.append(node)
-                if t is ast.Import or t is ast.ImportFrom:
-                    self._import(node)
-                    continue
+                if t is ast.Attribute:
+                    if type(node.ctx) is ast.Load:
+                        owner.reads.append((len(owner.nodes), node))    # where it falls among the kept nodes
+                else:
+                    owner.nodes.append(node)
+                    if t is ast.Assign and type(node.value) is ast.Lambda:
+                        owner.lambdas.update(x.id for x in node.targets if type(x) is ast.Name)
+                    elif t is ast.Import or t is ast.ImportFrom:
+                        self._import(node)
+                        continue
             names = fields.get(t)
             if names is None:
                 names = fields[t] = tuple(f for f in t._fields if f not in _SKIP_FIELDS)
@@ -931,6 +1019,104 @@ def _ref_descriptor(a: ast.AST, local: dict[str, list], defs: set[str], imports:
     if isinstance(a, ast.Name) and a.id not in local and a.id[:1].islower() and (a.id in defs or a.id in imports):
         return ["name", a.id]
     return None
+
+
+def _accessor_role(qname: str, node: ast.AST) -> str:
+    """'get' for a property getter (`@property`, `functools.cached_property`), 'set' for its setter; '' else."""
+    if qname.endswith("@setter"):
+        return "set"
+    if "@" in qname.rpartition(".")[2]:
+        return ""
+    for d in node.decorator_list:
+        name = dotted(d)
+        if name and (name.rpartition(".")[2] in _PROPERTIES or name.endswith(".getter")):
+            return "get"
+    return ""
+
+
+def _read_descriptor(a: ast.Attribute, local: dict[str, list]) -> list | None:
+    """A read of `self.x`, `self.a.x`, `obj.x` (obj a local of a known class) described as a call of `x` would be;
+    None for the reads no getter of the tree can answer (`torch.x`, `t.shape` of an unknown `t`)."""
+    v = a.value
+    if type(v) is ast.Name:          # the common shapes first: `self.x`, and `torch.x` / `t.shape` (skipped)
+        if v.id == "self":
+            return ["self", a.attr]
+        if v.id in local and local[v.id][0] != "reg":
+            return [*local[v.id], a.attr]
+        return None
+    d = _call_descriptor(a, local)
+    if d is None or d[0] in ("name", "reg") or d[0] == "attr" and d[1] != "self":
+        return None
+    return d
+
+
+def _store_descriptors(n: ast.AST, local: dict[str, list]) -> list:
+    """The attribute targets of an assignment that may run a property's setter: (target, value or None, the
+    target described as a call of it would be)."""
+    t = type(n)
+    if t is ast.Assign:
+        pairs = [(x, n.value) for tgt in n.targets for x in unpack_targets(tgt)]
+    else:
+        pairs = [(n.target, n.value)] if n.value is not None else []
+    out = []
+    for tgt, v in pairs:
+        if type(tgt) is not ast.Attribute:
+            continue
+        d = _call_descriptor(tgt, local)
+        if d is None or d[0] in ("name", "reg") or d[0] == "attr" and d[1] != "self":
+            continue
+        # an unpacked target takes an element of the value: its kind is not the whole value's
+        out.append((n, tgt, v if v is not None and tgt in getattr(n, "targets", [tgt]) else None, d))
+    return out
+
+
+def _accessor_calls(reads: list, stores: list, calls: list, index: dict, called: set[int]) -> list:
+    """Attribute reads and stores that may run a property's getter or setter, as call records after the
+    function's calls: `["get", *descriptor]` for a read of `self.x`, `self.a.x`, `obj.x` (obj a local of a known
+    class) and `["set", *descriptor + "@setter"]` for `self.x = v`, described as a call of `x` would be. Whether
+    `x` is a property is the scope's business (the class may live in another file); for a plain attribute the
+    record resolves to nothing and stays quiet. A read that is a call's function is the call itself. Returns the
+    setter records with the value assigned, for its kind."""
+    for a, d in reads:
+        if id(a) in called:
+            continue
+        index[id(a)] = len(calls)
+        calls.append(["get", *d, a.lineno, a.col_offset])
+    sets = []
+    for n, tgt, v, d in stores:
+        if type(n) is ast.AugAssign:      # `self.x += 1` reads it first
+            calls.append(["get", *d, tgt.lineno, tgt.col_offset])
+        rec = ["set", *d[:-1], f"{d[-1]}@setter", tgt.lineno, tgt.col_offset]
+        calls.append(rec)
+        sets.append((rec, v))
+    return sets
+
+
+def _local_lambdas(f: _Func, outer: dict[str, set]) -> set[str]:
+    """Names the def binds only to lambdas, its own and those of the defs it is nested in (unless it binds the
+    name itself): calling one runs the lambda's body, which is scanned as part of the def that holds it."""
+    q = f.qname.rpartition(".")[0]
+    while q and q not in outer:
+        q = q.rpartition(".")[0]
+    inherited = outer.get(q, set()) if q else set()
+    own = f.lambdas
+    if not own and not inherited:
+        outer[f.qname] = own
+        return own
+    out = set(inherited) - _own_bindings(f.node) if inherited else set()
+    if own:
+        args = f.node.args
+        params = {x.arg for x in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if x}
+        other = set()
+        for n in f.nodes:
+            t = type(n)
+            if t is ast.Assign and type(n.value) is not ast.Lambda or t in (ast.AnnAssign, ast.AugAssign, ast.For,
+                                                                           ast.NamedExpr, ast.comprehension):
+                for tgt in (n.targets if t is ast.Assign else [n.target]):
+                    other.update(x.id for x in unpack_targets(tgt) if type(x) is ast.Name)
+        out |= own - other - params
+    outer[f.qname] = out
+    return out
 
 
 def _too_deep(text: str) -> bool:

@@ -5,7 +5,10 @@ on the device), ``HOST`` (a CPU tensor), ``PINNED`` (a pinned CPU tensor), ``NP`
 Python value) and ``None`` (unknown, not known to be a tensor). A value that depends on an un-annotated parameter
 or on the result of a call into the scanned tree is *symbolic*: a frozenset of dependencies (``"p:<param>"``,
 ``"r:<call index>"``) that the cross-file pass (``scope.Program``) resolves through the call graph, in both
-directions (arguments at resolved call sites, returns of resolved callees).
+directions (arguments at resolved call sites, returns of resolved callees). An attribute read that may be a property
+(``self.n``, ``self.cache.length``, not an attribute this class assigns) is ``"g:<call index>"``: what the getter
+returns where the scope finds one, unknown otherwise, so it counts as unknown wherever an unknown attribute used to
+(``soft``): a concrete kind joined with it wins, and it is no tensor for the checks that stay quiet on tensors.
 
 Tuples: an element of a symbolic value is a dependency of its own, ``"<dep>#<i>"`` (``x, y = f()``, ``f()[1]``,
 ``a, b = param``): the scope takes element i of what the callee returns where its ``return a, b`` statements show
@@ -89,6 +92,12 @@ def name_hint(name: str) -> str | None:
     return None
 
 
+def soft(k) -> bool:
+    """Only attribute reads that may be properties (`g:`): unknown unless the scope finds a getter, so a concrete
+    kind joined with one keeps its own, and the checks that took an unknown attribute for a non-tensor still do."""
+    return type(k) is frozenset and all(d[0] == "g" for d in k)
+
+
 def join(a, b):
     """Least upper bound: the device wins (a value that is sometimes on the device can sync), symbols are kept."""
     if a == b or b is None:
@@ -98,6 +107,10 @@ def join(a, b):
     if isinstance(a, frozenset) or isinstance(b, frozenset):
         if a in ON_DEVICE or b in ON_DEVICE:
             return a if a in ON_DEVICE else b
+        if type(a) is str and soft(b):
+            return a
+        if type(b) is str and soft(a):
+            return b
         sa = a if isinstance(a, frozenset) else frozenset()
         sb = b if isinstance(b, frozenset) else frozenset()
         return sa | sb
@@ -193,7 +206,7 @@ def element(k, i: int, strict: bool = False):
 
 def _plain(dep: str) -> bool:
     """A parameter or a call's return, not yet an element of one (elements of elements are not followed)."""
-    return dep[:2] in ("p:", "r:", "R:") and "#" not in dep and "@" not in dep
+    return dep[:2] in ("p:", "r:", "R:", "g:") and "#" not in dep and "@" not in dep
 
 
 def const_index(node: ast.AST) -> int | None:
@@ -294,7 +307,9 @@ class Env:
             v = node.value
             if isinstance(v, ast.Name) and v.id == "self":
                 k = self.attr_kinds.get(node.attr)
-                return k if k is not None else name_hint(node.attr)
+                if k is None:
+                    k = name_hint(node.attr)
+                return k if k is not None else self._read(node)
             if node.attr in HOST_ATTRS:
                 return PY
             if node.attr in TENSOR_ATTRS:
@@ -304,7 +319,7 @@ class Env:
                 # a field of a parameter typed by a class (`batch: InputBatch` -> batch.seq_lens): what the class
                 # declares it to be, resolved across files by the scope ("a:" dependencies)
                 return frozenset(f"a:{c}:{node.attr}" for c in self.param_classes[v.id])
-            return None
+            return self._read(node)
         if t is ast.Subscript:
             i = const_index(node.slice)
             if i is not None:
@@ -314,7 +329,8 @@ class Env:
             k = self.kind(node.value)
             if i is not None and isinstance(k, frozenset):
                 return element(k, i)       # f(x)[1]: element 1 of what f returns
-            return k if k in TENSORS or k == NP or isinstance(k, frozenset) else None
+            # `self.parts[i]`: of what a getter returns (a list, a dict) nothing says the element's kind
+            return k if k in TENSORS or k == NP or isinstance(k, frozenset) and not soft(k) else None
         if t is ast.BinOp:
             a, b = self.kind(node.left), self.kind(node.right)
             if isinstance(node.op, ast.Mod) and a == PY:
@@ -363,7 +379,8 @@ class Env:
             return self.device_value(dev.args[0]) if dev.args else None
         if isinstance(dev, ast.Attribute) and dev.attr == "device":
             k = self.kind(dev.value)
-            return HOST if k in (HOST, PINNED) else DEV if k in ON_DEVICE else k if isinstance(k, frozenset) else DEV
+            return HOST if k in (HOST, PINNED) else DEV if k in ON_DEVICE else k if isinstance(k, frozenset) and \
+                not soft(k) else DEV
         d = dotted(dev)
         if d:
             if self.qual(dev).startswith("torch.") and not self.qual(dev).startswith("torch.device"):
@@ -374,6 +391,12 @@ class Env:
             low = d.lower()
             return DEV if "dev" in low or "cuda" in low or "gpu" in low else None
         return None
+
+    def _read(self, node: ast.Attribute):
+        """An attribute read the scope may find to be a property: what its getter returns (`g:<call index>`,
+        nothing when it is a plain attribute)."""
+        i = self.call_index.get(id(node))
+        return None if i is None else frozenset((f"g:{i}",))
 
     def _sym_call(self, node: ast.Call):
         i = self.call_index.get(id(node))
@@ -433,16 +456,21 @@ class Env:
         if m in ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full"):
             d = self._device_arg(node)
             return d if d is not None else (HOST if rk == PINNED else rk)
-        if m in TENSOR_METHOD_ONLY_HOST or m in HOST_METHODS and rk not in TENSORS and not isinstance(rk, frozenset):
+        rsoft = soft(rk)
+        if m in TENSOR_METHOD_ONLY_HOST or m in HOST_METHODS and rk not in TENSORS and (
+                rsoft or not isinstance(rk, frozenset)):
             return PY
         if rk in TENSORS:
             return rk if rk != PINNED or m.endswith("_") or m in ("view", "reshape", "narrow") else HOST
-        if isinstance(rk, frozenset):
+        if isinstance(rk, frozenset) and not rsoft:
             return rk
         if m == "forward" or m == "__call__":
-            return self._sym_call(node)
-        return self._sym_call(node) if isinstance(recv, (ast.Name, ast.Attribute)) and self.call_index.get(id(node)) is not None \
-            and _looks_resolvable(recv) else None
+            k = self._sym_call(node)
+        else:
+            k = self._sym_call(node) if isinstance(recv, (ast.Name, ast.Attribute)) and \
+                self.call_index.get(id(node)) is not None and _looks_resolvable(recv) else None
+        # a method of what a getter may return: the method's own return where it resolves, else the getter's value
+        return (rk | k if k is not None else rk) if rsoft else k
 
     def _torch_call(self, node: ast.Call, rest: str):
         first, _, _ = rest.partition(".")
@@ -458,7 +486,7 @@ class Env:
                 return d
             if last in ("tensor", "as_tensor") and node.args:
                 k = self.kind(node.args[0])
-                if k in TENSORS or isinstance(k, frozenset):
+                if k in TENSORS or isinstance(k, frozenset) and not soft(k):   # an attribute: host data, as before
                     return k
             # host data wrapped without a device stays on the CPU; an empty/zeros buffer without one is usually
             # made under `with torch.device(...)` or a default device, so its placement is unknown
@@ -466,13 +494,13 @@ class Env:
         if last in LIKE:
             d = self._device_arg(node)
             return d if d is not None else (self.kind(node.args[0]) if node.args else TENSOR)
-        if last == "from_numpy":
+        if last in ("from_numpy", "frombuffer"):     # always a CPU tensor
             return HOST
         k = None
         for a in [*node.args, *(kw.value for kw in node.keywords)]:
             for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a]):
                 ek = self.kind(e)
-                if ek in TENSORS or isinstance(ek, frozenset):
+                if ek in TENSORS or isinstance(ek, frozenset) and not soft(ek):
                     k = _arith(k, ek) if k is not None else ek
         return k if k is not None else TENSOR
 
@@ -572,6 +600,8 @@ def _arith(a, b):
     """Kind of a binary op's result: a tensor operand decides; Python with Python stays Python."""
     ta = a in TENSORS or isinstance(a, frozenset)
     tb = b in TENSORS or isinstance(b, frozenset)
+    if (a == NP and soft(b)) or (b == NP and soft(a)):
+        return NP           # as with an unknown attribute
     if ta and tb:
         return join(a, b)
     if ta:
@@ -638,7 +668,8 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
                 env._set(n.target, _arith(env.kind(n.target), env.kind(n.value)), False)
             elif t is ast.For or t is ast.comprehension:
                 it = env.kind(n.iter)
-                if it in TENSORS or isinstance(it, frozenset):
+                # not an attribute that may be a property: what its getter returns (a list) is not its elements' kind
+                if it in TENSORS or isinstance(it, frozenset) and not soft(it):
                     for x in unpack_targets(n.target):   # iterating a tensor yields tensors
                         env._set(x, it, False)
     return params

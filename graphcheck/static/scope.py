@@ -7,7 +7,9 @@ loop, by a comprehension, by a helper or factory that returns them, by a class v
 taken from a module-level registry), submodules of submodules (``self.block.experts(x)``), ``CustomOp``-style
 dispatch (``forward`` -> ``forward_cuda`` / ``forward_native``), ``super()``, ``self.method()`` to the method and
 its overrides in every subclass (the class ``self`` may be at run time), functions passed as arguments (by position
-or keyword) and defs nested in an enclosing function. ``module(...)`` means ``forward``.
+or keyword) and defs nested in an enclosing function. ``module(...)`` means ``forward``. Reading a property
+(``self.n``, ``self.cache.length``, resolved as ``self.n()`` / ``self.cache.length()`` would be) runs its getter, and
+assigning it (``self.n = v``) its setter; a read of a plain attribute resolves to nothing and stays quiet.
 Whatever cannot be resolved is kept (``unresolved``), so a scan never calls a scope it could not build clean.
 
 Kinds: a finding whose value depends on a parameter or a callee's return (see ``inference``) is decided here by
@@ -56,6 +58,9 @@ class Program:
         self._mros: dict[tuple[str, str], list] = {}
         self._syms: dict[tuple[str, str], tuple[str, str] | None] = {}
         self._subs: dict[tuple[str, str], list] | None = None
+        self._accessors: set[str] | None = None
+        self._attr_insts: dict[tuple, tuple[list, bool, bool]] = {}
+        self._hops: dict[tuple, list] = {}
 
     # -- symbol resolution --------------------------------------------------------------------------
     def _import_target(self, path: str, alias: str) -> str:
@@ -171,6 +176,24 @@ class Program:
                 out.append((path, q))
         return out
 
+    def _accessor_names(self) -> set[str]:
+        """The names of every property getter (`x`) and setter (`x@setter`) in the tree: a read or store of any
+        other name is a plain attribute, answered without resolving its receiver."""
+        if self._accessors is None:
+            self._accessors = {q.rpartition(".")[2] for summ in self.s.values()
+                               for q, f in summ["functions"].items() if f.get("prop")}
+        return self._accessors
+
+    def _getter(self, cls_ref: tuple[str, str], attr: str) -> tuple[str, str] | None:
+        """The property getter `attr` of a class (its own or inherited), if it is one."""
+        if attr not in self._accessor_names():
+            return None
+        for path, cname in self._mro(cls_ref):
+            f = self.s[path]["functions"].get(f"{cname}.{attr}")
+            if f is not None:
+                return (path, f"{cname}.{attr}") if f.get("prop") == "get" else None
+        return None
+
     def _has_external_base(self, cls_ref: tuple[str, str]) -> bool:
         for path, cname in self._mro(cls_ref):
             for b in self.s[path]["classes"][cname]["bases"]:
@@ -250,7 +273,16 @@ class Program:
         return (ref[0], cls) if cls else None
 
     def _attr_instances(self, cls_ref: tuple[str, str], attr: str) -> tuple[list, bool, bool]:
-        """Classes held by self.<attr>; whether some of it is outside the tree; whether the attribute is known."""
+        """Classes held by self.<attr>; whether some of it is outside the tree; whether the attribute is known.
+        Memoised: every attribute read that may be a property asks it, hop by hop (`self.model.config.x`). The list
+        is shared: callers must not change it."""
+        key = (cls_ref, attr)
+        hit = self._attr_insts.get(key)
+        if hit is None:
+            hit = self._attr_insts[key] = self._attr_instances_uncached(cls_ref, attr)
+        return hit
+
+    def _attr_instances_uncached(self, cls_ref: tuple[str, str], attr: str) -> tuple[list, bool, bool]:
         out: list[tuple[str, str]] = []
         ext = known = False
         for path, cname in self._mro(cls_ref):
@@ -263,7 +295,25 @@ class Program:
             for sym in info.get("refs", {}).get(attr, []):
                 known = True
                 ext |= self.resolve_symbol(path, sym) is None
+        getter = self._getter(cls_ref, attr)
+        if getter is not None:        # a property: what its getter constructs, else a value from outside the tree
+            known = True
+            got, x = self.instances(cls_ref, getter[0], f"self:{attr}")
+            out += [g for g in got if g not in out]
+            ext |= x or not got
         return out, ext, known
+
+    def _hop_instances(self, cls_ref: tuple[str, str], hops: tuple[str, ...]) -> list:
+        """Classes held by `self.a.b` (hops a, b), memoised by prefix: the reads and calls of one class share them."""
+        if not hops:
+            return [cls_ref]
+        key = (cls_ref, hops)
+        hit = self._hops.get(key)
+        if hit is None:
+            insts = self._hop_instances(cls_ref, hops[:-1])
+            a = hops[-1]
+            hit = self._hops[key] = list(dict.fromkeys(c for i in insts for c in self._attr_instances(i, a)[0]))
+        return hit
 
     # -- calls --------------------------------------------------------------------------------------
     def callees(self, path: str, qname: str) -> list[tuple[tuple[str, str], list]]:
@@ -287,6 +337,14 @@ class Program:
         cls = fn.get("cls")
         cls_ref = (path, cls) if cls else None
         kind = call[0]
+        if kind == "get" or kind == "set":
+            # an attribute read or store: the getter or setter of a property of that name, resolved as a call of it
+            # would be (the class's MRO, its subclasses' overrides, a submodule's class); else a plain attribute
+            if self._call_key(call) not in self._accessor_names():
+                return [], "external"
+            t = [x for x in self._resolve_call(path, qname, call[1:])[0]
+                 if self.s[x[0]]["functions"][x[1]].get("prop") == kind]
+            return t, "resolved" if t else "external"
         if kind == "ref":
             if call[1] == "self" and cls_ref is not None and not self._class_method(cls_ref, call[2]):
                 # `helper(self.norm)` hands over a submodule the callee may call (its forward), but it was
@@ -318,9 +376,7 @@ class Program:
                 # `self.mlp.experts.dispatch(s)`: a method of a submodule of a submodule, hop by hop; a hop that
                 # holds no class of the tree (a config, a tensor) leaves it outside, as before
                 *hops, meth = call[2].split(".")
-                insts = [cls_ref]
-                for a in hops:
-                    insts = list(dict.fromkeys(c for i in insts for c in self._attr_instances(i, a)[0]))
+                insts = self._hop_instances(cls_ref, tuple(hops))
                 t = list(dict.fromkeys(m for c in insts for m in self._class_method(c, meth)))
                 if not t:    # `self.block.experts(x)`: the last hop is a submodule too, and calling it runs forward
                     t = list(dict.fromkeys(m for c in insts for i in self._attr_instances(c, meth)[0]
@@ -496,6 +552,8 @@ class Program:
     # -- kinds across calls -------------------------------------------------------------------------
     def _call_key(self, call: list) -> str:
         k = call[0]
+        if k == "get" or k == "set":
+            return self._call_key(call[1:])
         if k == "name":
             return call[1]
         if k == "attr":
@@ -585,7 +643,7 @@ class Program:
                     k = self.s[cpath]["classes"][cname].get("fields", {}).get(attr)
                     if k is not None:
                         break
-        elif dep.startswith(("r:", "R:")):
+        elif dep.startswith(("r:", "R:", "g:")):
             i = int(dep[2:])
             calls = fn["calls"]
             if i < len(calls):
@@ -626,6 +684,8 @@ class Program:
             if elts is not None:
                 if -len(elts) <= i < len(elts):
                     k = join(k, self._decode(t[0], t[1], elts[i], within, depth + 1))
+            elif base[0] == "g" and callee.get("ret") == PY:
+                continue     # an element of the list or dict a getter returns: unknown, as the attribute read was
             else:
                 k = join(k, self._element(t[0], t[1], callee.get("ret"), i, strict, within, depth + 1))
         if not targets and base[0] == "R" and not strict:
@@ -638,7 +698,7 @@ class Program:
             return None if strict else enc
         k = None
         for d in enc:
-            if d[:2] in ("p:", "r:", "R:") and not _split_element(d)[1]:
+            if d[:2] in ("p:", "r:", "R:", "g:") and not _split_element(d)[1]:
                 k = join(k, self.dep_kind(path, q, f"{d}{'@' if strict else '#'}{i}", within, depth))
             elif not strict:
                 k = join(k, self.dep_kind(path, q, d, within, depth))
@@ -672,6 +732,8 @@ class Program:
         k = self._decode(path, q, when["deps"], within, 0)
         if when.get("mode") == "maybe":
             return k not in (HOST, PINNED, NP, PY)
+        if when.get("mode") == "not":       # `x.cuda()` of what may be a property: a copy unless it is on the device
+            return k not in ON_DEVICE
         return k in ON_DEVICE or k == TENSOR
 
 
@@ -727,6 +789,8 @@ def _call_line(call: list) -> int:
 
 def _describe(call: list) -> str:
     k = call[0]
+    if k == "get" or k == "set":
+        return _describe(call[1:])[:-2]
     if k == "name":
         return f"{call[1]}()"
     if k == "attr":

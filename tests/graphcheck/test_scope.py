@@ -949,3 +949,272 @@ def test_a_keyword_only_parameter_never_takes_a_positional_argument(tmp_path):
         def step(x: torch.Tensor):
             return build2(x, use_fast=x.sum() > 0)
         ''', "pkg.m:step")
+
+
+PROPS = {
+    "cache.py": '''
+        import torch
+
+        class Cache:
+            def __init__(self, n):
+                self.lens = torch.zeros(n, dtype=torch.long, device="cuda")
+
+            @property
+            def length(self):
+                return int(self.lens.max())          # a hidden readback in a getter
+    ''',
+    "runner.py": '''
+        import functools
+        import torch
+        from .cache import Cache
+
+        class Base:
+            def __init__(self, n):
+                self.totals = torch.zeros(n, device="cuda")
+
+            @property
+            def total(self):
+                return self.totals.sum().item()
+
+            @functools.cached_property
+            def lazy_total(self):
+                return self.totals.max().item()
+
+        class Runner(Base):
+            def __init__(self, n):
+                super().__init__(n)
+                self.counts = torch.zeros(n, device="cuda")
+                self.cache = Cache(n)
+                self.limit = 4
+
+            @property
+            def has_work(self):
+                return self.counts > 0
+
+            @property
+            def never_read(self):
+                return self.counts.sum().item()
+
+            @property
+            def build_dir(self):
+                return self.root / "build"
+
+            @property
+            def scale(self):
+                return self._scale
+
+            @scale.setter
+            def scale(self, v):
+                self._scale = v
+                self.counts.fill_(v.item())
+
+            def step(self, x: torch.Tensor):
+                if self.has_work:                    # the getter's device compare, branched on
+                    x = x + 1
+                n = self.total                       # inherited getter with .item()
+                m = self.lazy_total
+                k = self.cache.length                # a submodule's property
+                self.build_dir.mkdir()               # a method of what a property returns: outside, not unresolved
+                self.scale = x.sum()                 # the setter runs
+                if self.limit > 2:                   # a plain attribute: a host value, nothing to follow
+                    x = x * 2
+                npo2 = lambda v: 1 << (v - 1).bit_length()
+                return x, npo2(n), npo2(m), k
+    ''',
+}
+
+
+def _props(tmp_path):
+    root = _pkg(tmp_path, PROPS)
+    return scan([str(root / "pkg")], entry_points=["pkg.runner:Runner.step"], root=root, cache=False, jobs=1)
+
+
+def test_a_property_read_in_the_step_runs_its_getter(tmp_path):
+    res = _props(tmp_path)
+    got = {(f.rule, f.function) for f in res.findings}
+    assert ("GC201", "Runner.step") in got               # `if self.has_work:` takes the getter's return kind
+    assert ("GC101", "Base.total") in got                # the getter's .item(), through an inherited property
+    assert ("GC101", "Base.lazy_total") in got           # functools.cached_property: its first read may be the step
+    assert {"pkg/runner.py:Runner.has_work", "pkg/runner.py:Base.total", "pkg/runner.py:Base.lazy_total"} \
+        <= set(res.scope)
+
+
+def test_a_property_never_read_stays_out_of_scope(tmp_path):
+    # only the getters the step reads: has_work is in scope, never_read (same class, same .item()) is not
+    res = _props(tmp_path)
+    assert "pkg/runner.py:Runner.has_work" in set(res.scope)
+    assert "pkg/runner.py:Runner.never_read" not in set(res.scope)
+    assert not any(f.function == "Runner.never_read" for f in res.findings)
+
+
+def test_a_property_of_a_submodule_runs_its_getter(tmp_path):
+    res = _props(tmp_path)
+    assert "pkg/cache.py:Cache.length" in set(res.scope)
+    assert ("GC104", "Cache.length") in {(f.rule, f.function) for f in res.findings}
+
+
+def test_a_property_setter_runs_on_assignment(tmp_path):
+    res = _props(tmp_path)
+    assert "pkg/runner.py:Runner.scale@setter" in set(res.scope)
+    assert ("GC101", "Runner.scale@setter") in {(f.rule, f.function) for f in res.findings}
+
+
+def test_local_lambdas_and_methods_of_a_property_value_are_not_unresolved(tmp_path):
+    res = _props(tmp_path)
+    assert res.unresolved == [], res.unresolved
+
+
+def test_a_plain_attribute_is_no_property(tmp_path):
+    # a tensor attribute read is no call: nothing enters the scope for it, and a method of the same name as the
+    # attribute read elsewhere is not taken for its getter; the property beside it is followed
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        class Runner:
+            def __init__(self, n):
+                self.flag = torch.zeros(1, device="cuda")
+                self.limit = 4
+
+            def limit_value(self):
+                return self.flag.item()
+
+            @property
+            def ready(self):
+                return bool(self.flag)
+
+            def step(self, x: torch.Tensor):
+                f = self.flag
+                cb = self.limit_value            # a bound method, not called here
+                if self.limit > 2:               # a host int
+                    x = x * 2
+                return x + f, self.ready, cb
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Runner.step"], root=root, cache=False, jobs=1)
+    assert set(res.scope) == {"pkg/m.py:Runner.step", "pkg/m.py:Runner.ready"}, res.scope
+    assert [(f.rule, f.function) for f in res.findings] == [("GC104", "Runner.ready")]
+    assert res.unresolved == []
+
+
+def test_an_attribute_that_is_no_property_keeps_its_unknown_kind(tmp_path):
+    # `self.sizes` / `self.cfg` are set by a base outside the tree: the read may be a property until the scope says
+    # otherwise, and then it is what it was before, an unknown value - not a tensor (GC401 on host data stays), a
+    # `.get()` on it a Python value (no readback), `.device` of it the device
+    found = _found(tmp_path, '''
+        import torch
+        from somewhere import ExternalBase
+
+        class Runner(ExternalBase):
+            def step(self, x: torch.Tensor):
+                ids = torch.tensor(self.sizes, device="cuda")
+                n = self.cfg.get("n")
+                buf = torch.zeros(4, device=self.table.device)
+                if buf.sum() > 0:
+                    x = x + 1
+                return x + ids, n.bit_length()
+        ''', "pkg.m:Runner.step")
+    assert sorted(found) == [("GC201", "Runner.step"), ("GC401", "Runner.step")], found
+
+
+def test_an_attribute_that_may_be_a_property_does_not_hide_a_device_operand(tmp_path):
+    # `self.training` / `self.name` / `self.n` may be properties (symbolic until the scope says): checking the
+    # operands with a plain any() stopped at them, and the finding waited on that attribute alone - dropped once it
+    # resolved to nothing, though `p` beside it is on the device
+    found = _found(tmp_path, '''
+        import torch
+        from somewhere import ExternalBase
+
+        class Layer(ExternalBase):
+            def step(self, x: torch.Tensor):
+                p = torch.rand([], device="cuda")
+                skip = self.training and p < 0.5
+                print(self.name, p)
+                log = f"{self.name} {p}"
+                y = torch.zeros(self.n, p)
+                return x, skip, log, y
+        ''', "pkg.m:Layer.step")
+    assert sorted(found) == [("GC106", "Layer.step"), ("GC106", "Layer.step"), ("GC203", "Layer.step"),
+                             ("GC308", "Layer.step")], found
+
+
+def test_cuda_of_an_attribute_is_a_copy_unless_its_getter_is_on_the_device(tmp_path):
+    # `not dev()` of a symbolic value is False: an unknown attribute's `.cuda()` (a copy, before properties) went
+    # quiet; `torch.tensor(self.std)` is host data whatever the attribute is, unless a getter says it is a tensor
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+        from somewhere import ExternalBase
+
+        class Runner(ExternalBase):
+            def __init__(self):
+                self._w = torch.zeros(4, device="cuda")
+
+            @property
+            def weight(self):
+                return self._w
+
+            def step(self, x: torch.Tensor):
+                t = self.table.cuda()                     # unknown: a copy, as before
+                w = self.weight.cuda()                    # the getter's device tensor: no copy
+                s = torch.tensor(self.std).to(x.device)   # host data made a tensor, then copied
+                return x + t + w + s
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Runner.step"], root=root, cache=False, jobs=1)
+    assert sorted((f.rule, f.line) for f in res.findings) == [("GC402", 14), ("GC402", 16)], res.findings
+
+
+def test_an_element_of_what_a_getter_returns_is_unknown(tmp_path):
+    # a getter returning a list is a Python value: its elements (iterated, indexed) are not, they are unknown
+    # as the attribute read was before - `.item()` on them stays a readback
+    found = _found(tmp_path, '''
+        import torch
+
+        class Runner:
+            def __init__(self):
+                self._a = torch.zeros(2, device="cuda")
+
+            @property
+            def parts(self):
+                return [self._a, self._a]
+
+            def step(self, x: torch.Tensor, i: int):
+                for t in self.parts:
+                    x = x + t.item()
+                return x + self.parts[0].item() + self.parts[i].item()
+        ''', "pkg.m:Runner.step")
+    assert found == [("GC101", "Runner.step")] * 3, found
+
+
+def test_a_property_read_on_a_local_takes_the_class_it_holds_there(tmp_path):
+    # `o` holds a Dev when `o.n` is read, a Host only later: the read is Dev's getter (a device tensor)
+    found = _found(tmp_path, '''
+        import torch
+
+        class Dev:
+            def __init__(self):
+                self._a = torch.zeros(2, device="cuda")
+
+            @property
+            def n(self):
+                return self._a
+
+        class Host:
+            @property
+            def n(self):
+                return 3
+
+        def step(x: torch.Tensor):
+            o = Dev()
+            v = o.n
+            o = Host()
+            return x + v.item()
+        ''', "pkg.m:step")
+    assert found == [("GC101", "step")], found
+
+
+def test_a_finding_in_a_setter_keeps_its_fingerprint():
+    # before setters had their own entry (`C.x@setter`) they were `C.x`: a baseline written then still matches
+    from graphcheck.findings import Finding, assign_fingerprints
+    old = Finding(rule="GC101", kind="static", path="m.py", line=3, col=4, function="C.x", message="m", source="v.item()")
+    new = Finding(rule="GC101", kind="static", path="m.py", line=3, col=4, function="C.x@setter", message="m", source="v.item()")
+    assign_fingerprints([old])
+    assign_fingerprints([new])
+    assert old.fingerprint == new.fingerprint and new.function == "C.x@setter"

@@ -26,6 +26,10 @@ ENGINE_VERSION = "19"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
+# attribute loads are kept apart from a function's nodes (they may be property reads: _accessor_calls), so a rule
+# registered on them would silently never run
+if ast.Attribute in _CHECKERS:
+    raise RuntimeError("a rule registers on ast.Attribute: the engine keeps attribute loads from the rules")
 _SUPPRESS = re.compile(r"#\s*(?:graphcheck:\s*ignore\[(?P<codes>[^\]]*)\]|noqa:\s*(?P<noqa>GC\d+(?:\s*,\s*GC\d+)*))"
                        r"(?:\s*--\s*(?P<reason>.*\S))?")
 _LOGGER_NAMES = {"logger", "log", "logging", "_logger", "_log", "LOGGER", "LOG", "warnings", "wandb", "writer", "tb"}

@@ -356,20 +356,24 @@ class FileAnalyzer:
             called: set[int] = set()      # the attribute reads that are a call's function
             # attribute reads and stores that may run a property's getter or setter, described with what the
             # locals hold at that point of the function (`o = A(); v = o.n; o = B()` reads A's n, not B's)
-            reads = f.reads
-            nreads = len(reads)
-            ri = 0
+            reads = iter(f.reads)
+            pending = next(reads, None)
             got: list = []
             stores: list = []
+
+            def take_reads(upto: float) -> None:
+                """Describe the reads that fall before kept node `upto`, with the locals as they are bound now."""
+                nonlocal pending
+                while pending is not None and pending[0] <= upto:
+                    d = _read_descriptor(pending[1], local_types)
+                    if d is not None:
+                        got.append((pending[1], d))
+                    pending = next(reads, None)
+
             for j, n in enumerate(f.nodes):
                 t = type(n)
                 if t is ast.Assign or t is ast.For:
-                    while ri < nreads and reads[ri][0] <= j:      # the reads before this binding
-                        a = reads[ri][1]
-                        ri += 1
-                        d = _read_descriptor(a, local_types)
-                        if d is not None:
-                            got.append((a, d))
+                    take_reads(j)                                   # the reads before this binding
                     if t is ast.Assign and any(type(x) is not ast.Name for x in n.targets):
                         stores += _store_descriptors(n, local_types)
                     _bind_local_types(n, local_types, registries)
@@ -397,12 +401,7 @@ class FileAnalyzer:
             module_calls = {i for i, c in enumerate(calls) if (c[0] == "self" and c[1] in mods) or (
                 c[0] == "selfattr" and c[2] == "__call__") or (c[0] == "inst" and c[2] == "__call__")}
             ncalls = len(calls)
-            while ri < nreads:
-                a = reads[ri][1]
-                ri += 1
-                d = _read_descriptor(a, local_types)
-                if d is not None:
-                    got.append((a, d))
+            take_reads(float("inf"))
             sets = _accessor_calls(got, stores, calls, index, called) if got or stores else ()
             local_aliases = dict(aliases)
             _aliases(Env(self.imports, aliases, module_kinds, kinds, mods, {}), f.nodes, local_aliases)
@@ -1048,6 +1047,12 @@ def _read_descriptor(a: ast.Attribute, local: dict[str, list]) -> list | None:
         if v.id in local and local[v.id][0] != "reg":
             return [*local[v.id], a.attr]
         return None
+    return _accessor_target(a, local)
+
+
+def _accessor_target(a: ast.Attribute, local: dict[str, list]) -> list | None:
+    """An attribute (read or assigned) described as a call of it would be, where a property of the tree could be
+    behind it: on self, a submodule or a local of a known class; not a plain name, a registry or a module path."""
     d = _call_descriptor(a, local)
     if d is None or d[0] in ("name", "reg") or d[0] == "attr" and d[1] != "self":
         return None
@@ -1064,10 +1069,8 @@ def _store_descriptors(n: ast.AST, local: dict[str, list]) -> list:
         pairs = [(n.target, n.value)] if n.value is not None else []
     out = []
     for tgt, v in pairs:
-        if type(tgt) is not ast.Attribute:
-            continue
-        d = _call_descriptor(tgt, local)
-        if d is None or d[0] in ("name", "reg") or d[0] == "attr" and d[1] != "self":
+        d = _accessor_target(tgt, local) if type(tgt) is ast.Attribute else None
+        if d is None:
             continue
         # an unpacked target takes an element of the value: its kind is not the whole value's
         out.append((n, tgt, v if v is not None and tgt in getattr(n, "targets", [tgt]) else None, d))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ._base import Rule, on
-from ..static.inference import TENSORS, soft
+from ..static.inference import TENSORS, symbolic
 
 RULE = Rule(
     code='GC308',
@@ -51,7 +51,7 @@ def _module_call(ctx, node: ast.Call) -> bool:
     if ctx.kind(recv) in TENSORS or len(node.args) < 2:      # known to be a tensor (not merely maybe)
         return False
     k = ctx.kind(node.args[1])          # a tensor, or a value that follows the caller's (the hidden/logits pair)
-    return k in TENSORS or isinstance(k, frozenset) and not soft(k)
+    return k in TENSORS or symbolic(k)
 
 
 @on(ast.Subscript)

@@ -98,6 +98,12 @@ def soft(k) -> bool:
     return type(k) is frozenset and all(d[0] == "g" for d in k)
 
 
+def symbolic(k) -> bool:
+    """A symbolic value that follows a parameter or a call, so it may be a tensor: not only attribute reads that may
+    be properties (`soft`), which count as the unknown attribute they were."""
+    return isinstance(k, frozenset) and not soft(k)
+
+
 def join(a, b):
     """Least upper bound: the device wins (a value that is sometimes on the device can sync), symbols are kept."""
     if a == b or b is None:
@@ -330,7 +336,7 @@ class Env:
             if i is not None and isinstance(k, frozenset):
                 return element(k, i)       # f(x)[1]: element 1 of what f returns
             # `self.parts[i]`: of what a getter returns (a list, a dict) nothing says the element's kind
-            return k if k in TENSORS or k == NP or isinstance(k, frozenset) and not soft(k) else None
+            return k if k in TENSORS or k == NP or symbolic(k) else None
         if t is ast.BinOp:
             a, b = self.kind(node.left), self.kind(node.right)
             if isinstance(node.op, ast.Mod) and a == PY:
@@ -379,8 +385,7 @@ class Env:
             return self.device_value(dev.args[0]) if dev.args else None
         if isinstance(dev, ast.Attribute) and dev.attr == "device":
             k = self.kind(dev.value)
-            return HOST if k in (HOST, PINNED) else DEV if k in ON_DEVICE else k if isinstance(k, frozenset) and \
-                not soft(k) else DEV
+            return HOST if k in (HOST, PINNED) else DEV if k in ON_DEVICE else k if symbolic(k) else DEV
         d = dotted(dev)
         if d:
             if self.qual(dev).startswith("torch.") and not self.qual(dev).startswith("torch.device"):
@@ -462,7 +467,7 @@ class Env:
             return PY
         if rk in TENSORS:
             return rk if rk != PINNED or m.endswith("_") or m in ("view", "reshape", "narrow") else HOST
-        if isinstance(rk, frozenset) and not rsoft:
+        if symbolic(rk):
             return rk
         if m == "forward" or m == "__call__":
             k = self._sym_call(node)
@@ -486,7 +491,7 @@ class Env:
                 return d
             if last in ("tensor", "as_tensor") and node.args:
                 k = self.kind(node.args[0])
-                if k in TENSORS or isinstance(k, frozenset) and not soft(k):   # an attribute: host data, as before
+                if k in TENSORS or symbolic(k):   # an attribute: host data, as before
                     return k
             # host data wrapped without a device stays on the CPU; an empty/zeros buffer without one is usually
             # made under `with torch.device(...)` or a default device, so its placement is unknown
@@ -500,7 +505,7 @@ class Env:
         for a in [*node.args, *(kw.value for kw in node.keywords)]:
             for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a]):
                 ek = self.kind(e)
-                if ek in TENSORS or isinstance(ek, frozenset) and not soft(ek):
+                if ek in TENSORS or symbolic(ek):
                     k = _arith(k, ek) if k is not None else ek
         return k if k is not None else TENSOR
 
@@ -669,7 +674,7 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
             elif t is ast.For or t is ast.comprehension:
                 it = env.kind(n.iter)
                 # not an attribute that may be a property: what its getter returns (a list) is not its elements' kind
-                if it in TENSORS or isinstance(it, frozenset) and not soft(it):
+                if it in TENSORS or symbolic(it):
                     for x in unpack_targets(n.target):   # iterating a tensor yields tensors
                         env._set(x, it, False)
     return params

@@ -80,7 +80,8 @@ def _check_out(args, cfg: Config | None, *extra) -> None:
 
 def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: list[str] | None = None,
                  select: list[str], ignore: list[str], cache: bool = True, jobs: int | None = None,
-                 stdin: tuple[str, str] | None = None, show_scope: bool | str = False) -> tuple[list[Finding], dict, list[str]]:
+                 stdin: tuple[str, str] | None = None, show_scope: bool = False,
+                 scope_warnings: bool = True) -> tuple[list[Finding], dict, list[str]]:
     """Scan; returns (findings, layer summary, problems).
 
     Explicit `paths` with configured entry points (what the pre-commit hook passes: the staged files) are scanned
@@ -114,8 +115,8 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
     if keep is not None:
         findings = [f for f in findings if any(f.path == k or f.path.startswith(k.rstrip("/") + "/") or k == "."
                                                for k in keep)]
-    if show_scope:   # "no-warnings": the report that follows prints the scope warnings itself (full format)
-        print(res.scope_report(warnings=show_scope != "no-warnings"), file=sys.stderr)
+    if show_scope:   # scope_warnings False: the report that follows prints them itself (the full format)
+        print(res.scope_report(warnings=scope_warnings), file=sys.stderr)
     # unresolved calls and scope gaps: the scan did not see all of the region, so no "all checks passed"
     layer = {"files": res.files, "functions_in_scope": res.in_scope_functions, "suppressed": res.suppressed,
              "findings": len(findings), "unresolved_calls": len(res.unresolved), "scope_warnings": list(res.warnings)}
@@ -152,8 +153,8 @@ def cmd_scan(args, cfg: Config) -> int:
     t0 = time.perf_counter()
     findings, layer, problems = static_layer(cfg, paths=paths, entry_points=entry, select=_codes(args.select) or cfg.select,
                                              ignore=_codes(args.ignore) or cfg.ignore, cache=not args.no_cache,
-                                             jobs=args.jobs, stdin=stdin,
-                                             show_scope=args.show_scope and ("no-warnings" if fmt == "full" else True))
+                                             jobs=args.jobs, stdin=stdin, show_scope=args.show_scope,
+                                             scope_warnings=fmt != "full")
     result = classify("scan", findings, None, problems=problems, layers={"static": layer},
                       timing={"static": time.perf_counter() - t0})
     return finish(result, args, fmt)

@@ -25,8 +25,7 @@ RUNTIME: tuple[str, ...] = (
     'torch.cuda.seed_all', 'torch.cuda.initial_seed')
 
 _MODULES = ("torch.", "torch.random.", "torch.cuda.", "torch.cuda.random.")
-FUNCTIONS = {"get_rng_state", "set_rng_state", "manual_seed", "seed", "initial_seed", "get_rng_state_all",
-             "set_rng_state_all", "manual_seed_all", "seed_all"}
+_FUNCTIONS = {name.rpartition(".")[2] for name in RUNTIME}      # get_rng_state, manual_seed_all, ...
 _METHODS = {"get_state", "set_state", "manual_seed", "initial_seed", "seed"}
 
 
@@ -44,12 +43,12 @@ def is_generator(node: ast.AST, names: set[str]) -> bool:
         or last.startswith("gen_") or last.endswith("_gen")
 
 
-@on(ast.Call, names=tuple(FUNCTIONS | _METHODS))
+@on(ast.Call, names=tuple(_FUNCTIONS | _METHODS))
 def check(ctx, node: ast.Call) -> None:
     q = ctx.qual(node.func)
     if q:
         mod, _, name = q.rpartition(".")
-        if name in FUNCTIONS and mod + "." in _MODULES:
+        if name in _FUNCTIONS and mod + "." in _MODULES:
             ctx.report(RULE.code, node, call=q + "()")
         return
     name = ctx.method(node)

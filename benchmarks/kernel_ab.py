@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("bench_kernels", Path(__file__).with_name("kernels.py"))
 _bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_bench)
-copy_bandwidth, graphed, rotation = _bench.copy_bandwidth, _bench.graphed, _bench.rotation
+copy_bandwidth, graphed, rotation, routings = _bench.copy_bandwidth, _bench.graphed, _bench.rotation, _bench.routings
 
 EXT = 'name="dsv4_fp4_rows"'          # the extension's name in moe_gemv/cuda_kernel.py; each variant gets its own
 
@@ -102,14 +102,11 @@ def workloads(ref, only: set[str]):
             per_expert = 3 * (inter * dim // 2 + inter * dim // ref.GROUP[fmt])
             for B in (1, 8):
                 x = torch.randn(B, dim, device="cuda", generator=g).bfloat16()
-                sets, hits = [], []      # routings taken in turn: the experts they hit are more than the L2 holds
-                while not sets or len(sets) < rotation(hits[0] * per_expert):
-                    idx = torch.rand(B, E, device="cuda", generator=g).argsort(-1)[:, :k]
-                    sets.append((x, idx, torch.rand(B, k, device="cuda", generator=g), w1, w3, w2, limit))
-                    hits.append(len(set(idx.flatten().tolist())))
-                hit = sum(hits) / len(hits)
+                sets = routings(B, E, k, per_expert, g)      # taken in turn
+                hit = sum(len(h) for _, _, h in sets) / len(sets)
                 out.append((f"routed {fmt} B={B} top-{k}/{E} ({hit:.0f} hit, {len(sets)} routings)", round(hit * per_expert),
-                            [lambda m, a=a: m.routed_experts_cuda(*a, path="mma") for a in sets]))
+                            [lambda m, a=(x, i, t, w1, w3, w2, limit): m.routed_experts_cuda(*a, path="mma")
+                             for i, t, _ in sets]))
     return out
 
 

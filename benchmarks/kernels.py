@@ -34,6 +34,16 @@ def rotation(nbytes: int) -> int:
     return max(1, -(-4 * torch.cuda.get_device_properties(0).L2_cache_size // max(1, nbytes)))
 
 
+def routings(B: int, E: int, k: int, per_expert: int, g: torch.Generator) -> list[tuple]:
+    """Top-k routings of B tokens over E experts, (idx, weights, sorted experts hit) each, as many as `rotation`
+    asks for the experts the first one hits (per_expert bytes each): taken in turn, they read more than the L2."""
+    sets: list[tuple] = []
+    while not sets or len(sets) < rotation(len(sets[0][2]) * per_expert):
+        idx = torch.rand(B, E, device="cuda", generator=g).argsort(-1)[:, :k]
+        sets.append((idx, torch.rand(B, k, device="cuda", generator=g), sorted(set(idx.flatten().tolist()))))
+    return sets
+
+
 def timed(fn, iters: int = 20, warmup: int = 3) -> float:
     """Median of 5 batches, mean seconds per call, CUDA events around `iters` eager calls. `fn`: a callable, or a
     list of them over different input sets (see `rotation`), called in turn (`iters` rounded up to whole turns)."""
@@ -213,10 +223,7 @@ def bench_routed(tab, sweep):
         for B in (1, 4, 8):
             g = torch.Generator(device="cuda").manual_seed(B)
             x = torch.randn(B, dim, device="cuda", generator=g).bfloat16()
-            sets = []      # routings of the same tokens, taken in turn: the experts they hit are more than the L2 holds
-            while not sets or len(sets) < rotation(len(sets[0][2]) * per_expert):
-                idx = torch.rand(B, E, device="cuda", generator=g).argsort(-1)[:, :k]
-                sets.append((idx, torch.rand(B, k, device="cuda", generator=g), sorted(set(idx.flatten().tolist()))))
+            sets = routings(B, E, k, per_expert, g)      # of the same tokens, taken in turn
             # the reference expert loop: bf16 weights dequantised at load, tokens grouped per expert
             one = lambda w, e: dequant((w[0], w[1][e], w[2][e], None if w[3] is None else w[3][e], None), dtype=torch.bfloat16)  # noqa: E731
             W = {e: (one(w1, e), one(w3, e), one(w2, e)) for _, _, hit in sets for e in hit}

@@ -22,7 +22,7 @@ from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, element, infer, join, name_hint, soft, unpack_targets)
 
-ENGINE_VERSION = "19"
+ENGINE_VERSION = "20"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -435,7 +435,13 @@ class FileAnalyzer:
             for rec, cn in zip(calls[:ncalls], call_nodes):
                 if cn is not None and (cn.args or cn.keywords):
                     rec.append([_enc(env.kind(a)) for a in cn.args])
-                    rec.append({k.arg: _enc(env.kind(k.value)) for k in cn.keywords if k.arg})
+                    kw = {k.arg: _enc(env.kind(k.value)) for k in cn.keywords if k.arg}
+                    # `f(*xs)` / `f(**opts)`: how many arguments (and which names) they pass is unknown
+                    if any(type(a) is ast.Starred for a in cn.args):
+                        kw["*"] = True
+                    if any(k.arg is None for k in cn.keywords):
+                        kw["**"] = True
+                    rec.append(kw)
             for rec, v in sets:          # `self.x = v` passes v to the setter
                 rec.append([_enc(env.kind(v))] if v is not None else [])
                 rec.append({})
@@ -455,6 +461,10 @@ class FileAnalyzer:
                 "capturable": is_def and any(dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-1]
                                              == "capturable" for d in node.decorator_list),
             }
+            if is_def:
+                sig = _signature(f, node)
+                if sig is not None:
+                    fsum["sig"] = sig
             if is_def and f.cls is not None and f.qname.startswith(f"{f.cls}."):
                 role = _accessor_role(f.qname, node)
                 if role:
@@ -980,6 +990,28 @@ def _bind_local_types(n: ast.AST, local: dict[str, list], registries: dict) -> N
             local[tgt.id] = ["inst", syms]
         else:
             local.pop(tgt.id, None)
+
+
+# decorators that keep the signature a call binds to (anything else may wrap it in `*args, **kwargs` or add a
+# parameter: such a def is never ruled out by its arguments)
+_SIG_KEEPING = frozenset({"staticmethod", "classmethod", "abstractmethod", "override", "final", "no_grad",
+                          "inference_mode", "cache", "lru_cache", "compile", "capturable"})
+
+
+def _signature(f: _Func, node: ast.AST) -> list | None:
+    """What a call must pass to bind to this def: [positional parameter names, how many of them have defaults,
+    *args?, **kwargs?, keyword-only names, the required ones, how it binds: 'static' / 'class' / 'inst' for a
+    method, '' for a function]. None when a decorator may change it."""
+    for d in node.decorator_list:
+        if dotted(d.func if isinstance(d, ast.Call) else d).rpartition(".")[2] not in _SIG_KEEPING:
+            return None
+    a = node.args
+    names = {dotted(d.func if isinstance(d, ast.Call) else d).rpartition(".")[2] for d in node.decorator_list}
+    is_method = f.cls is not None and f.qname == f"{f.cls}.{node.name}"
+    how = ("static" if "staticmethod" in names else "class" if "classmethod" in names else "inst") if is_method else ""
+    kwonly = [x.arg for x in a.kwonlyargs]
+    return [[x.arg for x in [*a.posonlyargs, *a.args]], len(a.defaults), a.vararg is not None, a.kwarg is not None,
+            kwonly, [n for n, d in zip(kwonly, a.kw_defaults) if d is None], how]
 
 
 def _call_descriptor(f: ast.AST, local: dict[str, list]) -> list | None:

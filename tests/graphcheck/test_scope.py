@@ -1218,3 +1218,80 @@ def test_a_finding_in_a_setter_keeps_its_fingerprint():
     assign_fingerprints([old])
     assign_fingerprints([new])
     assert old.fingerprint == new.fingerprint and new.function == "C.x@setter"
+
+
+def test_a_def_whose_signature_cannot_take_the_call_is_not_its_target(tmp_path):
+    """`self.method.apply(self, x, bias=b)` with `method: Method` reaches every subclass's `apply`; one with
+    another signature (`apply(self, layer, batch)`, no `bias`, fewer positionals) would raise TypeError there, so it
+    is not what runs. Calls that splat (`*a`, `**kw`), a decorator that may change the signature, a classmethod
+    called on its class and an unbound `Cls.m(obj, x)` keep their targets."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import functools
+        import torch
+
+        def wrapped(fn):
+            @functools.wraps(fn)
+            def inner(*args, **kwargs):
+                return fn(*args, **kwargs)
+            return inner
+
+        class Method:
+            def apply(self, layer, x):
+                raise NotImplementedError
+
+        class DenseMethod(Method):
+            def apply(self, layer, x, bias=None):
+                return x @ layer.weight
+
+        class RoutedMethod(Method):
+            def apply(self, layer, batch):
+                return batch.counts.tolist()
+
+        class WrappedMethod(Method):
+            @wrapped
+            def apply(self, layer, batch, extra):
+                torch.cuda.synchronize()
+                return batch
+
+        class Tool:
+            @classmethod
+            def build(cls, x):
+                return x.item()
+
+            def peek(self, x):
+                return int(x)
+
+        class Linear(torch.nn.Module):
+            def __init__(self, method: Method):
+                super().__init__()
+                self.method = method
+                self.weight = torch.nn.Parameter(torch.empty(4, 4))
+
+            def forward(self, x):
+                a = self.method.apply(self, x, bias=None)
+                b = self.method.apply(self, x, None)
+                return a + b
+
+            def forward_splat(self, x, *rest, **opts):
+                a = self.method.apply(self, *rest)
+                b = self.method.apply(self, x, **opts)
+                return a, b
+
+            def forward_tools(self, x, tool: Tool):
+                Tool.build(x)
+                Tool.peek(tool, x)
+                return x
+    '''})
+
+    def run(entry):
+        res = scan([str(root / "pkg")], entry_points=[entry], root=root, cache=False, jobs=1)
+        return set(res.scope), {(f.rule, f.function) for f in res.findings}
+
+    scope, found = run("pkg.m:Linear.forward")
+    assert "pkg/m.py:DenseMethod.apply" in scope
+    assert "pkg/m.py:RoutedMethod.apply" not in scope and ("GC102", "RoutedMethod.apply") not in found
+    assert ("GC601", "WrappedMethod.apply") in found     # decorated: its signature is not known, it stays
+    scope, found = run("pkg.m:Linear.forward_splat")
+    assert {"pkg/m.py:DenseMethod.apply", "pkg/m.py:RoutedMethod.apply"} <= scope
+    scope, found = run("pkg.m:Linear.forward_tools")
+    assert {("GC101", "Tool.build"), ("GC104", "Tool.peek")} <= found

@@ -22,7 +22,7 @@ from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, element, infer, join, name_hint, soft, unpack_targets)
 
-ENGINE_VERSION = "20"
+ENGINE_VERSION = "21"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -458,6 +458,7 @@ class FileAnalyzer:
                 # how many of them a positional argument can fill: those after `*` or `*args` are keyword-only
                 "npos": len(node.args.posonlyargs) + len(node.args.args) if is_def else 0,
                 "ret": _enc(ret), "ret_elts": _ret_elts(env, rets), "ret_ctors": ret_ctors,
+                "ret_classes": [c for r in rets for c in _class_names(r)],
                 "capturable": is_def and any(dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-1]
                                              == "capturable" for d in node.decorator_list),
             }
@@ -794,7 +795,11 @@ def _ctor_symbols(v: ast.AST, local: dict[str, list]) -> list[str]:
         if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name):   # ATTENTION_CLASSES[impl](config)
             return [f"reg:{f.value.id}"]
         if isinstance(f, ast.Name) and f.id in local:
-            return [e[4:] if e.startswith("ref:") else e for e in local[f.id] if e.startswith(("ref:", "reg:"))]
+            # `C = pick_cls(cfg); C(...)`: an instance of a class the function returned
+            return [e[4:] if e.startswith("ref:") else f"clsof:{e[5:]}" if e.startswith("call:") else e
+                    for e in local[f.id] if e.startswith(("ref:", "reg:", "call:"))]
+        if isinstance(f, ast.Call) and type(f.func) in (ast.Name, ast.Attribute) and dotted(f.func):
+            return [f"clsof:{dotted(f.func)}"]       # get_impl_class(cfg)(...): a class the factory returns
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
             return [f"self:{f.attr}"]
         if last[:1].isupper():
@@ -820,6 +825,18 @@ def _ctor_symbols(v: ast.AST, local: dict[str, list]) -> list[str]:
         return [e for e in local.get(v.id, ()) if not e.startswith("ref:")]
     if t is ast.Lambda:
         return _ctor_symbols(v.body, local)
+    return []
+
+
+def _class_names(v: ast.AST) -> list[str]:
+    """The classes a returned expression may name (`return FusedMoE`, `return A if fast else B`): capitalised
+    names, resolved later (a name that is no class of the tree drops out there)."""
+    if type(v) is ast.IfExp:
+        return _class_names(v.body) + _class_names(v.orelse)
+    if type(v) in (ast.Name, ast.Attribute):
+        name = dotted(v)
+        if name and name.rpartition(".")[2][:1].isupper():
+            return [name]
     return []
 
 

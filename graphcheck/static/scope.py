@@ -251,6 +251,19 @@ class Program:
                     out += got
                     ext |= x
             return out, ext
+        if entry.startswith("clsof:"):     # an instance of a class that a factory function returns
+            ref = self.resolve_symbol(path, entry[6:])
+            if ref is None:
+                return [], self._external(path, entry[6:])
+            fn = self.s[ref[0]]["functions"].get(ref[1])
+            if fn is None:
+                return [], False
+            out = []
+            for sym in fn.get("ret_classes", []):
+                c = self.resolve_symbol(ref[0], sym)
+                if c and c[1] in self.s[c[0]]["classes"] and c not in out:
+                    out.append(c)
+            return out, False
         sym = entry[5:] if entry.startswith("call:") else entry
         ref = self.resolve_symbol(path, sym)
         if ref is None:

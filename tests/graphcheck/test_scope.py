@@ -1295,3 +1295,64 @@ def test_a_def_whose_signature_cannot_take_the_call_is_not_its_target(tmp_path):
     assert {"pkg/m.py:DenseMethod.apply", "pkg/m.py:RoutedMethod.apply"} <= scope
     scope, found = run("pkg.m:Linear.forward_tools")
     assert {("GC101", "Tool.build"), ("GC104", "Tool.peek")} <= found
+
+
+def test_an_instance_of_a_class_a_factory_returns_is_followed(tmp_path):
+    """`self.experts = get_impl_class(cfg)(...)`, `cls = pick(cfg); self.x = cls(...)` and a factory that does
+    `cls = pick(cfg); return cls(cfg)`: the attribute holds an instance of whichever class the factory returns, so
+    calling it runs that class's forward (before: the call stayed unresolved and the class out of scope)."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        class Dense(torch.nn.Module):
+            def forward(self, x):
+                return x
+
+        class Routed(torch.nn.Module):
+            def forward(self, x):
+                return x.nonzero()
+
+        class Gathered(torch.nn.Module):
+            def forward(self, x):
+                return x.tolist()
+
+        class Synced(torch.nn.Module):
+            def __init__(self, cfg):
+                super().__init__()
+
+            def forward(self, x):
+                torch.cuda.synchronize()
+                return x
+
+        def pick_impl(cfg):
+            if cfg.routed:
+                return Routed
+            return Dense
+
+        def pick_other(cfg):
+            return Gathered if cfg.gather else Dense
+
+        def pick_third(cfg):
+            return Synced
+
+        def build(cfg):
+            cls = pick_third(cfg)
+            return cls(cfg)
+
+        class Block(torch.nn.Module):
+            def __init__(self, cfg):
+                super().__init__()
+                self.ffn = pick_impl(cfg)()
+                impl = pick_other(cfg)
+                self.ffn2 = impl()
+                self.ffn3 = build(cfg)
+
+            def forward(self, x):
+                return self.ffn(x) + self.ffn2(x) + self.ffn3(x)
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Block.forward"], root=root, cache=False, jobs=1)
+    assert {"pkg/m.py:Routed.forward", "pkg/m.py:Gathered.forward", "pkg/m.py:Synced.forward",
+            "pkg/m.py:Dense.forward"} <= set(res.scope)
+    assert {("GC301", "Routed.forward"), ("GC102", "Gathered.forward"), ("GC601", "Synced.forward")} \
+        <= {(f.rule, f.function) for f in res.findings}
+    assert res.unresolved == [], res.unresolved

@@ -22,7 +22,7 @@ from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, element, infer, join, name_hint, soft, unpack_targets)
 
-ENGINE_VERSION = "21"
+ENGINE_VERSION = "22"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -463,6 +463,9 @@ class FileAnalyzer:
                                              == "capturable" for d in node.decorator_list),
             }
             if is_def:
+                pydef = _host_defaults(node)
+                if pydef:
+                    fsum["pydef"] = pydef
                 sig = _signature(f, node)
                 if sig is not None:
                     fsum["sig"] = sig
@@ -1013,6 +1016,21 @@ def _bind_local_types(n: ast.AST, local: dict[str, list], registries: dict) -> N
 # parameter: such a def is never ruled out by its arguments)
 _SIG_KEEPING = frozenset({"staticmethod", "classmethod", "abstractmethod", "override", "final", "no_grad",
                           "inference_mode", "cache", "lru_cache", "compile", "capturable"})
+
+
+def _host_defaults(node: ast.AST) -> list[str]:
+    """Parameters whose default is a Python number, bool or string (`save_kv_cache=True`, `eps=1e-6`): a flag or
+    a setting, not one of the step's tensors, where no caller says otherwise."""
+    a = node.args
+    pos = [*a.posonlyargs, *a.args]
+    pairs = [*zip(pos[len(pos) - len(a.defaults):], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]
+    out = []
+    for p, d in pairs:
+        if type(d) is ast.UnaryOp and type(d.op) in (ast.USub, ast.UAdd):
+            d = d.operand
+        if type(d) is ast.Constant and type(d.value) in (bool, int, float, str, bytes):
+            out.append(p.arg)
+    return out
 
 
 def _signature(f: _Func, node: ast.AST) -> list | None:

@@ -685,7 +685,9 @@ class Program:
             pos = params.index(name) if name in params else -1
             sites = self.callers(path, q, within)
             if not sites and (path, q) in self.roots:
-                k = TENSOR     # an entry point's un-annotated inputs are the step's tensors: likely on the device
+                # an entry point's un-annotated inputs are the step's tensors: likely on the device; one that
+                # defaults to a Python constant (`save_kv_cache=True`) is a flag or a setting
+                k = PY if name in fn.get("pydef", ()) else TENSOR
             for cpath, cq, call in sites:
                 a = self._argument(call, params, pos, name, q, fn.get("npos", len(params)))
                 if a is not _MISSING:

@@ -1356,3 +1356,33 @@ def test_an_instance_of_a_class_a_factory_returns_is_followed(tmp_path):
     assert {("GC301", "Routed.forward"), ("GC102", "Gathered.forward"), ("GC601", "Synced.forward")} \
         <= {(f.rule, f.function) for f in res.findings}
     assert res.unresolved == [], res.unresolved
+
+
+def test_an_entry_point_parameter_defaulting_to_a_python_constant_is_host(tmp_path):
+    """An entry point's un-annotated inputs count as the step's tensors; `save_cache=True`, `eps=1e-6`, `mode="a"`
+    are flags and settings: `if save_cache:` is host control flow. One defaulting to None is still a possible tensor,
+    and a caller that passes a tensor for the flag still decides it."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        class Backend:
+            def decode(self, q, k, save_cache=True, scale=-1.0, mode="fast", mask=None):
+                if save_cache:
+                    k = k + 1
+                if scale > 0:
+                    q = q * scale
+                if mode == "fast":
+                    q = q + 1
+                if mask:
+                    q = q * 2
+                if k:
+                    q = q - 1
+                return q
+
+            def step(self, q, k):
+                return self.decode(q, k, save_cache=k.sum() > 0)
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Backend.decode"], root=root, cache=False, jobs=1)
+    assert sorted((f.rule, f.line) for f in res.findings) == [("GC201", 12), ("GC201", 14)]
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Backend.step"], root=root, cache=False, jobs=1)
+    assert ("GC201", 6) in {(f.rule, f.line) for f in res.findings}

@@ -5,6 +5,14 @@
 #               execute_model entry points (the whole step, host preparation included)
 #   flashinfer  flashinfer's whole package, from the `run` of the decode/prefill/MLA wrappers (after `plan`,
 #               outside capture, as flashinfer documents) and the sampling, norm, RoPE and activation functions
+#   sglang      sglang 0.5.23's decode CUDA graph: what DecodeCudaGraphRunner.capture_one_shape's run_once
+#               (model_executor/runner/decode_cuda_graph_runner.py:1402) runs under capture, i.e. the model's forward
+#               in decode mode (LlamaForCausalLM, DeepseekV2ForCausalLM: their layers, the MoE, the logits processor)
+#               and the attention backend's forward_decode (flashinfer, triton), which RadixAttention reaches through
+#               get_attn_backend() (radix_attention.py:183, a context lookup the scan cannot follow, hence its own
+#               entry point). Left out: init_forward_metadata_out_graph (the host-side prep before capture and
+#               before each replay, base_attn_backend.py:117-137) and init_forward_metadata_in_graph, which is
+#               captured but is the base class's no-op for both backends (neither overrides it)
 #
 #   bash benchmarks/static_serving.sh PACKAGE [REV]    this checkout's graphcheck, and (with REV) the one at git
 #                                                     revision REV
@@ -31,7 +39,14 @@ case $PKG in
              flashinfer.norm:rmsnorm flashinfer.norm:fused_add_rmsnorm
              flashinfer.rope:apply_rope_with_cos_sin_cache_inplace flashinfer.rope:apply_rope_pos_ids_inplace
              flashinfer.activation:silu_and_mul flashinfer.activation:gelu_and_mul" ;;
-  *) echo "static_serving.sh: expected a package, vllm or flashinfer, found '${PKG}'" >&2; exit 2 ;;
+  sglang) VERSION=${SGLANG_VERSION:-0.5.23}; WHEEL=sglang
+    PATHS="sglang/srt/models/llama.py sglang/srt/models/deepseek_v2.py sglang/srt/layers
+           sglang/srt/model_executor/forward_batch_info.py"
+    ENTRIES="sglang.srt.models.llama:LlamaForCausalLM.forward
+             sglang.srt.models.deepseek_v2:DeepseekV2ForCausalLM.forward
+             sglang.srt.layers.attention.flashinfer_backend:FlashInferAttnBackend.forward_decode
+             sglang.srt.layers.attention.triton_backend:TritonAttnBackend.forward_decode" ;;
+  *) echo "static_serving.sh: expected a package, vllm, flashinfer or sglang, found '${PKG}'" >&2; exit 2 ;;
 esac
 shift
 CACHE=${GRAPHCHECK_CACHE_DIR:-$HOME/.cache/graphcheck-corpus}

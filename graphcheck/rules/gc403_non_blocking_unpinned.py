@@ -1,4 +1,4 @@
-"""GC403 non-blocking-unpinned — Flags `non_blocking=True` copies whose source is not visibly pinned (`pin_memory()` or `pin_memory=True`)."""
+"""GC403 non-blocking-unpinned — Flags `non_blocking=True` copies whose source is not visibly pinned (`pin_memory()`, or `pin_memory=` anything but False: `True` or a flag such as `is_pin_memory_available()`)."""
 from __future__ import annotations
 
 import ast
@@ -10,7 +10,7 @@ RULE = Rule(
     name='non-blocking-unpinned',
     message='`non_blocking=True` copy from a tensor not known to be pinned',
     hint='copy from a `pin_memory()` buffer, or drop `non_blocking`',
-    what='Flags `non_blocking=True` copies whose source is not visibly pinned (`pin_memory()` or `pin_memory=True`).',
+    what='Flags `non_blocking=True` copies whose source is not visibly pinned (`pin_memory()`, or `pin_memory=` anything but False: `True` or a flag such as `is_pin_memory_available()`).',
     why='A `non_blocking` copy from pageable memory silently becomes synchronous, and a device-to-host one races with the host reading the buffer; the CUDA sync-debug mode reports neither.',
     example="host = x.to('cpu', non_blocking=True)\nuse(host)",
     instead='pinned = torch.empty(n, pin_memory=True)\npinned.copy_(x, non_blocking=True); event.record()',

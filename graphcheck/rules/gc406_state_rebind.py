@@ -10,7 +10,7 @@ RULE = Rule(
     name='state-rebind',
     message='`self.{attr}` is rebound to another tensor inside the captured step',
     hint='write in place (`self.{attr}.copy_(...)`, `index_copy_`)',
-    what='Flags assigning a tensor to `self.<attr>` (or re-registering a buffer) outside `__init__` in the captured region (`self.cache = torch.cat(...)`). Not flagged: a conversion or view of the attribute itself (`self.cache = self.cache.to(q.device, dtype=q.dtype)`, the same tensor once converted; `self.lens = self.lens.reshape(-1, 1)`, the same storage) and a run-once branch that sets what it tests (`if not self.ready: self.cache = ...; self.ready = True`, `if self.buf is None: self.buf = ...`), which runs at warm-up, before capture.',
+    what='Flags assigning a tensor to `self.<attr>` (or re-registering a buffer) outside `__init__` in the captured region (`self.cache = torch.cat(...)`). Not flagged: a conversion or view of the attribute itself (`self.cache = self.cache.to(q.device, dtype=q.dtype)`, the same tensor once converted; `self.lens = self.lens.reshape(-1, 1)`, the same storage) and a run-once branch that sets what it tests (`if not self.ready: self.cache = ...; self.ready = True`, `if self.buf is None: self.buf = ...`, also behind plain flags: `if self.use_fast and self.buf is None:`), which runs at warm-up, before capture.',
     why='A graph replays into the memory it captured. Rebinding runs in Python, which replay skips: a state tensor rebound to a fresh allocation (or to another buffer) is never updated by replay, which keeps reading and writing the tensor it captured, and a growing `cat` changes the shape every step.',
     example='self.k_cache = torch.cat([self.k_cache, k], dim=1)',
     instead='self.k_cache.index_copy_(1, pos, k)   # fixed capacity, device pos',
@@ -39,9 +39,23 @@ def _converts_itself(attr: str, v: ast.AST) -> bool:
         and not any(k.arg == "copy" and not (isinstance(k.value, ast.Constant) and not k.value.value) for k in v.keywords)
 
 
+def _flag(n: ast.AST) -> bool:
+    """A plain flag read: `self.use_fast`, `enabled`, `cfg.fused` (no call, no comparison)."""
+    while isinstance(n, ast.Attribute):
+        n = n.value
+    return isinstance(n, ast.Name)
+
+
 def _once_flag(test: ast.AST) -> tuple[str, bool]:
     """The attribute an `if` tests for not-yet-done, and whether the test is `is None`: `if not self.ready:`,
-    `if self.buf is None:`."""
+    `if self.buf is None:`, also gated by plain flags (`if self.use_fast and self.buf is None:`: still run once, the
+    first time the flag holds)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        hits = [(v, _once_flag(v)) for v in test.values]
+        once = [h for v, h in hits if h[0]]
+        if len(once) == 1 and all(h[0] or _flag(v) for v, h in hits):
+            return once[0]
+        return "", False
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _self_attr(test.operand), False
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) \

@@ -22,7 +22,7 @@ from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, element, infer, join, name_hint, soft, unpack_targets)
 
-ENGINE_VERSION = "19"
+ENGINE_VERSION = "23"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -435,7 +435,13 @@ class FileAnalyzer:
             for rec, cn in zip(calls[:ncalls], call_nodes):
                 if cn is not None and (cn.args or cn.keywords):
                     rec.append([_enc(env.kind(a)) for a in cn.args])
-                    rec.append({k.arg: _enc(env.kind(k.value)) for k in cn.keywords if k.arg})
+                    kw = {k.arg: _enc(env.kind(k.value)) for k in cn.keywords if k.arg}
+                    # `f(*xs)` / `f(**opts)`: how many arguments (and which names) they pass is unknown
+                    if any(type(a) is ast.Starred for a in cn.args):
+                        kw["*"] = True
+                    if any(k.arg is None for k in cn.keywords):
+                        kw["**"] = True
+                    rec.append(kw)
             for rec, v in sets:          # `self.x = v` passes v to the setter
                 rec.append([_enc(env.kind(v))] if v is not None else [])
                 rec.append({})
@@ -452,9 +458,17 @@ class FileAnalyzer:
                 # how many of them a positional argument can fill: those after `*` or `*args` are keyword-only
                 "npos": len(node.args.posonlyargs) + len(node.args.args) if is_def else 0,
                 "ret": _enc(ret), "ret_elts": _ret_elts(env, rets), "ret_ctors": ret_ctors,
+                "ret_classes": [c for r in rets for c in _class_names(r)],
                 "capturable": is_def and any(dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-1]
                                              == "capturable" for d in node.decorator_list),
             }
+            if is_def:
+                pydef = _host_defaults(node)
+                if pydef:
+                    fsum["pydef"] = pydef
+                sig = _signature(f, node)
+                if sig is not None:
+                    fsum["sig"] = sig
             if is_def and f.cls is not None and f.qname.startswith(f"{f.cls}."):
                 role = _accessor_role(f.qname, node)
                 if role:
@@ -784,7 +798,11 @@ def _ctor_symbols(v: ast.AST, local: dict[str, list]) -> list[str]:
         if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name):   # ATTENTION_CLASSES[impl](config)
             return [f"reg:{f.value.id}"]
         if isinstance(f, ast.Name) and f.id in local:
-            return [e[4:] if e.startswith("ref:") else e for e in local[f.id] if e.startswith(("ref:", "reg:"))]
+            # `C = pick_cls(cfg); C(...)`: an instance of a class the function returned
+            return [e[4:] if e.startswith("ref:") else f"clsof:{e[5:]}" if e.startswith("call:") else e
+                    for e in local[f.id] if e.startswith(("ref:", "reg:", "call:"))]
+        if isinstance(f, ast.Call) and type(f.func) in (ast.Name, ast.Attribute) and dotted(f.func):
+            return [f"clsof:{dotted(f.func)}"]       # get_impl_class(cfg)(...): a class the factory returns
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
             return [f"self:{f.attr}"]
         if last[:1].isupper():
@@ -810,6 +828,18 @@ def _ctor_symbols(v: ast.AST, local: dict[str, list]) -> list[str]:
         return [e for e in local.get(v.id, ()) if not e.startswith("ref:")]
     if t is ast.Lambda:
         return _ctor_symbols(v.body, local)
+    return []
+
+
+def _class_names(v: ast.AST) -> list[str]:
+    """The classes a returned expression may name (`return FusedMoE`, `return A if fast else B`): capitalised
+    names, resolved later (a name that is no class of the tree drops out there)."""
+    if type(v) is ast.IfExp:
+        return _class_names(v.body) + _class_names(v.orelse)
+    if type(v) in (ast.Name, ast.Attribute):
+        name = dotted(v)
+        if name and name.rpartition(".")[2][:1].isupper():
+            return [name]
     return []
 
 
@@ -980,6 +1010,43 @@ def _bind_local_types(n: ast.AST, local: dict[str, list], registries: dict) -> N
             local[tgt.id] = ["inst", syms]
         else:
             local.pop(tgt.id, None)
+
+
+# decorators that keep the signature a call binds to (anything else may wrap it in `*args, **kwargs` or add a
+# parameter: such a def is never ruled out by its arguments)
+_SIG_KEEPING = frozenset({"staticmethod", "classmethod", "abstractmethod", "override", "final", "no_grad",
+                          "inference_mode", "cache", "lru_cache", "compile", "capturable"})
+
+
+def _host_defaults(node: ast.AST) -> list[str]:
+    """Parameters whose default is a Python number, bool or string (`save_kv_cache=True`, `eps=1e-6`): a flag or
+    a setting, not one of the step's tensors, where no caller says otherwise."""
+    a = node.args
+    pos = [*a.posonlyargs, *a.args]
+    pairs = [*zip(pos[len(pos) - len(a.defaults):], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]
+    out = []
+    for p, d in pairs:
+        if type(d) is ast.UnaryOp and type(d.op) in (ast.USub, ast.UAdd):
+            d = d.operand
+        if type(d) is ast.Constant and type(d.value) in (bool, int, float, str, bytes):
+            out.append(p.arg)
+    return out
+
+
+def _signature(f: _Func, node: ast.AST) -> list | None:
+    """What a call must pass to bind to this def: [positional parameter names, how many of them have defaults,
+    *args?, **kwargs?, keyword-only names, the required ones, how it binds: 'static' / 'class' / 'inst' for a
+    method, '' for a function]. None when a decorator may change it."""
+    for d in node.decorator_list:
+        if dotted(d.func if isinstance(d, ast.Call) else d).rpartition(".")[2] not in _SIG_KEEPING:
+            return None
+    a = node.args
+    names = {dotted(d.func if isinstance(d, ast.Call) else d).rpartition(".")[2] for d in node.decorator_list}
+    is_method = f.cls is not None and f.qname == f"{f.cls}.{node.name}"
+    how = ("static" if "staticmethod" in names else "class" if "classmethod" in names else "inst") if is_method else ""
+    kwonly = [x.arg for x in a.kwonlyargs]
+    return [[x.arg for x in [*a.posonlyargs, *a.args]], len(a.defaults), a.vararg is not None, a.kwarg is not None,
+            kwonly, [n for n, d in zip(kwonly, a.kw_defaults) if d is None], how]
 
 
 def _call_descriptor(f: ast.AST, local: dict[str, list]) -> list | None:

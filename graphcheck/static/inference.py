@@ -364,7 +364,9 @@ class Env:
     def _device_arg(self, call: ast.Call, pos: int | None = None):
         """Kind of the tensor a factory or `.to()` makes, from its device/pin_memory arguments; None when absent."""
         for k in call.keywords:
-            if k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value is True:
+            # `pin_memory=True`, or a flag (`pin_memory=is_pin_memory_available()`): a host tensor either way, pinned
+            # wherever the platform can pin (where it cannot, no copy from it is asynchronous to lose)
+            if k.arg == "pin_memory" and not (isinstance(k.value, ast.Constant) and not k.value.value):
                 return PINNED
         dev = next((k.value for k in call.keywords if k.arg == "device"), None)
         if dev is None and pos is not None and len(call.args) > pos:

@@ -251,6 +251,19 @@ class Program:
                     out += got
                     ext |= x
             return out, ext
+        if entry.startswith("clsof:"):     # an instance of a class that a factory function returns
+            ref = self.resolve_symbol(path, entry[6:])
+            if ref is None:
+                return [], self._external(path, entry[6:])
+            fn = self.s[ref[0]]["functions"].get(ref[1])
+            if fn is None:
+                return [], False
+            out = []
+            for sym in fn.get("ret_classes", []):
+                c = self.resolve_symbol(ref[0], sym)
+                if c and c[1] in self.s[c[0]]["classes"] and c not in out:
+                    out.append(c)
+            return out, False
         sym = entry[5:] if entry.startswith("call:") else entry
         ref = self.resolve_symbol(path, sym)
         if ref is None:
@@ -328,8 +341,50 @@ class Program:
         key = id(call)       # call records live as long as the program: their identity names the site
         hit = self._calls.get(key)
         if hit is None:
-            hit = self._calls[key] = self._resolve_call(path, qname, call)
+            hit = self._resolve_call(path, qname, call)
+            if hit[0] and call[0] not in ("ref", "get", "set"):
+                # a def whose signature cannot take these arguments is not what runs here: `self.method.apply(
+                # self, x, bias=b)` where `method` is annotated with a base class whose subclasses include
+                # unrelated `apply(self, layer, dispatch_output)`s (calling one of those would raise TypeError)
+                kept = [t for t in hit[0] if self._binds(t, call)]
+                if len(kept) != len(hit[0]):
+                    hit = (kept, hit[1] if kept else "unresolved")
+            self._calls[key] = hit
         return hit
+
+    _BOUND = ("self", "super", "selfattr")
+
+    def _binds(self, t: tuple[str, str], call: list) -> bool:
+        """Whether the call's arguments can bind to the signature of def t (as Python would, without running it).
+        Unknown (True) where a decorator may change the signature or the call splats what it passes."""
+        sig = self.s[t[0]]["functions"][t[1]].get("sig")
+        if sig is None:
+            return True
+        pos, ndef, var, varkw, kwonly, kwreq, how = sig
+        args, kw = (call[-2], call[-1]) if isinstance(call[-1], dict) else ([], {})
+        star, dstar = "*" in kw, "**" in kw
+        named = [k for k in kw if k not in ("*", "**")]
+        # how many leading parameters the call fills implicitly: `self` of a bound method, `cls` of a
+        # classmethod, the new object of a constructor; `Cls.m(obj, x)` passes it itself
+        if how in ("", "static"):
+            shifts = (0,)
+        elif how == "class" or t[1].endswith(".__init__") or call[0] in self._BOUND or (
+                call[0] == "attr" and call[1] == "self"):
+            shifts = (1,)
+        else:
+            shifts = (0, 1)
+        for sh in shifts:
+            p = pos[sh:]
+            nreq = max(len(p) - ndef, 0)
+            if not varkw and any(k not in p and k not in kwonly for k in named):
+                continue
+            if not star and not var and len(args) > len(p):
+                continue
+            if not star and not dstar and (any(i >= len(args) and n not in kw for i, n in enumerate(p[:nreq]))
+                                           or any(n not in kw for n in kwreq)):
+                continue
+            return True
+        return False
 
     def _resolve_call(self, path: str, qname: str, call: list) -> tuple[list[tuple[str, str]], str]:
         summ = self.s[path]
@@ -630,7 +685,9 @@ class Program:
             pos = params.index(name) if name in params else -1
             sites = self.callers(path, q, within)
             if not sites and (path, q) in self.roots:
-                k = TENSOR     # an entry point's un-annotated inputs are the step's tensors: likely on the device
+                # an entry point's un-annotated inputs are the step's tensors: likely on the device; one that
+                # defaults to a Python constant (`save_kv_cache=True`) is a flag or a setting
+                k = PY if name in fn.get("pydef", ()) else TENSOR
             for cpath, cq, call in sites:
                 a = self._argument(call, params, pos, name, q, fn.get("npos", len(params)))
                 if a is not _MISSING:

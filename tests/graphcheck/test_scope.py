@@ -1218,3 +1218,171 @@ def test_a_finding_in_a_setter_keeps_its_fingerprint():
     assign_fingerprints([old])
     assign_fingerprints([new])
     assert old.fingerprint == new.fingerprint and new.function == "C.x@setter"
+
+
+def test_a_def_whose_signature_cannot_take_the_call_is_not_its_target(tmp_path):
+    """`self.method.apply(self, x, bias=b)` with `method: Method` reaches every subclass's `apply`; one with
+    another signature (`apply(self, layer, batch)`, no `bias`, fewer positionals) would raise TypeError there, so it
+    is not what runs. Calls that splat (`*a`, `**kw`), a decorator that may change the signature, a classmethod
+    called on its class and an unbound `Cls.m(obj, x)` keep their targets."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import functools
+        import torch
+
+        def wrapped(fn):
+            @functools.wraps(fn)
+            def inner(*args, **kwargs):
+                return fn(*args, **kwargs)
+            return inner
+
+        class Method:
+            def apply(self, layer, x):
+                raise NotImplementedError
+
+        class DenseMethod(Method):
+            def apply(self, layer, x, bias=None):
+                return x @ layer.weight
+
+        class RoutedMethod(Method):
+            def apply(self, layer, batch):
+                return batch.counts.tolist()
+
+        class WrappedMethod(Method):
+            @wrapped
+            def apply(self, layer, batch, extra):
+                torch.cuda.synchronize()
+                return batch
+
+        class Tool:
+            @classmethod
+            def build(cls, x):
+                return x.item()
+
+            def peek(self, x):
+                return int(x)
+
+        class Linear(torch.nn.Module):
+            def __init__(self, method: Method):
+                super().__init__()
+                self.method = method
+                self.weight = torch.nn.Parameter(torch.empty(4, 4))
+
+            def forward(self, x):
+                a = self.method.apply(self, x, bias=None)
+                b = self.method.apply(self, x, None)
+                return a + b
+
+            def forward_splat(self, x, *rest, **opts):
+                a = self.method.apply(self, *rest)
+                b = self.method.apply(self, x, **opts)
+                return a, b
+
+            def forward_tools(self, x, tool: Tool):
+                Tool.build(x)
+                Tool.peek(tool, x)
+                return x
+    '''})
+
+    def run(entry):
+        res = scan([str(root / "pkg")], entry_points=[entry], root=root, cache=False, jobs=1)
+        return set(res.scope), {(f.rule, f.function) for f in res.findings}
+
+    scope, found = run("pkg.m:Linear.forward")
+    assert "pkg/m.py:DenseMethod.apply" in scope
+    assert "pkg/m.py:RoutedMethod.apply" not in scope and ("GC102", "RoutedMethod.apply") not in found
+    assert ("GC601", "WrappedMethod.apply") in found     # decorated: its signature is not known, it stays
+    scope, found = run("pkg.m:Linear.forward_splat")
+    assert {"pkg/m.py:DenseMethod.apply", "pkg/m.py:RoutedMethod.apply"} <= scope
+    scope, found = run("pkg.m:Linear.forward_tools")
+    assert {("GC101", "Tool.build"), ("GC104", "Tool.peek")} <= found
+
+
+def test_an_instance_of_a_class_a_factory_returns_is_followed(tmp_path):
+    """`self.experts = get_impl_class(cfg)(...)`, `cls = pick(cfg); self.x = cls(...)` and a factory that does
+    `cls = pick(cfg); return cls(cfg)`: the attribute holds an instance of whichever class the factory returns, so
+    calling it runs that class's forward (before: the call stayed unresolved and the class out of scope)."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        class Dense(torch.nn.Module):
+            def forward(self, x):
+                return x
+
+        class Routed(torch.nn.Module):
+            def forward(self, x):
+                return x.nonzero()
+
+        class Gathered(torch.nn.Module):
+            def forward(self, x):
+                return x.tolist()
+
+        class Synced(torch.nn.Module):
+            def __init__(self, cfg):
+                super().__init__()
+
+            def forward(self, x):
+                torch.cuda.synchronize()
+                return x
+
+        def pick_impl(cfg):
+            if cfg.routed:
+                return Routed
+            return Dense
+
+        def pick_other(cfg):
+            return Gathered if cfg.gather else Dense
+
+        def pick_third(cfg):
+            return Synced
+
+        def build(cfg):
+            cls = pick_third(cfg)
+            return cls(cfg)
+
+        class Block(torch.nn.Module):
+            def __init__(self, cfg):
+                super().__init__()
+                self.ffn = pick_impl(cfg)()
+                impl = pick_other(cfg)
+                self.ffn2 = impl()
+                self.ffn3 = build(cfg)
+
+            def forward(self, x):
+                return self.ffn(x) + self.ffn2(x) + self.ffn3(x)
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Block.forward"], root=root, cache=False, jobs=1)
+    assert {"pkg/m.py:Routed.forward", "pkg/m.py:Gathered.forward", "pkg/m.py:Synced.forward",
+            "pkg/m.py:Dense.forward"} <= set(res.scope)
+    assert {("GC301", "Routed.forward"), ("GC102", "Gathered.forward"), ("GC601", "Synced.forward")} \
+        <= {(f.rule, f.function) for f in res.findings}
+    assert res.unresolved == [], res.unresolved
+
+
+def test_an_entry_point_parameter_defaulting_to_a_python_constant_is_host(tmp_path):
+    """An entry point's un-annotated inputs count as the step's tensors; `save_cache=True`, `eps=1e-6`, `mode="a"`
+    are flags and settings: `if save_cache:` is host control flow. One defaulting to None is still a possible tensor,
+    and a caller that passes a tensor for the flag still decides it."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        class Backend:
+            def decode(self, q, k, save_cache=True, scale=-1.0, mode="fast", mask=None):
+                if save_cache:
+                    k = k + 1
+                if scale > 0:
+                    q = q * scale
+                if mode == "fast":
+                    q = q + 1
+                if mask:
+                    q = q * 2
+                if k:
+                    q = q - 1
+                return q
+
+            def step(self, q, k):
+                return self.decode(q, k, save_cache=k.sum() > 0)
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Backend.decode"], root=root, cache=False, jobs=1)
+    assert sorted((f.rule, f.line) for f in res.findings) == [("GC201", 12), ("GC201", 14)]
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Backend.step"], root=root, cache=False, jobs=1)
+    assert ("GC201", 6) in {(f.rule, f.line) for f in res.findings}

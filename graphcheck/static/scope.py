@@ -368,6 +368,8 @@ class Program:
         # classmethod, the new object of a constructor; `Cls.m(obj, x)` passes it itself
         if how in ("", "static"):
             shifts = (0,)
+        elif _unbound_init(call):
+            shifts = (0,)        # `Base.__init__(self, n)` passes the object itself
         elif how == "class" or t[1].endswith(".__init__") or call[0] in self._BOUND or (
                 call[0] == "attr" and call[1] == "self"):
             shifts = (1,)
@@ -769,7 +771,7 @@ class Program:
         # a bound call (self.m(x), obj.m(x), Cls(x) -> __init__) does not pass self; `mod.f(x)` and
         # `Cls.m(obj, x)` pass every argument (`self.a.b.m(x)` is bound too)
         shift = 1 if params[:1] in (["self"], ["cls"]) and (call[0] != "attr" or call[1] == "self"
-                                                           or q.endswith(".__init__")) else 0
+                                                           or q.endswith(".__init__") and not _unbound_init(call)) else 0
         if name in kw:
             return kw[name]
         if shift <= pos < npos and pos - shift < len(args):
@@ -826,6 +828,12 @@ class Reach:
 
 
 _MISSING = object()
+
+
+def _unbound_init(call: list) -> bool:
+    """`Base.__init__(self, n)`, `mod.Base.__init__(self, n)`: the initialiser named and called through the class,
+    which passes the object as its first argument (a constructor call `Base(n)` or `super().__init__(n)` does not)."""
+    return call[0] == "attr" and call[1] != "self" and call[2].rpartition(".")[2] == "__init__"
 
 
 def _split_element(dep: str) -> tuple[str, str, str]:

@@ -1386,3 +1386,34 @@ def test_an_entry_point_parameter_defaulting_to_a_python_constant_is_host(tmp_pa
     assert sorted((f.rule, f.line) for f in res.findings) == [("GC201", 12), ("GC201", 14)]
     res = scan([str(root / "pkg")], entry_points=["pkg.m:Backend.step"], root=root, cache=False, jobs=1)
     assert ("GC201", 6) in {(f.rule, f.line) for f in res.findings}
+
+
+def test_an_initialiser_called_through_its_class_passes_self(tmp_path):
+    """`Base.__init__(self, n)` names the initialiser on the class: the object is its first argument, as in
+    `Cls.m(obj, x)`, not implicit as in `Base(n)` or `super().__init__(n)`. Read as a constructor call it passed one
+    argument too many, so Base.__init__ was ruled out as its target, and the arguments were matched one off."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        def settle(n):
+            return n.item()
+
+        class Base(torch.nn.Module):
+            def __init__(self, n, limit):
+                torch.nn.Module.__init__(self)
+                settle(n)
+                if limit:
+                    self.cap = 1
+
+        class Child(Base):
+            def __init__(self, x):
+                Base.__init__(self, x, False)
+
+        def build(x):
+            return Child(x)
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:build"], root=root, cache=False, jobs=1)
+    assert {"pkg/m.py:Base.__init__", "pkg/m.py:settle"} <= set(res.scope)
+    found = {(f.rule, f.function) for f in res.findings}
+    assert ("GC101", "settle") in found
+    assert ("GC201", "Base.__init__") not in found      # `limit` is the False passed, not the tensor before it

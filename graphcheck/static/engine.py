@@ -22,7 +22,7 @@ from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, element, infer, join, name_hint, soft, unpack_targets)
 
-ENGINE_VERSION = "23"
+ENGINE_VERSION = "26"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -801,13 +801,15 @@ def _ctor_symbols(v: ast.AST, local: dict[str, list]) -> list[str]:
             # `C = pick_cls(cfg); C(...)`: an instance of a class the function returned
             return [e[4:] if e.startswith("ref:") else f"clsof:{e[5:]}" if e.startswith("call:") else e
                     for e in local[f.id] if e.startswith(("ref:", "reg:", "call:"))]
-        if isinstance(f, ast.Call) and type(f.func) in (ast.Name, ast.Attribute) and dotted(f.func):
-            return [f"clsof:{dotted(f.func)}"]       # get_impl_class(cfg)(...): a class the factory returns
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
             return [f"self:{f.attr}"]
         if last[:1].isupper():
             return [name]
         out = [f"call:{name}"] if name else []
+        if isinstance(f, ast.Call) and type(f.func) in (ast.Name, ast.Attribute) and dotted(f.func):
+            # get_impl_class(cfg)(...): a class the factory returns; and, as for any other call, the classes
+            # handed to it (`wrap(opts)(Block)`, `make(n)(lambda: Block())`)
+            out.append(f"clsof:{dotted(f.func)}")
         for a in [*v.args, *(k.value for k in v.keywords)]:   # make_layers(n, lambda prefix: Block(...)), build(Block)
             if isinstance(a, ast.Lambda):
                 out += _ctor_symbols(a.body, local)

@@ -363,14 +363,21 @@ class Env:
 
     def _device_arg(self, call: ast.Call, pos: int | None = None):
         """Kind of the tensor a factory or `.to()` makes, from its device/pin_memory arguments; None when absent."""
-        for k in call.keywords:
-            # `pin_memory=True`, or a flag (`pin_memory=is_pin_memory_available()`): a host tensor either way, pinned
-            # wherever the platform can pin (where it cannot, no copy from it is asynchronous to lose)
-            if k.arg == "pin_memory" and not (isinstance(k.value, ast.Constant) and not k.value.value):
-                return PINNED
+        pin = next((k.value for k in call.keywords if k.arg == "pin_memory"), None)
+        if isinstance(pin, ast.Constant):
+            if pin.value:
+                return PINNED            # pin_memory=True: on the host (torch refuses to pin anything else)
+            pin = None                   # pin_memory=False / 0 / None: pageable, where the device says
         dev = next((k.value for k in call.keywords if k.arg == "device"), None)
         if dev is None and pos is not None and len(call.args) > pos:
             dev = call.args[pos]
+        if pin is not None:
+            # a flag (`pin_memory=is_pin_memory_available()`): a host tensor, pinned wherever the platform can pin
+            # (where it cannot, no copy from it is asynchronous to lose); but torch pins only CPU tensors, so
+            # beside a device that is not the host (`device=device, pin_memory=str(device) == "cpu"`) the flag
+            # is false whenever the tensor is on the device: the device decides
+            d = self.device_value(dev) if dev is not None else None
+            return d if d in ON_DEVICE or symbolic(d) else PINNED
         if dev is None:
             return None
         return self.device_value(dev)

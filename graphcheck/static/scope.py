@@ -252,18 +252,22 @@ class Program:
                     ext |= x
             return out, ext
         if entry.startswith("clsof:"):     # an instance of a class that a factory function returns
+            # a factory that is no def of the tree (`functools.partial(C, n)(...)`, `torch.compile(...)(fn)`,
+            # `lru_cache()(f)`, a lambda) says nothing about what it returns, nor that it is outside the tree: the
+            # attribute stays unresolved, as it was before factories were followed
             ref = self.resolve_symbol(path, entry[6:])
-            if ref is None:
-                return [], self._external(path, entry[6:])
-            fn = self.s[ref[0]]["functions"].get(ref[1])
+            fn = self.s[ref[0]]["functions"].get(ref[1]) if ref is not None else None
             if fn is None:
                 return [], False
-            out = []
+            out, ext = [], False
             for sym in fn.get("ret_classes", []):
                 c = self.resolve_symbol(ref[0], sym)
-                if c and c[1] in self.s[c[0]]["classes"] and c not in out:
-                    out.append(c)
-            return out, False
+                if c and c[1] in self.s[c[0]]["classes"]:
+                    if c not in out:
+                        out.append(c)
+                elif c is None and self._external(ref[0], sym):
+                    ext = True       # `return nn.Linear`: a class outside the tree
+            return out, ext
         sym = entry[5:] if entry.startswith("call:") else entry
         ref = self.resolve_symbol(path, sym)
         if ref is None:
@@ -368,6 +372,8 @@ class Program:
         # classmethod, the new object of a constructor; `Cls.m(obj, x)` passes it itself
         if how in ("", "static"):
             shifts = (0,)
+        elif _unbound_init(call):
+            shifts = (0,)        # `Base.__init__(self, n)` passes the object itself
         elif how == "class" or t[1].endswith(".__init__") or call[0] in self._BOUND or (
                 call[0] == "attr" and call[1] == "self"):
             shifts = (1,)
@@ -708,10 +714,19 @@ class Program:
                 for t in targets:
                     r = self.s[t[0]]["functions"][t[1]].get("ret")
                     k = join(k, self._decode(t[0], t[1], r, within, depth + 1))
-                if not targets and dep[0] == "R":
+                if not targets and dep[0] == "R" and self._opaque_module(path, q, calls[i]):
                     k = TENSOR       # a submodule outside the tree (nn.Linear): calling it returns a tensor
         self._kinds[key] = k
         return k
+
+    def _opaque_module(self, path: str, q: str, call: list) -> bool:
+        """Whether a module call that resolves to no def of the tree runs a module outside it (and returns a
+        tensor). Not a call of what an unknown factory returned (`run = lru_cache()(count); run(cfg)`,
+        `step = torch.enable_grad()(closure)`): nothing says that is a module at all."""
+        if call[0] != "inst" or not all(e.startswith("clsof:") for e in call[1]):
+            return True
+        cls_ref = self._cls_of((path, q))
+        return any(self.instances(cls_ref, path, e)[1] for e in call[1])
 
     def _element_kind(self, path: str, q: str, fn: dict, base: str, i: int, strict: bool, within, depth: int):
         """Element i of a parameter or a call's return (`x, y = f()`, `f()[1]`, `a, b = param`): of a callee, what
@@ -745,7 +760,7 @@ class Program:
                 continue     # an element of the list or dict a getter returns: unknown, as the attribute read was
             else:
                 k = join(k, self._element(t[0], t[1], callee.get("ret"), i, strict, within, depth + 1))
-        if not targets and base[0] == "R" and not strict:
+        if not targets and base[0] == "R" and not strict and self._opaque_module(path, q, calls[n]):
             k = TENSOR       # a submodule outside the tree: a tensor, or a tuple of them
         return k
 
@@ -769,7 +784,7 @@ class Program:
         # a bound call (self.m(x), obj.m(x), Cls(x) -> __init__) does not pass self; `mod.f(x)` and
         # `Cls.m(obj, x)` pass every argument (`self.a.b.m(x)` is bound too)
         shift = 1 if params[:1] in (["self"], ["cls"]) and (call[0] != "attr" or call[1] == "self"
-                                                           or q.endswith(".__init__")) else 0
+                                                           or q.endswith(".__init__") and not _unbound_init(call)) else 0
         if name in kw:
             return kw[name]
         if shift <= pos < npos and pos - shift < len(args):
@@ -826,6 +841,12 @@ class Reach:
 
 
 _MISSING = object()
+
+
+def _unbound_init(call: list) -> bool:
+    """`Base.__init__(self, n)`, `mod.Base.__init__(self, n)`: the initialiser named and called through the class,
+    which passes the object as its first argument (a constructor call `Base(n)` or `super().__init__(n)` does not)."""
+    return call[0] == "attr" and call[1] != "self" and call[2].rpartition(".")[2] == "__init__"
 
 
 def _split_element(dep: str) -> tuple[str, str, str]:

@@ -1386,3 +1386,77 @@ def test_an_entry_point_parameter_defaulting_to_a_python_constant_is_host(tmp_pa
     assert sorted((f.rule, f.line) for f in res.findings) == [("GC201", 12), ("GC201", 14)]
     res = scan([str(root / "pkg")], entry_points=["pkg.m:Backend.step"], root=root, cache=False, jobs=1)
     assert ("GC201", 6) in {(f.rule, f.line) for f in res.findings}
+
+
+def test_an_initialiser_called_through_its_class_passes_self(tmp_path):
+    """`Base.__init__(self, n)` names the initialiser on the class: the object is its first argument, as in
+    `Cls.m(obj, x)`, not implicit as in `Base(n)` or `super().__init__(n)`. Read as a constructor call it passed one
+    argument too many, so Base.__init__ was ruled out as its target, and the arguments were matched one off."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        def settle(n):
+            return n.item()
+
+        class Base(torch.nn.Module):
+            def __init__(self, n, limit):
+                torch.nn.Module.__init__(self)
+                settle(n)
+                if limit:
+                    self.cap = 1
+
+        class Child(Base):
+            def __init__(self, x):
+                Base.__init__(self, x, False)
+
+        def build(x):
+            return Child(x)
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:build"], root=root, cache=False, jobs=1)
+    assert {"pkg/m.py:Base.__init__", "pkg/m.py:settle"} <= set(res.scope)
+    found = {(f.rule, f.function) for f in res.findings}
+    assert ("GC101", "settle") in found
+    assert ("GC201", "Base.__init__") not in found      # `limit` is the False passed, not the tensor before it
+
+
+def test_what_a_factory_outside_the_tree_returns_is_unknown(tmp_path):
+    """`f(...)(...)` where f is no def of the tree (`lru_cache()(count)`, `torch.compile(...)(fn)`,
+    `partial(Pool, ...)` then called): nothing says what it returns. Calling the result is not a call of a module
+    outside the tree (which would return a tensor), and an attribute holding it stays unresolved, not outside the
+    tree (its methods may well be the tree's: `partial(Pool, ...)` builds a Pool)."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import functools
+        import torch
+
+        def count(cfg):
+            return len(cfg)
+
+        def rotate(x):
+            return x.roll(1)
+
+        class Pool:
+            def __init__(self, n):
+                self.n = n
+
+            def copy(self, x):
+                return x
+
+        class Step:
+            def __init__(self, cfg):
+                self.rot = torch.compile(dynamic=True)(rotate)
+                new_pool = functools.partial(Pool, n=4)
+                self.pool = new_pool()
+
+            def forward(self, x, cfg):
+                counter = functools.lru_cache(maxsize=None)(count)
+                k = counter(cfg)
+                if k > 3:
+                    x = x + 1
+                for part in counter(cfg):
+                    x = x + part
+                self.pool.copy(x)
+                return self.rot(x)
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Step.forward"], root=root, cache=False, jobs=1)
+    assert not res.findings, res.findings
+    assert {u["call"] for u in res.unresolved} >= {"self.pool.copy()", "self.rot()"}, res.unresolved

@@ -22,7 +22,7 @@ from ..rules._base import dotted
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, element, infer, join, name_hint, soft, unpack_targets)
 
-ENGINE_VERSION = "26"
+ENGINE_VERSION = "27"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -1070,6 +1070,13 @@ def _call_descriptor(f: ast.AST, local: dict[str, list]) -> list | None:
             return ["super", f.attr]
         if isinstance(v, ast.Subscript) and _self_attr(v.value):
             return ["selfattr", v.value.attr, f.attr]
+        if isinstance(v, ast.Call) and (type(v.func) is ast.Name and v.func.id not in local or _self_attr(v.func)):
+            # a method of what a call returns (`get_backend().forward(q)`, `self.pick(x).run(x)`, `Cls(cfg).step()`):
+            # an instance of what the function returns or constructs (only calls of a module-level name or of
+            # `self.m`: a chain on a value, `x.float().sum()`, is a tensor's and would only cost lookups). `local`
+            # holds what locals are (["inst", ...]), not the constructor map _ctor_symbols reads: it gets none
+            syms = _ctor_symbols(v, {})
+            return ["inst", syms, f.attr] if syms else None
         name = dotted(f)
         if name:
             head, _, rest = name.partition(".")

@@ -1358,6 +1358,53 @@ def test_an_instance_of_a_class_a_factory_returns_is_followed(tmp_path):
     assert res.unresolved == [], res.unresolved
 
 
+def test_a_method_of_what_a_call_returns_is_followed(tmp_path):
+    """`get_backend().decode(q)`, `self.pick(q).run(q)`, `Cls(cfg).step(q)`: the method of the instance the function
+    returns or the class constructs runs under capture (before: such a call was not recorded at all, neither followed
+    nor listed as unresolved). A chain on a value (`q.float().sum()`) adds nothing."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        class Backend:
+            def decode(self, q):
+                return q.tolist()
+
+        class Runner:
+            def run(self, q):
+                torch.cuda.synchronize()
+                return q
+
+        class Stepper:
+            def __init__(self, cfg):
+                self.cfg = cfg
+
+            def step(self, q):
+                return q.nonzero()
+
+        _BACKEND = Backend()
+
+        def get_backend():
+            return Backend()
+
+        class Model:
+            def pick(self, q):
+                return Runner()
+
+            def forward(self, q, cfg):
+                a = get_backend().decode(q)
+                b = self.pick(q).run(q)
+                c = Stepper(cfg).step(q)
+                w = Runner()
+                d = w(q).run(q)          # a local instance called: its result is not followed (nor a crash)
+                return q.float().sum(), a, b, c, d
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Model.forward"], root=root, cache=False, jobs=1)
+    assert {"pkg/m.py:Backend.decode", "pkg/m.py:Runner.run", "pkg/m.py:Stepper.step"} <= set(res.scope)
+    assert {("GC102", "Backend.decode"), ("GC601", "Runner.run"), ("GC301", "Stepper.step")} \
+        <= {(f.rule, f.function) for f in res.findings}
+    assert res.unresolved == [], res.unresolved
+
+
 def test_an_entry_point_parameter_defaulting_to_a_python_constant_is_host(tmp_path):
     """An entry point's un-annotated inputs count as the step's tensors; `save_cache=True`, `eps=1e-6`, `mode="a"`
     are flags and settings: `if save_cache:` is host control flow. One defaulting to None is still a possible tensor,

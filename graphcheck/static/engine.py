@@ -416,8 +416,7 @@ class FileAnalyzer:
                 env.names = dict(menv.names)
             env.memo = {}
             ctx.func, ctx.env = f, env
-            ctx.in_kernel = is_def and any(dotted(d.func if isinstance(d, ast.Call) else d).endswith(_KERNEL_DECORATORS)
-                                           for d in node.decorator_list)
+            ctx.in_kernel = is_def and any(d.endswith(_KERNEL_DECORATORS) for d in _decorators(node))
             checkers = _CHECKERS
             qual = env.qual
             for n in f.nodes:
@@ -459,8 +458,7 @@ class FileAnalyzer:
                 "npos": len(node.args.posonlyargs) + len(node.args.args) if is_def else 0,
                 "ret": _enc(ret), "ret_elts": _ret_elts(env, rets), "ret_ctors": ret_ctors,
                 "ret_classes": [c for r in rets for c in _class_names(r)],
-                "capturable": is_def and any(dotted(d.func if isinstance(d, ast.Call) else d).split(".")[-1]
-                                             == "capturable" for d in node.decorator_list),
+                "capturable": is_def and any(d.rpartition(".")[2] == "capturable" for d in _decorators(node)),
             }
             if is_def:
                 pydef = _host_defaults(node)
@@ -585,8 +583,7 @@ class FileAnalyzer:
                             self.kernel_attrs.add(t.attr)
             self.host_seqs[id(f)] = seqs
             node = f.node
-            if isinstance(node, _FUNCS) and any(dotted(d.func if isinstance(d, ast.Call) else d).endswith(("cute.jit",))
-                                                 for d in node.decorator_list):
+            if isinstance(node, _FUNCS) and any(d.endswith("cute.jit") for d in _decorators(node)):
                 self.kernel_names.add(node.name)
 
 
@@ -1020,6 +1017,12 @@ _SIG_KEEPING = frozenset({"staticmethod", "classmethod", "abstractmethod", "over
                           "inference_mode", "cache", "lru_cache", "compile", "capturable"})
 
 
+def _decorators(node: ast.AST) -> list[str]:
+    """The dotted name of each decorator of a def, called or not (`@torch.compile(mode=m)` -> 'torch.compile';
+    '' for one that is no plain name)."""
+    return [dotted(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
+
+
 def _host_defaults(node: ast.AST) -> list[str]:
     """Parameters whose default is a Python number, bool or string (`save_kv_cache=True`, `eps=1e-6`): a flag or
     a setting, not one of the step's tensors, where no caller says otherwise."""
@@ -1039,11 +1042,10 @@ def _signature(f: _Func, node: ast.AST) -> list | None:
     """What a call must pass to bind to this def: [positional parameter names, how many of them have defaults,
     *args?, **kwargs?, keyword-only names, the required ones, how it binds: 'static' / 'class' / 'inst' for a
     method, '' for a function]. None when a decorator may change it."""
-    for d in node.decorator_list:
-        if dotted(d.func if isinstance(d, ast.Call) else d).rpartition(".")[2] not in _SIG_KEEPING:
-            return None
+    names = {d.rpartition(".")[2] for d in _decorators(node)}
+    if not names <= _SIG_KEEPING:
+        return None
     a = node.args
-    names = {dotted(d.func if isinstance(d, ast.Call) else d).rpartition(".")[2] for d in node.decorator_list}
     is_method = f.cls is not None and f.qname == f"{f.cls}.{node.name}"
     how = ("static" if "staticmethod" in names else "class" if "classmethod" in names else "inst") if is_method else ""
     kwonly = [x.arg for x in a.kwonlyargs]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ast
 
-from ._base import Rule, on
+from ._base import Rule, dotted, on
 
 RULE = Rule(
     code='GC406',
@@ -39,13 +39,6 @@ def _converts_itself(attr: str, v: ast.AST) -> bool:
         and not any(k.arg == "copy" and not (isinstance(k.value, ast.Constant) and not k.value.value) for k in v.keywords)
 
 
-def _flag(n: ast.AST) -> bool:
-    """A plain flag read: `self.use_fast`, `enabled`, `cfg.fused` (no call, no comparison)."""
-    while isinstance(n, ast.Attribute):
-        n = n.value
-    return isinstance(n, ast.Name)
-
-
 def _once_flag(test: ast.AST) -> tuple[str, bool]:
     """The attribute an `if` tests for not-yet-done, and whether the test is `is None`: `if not self.ready:`,
     `if self.buf is None:`, also gated by plain flags (`if self.use_fast and self.buf is None:`: still run once, the
@@ -53,7 +46,8 @@ def _once_flag(test: ast.AST) -> tuple[str, bool]:
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         hits = [(v, _once_flag(v)) for v in test.values]
         once = [h for v, h in hits if h[0]]
-        if len(once) == 1 and all(h[0] or _flag(v) for v, h in hits):
+        # the others plain flag reads (`self.use_fast`, `enabled`, `cfg.fused`: a name chain, no call or comparison)
+        if len(once) == 1 and all(h[0] or dotted(v) for v, h in hits):
             return once[0]
         return "", False
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):

@@ -356,41 +356,12 @@ class Program:
             self._calls[key] = hit
         return hit
 
-    _BOUND = ("self", "super", "selfattr")
-
     def _binds(self, t: tuple[str, str], call: list) -> bool:
         """Whether the call's arguments can bind to the signature of def t (as Python would, without running it).
         Unknown (True) where a decorator may change the signature or the call splats what it passes."""
-        sig = self.s[t[0]]["functions"][t[1]].get("sig")
-        if sig is None:
-            return True
-        pos, ndef, var, varkw, kwonly, kwreq, how = sig
-        args, kw = (call[-2], call[-1]) if isinstance(call[-1], dict) else ([], {})
-        star, dstar = "*" in kw, "**" in kw
-        named = [k for k in kw if k not in ("*", "**")]
-        # how many leading parameters the call fills implicitly: `self` of a bound method, `cls` of a
-        # classmethod, the new object of a constructor; `Cls.m(obj, x)` passes it itself
-        if how in ("", "static"):
-            shifts = (0,)
-        elif _unbound_init(call):
-            shifts = (0,)        # `Base.__init__(self, n)` passes the object itself
-        elif how == "class" or t[1].endswith(".__init__") or call[0] in self._BOUND or (
-                call[0] == "attr" and call[1] == "self"):
-            shifts = (1,)
-        else:
-            shifts = (0, 1)
-        for sh in shifts:
-            p = pos[sh:]
-            nreq = max(len(p) - ndef, 0)
-            if not varkw and any(k not in p and k not in kwonly for k in named):
-                continue
-            if not star and not var and len(args) > len(p):
-                continue
-            if not star and not dstar and (any(i >= len(args) and n not in kw for i, n in enumerate(p[:nreq]))
-                                           or any(n not in kw for n in kwreq)):
-                continue
-            return True
-        return False
+        fn = self.s[t[0]]["functions"][t[1]]
+        sig = fn.get("sig")
+        return sig is None or any(_fits(sig, call, sh) for sh in _implicit(fn, t[1], call))
 
     def _resolve_call(self, path: str, qname: str, call: list) -> tuple[list[tuple[str, str]], str]:
         summ = self.s[path]
@@ -695,7 +666,7 @@ class Program:
                 # defaults to a Python constant (`save_kv_cache=True`) is a flag or a setting
                 k = PY if name in fn.get("pydef", ()) else TENSOR
             for cpath, cq, call in sites:
-                a = self._argument(call, params, pos, name, q, fn.get("npos", len(params)))
+                a = self._argument(call, fn, q, pos, name)
                 if a is not _MISSING:
                     k = join(k, self._decode(cpath, cq, a, within, depth + 1))
         elif dep.startswith("a:"):       # a:Cls:attr, a field of a parameter typed Cls
@@ -741,7 +712,7 @@ class Program:
             if not sites and (path, q) in self.roots and not strict:
                 return TENSOR
             for cpath, cq, call in sites:
-                a = self._argument(call, params, pos, name, q, fn.get("npos", len(params)))
+                a = self._argument(call, fn, q, pos, name)
                 if a is not _MISSING:
                     k = join(k, self._element(cpath, cq, a, i, strict, within, depth + 1))
             return k
@@ -777,17 +748,22 @@ class Program:
         return k
 
     @staticmethod
-    def _argument(call: list, params: list, pos: int, name: str, q: str, npos: int):
-        """The encoded argument a call site passes for a parameter, or _MISSING. Only the first `npos` parameters
-        take positional arguments: a keyword-only one (after `*` or `*args`) is passed by name or not at all."""
+    def _argument(call: list, fn: dict, q: str, pos: int, name: str):
+        """The encoded argument a call site passes for parameter `name` (at `pos`) of def q, or _MISSING. Only the
+        first `npos` parameters take positional arguments: a keyword-only one (after `*` or `*args`) is passed by
+        name or not at all."""
         args, kw = call[-2], call[-1]
-        # a bound call (self.m(x), obj.m(x), Cls(x) -> __init__) does not pass self; `mod.f(x)` and
-        # `Cls.m(obj, x)` pass every argument (`self.a.b.m(x)` is bound too)
-        shift = 1 if params[:1] in (["self"], ["cls"]) and (call[0] != "attr" or call[1] == "self"
-                                                           or q.endswith(".__init__") and not _unbound_init(call)) else 0
         if name in kw:
             return kw[name]
-        if shift <= pos < npos and pos - shift < len(args):
+        shifts = _implicit(fn, q, call)
+        sig = fn.get("sig")
+        if len(shifts) > 1 and sig is not None:
+            shifts = [sh for sh in shifts if _fits(sig, call, sh)] or shifts
+        # one answer where both still bind: the signature cannot tell `obj.m(x)` from `Cls.m(obj, x)`, the call kind
+        # can: through a name other than self it is a class's (a local instance is an `inst` call, and a module-level
+        # one resolves to nothing), any other call is an instance's
+        shift = shifts[0] if len(shifts) == 1 else 0 if _plain(call)[0] == "attr" else 1
+        if shift <= pos < fn.get("npos", len(fn.get("params", []))) and pos - shift < len(args):
             return args[pos - shift]
         return _MISSING
 
@@ -841,12 +817,48 @@ class Reach:
 
 
 _MISSING = object()
+_BOUND = ("self", "super", "selfattr")     # calls on self, super() or a submodule: bound to an instance
 
 
 def _unbound_init(call: list) -> bool:
     """`Base.__init__(self, n)`, `mod.Base.__init__(self, n)`: the initialiser named and called through the class,
     which passes the object as its first argument (a constructor call `Base(n)` or `super().__init__(n)` does not)."""
     return call[0] == "attr" and call[1] != "self" and call[2].rpartition(".")[2] == "__init__"
+
+
+def _plain(call: list) -> list:
+    """A property's read or store (`["get", *call]`, `["set", *call]`) as the call of its getter or setter."""
+    return call[1:] if call[0] in ("get", "set") else call
+
+
+def _implicit(fn: dict, q: str, call: list) -> tuple[int, ...]:
+    """How many leading parameters of def q (its summary fn) the call fills implicitly: `self` of a bound method,
+    `cls` of a classmethod, the new object of a constructor; `Cls.m(obj, x)` passes it itself. (0, 1) where the
+    call does not tell: the decorators and the call kind decide, never the parameter's name (`def m(this, x)`, a
+    staticmethod `def f(cls, x)`), except where a decorator hides how the def binds and the name is all there is."""
+    sig = fn.get("sig")
+    how = sig[-1] if sig is not None else {"self": "inst", "cls": "class"}.get(next(iter(fn.get("params", [])), ""), "")
+    call = _plain(call)
+    if how in ("", "static") or _unbound_init(call):
+        return (0,)
+    if how == "class" or q.endswith(".__init__") or call[0] in _BOUND or call[0] == "attr" and call[1] == "self":
+        return (1,)
+    return (0, 1)
+
+
+def _fits(sig: list, call: list, shift: int) -> bool:
+    """Whether the call's arguments bind to the signature record once `shift` leading parameters are filled."""
+    pos, ndef, var, varkw, kwonly, kwreq, _ = sig
+    args, kw = (call[-2], call[-1]) if isinstance(call[-1], dict) else ([], {})
+    star, dstar = "*" in kw, "**" in kw
+    p = pos[shift:]
+    nreq = max(len(p) - ndef, 0)
+    if not varkw and any(k not in p and k not in kwonly for k in kw if k not in ("*", "**")):
+        return False
+    if not star and not var and len(args) > len(p):
+        return False
+    return star or dstar or not (any(i >= len(args) and n not in kw for i, n in enumerate(p[:nreq]))
+                                 or any(n not in kw for n in kwreq))
 
 
 def _split_element(dep: str) -> tuple[str, str, str]:

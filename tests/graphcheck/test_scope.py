@@ -1507,3 +1507,99 @@ def test_what_a_factory_outside_the_tree_returns_is_unknown(tmp_path):
     res = scan([str(root / "pkg")], entry_points=["pkg.m:Step.forward"], root=root, cache=False, jobs=1)
     assert not res.findings, res.findings
     assert {u["call"] for u in res.unresolved} >= {"self.pool.copy()", "self.rot()"}, res.unresolved
+
+
+SHIFTS = '''
+    import torch
+
+    def plan(self, flag):                 # a function, not a method: `self` is its first argument like any other
+        if flag:
+            return 1
+        return 0
+
+    class Gate:
+        def pick(this, flag, x):          # a method whose first parameter is not called self
+            if flag:
+                return x
+            return x + 1
+
+        def opt(this, flag, x=None):
+            if flag:
+                return x
+            return 0
+
+    class Ops:
+        @staticmethod
+        def pick(cls, flag):              # a staticmethod: nothing is passed implicitly, whatever the name
+            if flag:
+                return 1
+            return 0
+
+        @classmethod
+        def build(cls, flag, x):
+            if flag:
+                return x
+            return x + 1
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = Gate()
+
+        def pick(this, flag, x):
+            if flag:
+                return x
+            return x + 1
+
+        @staticmethod
+        def spick(self, flag):
+            if flag:
+                return 1
+            return 0
+
+        def host_flags(self, x, n: int):
+            g = Gate()
+            return (self.pick(n > 3, x), g.pick(n > 3, x), self.gate.pick(n > 3, x), Ops.pick(x, n > 3),
+                    Ops().pick(x, n > 3), self.spick(x, n > 3), Ops.build(n > 3, x), plan(self, n > 3))
+
+        def device_self(self, x, n: int):
+            return self.pick(x.sum() > 0, n)
+
+        def device_obj(self, x, n: int):
+            g = Gate()
+            return g.pick(x.sum() > 0, n)
+
+        def device_static(self, x, n: int):
+            return self.spick(n, x.sum() > 0)
+
+        def device_static_obj(self, x, n: int):
+            return Ops().pick(n, x.sum() > 0)
+
+        def device_class(self, x, n: int):
+            return Ops.build(x.sum() > 0, n)
+
+        def device_plan(self, x, n: int):
+            return plan(self, x.sum() > 0)
+
+        def device_unbound(self, x, n: int):
+            return Gate.opt(Gate(), x.sum() > 0)     # binds both ways: through the class, nothing is implicit
+'''
+
+
+@pytest.mark.parametrize("entry,expected", [
+    ("host_flags", []),
+    ("device_self", [("GC201", "Block.pick")]),
+    ("device_obj", [("GC201", "Gate.pick")]),
+    ("device_static", [("GC201", "Block.spick")]),
+    ("device_static_obj", [("GC201", "Ops.pick")]),
+    ("device_class", [("GC201", "Ops.build")]),
+    ("device_plan", [("GC201", "plan")]),
+    ("device_unbound", [("GC201", "Gate.opt")]),
+])
+def test_an_argument_reaches_the_parameter_python_binds_it_to(tmp_path, entry, expected):
+    """What a call fills implicitly is how the def binds, not what its first parameter is called: `self.m(flag, x)`
+    and `obj.m(flag, x)` fill `this` of `def m(this, flag, x)`, `Cls.build(flag, x)` the `cls` of a classmethod; a
+    staticmethod `pick(cls, flag)` and a function `plan(self, flag)` take every argument. Before, the name decided
+    and `flag` took the tensor next to it: a host flag was reported (GC201) and a device flag was not. Where both
+    bindings fit (`Gate.opt(obj, flag)`), a call through the class passes the object itself, as before."""
+    assert _found(tmp_path, SHIFTS, f"pkg.m:Block.{entry}") == expected

@@ -333,8 +333,8 @@ __device__ __forceinline__ void fp4_dot1(const uint8_t* w, const uint8_t* s,
   uint32_t ea[RING], eb[RING];
   auto fetch = [&](int it, int r) {       // the tail reads the last chunk again (never used)
     it = min(it, iters - 1);
-    qa[r] = ld_stream(pa + 4 * it);
-    qb[r] = ld_stream(pb + 4 * it);
+    qa[r] = ld_stream<true>(pa + 4 * it);
+    qb[r] = ld_stream<true>(pb + 4 * it);
     if constexpr (FMT == 0) {
       ea[r] = __ldg(sa + 4 * it);
       eb[r] = __ldg(sb + 4 * it);

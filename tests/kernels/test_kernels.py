@@ -436,8 +436,8 @@ def test_fp4_gemv_parity(backend, fmt, B, N, K):
     """cuda: the C++ entry (tensor-core GEMV where it fits, else the rows kernel); cuda-rows / cuda-mma: each
     kernel alone. N 1000 and 40 are not multiples of a 16-row tile (also for one token, whose loop is its own); K 1152 is 9 iterations of 128 over 2 warps
     (K 2048: 4 warps, K >= 4096: 8); K 128 and 512 leave one warp of each pair without an iteration or with few;
-    K <= 2048 stage x in one pass, longer rows token by token. (1, 1000, 2048): one token with rows past N where
-    K splits evenly (4 warps of 4 iterations), the shape a contiguous-slice loop would take."""
+    K <= 2048 stage x in one pass, longer rows token by token. (1, 1000, 2048): one token with rows past N and
+    K split evenly, 4 warps of 4 iterations."""
     from dsv4_kernels.moe_gemv import cuda_kernel
     fp4_gemv = _impl(backend, "gemv")
     for dt in (torch.bfloat16, torch.float32):

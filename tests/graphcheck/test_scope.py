@@ -1541,6 +1541,12 @@ SHIFTS = '''
                 return x
             return x + 1
 
+        @classmethod
+        def make(cls, flag=False, x=None):   # one argument binds with or without cls: only the decorator tells
+            if flag:
+                return 1
+            return 0
+
     class Block(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -1560,7 +1566,8 @@ SHIFTS = '''
         def host_flags(self, x, n: int):
             g = Gate()
             return (self.pick(n > 3, x), g.pick(n > 3, x), self.gate.pick(n > 3, x), Ops.pick(x, n > 3),
-                    Ops().pick(x, n > 3), self.spick(x, n > 3), Ops.build(n > 3, x), plan(self, n > 3))
+                    Ops().pick(x, n > 3), self.spick(x, n > 3), Ops.build(n > 3, x), plan(self, n > 3),
+                    Ops.make(n > 3))
 
         def device_self(self, x, n: int):
             return self.pick(x.sum() > 0, n)
@@ -1578,6 +1585,9 @@ SHIFTS = '''
         def device_class(self, x, n: int):
             return Ops.build(x.sum() > 0, n)
 
+        def device_class_default(self, x, n: int):
+            return Ops.make(x.sum() > 0)
+
         def device_plan(self, x, n: int):
             return plan(self, x.sum() > 0)
 
@@ -1593,6 +1603,7 @@ SHIFTS = '''
     ("device_static", [("GC201", "Block.spick")]),
     ("device_static_obj", [("GC201", "Ops.pick")]),
     ("device_class", [("GC201", "Ops.build")]),
+    ("device_class_default", [("GC201", "Ops.make")]),
     ("device_plan", [("GC201", "plan")]),
     ("device_unbound", [("GC201", "Gate.opt")]),
 ])

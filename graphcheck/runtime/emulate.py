@@ -325,7 +325,7 @@ def audited_step(target: Target, inputs, device: str):
     rec = Recorder(kind="capture")
     state = target.state()
     snap = snapshot(state)
-    with contextlib.suppress(Exception), PortableAudit(rec, device=device):
+    with contextlib.suppress(Exception), PortableAudit(rec, device=device, host_built=target.host_built > 0):
         target.step(inputs)
     restore(state, snap)
     return rec
@@ -353,11 +353,13 @@ def check_capture(target: Target, k: int) -> list[Finding]:
 
 
 def emulate(target: Target, steps: int = 3, warmup: int = 1) -> list[Finding]:
-    from .portable import cuda_shims
+    from .portable import cuda_shims, placing
     warmup = target.warmup if target.warmup is not None else warmup
     with torch.no_grad(), cuda_shims():
         for k in range(warmup):
-            target.step(target.make_inputs(k))
+            inputs = target.make_inputs(k)
+            with placing(device_of(target.device, inputs)):
+                target.step(inputs)
         k = warmup
         found = check_capture(target, k)
         k += 1

@@ -14,10 +14,16 @@ pytest.importorskip("transformers")
 import thirdparty_targets as tt  # noqa: E402
 from graphcheck.runtime.audit import audit  # noqa: E402
 from graphcheck.runtime.capture import capture_test  # noqa: E402
+from graphcheck.target import build_target  # noqa: E402
+
+
+def build(name: str, device: str):
+    """The target as `graphcheck` builds it from the command line: the factory runs with its tensors placed."""
+    return build_target(tt.FACTORIES[name], device, {"device": device})
 
 
 def verdict(name: str, device: str = "cpu"):
-    fs = audit(tt.FACTORIES[name](device)) + capture_test(tt.FACTORIES[name](device), device=device)
+    fs = audit(build(name, device)) + capture_test(build(name, device), device=device)
     return ("unsafe" if fs else "safe"), fs
 
 

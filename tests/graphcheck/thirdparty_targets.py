@@ -48,6 +48,12 @@ EXPECTED: dict[str, Expect] = {
                                           "`torch.tensor(list(suppress_tokens), device='cpu')` (logits_process.py:1899)"
                                           " and `self.suppress_tokens.to(scores.device)` (:1904): a pageable "
                                           "host-to-device copy every step, which capture refuses."),
+    "hf_suppress_tokens_default_device": Expect(
+        "unsafe", ("GC402", "GC001"),
+        "the processor is built once, before the step, as `SuppressTokensLogitsProcessor(ids)`: its `device: str = "
+        "\"cpu\"` default keeps `torch.tensor(list(suppress_tokens), device=device)` on the host (logits_process.py"
+        ":1898-1899), and every call moves it with `self.suppress_tokens.to(scores.device)` (:1904): a pageable "
+        "host-to-device copy per step, which a capture refuses."),
     "hf_mixtral_moe_eager": Expect("unsafe", ("GC301",), "MixtralExperts.forward (eager experts) runs "
                                    "`torch.greater(expert_mask.sum(...), 0).nonzero()` and loops over the hit experts "
                                    "with `torch.where(expert_mask[i])`: data-dependent shapes and a host loop."),
@@ -102,6 +108,10 @@ EXPECTED: dict[str, Expect] = {
     "gptfast_host_pos": Expect("unsafe", ("GC003",), "the position kept as a Python int and written "
                                "with `pos.fill_(host_pos)` every step: a capture bakes the int it saw, so every "
                                "replay writes the same cache row and attends to the same prefix (no sync to see)."),
+    "gptfast_dev_variable": Expect(
+        "safe", (), "the gpt-fast decode built on `DEV = \"cuda\" if torch.cuda.is_available() else \"cpu\"` (the "
+        "factory ignores its device argument), whose step builds the causal row as `torch.arange(max_seq, device=DEV)"
+        " <= pos`: made on the device on every machine, compared with the device position, nothing crosses."),
     "mamba_functional_cache": Expect(
         "unsafe", ("GC005",),
         "the step binds `conv_state = torch.cat([conv_state[:, :, 1:], x[:, :, None]], -1)` and `ssm_state = "
@@ -223,6 +233,18 @@ def hf_suppress_tokens_per_step(device: str = "cpu") -> Target:
         out.copy_(proc(inp["input_ids"], inp["scores"]).argmax(-1))
         return out
     return Target(step, _scores(device), lambda: {"out": out}, name="hf suppress-tokens (built per step)", device=device)
+
+
+def hf_suppress_tokens_default_device(device: str = "cpu") -> Target:
+    from transformers import SuppressTokensLogitsProcessor
+    proc = SuppressTokensLogitsProcessor(SUPPRESS)           # built before the step, with its default device
+    out = torch.zeros(B, dtype=torch.long, device=device)
+
+    def step(inp):
+        out.copy_(proc(inp["input_ids"], inp["scores"]).argmax(-1))
+        return out
+    return Target(step, _scores(device), lambda: {"out": out}, name="hf suppress-tokens (built once, default device)",
+                  device=device)
 
 
 def _mixtral(device: str, experts: str) -> Target:
@@ -423,9 +445,9 @@ class GPT(nn.Module):
         self.register_buffer("freqs", torch.polar(torch.ones(a.max_seq, hd // 2), torch.outer(torch.arange(a.max_seq).float(), inv)))
         self.register_buffer("causal", torch.tril(torch.ones(a.max_seq, a.max_seq, dtype=torch.bool)))
 
-    def forward(self, idx, pos):                                              # idx [b, s], pos [s] on the device
+    def forward(self, idx, pos, mask=None):                                   # idx [b, s], pos [s] on the device
         x = self.emb(idx)
-        freqs, mask = self.freqs[pos], self.causal[None, None, pos]
+        freqs, mask = self.freqs[pos], (self.causal[None, None, pos] if mask is None else mask)
         for layer in self.layers:
             x = layer(x, freqs, mask, pos)
         return self.out(self.norm(x))
@@ -440,7 +462,11 @@ def sample(logits, temperature: float = 0.8, top_k: int = 8):
     return torch.argmax(probs / q, dim=-1, keepdim=True)
 
 
-def _gptfast(device: str, sampling: bool, host_pos: bool = False) -> Target:
+# The device as scripts spell it: "cpu" on a machine without a GPU, so a CPU run must not read it as the host.
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _gptfast(device: str, sampling: bool, host_pos: bool = False, dev_mask: bool = False) -> Target:
     torch.manual_seed(0)
     model = GPT(Args(), B).to(device).eval()
     pos = torch.tensor([4], device=device)                                    # state: the next position, on device
@@ -454,7 +480,8 @@ def _gptfast(device: str, sampling: bool, host_pos: bool = False) -> Target:
         if host_pos:
             p.fill_(host["pos"])                                              # a host int, baked by capture
             host["pos"] += 1
-        logits = model(x, p)[:, -1]
+        mask = (torch.arange(model.args.max_seq, device=DEV) <= p)[None, None, None] if dev_mask else None
+        logits = model(x, p, mask)[:, -1]
         tok.copy_(sample(logits) if sampling else logits.argmax(-1, keepdim=True))
         if not host_pos:
             pos.add_(1)
@@ -478,6 +505,10 @@ def gptfast_sampling(device: str = "cpu") -> Target:
 
 def gptfast_host_pos(device: str = "cpu") -> Target:
     return _gptfast(device, sampling=False, host_pos=True)
+
+
+def gptfast_dev_variable(device: str = "cpu") -> Target:
+    return _gptfast(DEV, sampling=False, dev_mask=True)
 
 
 

@@ -9,8 +9,9 @@ from ..target import Target
 from . import nvtx
 from .attribution import relpath, source_line, stack_from_traceback
 from .cuda_sync import CudaSyncAudit
-from .portable import PortableAudit, cuda_shims
+from .portable import PortableAudit, cuda_shims, placing
 from .recorder import Recorder
+from .rng import seeded
 from .tensors import device_of
 
 
@@ -32,20 +33,26 @@ def audit(target: Target, steps: int = 3, warmup: int = 1, strict: bool = False)
     cuda_rec = Recorder(kind="sync")
     warmup = target.warmup if target.warmup is not None else warmup
     try:
-        with cuda_shims():
-            for k in range(warmup):
-                target.step(target.make_inputs(k))
-        for i in range(steps):
-            k = warmup + i
-            inputs = target.make_inputs(k)
-            rec.step = cuda_rec.step = k
-            with nvtx.range_(f"graphcheck audit {target.name} step {k}"):
-                with PortableAudit(rec, device=device_of(target.device, inputs)), CudaSyncAudit(cuda_rec, strict=strict, claimed=_claimed_by(rec)):
-                    target.step(inputs)
-            if strict and len(cuda_rec):
-                break
+        with seeded():
+            return _audit(target, steps, warmup, strict, rec, cuda_rec)
     except Exception as e:  # the target itself is broken: that is the finding
         return rec.findings() + cuda_rec.findings() + [target_error(target, e, "sync", "step")]
+
+
+def _audit(target: Target, steps: int, warmup: int, strict: bool, rec: Recorder, cuda_rec: Recorder) -> list[Finding]:
+    for k in range(warmup):
+        inputs = target.make_inputs(k)
+        with cuda_shims(), placing(device_of(target.device, inputs)):
+            target.step(inputs)
+    for i in range(steps):
+        k = warmup + i
+        inputs = target.make_inputs(k)
+        rec.step = cuda_rec.step = k
+        with nvtx.range_(f"graphcheck audit {target.name} step {k}"):
+            with PortableAudit(rec, device=device_of(target.device, inputs), host_built=target.host_built > 0), CudaSyncAudit(cuda_rec, strict=strict, claimed=_claimed_by(rec)):
+                target.step(inputs)
+        if strict and len(cuda_rec):
+            break
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return rec.findings() + cuda_rec.findings()

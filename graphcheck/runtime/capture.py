@@ -17,7 +17,7 @@ from ..target import Target
 from .audit import target_error
 from .emulate import (_finding, audited_step, capture_failure, check_frozen_replay, check_stability, check_state_identity,
                       emulate)
-from .rng import RngState
+from .rng import RngState, seeded
 from .tensors import clone_tree, copy_into, first_diff, flatten, restore, snapshot
 
 
@@ -26,7 +26,8 @@ def capture_test(target: Target, steps: int = 3, warmup: int = 1, device: str = 
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda: no CUDA device is available (expected torch.cuda.is_available())")
     try:
-        return capture_cuda(target, steps, warmup) if use_cuda else emulate(target, steps, warmup)
+        with seeded():
+            return capture_cuda(target, steps, warmup) if use_cuda else emulate(target, steps, warmup)
     except Exception as e:
         return [target_error(target, e, "capture", "capture-under-test")]
 

@@ -360,3 +360,31 @@ def test_runtime_codes_come_from_the_rule_catalogue():
     sig = runtime_signatures()
     assert portable.EMITS <= set(sig), sorted(portable.EMITS - set(sig))
     assert portable.CODES == sig                   # one assignment of codes: the catalogue's
+
+
+def test_placement_on_cpu_is_asked_of_the_source():
+    """On a CPU run the run's device is "cpu" too: `device=DEV` (DEV = "cuda" if available else "cpu") is the device,
+    a literal host device (a string, a module constant, a local bound to one) is the host."""
+    assert audit(planted.device_variable()) == []
+    assert capture_test(planted.device_variable(), device="cpu") == []
+    fs = audit(planted.host_literal_devices())
+    assert [r for r in rows(fs) if r[0] == "GC402"] == sorted(
+        ("GC402", "planted.py", planted.line_of(m)) for m in ("literal-cpu", "global-cpu", "local-cpu"))
+    fs = audit(planted.readback_by_to())
+    assert rows(fs) == sorted([("GC103", "planted.py", planted.line_of("to-cpu")),
+                               ("GC402", "planted.py", planted.line_of("back-to-dev"))])
+
+
+def test_tensors_built_before_the_step_are_placed_where_they_live():
+    """A part the factory builds with a host default moves its tensor to the device in every step: a pageable copy
+    on a GPU, so reported on CPU too once the target is built as the CLI builds it; given the run's device (the
+    factory's parameter, handed in by graphcheck) it is clean. Built without placement, nothing is known."""
+    from graphcheck.target import build_target
+    t = build_target(planted.prebuilt_on_host, "cpu")
+    assert t.host_built == 1
+    want = ("GC402", "planted.py", planted.line_of("prebuilt-move"))
+    assert want in rows(audit(t))
+    assert ("GC001", "planted.py", planted.line_of("prebuilt-move")) in rows(capture_test(t, device="cpu"))
+    clean = build_target(planted.prebuilt_on_host, "cpu", {"device": "cpu"})
+    assert clean.host_built == 0 and audit(clean) == [] and capture_test(clean, device="cpu") == []
+    assert want not in rows(audit(planted.prebuilt_on_host()))

@@ -19,10 +19,12 @@ from ..rules import CALLS_BY_NAME as _CALLS_BY_NAME
 from ..rules import CALLS_BY_PREFIX as _CALLS_BY_PREFIX
 from ..rules import CHECKERS, format_message
 from ..rules._base import dotted
+from .regions import blocks as region_blocks
+from .regions import once_decorator
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, element, infer, join, name_hint, soft, unpack_targets)
 
-ENGINE_VERSION = "27"
+ENGINE_VERSION = "28"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -464,6 +466,18 @@ class FileAnalyzer:
                 pydef = _host_defaults(node)
                 if pydef:
                     fsum["pydef"] = pydef
+                # regions (regions.py): where the def ends (a runtime row's line is placed in its innermost def),
+                # the blocks that run in another region, and decorators that change the def's own region
+                fsum["end"] = node.end_lineno or node.lineno
+                blk = region_blocks(node, [n for n in f.nodes if type(n) is ast.If or type(n) is ast.With])
+                if blk:
+                    fsum["blocks"] = blk
+                once = once_decorator(node, self.imports)
+                if once:
+                    fsum["once"] = once
+                decos = [d for d in _decorators(node) if d]
+                if decos:
+                    fsum["decos"] = decos
                 sig = _signature(f, node)
                 if sig is not None:
                     fsum["sig"] = sig

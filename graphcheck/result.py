@@ -123,6 +123,9 @@ class Result:
         warnings = layers.get("static", {}).get("scope_warnings", [])
         if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
             raise ResultError(f"'layers.static.scope_warnings' must be a list of strings, found {warnings!r}"[:200])
+        fanout = layers.get("static", {}).get("fan_out", [])
+        if not isinstance(fanout, list) or not all(isinstance(fo, dict) for fo in fanout):
+            raise ResultError(f"'layers.static.fan_out' must be a list of objects, found {fanout!r}"[:200])
         for kind in ("sync", "capture"):          # what the run table prints: "N target(s)", findings
             for key in ("targets", "findings") if kind in layers else ():
                 v = layers[kind].get(key)

@@ -238,6 +238,10 @@ def test_inventory_round_trip_keeps_regions_and_the_verdict(tmp_path):
     bad["findings"][2]["status"] = "new"
     with pytest.raises(ResultError, match=r"findings\[2\]: status 'new' with region 'one-time'"):
         Result.from_doc(bad)
+    broken = json.loads(json.dumps(doc))
+    broken["layers"]["static"]["fan_out"] = "self.model.embed()"
+    with pytest.raises(ResultError, match="'layers.static.fan_out' must be a list of objects"):
+        Result.from_doc(broken)
     bad["findings"][2]["region"] = "warm"
     with pytest.raises(ResultError, match="'region' must be one of captured, per-step, allowed, one-time, eager-only"):
         Result.from_doc(bad)

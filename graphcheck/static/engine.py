@@ -294,6 +294,7 @@ def _call_checkers(name: str, q: str) -> tuple:
     return tuple(todo)
 
 
+_GLOBAL_STMT = re.compile(r"^[ \t]*global[ \t]", re.M)     # a `global` statement starts its line (or follows `;`: rare)
 _NAN_GUARDS = ("isnan", "isinf", "isfinite", "isneginf", "isposinf")
 _HOST_MATH = ("math.", "cmath.", "numpy.")
 _STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "ExternalStream")
@@ -316,6 +317,7 @@ class FileAnalyzer:
         self.kernel_attrs: set[str] = set()
         self.module_defs: set[str] = set()
         self.names_nan_guard = any(g in text for g in _NAN_GUARDS)
+        self.says_global = "global" in text and _GLOBAL_STMT.search(text) is not None
 
     def line(self, n: int) -> str:
         return self.lines[n - 1].strip() if 0 < n <= len(self.lines) else ""
@@ -469,7 +471,8 @@ class FileAnalyzer:
                 # regions (regions.py): where the def ends (a runtime row's line is placed in its innermost def),
                 # the blocks that run in another region, and decorators that change the def's own region
                 fsum["end"] = node.end_lineno or node.lineno
-                blk = region_blocks(node, [n for n in f.nodes if type(n) is ast.If or type(n) is ast.With])
+                blk = region_blocks(node, [n for n in f.nodes if type(n) is ast.If or type(n) is ast.With],
+                                    self.says_global)
                 if blk:
                     fsum["blocks"] = blk
                 once = once_decorator(node, self.imports)

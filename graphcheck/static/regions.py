@@ -41,12 +41,13 @@ def once_decorator(node: ast.AST, imports: dict) -> str:
     return ""
 
 
-def blocks(fn: ast.AST, nodes: list) -> list[list]:
+def blocks(fn: ast.AST, nodes: list, globals_possible: bool = True) -> list[list]:
     """The blocks of a def (`nodes`: its own If/With nodes, nested defs excluded) that may run in another region:
     [kind, what, line0, col0, line1, col1] with kind `with` (what: the context's dotted name; the configuration
-    decides whether it is an allow-block), `one-time` or `eager-only` (what: why)."""
+    decides whether it is an allow-block), `one-time` or `eager-only` (what: why). `globals_possible`: False when
+    the file's text never says `global`, so no def of it need be searched for the statement."""
     out: list[list] = []
-    glob: set[str] | None = None
+    glob = _Globals(fn, globals_possible)
     for n in nodes:
         t = type(n)
         if t is ast.With:
@@ -56,9 +57,6 @@ def blocks(fn: ast.AST, nodes: list) -> list[list]:
                 if name:
                     out.append(["with", name, *_span(n.body)])
         elif t is ast.If:
-            if glob is None:
-                glob = {x for s in ast.walk(fn) if isinstance(s, ast.Global) for x in s.names} \
-                    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
             hit = _branch(n, glob)
             if hit is not None:
                 kind, why, body = hit
@@ -67,12 +65,25 @@ def blocks(fn: ast.AST, nodes: list) -> list[list]:
     return out
 
 
+class _Globals:
+    """The names a def declares `global`, read from its body only when a test names a bare name (walking every def
+    for them cost a third of the analysis time)."""
+
+    def __init__(self, fn: ast.AST, possible: bool):
+        self.fn, self.names = fn, None if possible else set()
+
+    def __contains__(self, name: str) -> bool:
+        if self.names is None:
+            self.names = {x for s in _walk(self.fn.body) if isinstance(s, ast.Global) for x in s.names}
+        return name in self.names
+
+
 def _span(body: list) -> list[int]:
     first, last = body[0], body[-1]
     return [first.lineno, first.col_offset, last.end_lineno or last.lineno, last.end_col_offset or 0]
 
 
-def _branch(n: ast.If, glob: set[str]) -> tuple[str, str, list] | None:
+def _branch(n: ast.If, glob: _Globals) -> tuple[str, str, list] | None:
     """Which branch of an `if` runs in another region, and why: (kind, why, statements) or None. A conjunction
     counts when one of its terms does (the branch runs at most when that term holds); a disjunction never."""
     test, neg = n.test, False
@@ -92,20 +103,19 @@ def _branch(n: ast.If, glob: set[str]) -> tuple[str, str, list] | None:
     return None
 
 
-def _term(t: ast.AST, neg: bool, n: ast.If, glob: set[str]):
+def _term(t: ast.AST, neg: bool, n: ast.If, glob: _Globals):
     """(kind, why, True for the body / False for the else branch) for one term of an `if` test, or None."""
     if isinstance(t, ast.Call) and dotted(t.func).rpartition(".")[2] == "is_current_stream_capturing":
         return "eager-only", "runs only outside capture (is_current_stream_capturing)", neg
     if isinstance(t, ast.Compare) and len(t.ops) == 1:
         op, left, right = t.ops[0], t.left, t.comparators[0]
-        if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None \
-                and _persistent(left, glob):
+        if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None:
             body = isinstance(op, ast.Is) != neg            # the branch taken while it is still None
-            if _assigns(n.body if body else n.orelse, left):
+            if _assigns(n.body if body else n.orelse, left) and _persistent(left, glob):
                 return "one-time", f"lazy initialisation of `{ast.unparse(left)}`", body
-        if isinstance(op, (ast.In, ast.NotIn)) and _persistent(right, glob):
+        if isinstance(op, (ast.In, ast.NotIn)):
             body = isinstance(op, ast.NotIn) != neg         # the branch taken on a miss
-            if _fills(n.body if body else n.orelse, right):
+            if _fills(n.body if body else n.orelse, right) and _persistent(right, glob):
                 return "one-time", f"cache miss on `{ast.unparse(right)}`", body
         return None
     if isinstance(t, ast.Call) and isinstance(t.func, ast.Name) and t.func.id == "hasattr" and len(t.args) == 2 \
@@ -114,16 +124,15 @@ def _term(t: ast.AST, neg: bool, n: ast.If, glob: set[str]):
         if _assigns(n.body, target):
             return "one-time", f"lazy initialisation of `{ast.unparse(target)}`", True
         return None
-    if _persistent(t, glob) and not isinstance(t, ast.Subscript):
+    if isinstance(t, (ast.Attribute, ast.Name)):
         words = {w.lower() for w in _WORDS.findall((t.attr if isinstance(t, ast.Attribute) else t.id))}
-        if words & _ONCE_IF_TRUE or {"warm", "up"} <= words:
-            return "one-time", f"first-run / warm-up flag `{ast.unparse(t)}`", not neg
-        if words & _ONCE_IF_FALSE:
-            return "one-time", f"runs until `{ast.unparse(t)}` is set", neg
+        once = not neg if words & _ONCE_IF_TRUE or {"warm", "up"} <= words else neg if words & _ONCE_IF_FALSE else None
+        if once is not None and _persistent(t, glob):       # the words first: most tests are no such flag
+            return "one-time", f"first-run / warm-up flag `{ast.unparse(t)}`", once
     return None
 
 
-def _persistent(x: ast.AST, glob: set[str]) -> bool:
+def _persistent(x: ast.AST, glob: _Globals) -> bool:
     """State that outlives the call: an attribute (`self._buf`, `cls.cache`), a global the def declares, or an
     element of either. A local or a parameter (`if mask is None: mask = ones()`) is set again every call."""
     while isinstance(x, ast.Subscript):
@@ -145,17 +154,19 @@ def _walk(stmts: list):
 
 
 def _assigns(stmts: list, target: ast.AST) -> bool:
-    want = ast.dump(_load(target))
+    want = _key(target)
+    if want is None:
+        return False
     for s in _walk(stmts):
         tgts = s.targets if isinstance(s, ast.Assign) else [s.target] if isinstance(s, (ast.AnnAssign, ast.AugAssign)) \
             else []
         for tg in tgts:
             for x in ([tg] if not isinstance(tg, (ast.Tuple, ast.List)) else tg.elts):
-                if ast.dump(_load(x)) == want:
+                if _key(x) == want:
                     return True
         if isinstance(s, ast.Call) and isinstance(s.func, ast.Name) and s.func.id == "setattr" and len(s.args) >= 2 \
                 and isinstance(target, ast.Attribute) and isinstance(s.args[1], ast.Constant) \
-                and s.args[1].value == target.attr and ast.dump(_load(s.args[0])) == ast.dump(_load(target.value)):
+                and s.args[1].value == target.attr and _key(s.args[0]) == _key(target.value):
             return True
     return False
 
@@ -163,27 +174,28 @@ def _assigns(stmts: list, target: ast.AST) -> bool:
 def _fills(stmts: list, cache: ast.AST) -> bool:
     """Whether the statements store into the container: `cache[k] = v`, `cache.setdefault(...)`, `.update`,
     `.add`, `.append`."""
-    want = ast.dump(_load(cache))
+    want = _key(cache)
+    if want is None:
+        return False
     for s in _walk(stmts):
         if isinstance(s, ast.Assign):
             for tg in s.targets:
-                if isinstance(tg, ast.Subscript) and ast.dump(_load(tg.value)) == want:
+                if isinstance(tg, ast.Subscript) and _key(tg.value) == want:
                     return True
         elif isinstance(s, ast.Call) and isinstance(s.func, ast.Attribute) \
                 and s.func.attr in ("setdefault", "update", "add", "append", "__setitem__") \
-                and ast.dump(_load(s.func.value)) == want:
+                and _key(s.func.value) == want:
             return True
     return False
 
 
-def _load(x: ast.AST) -> ast.AST:
-    """The expression with every context made Load, so a store target compares equal to the same read."""
-    if isinstance(x, ast.Name):
-        return ast.Name(id=x.id)
-    try:
-        return ast.parse(ast.unparse(x), mode="eval").body
-    except (SyntaxError, ValueError, RecursionError):
-        return x
+def _key(x: ast.AST) -> str | None:
+    """A target and the same expression read compare equal: `self._buf`, `cache[k]` (a subscript's index is a read
+    in both, so its dump carries no store context); None for anything else."""
+    if isinstance(x, ast.Subscript):
+        inner = _key(x.value)
+        return f"{inner}[{ast.dump(x.slice)}]" if inner is not None else None
+    return dotted(x) or None
 
 
 # ---------------------------------------------------------------------------------------------------- cross-file

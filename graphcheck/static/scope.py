@@ -313,6 +313,9 @@ class Program:
                 got, x = self.instances((path, cname), path, e)
                 out += [g for g in got if g not in out]
                 ext |= x
+            for sym in info.get("refs", {}).get(attr, []):
+                known = True
+                ext |= self.resolve_symbol(path, sym) is None
         concrete = list(out)
         for path, cname, e in typed:
             # an annotation says "this class or any subclass"; a constructor the class also assigns (`self.model =
@@ -323,9 +326,6 @@ class Program:
             got, x = self.instances((path, cname), path, e)
             out += [g for g in got if g not in out]
             ext |= x
-            for sym in info.get("refs", {}).get(attr, []):
-                known = True
-                ext |= self.resolve_symbol(path, sym) is None
         getter = self._getter(cls_ref, attr)
         if getter is not None:        # a property: what its getter constructs, else a value from outside the tree
             known = True

@@ -324,3 +324,21 @@ def test_run_report_and_baseline_end_to_end_with_an_allow_block(project):
     cfg.write_text(cfg.read_text().replace('allowed-sync-contexts = ["sync_ok"]\n', ""))
     again = gc(project, "run", "--no-progress", "--output-format", "concise")
     assert again.returncode == 1 and "GC104" in again.stdout and "FAILED" in again.stdout
+
+
+def test_narrowing_keeps_what_a_class_variable_says(tmp_path):
+    """The narrowing pass splits an attribute's entries into constructors and annotations; a class variable naming
+    a class from outside the tree (`model_cls = ExternalModel`) must still make `self.model_cls(x)` external, not
+    an unresolved call (an edit of that pass once dropped it silently)."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+        from outside import ExternalModel
+
+        class Runner:
+            model_cls = ExternalModel
+
+            def step(self, x: torch.Tensor):
+                return self.model_cls(x)
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Runner.step"], root=root, cache=False, jobs=1)
+    assert res.unresolved == [] and res.warnings == []

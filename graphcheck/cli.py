@@ -43,6 +43,9 @@ def _output(p: argparse.ArgumentParser, default_help: str = "full, or [tool.grap
     g.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings (errors still exit 2)")
     g.add_argument("--statistics", action="store_true", help="count the reported findings per rule instead of listing them")
     g.add_argument("-q", "--quiet", action="store_true", help="findings only: no summary, no live progress")
+    g.add_argument("--show-all-regions", action="store_true",
+                   help="list the rows outside the gated regions too (allowed, one-time, eager-only); by default "
+                        "they are only counted (`graphcheck explain regions`)")
 
 
 def _config_opt(p: argparse.ArgumentParser) -> None:
@@ -70,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--entry-point", action="append", default=None, metavar="MOD:QUAL", help="capture entry point (repeatable)")
     p.add_argument("--all-functions", action="store_true", help="ignore configured entry points: scan every function")
     p.add_argument("--show-scope", action="store_true",
-                   help="list the functions in the captured region and the calls that could not be resolved (on stderr)")
+                   help="list the functions in the captured region, the calls that could not be resolved and the "
+                        "implementations of each fan-out call (on stderr)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the per-file cache")
     p.add_argument("--jobs", type=_positive, help="worker processes (default: all cores)")
     _config_opt(p)
@@ -110,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     _output(p, "full")
 
     sub.add_parser("rules", help="list the rules")
-    p = sub.add_parser("explain", help="print a rule's documentation")
+    p = sub.add_parser("explain", help="print a rule's documentation, or a topic's: `regions` (also fan-out)")
     p.add_argument("code")
     return ap
 

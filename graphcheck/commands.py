@@ -53,7 +53,8 @@ def finish(result: Result, args, fmt: str) -> int:
     from .report.render import render, summary_line
     to_file = args.output is not None and str(args.output) != "-"      # `-o -` is stdout
     color = not to_file and fmt in ("full", "text") and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    text = render(result, fmt, statistics=args.statistics, quiet=args.quiet, color=color)
+    text = render(result, fmt, statistics=args.statistics, quiet=args.quiet, color=color,
+                  all_regions=args.show_all_regions)
     if to_file:
         try:
             write_atomic(args.output, text)
@@ -81,8 +82,8 @@ def _check_out(args, cfg: Config | None, *extra) -> None:
 def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: list[str] | None = None,
                  select: list[str], ignore: list[str], cache: bool = True, jobs: int | None = None,
                  stdin: tuple[str, str] | None = None, show_scope: bool = False,
-                 scope_warnings: bool = True) -> tuple[list[Finding], dict, list[str]]:
-    """Scan; returns (findings, layer summary, problems).
+                 scope_warnings: bool = True) -> tuple[list[Finding], dict, list[str], object]:
+    """Scan; returns (findings, layer summary, problems, the region map that places the runtime rows' lines).
 
     Explicit `paths` with configured entry points (what the pre-commit hook passes: the staged files) are scanned
     together with the configured paths, so the entry-point modules resolve whether or not they are staged, and
@@ -106,9 +107,14 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
     if gone:     # one line naming the key, instead of "nothing to check" plus a per-file read error
         where = f"[tool.graphcheck] paths in {cfg.source}" if cfg.source else "paths"
         raise ConfigError(f"{where}: {gone[0]!r} does not exist under {cfg.root}")
+    # the per-step entry points belong with the configured ones: `--entry-point X` scans from X alone, and
+    # `--all-functions` from nothing
+    per_step = cfg.per_step_entry_points if entry_points is None else []
     try:
         res = scan(scan_paths, entry_points=entry, exclude=cfg.exclude, select=select, ignore=ignore, root=cfg.root,
-                   cache=cache, jobs=jobs, **({"source_name": stdin[0], "source": stdin[1]} if stdin is not None else {}))
+                   cache=cache, jobs=jobs, per_step_entry_points=per_step, allowed_contexts=cfg.allowed_sync_contexts,
+                   eager_only=cfg.eager_only, fanout_limit=cfg.fan_out_limit,
+                   **({"source_name": stdin[0], "source": stdin[1]} if stdin is not None else {}))
     except (ScopeError, ValueError) as e:
         raise ConfigError(str(e)) from None
     findings = list(res.findings)
@@ -119,12 +125,13 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
         print(res.scope_report(warnings=scope_warnings), file=sys.stderr)
     # unresolved calls and scope gaps: the scan did not see all of the region, so no "all checks passed"
     layer = {"files": res.files, "functions_in_scope": res.in_scope_functions, "suppressed": res.suppressed,
-             "findings": len(findings), "unresolved_calls": len(res.unresolved), "scope_warnings": list(res.warnings)}
+             "findings": len(findings), "unresolved_calls": len(res.unresolved), "scope_warnings": list(res.warnings),
+             "fan_out": [{k: v for k, v in fo.items() if k != "targets"} for fo in res.fanouts]}
     problems = []
     if res.files == 0 and stdin is None:
         where = ", ".join(paths or cfg.paths)
         problems.append(f"no Python file to check under {where} (root {cfg.root}); nothing was checked")
-    return findings, layer, problems
+    return findings, layer, problems, res.regions
 
 
 def cmd_scan(args, cfg: Config) -> int:
@@ -151,7 +158,7 @@ def cmd_scan(args, cfg: Config) -> int:
         raise ConfigError(f"path {missing[0]}: no such file or directory")
     entry = [] if args.all_functions else args.entry_point
     t0 = time.perf_counter()
-    findings, layer, problems = static_layer(cfg, paths=paths, entry_points=entry, select=_codes(args.select) or cfg.select,
+    findings, layer, problems, _ = static_layer(cfg, paths=paths, entry_points=entry, select=_codes(args.select) or cfg.select,
                                              ignore=_codes(args.ignore) or cfg.ignore, cache=not args.no_cache,
                                              jobs=args.jobs, stdin=stdin, show_scope=args.show_scope,
                                              scope_warnings=fmt != "full")
@@ -306,7 +313,7 @@ def collect(args, cfg: Config, *, live: bool, select: list[str], ignore: list[st
     with _progress(live) as step:
         t0 = time.perf_counter()
         with step("static scan"):
-            static, layer, problems = static_layer(cfg, select=select, ignore=ignore)
+            static, layer, problems, regions = static_layer(cfg, select=select, ignore=ignore)
         layers, timing = {"static": layer}, {"static": time.perf_counter() - t0}
         found: list[Finding] = []
         if runtime and cfg.targets:
@@ -317,7 +324,7 @@ def collect(args, cfg: Config, *, live: bool, select: list[str], ignore: list[st
             layers.update(rl)
             problems += rp
             timing.update(rt)
-    return merge(static, found), layers, problems, timing
+    return merge(static, found, regions.for_runtime if regions is not None else None), layers, problems, timing
 
 
 def _baseline_path(args, cfg: Config) -> Path:
@@ -391,10 +398,19 @@ def cmd_report(args) -> int:
 # ---------------------------------------------------------------------------------------------------- catalogue
 
 
+_TOPICS = ("regions", "fan-out")      # `graphcheck explain regions`: documentation that belongs to no one rule
+
+
 def _explain(code: str) -> int:
     from .rules import RULES
+    if code.lower() in _TOPICS:
+        from .regions import DOC
+        sys.stdout.write(DOC)
+        sys.stdout.flush()
+        return 0
     if code.upper() not in RULES:
-        raise ConfigError(f"unknown rule {code!r}; run `graphcheck rules` for the list")
+        raise ConfigError(f"unknown rule {code!r}; run `graphcheck rules` for the list, or `graphcheck explain "
+                          f"regions` for regions and fan-out")
     sys.stdout.write(RULES[code.upper()].doc() + "\n")
     sys.stdout.flush()
     return 0

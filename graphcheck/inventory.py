@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Callable
 
 from .findings import Finding, assign_fingerprints
 from .result import Result, ResultError
@@ -19,15 +20,21 @@ class InventoryError(ValueError):
     pass
 
 
-def merge(static: list[Finding], runtime: list[Finding]) -> list[Finding]:
+def merge(static: list[Finding], runtime: list[Finding], region_of: Callable[[str, int], str] | None = None) -> list[Finding]:
     """Attach each runtime finding to the static finding on the same line (same rule preferred): one row that
-    says "the scan predicted it, the audit saw it N times". Unmatched runtime findings stay rows of their own."""
+    says "the scan predicted it, the audit saw it N times". Unmatched runtime findings stay rows of their own.
+
+    Regions: a runtime row ran in the target's step, so it is `captured` unless `region_of(path, line)` (the static
+    layer's knowledge of that line: an allow-block or one-time branch around it, an eager-only def) says
+    otherwise. A linked row keeps the static row's region, which also knows the path: a helper called inside the
+    caller's allow-block runs allowed, though nothing on its own line says so."""
     by_line: dict[tuple[str, int], list[Finding]] = {}
     for f in static:
         f.evidence.setdefault("kinds", ["static"])
         by_line.setdefault((f.path, f.line), []).append(f)
     rows = list(static)
     for r in runtime:
+        r.region = region_of(r.path, r.line) if region_of is not None else "captured"
         cands = by_line.get((r.path, r.line), []) if r.line else []
         host = next((c for c in cands if c.rule == r.rule), cands[0] if cands else None)
         if host is None:

@@ -3,7 +3,9 @@ entries, and what could not be checked. `graphcheck run` builds it from the pipe
 it from the saved document, so both print the same verdict in every format.
 
 Status of a row:  new (fails the gate) · accepted (in the baseline) · exempt (an `allow_sync` warning, reported
-but not gated) · unchecked (a GC006-class row: something could not be checked; exit 2, never baselined).
+but not gated) · unchecked (a GC006-class row: something could not be checked; exit 2, never baselined) ·
+ungated (its line runs outside the gated regions, regions.py: counted in the summary, listed with
+--show-all-regions, never fails and needs no baseline entry).
 """
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ from typing import Any
 
 from . import __version__
 from .findings import KINDS, UNCHECKED, Finding, assign_fingerprints
+from .regions import REGIONS, gated
 
-SCHEMA_VERSION = 2
-STATUSES = ("new", "accepted", "exempt", "unchecked")
+SCHEMA_VERSION = 3
+READS = (2, 3)          # version 2 had no regions: every row of it was counted, as `captured` is now
+STATUSES = ("new", "accepted", "exempt", "unchecked", "ungated")
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 130, 141
 
 
@@ -38,9 +42,17 @@ class Result:
     def rows(self, *statuses: str) -> list[Finding]:
         return [f for f in self.findings if self.status[f.fingerprint] in statuses]
 
-    def reported(self) -> list[Finding]:
-        """What a user must see: failing rows and exemptions; accepted rows are only counted."""
-        return self.rows("unchecked", "new", "exempt")
+    def reported(self, all_regions: bool = False) -> list[Finding]:
+        """What a user must see: failing rows and exemptions; accepted rows are only counted, and so are the rows
+        outside the gated regions unless `all_regions` (--show-all-regions) lists them too."""
+        return self.rows("unchecked", "new", "exempt", *(("ungated",) if all_regions else ()))
+
+    def by_region(self) -> dict[str, int]:
+        """How many rows run in each region outside the gate (the summary line's count of what it does not list)."""
+        c = {r: 0 for r in REGIONS}
+        for f in self.rows("ungated"):
+            c[f.region] += 1
+        return {r: n for r, n in c.items() if n}
 
     def counts(self) -> dict[str, int]:
         c = {s: 0 for s in STATUSES}
@@ -71,8 +83,9 @@ class Result:
     def from_doc(cls, doc: Any) -> "Result":
         if not isinstance(doc, dict) or not isinstance(doc.get("findings"), list):
             raise ResultError(f"expected a graphcheck inventory (an object with a 'findings' list), found {type(doc).__name__}")
-        if doc.get("version") != SCHEMA_VERSION:
-            raise ResultError(f"inventory version {doc.get('version')!r}, expected {SCHEMA_VERSION} (rewrite it with this graphcheck)")
+        if doc.get("version") not in READS:
+            raise ResultError(f"inventory version {doc.get('version')!r}, expected one of {', '.join(map(str, READS))} "
+                              "(rewrite it with this graphcheck)")
         findings, status = [], {}
         for i, d in enumerate(doc["findings"]):
             if not isinstance(d, dict):
@@ -86,6 +99,9 @@ class Result:
                 raise ResultError(f"findings[{i}]: {e}") from None
             if f.kind not in KINDS:
                 raise ResultError(f"findings[{i}]: kind {f.kind!r}, expected one of {', '.join(KINDS)}")
+            if st != "unchecked" and (st == "ungated") == gated(f.region):
+                raise ResultError(f"findings[{i}]: status {st!r} with region {f.region!r}: a checked row is ungated "
+                                  "exactly when its region is outside the gated ones (captured, per-step)")
             _check_evidence(i, f.evidence)
             if not f.fingerprint or f.fingerprint in status:
                 raise ResultError(f"findings[{i}]: missing or repeated fingerprint {f.fingerprint!r}")
@@ -107,6 +123,9 @@ class Result:
         warnings = layers.get("static", {}).get("scope_warnings", [])
         if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
             raise ResultError(f"'layers.static.scope_warnings' must be a list of strings, found {warnings!r}"[:200])
+        fanout = layers.get("static", {}).get("fan_out", [])
+        if not isinstance(fanout, list) or not all(isinstance(fo, dict) for fo in fanout):
+            raise ResultError(f"'layers.static.fan_out' must be a list of objects, found {fanout!r}"[:200])
         for kind in ("sync", "capture"):          # what the run table prints: "N target(s)", findings
             for key in ("targets", "findings") if kind in layers else ():
                 v = layers[kind].get(key)
@@ -135,8 +154,9 @@ def _check_evidence(i: int, ev: Any) -> None:
 def classify(command: str, findings: list[Finding], baseline: dict[str, dict] | None, *, problems: list[str] | None = None,
              layers: dict | None = None, targets: list[str] | None = None, baseline_name: str | None = None,
              strict_baseline: bool = False, timing: dict | None = None) -> Result:
-    """The gate. Without a baseline every error row is new. Unchecked rows are never accepted, whatever the
-    baseline says, and each becomes a problem that names what could not be checked."""
+    """The gate. Without a baseline every error row of a gated region is new. Unchecked rows are never accepted,
+    whatever the baseline says, and each becomes a problem that names what could not be checked. A row outside
+    the gated regions is ungated whatever the baseline says; a baseline entry that matches it is not stale."""
     rows = assign_fingerprints(findings)
     base = baseline or {}
     status: dict[str, str] = {}
@@ -146,6 +166,8 @@ def classify(command: str, findings: list[Finding], baseline: dict[str, dict] | 
             status[f.fingerprint] = "unchecked"
             where = f"{f.path}:{f.line}" if f.line else f.path
             problems.append(f"could not check {where}: {f.rule} {f.message}")
+        elif not gated(f.region):
+            status[f.fingerprint] = "ungated"
         elif f.severity == "warning":
             status[f.fingerprint] = "exempt"
         elif f.fingerprint in base:

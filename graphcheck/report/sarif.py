@@ -1,6 +1,7 @@
 """SARIF 2.1.0 for code-scanning UIs: one result per row, rules with their full documentation. Accepted
 (baselined) rows are results with an external suppression, so a code-scanning UI closes them instead of
-reopening them; what could not be checked is a failed invocation with one notification per problem."""
+reopening them; rows outside the gated regions are notes (`properties.region` names the region of every row);
+what could not be checked is a failed invocation with one notification per problem."""
 from __future__ import annotations
 
 from ..result import Result
@@ -30,11 +31,12 @@ def to_sarif(result: Result, version: str) -> dict:
         if f.source:
             region["snippet"] = {"text": f.source}
         res = {
-            "ruleId": f.rule, "ruleIndex": index[f.rule], "level": "warning" if status == "exempt" else "error",
+            "ruleId": f.rule, "ruleIndex": index[f.rule],
+            "level": {"exempt": "warning", "ungated": "note"}.get(status, "error"),
             "message": {"text": f.message},
             "locations": [{"physicalLocation": {"artifactLocation": {"uri": f.path or "unknown"}, "region": region},
                            **({"logicalLocations": [{"fullyQualifiedName": f.function, "kind": "function"}]} if f.function else {})}],
-            "properties": {"kind": f.kind, "count": f.count, "status": status},
+            "properties": {"kind": f.kind, "count": f.count, "status": status, "region": f.region},
         }
         if status == "accepted":
             res["suppressions"] = [{"kind": "external", "justification": "accepted in the graphcheck baseline"}]

@@ -19,10 +19,12 @@ from ..rules import CALLS_BY_NAME as _CALLS_BY_NAME
 from ..rules import CALLS_BY_PREFIX as _CALLS_BY_PREFIX
 from ..rules import CHECKERS, format_message
 from ..rules._base import dotted
+from .regions import blocks as region_blocks
+from .regions import once_decorator
 from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
                         annotation_kind, element, infer, join, name_hint, soft, unpack_targets)
 
-ENGINE_VERSION = "27"
+ENGINE_VERSION = "28"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -292,6 +294,7 @@ def _call_checkers(name: str, q: str) -> tuple:
     return tuple(todo)
 
 
+_GLOBAL_STMT = re.compile(r"^[ \t]*global[ \t]", re.M)     # a `global` statement starts its line (or follows `;`: rare)
 _NAN_GUARDS = ("isnan", "isinf", "isfinite", "isneginf", "isposinf")
 _HOST_MATH = ("math.", "cmath.", "numpy.")
 _STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "ExternalStream")
@@ -314,6 +317,7 @@ class FileAnalyzer:
         self.kernel_attrs: set[str] = set()
         self.module_defs: set[str] = set()
         self.names_nan_guard = any(g in text for g in _NAN_GUARDS)
+        self.says_global = "global" in text and _GLOBAL_STMT.search(text) is not None
 
     def line(self, n: int) -> str:
         return self.lines[n - 1].strip() if 0 < n <= len(self.lines) else ""
@@ -464,6 +468,19 @@ class FileAnalyzer:
                 pydef = _host_defaults(node)
                 if pydef:
                     fsum["pydef"] = pydef
+                # regions (regions.py): where the def ends (a runtime row's line is placed in its innermost def),
+                # the blocks that run in another region, and decorators that change the def's own region
+                fsum["end"] = node.end_lineno or node.lineno
+                blk = region_blocks(node, [n for n in f.nodes if type(n) is ast.If or type(n) is ast.With],
+                                    self.says_global)
+                if blk:
+                    fsum["blocks"] = blk
+                once = once_decorator(node, self.imports)
+                if once:
+                    fsum["once"] = once
+                decos = [d for d in _decorators(node) if d]
+                if decos:
+                    fsum["decos"] = decos
                 sig = _signature(f, node)
                 if sig is not None:
                     fsum["sig"] = sig

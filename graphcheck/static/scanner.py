@@ -22,6 +22,7 @@ from ..findings import Finding
 from ..rules import RULES, format_message, select_codes
 from .engine import ENGINE_VERSION, analyse_text
 from .gitignore import GitIgnore
+from .regions import RegionMap
 from .scope import Program
 
 DEFAULT_EXCLUDE = [".git", "__pycache__", ".venv", "venv", ".tox", ".nox", "build", "dist", "node_modules", ".eggs",
@@ -53,13 +54,20 @@ class ScanResult:
     unresolved: list[dict] = field(default_factory=list)   # calls in scope that resolve to nothing: path, line, call
     scope: list[str] = field(default_factory=list)         # 'path:function' of every function in the captured region
     warnings: list[str] = field(default_factory=list)      # entry points that reach less than their class constructs
+    fanouts: list[dict] = field(default_factory=list)      # dispatch calls not followed (also one warning each)
+    regions: RegionMap | None = field(default=None, repr=False)   # each line's region, for the runtime rows
 
     def scope_report(self, warnings: bool = True) -> str:
-        """What `--show-scope` prints: the functions in the captured region, the calls that could not be followed and
-        (unless the report prints them) the entry points that reach less than their class constructs."""
+        """What `--show-scope` prints: the functions in the captured region, the calls that could not be followed,
+        each fan-out call with its implementations and (unless the report prints them) the warnings."""
         out = [f"{len(self.scope)} function(s) in the captured region:"] + [f"  {s}" for s in self.scope]
         out.append(f"{len(self.unresolved)} unresolved call(s) in scope:")
         out += [f"  {u['path']}:{u['line']} {u['function']}: {u['call']}" for u in self.unresolved]
+        out.append(f"{len(self.fanouts)} fan-out call(s) not followed:")
+        for fo in self.fanouts:
+            out.append(f"  {fo['path']}:{fo['line']} {fo['function']}: {fo['call']} -> {fo['implementations']} "
+                       f"implementation(s) in {fo['classes']} class(es):")
+            out += [f"    {t}" for t in fo["targets"]]
         out += [f"warning: {w}" for w in self.warnings] if warnings else []
         return "\n".join(out)
 
@@ -70,6 +78,8 @@ class ScanResult:
         line = f"{self.in_scope_functions} function(s) in the captured region"
         if self.unresolved:
             line += f", {len(self.unresolved)} call(s) in it could not be resolved (--show-scope lists them)"
+        if self.fanouts:
+            line += f", {len(self.fanouts)} fan-out call(s) not followed (--show-scope lists them)"
         return line
 
 
@@ -381,14 +391,20 @@ def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None
 def scan(paths: list[str], *, entry_points: list[str] | None = None, exclude: list[str] | None = None,
          select: list[str] | None = None, ignore: list[str] | None = None, root: Path | None = None,
          cache: bool = True, jobs: int | None = None, source: str | None = None,
-         source_name: str | None = None) -> ScanResult:
+         source_name: str | None = None, per_step_entry_points: list[str] | None = None,
+         allowed_contexts: list[str] | None = None, eager_only: list[str] | None = None,
+         fanout_limit: int = 8) -> ScanResult:
     """Scan files under ``paths``; ``source`` (e.g. read from stdin) is scanned as if it were the file
-    ``source_name`` (relative to ``root``), in place of that file on disk if it exists."""
+    ``source_name`` (relative to ``root``), in place of that file on disk if it exists. The region keys
+    (``per_step_entry_points``, ``allowed_contexts``, ``eager_only``, ``fanout_limit``) are those of
+    `graphcheck explain regions`."""
+    regions = (list(per_step_entry_points or []), list(allowed_contexts or []), list(eager_only or []), fanout_limit)
     with _NoCyclicGC():
-        return _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name)
+        return _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions)
 
 
-def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name) -> ScanResult:
+def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions) -> ScanResult:
+    per_step, allowed, eager_only, fanout_limit = regions
     root = root or Path.cwd()
     codes = select_codes(select, ignore)
     files, findings = discover(paths, exclude, root) if paths else ([], [])
@@ -418,9 +434,14 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
         by_path[rel] = summ
         modules[rel] = mod
     prog = Program(by_path, modules)
-    scoped = bool(entry_points) or any(f.get("capturable") for s in by_path.values() for f in s["functions"].values())
-    reach = prog.reachable(entry_points or []) if scoped else None
+    capturable = [(p, q) for p, s in by_path.items() for q, f in s["functions"].items() if f.get("capturable")]
+    scoped = bool(entry_points) or bool(per_step) or bool(capturable)
+    reach = prog.reachable([*(entry_points or []), *per_step], fanout_limit) if scoped else None
     within = reach.functions if reach is not None else None
+    rmap = RegionMap(by_path, modules, allowed=allowed, eager_only=eager_only)
+    if reach is not None:
+        rmap.assign(prog, reach.cut, [prog.entry(e) for e in entry_points or []] + capturable,
+                    [prog.entry(e) for e in per_step])
 
     suppressed = 0
     for rel, summ in by_path.items():
@@ -445,6 +466,7 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
                 if sups[hit]["reason"]:
                     suppressed += 1
                     continue
+            f.region = rmap.at(rel, f.function, f.line, f.col)
             if reach is not None:
                 chain = reach.chain((rel, f.function))
                 if chain:
@@ -463,11 +485,21 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
     findings = [f for f in findings if f.rule in codes or f.rule in ("GC903", "GC904")]
     findings.sort(key=Finding.sort_key)
     res = ScanResult(findings, len(files), suppressed, cached, len(reach) if reach is not None else None, by_path)
+    res.regions = rmap
     if reach is not None:
         res.unresolved = sorted(reach.unresolved, key=lambda u: (u["path"], u["line"], u["call"]))
         res.scope = sorted(f"{p}:{q}" for p, q in reach.functions)
-        res.warnings = reach.gaps
+        res.fanouts = sorted(reach.fanouts, key=lambda fo: (fo["path"], fo["line"], fo["call"]))
+        res.warnings = reach.gaps + [_fanout_warning(fo, fanout_limit) for fo in res.fanouts]
     return res
+
+
+def _fanout_warning(fo: dict, limit: int) -> str:
+    sites = f" and {fo['sites'] - 1} other site(s)" if fo["sites"] > 1 else ""
+    return (f"fan-out: {fo['call']} at {fo['path']}:{fo['line']} ({fo['function']}){sites} resolves to "
+            f"{fo['implementations']} implementation(s) in {fo['classes']} class(es), more than fan-out-limit {limit}; "
+            "not followed (name the receiver's class, configure them eager-only, or raise fan-out-limit; "
+            "--show-scope lists them)")
 
 
 def _suppressing(sups: list[dict], f: Finding) -> int | None:

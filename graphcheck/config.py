@@ -30,6 +30,9 @@ class Config:
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     format: str = "full"
+    # where the code cannot say that a value lives on the host: names/attributes, and field markers
+    host_resident: list[str] = field(default_factory=list)
+    host_field_markers: list[str] = field(default_factory=list)
 
     @property
     def baseline_path(self) -> Path:
@@ -40,6 +43,7 @@ _KEYS = {  # toml key -> (attribute, type)
     "paths": ("paths", list), "exclude": ("exclude", list), "entry-points": ("entry_points", list),
     "targets": ("targets", list), "steps": ("steps", int), "warmup": ("warmup", int), "baseline": ("baseline", str),
     "select": ("select", list), "ignore": ("ignore", list), "format": ("format", str),
+    "host-resident": ("host_resident", list), "host-field-markers": ("host_field_markers", list),
 }
 
 
@@ -106,6 +110,11 @@ def load_config(start: Path | None = None, explicit: Path | None = None) -> Conf
                 raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a non-negative integer, found {value!r}")
         elif not isinstance(value, str):
             raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a string, found {value!r}")
+        if key in ("host-resident", "host-field-markers"):
+            from .static.placement import Placement
+            bad = next((p for p in map(lambda v: Placement.problem(key, v), value) if p), None)
+            if bad:
+                raise ConfigError(f"{path}: [tool.graphcheck] {key}: {bad}")
         setattr(cfg, attr, value)
     if cfg.format not in FORMATS + FORMAT_ALIASES:
         raise ConfigError(f"{path}: [tool.graphcheck] format must be one of {', '.join(FORMATS)}, found {cfg.format!r}")

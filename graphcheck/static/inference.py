@@ -274,6 +274,7 @@ class Env:
         self.tuples: dict[str, list | None] = {}     # a local bound to tuple literals: its elements' kinds (None:
                                                     # literals of different lengths)
         self.tuple_others: dict[str, frozenset] = {}   # ... and the symbolic kinds of its other bindings
+        self.elems: dict[str, object] = {}   # a local list of tensors built here (`xs.append(t)`): their kind
         self.memo: dict[int, object] | None = None
         self.rebound: set[str] = set()   # names bound to values of different kinds (`x = ids; x = torch.tensor(x)`)
         self.at: dict[int, object] = {}  # a read of such a name (by id) -> the kind of the one binding that reaches it
@@ -496,7 +497,10 @@ class Env:
             return rk if rk is not None else None
         if m in ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full"):
             d = self._device_arg(node)
-            return d if d is not None else (HOST if rk == PINNED else rk)
+            if d is not None:
+                return d
+            # only a tensor has these methods: one of unknown placement is likely on the device
+            return HOST if rk == PINNED else TENSOR if rk is None else rk
         if m in SPLITS and (rk in TENSORS or symbolic(rk)):
             return SEQ
         rsoft = soft(rk)
@@ -545,6 +549,8 @@ class Env:
         for a in [*node.args, *(kw.value for kw in node.keywords)]:
             for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a]):
                 ek = self.kind(e)
+                if type(e) is ast.Name and e.id in self.elems and ek not in TENSORS:
+                    ek = self.elems[e.id]      # torch.cat(parts): parts' tensors
                 if ek in TENSORS or symbolic(ek):
                     k = _arith(k, ek) if k is not None else ek
         return k if k is not None else TENSOR
@@ -621,6 +627,30 @@ class Env:
         if self.placement and self.placement.name(name):
             return HOST
         return _hinted(name, k)
+
+    def element_kind(self, node: ast.AST):
+        """The kind of what iterating a value yields: rows of a tensor, the tensors of a split or of a local list
+        built here, the elements of a declared host-resident list (host tensors)."""
+        k = self.kind(node)
+        if k in TENSORS or symbolic(k):
+            return k
+        if k == SEQ:
+            return TENSOR
+        if type(node) is ast.Name and node.id in self.elems:
+            return self.elems[node.id]
+        return None
+
+    def loop_targets(self, target: ast.AST, it: ast.AST) -> list:
+        """(target, kind) for a `for` over `zip(a, b)` / `enumerate(a)` / a local list: each unpacked name takes
+        the kind of its sequence's elements."""
+        if type(it) is ast.Call and type(it.func) is ast.Name and it.func.id in ("zip", "enumerate") \
+                and it.func.id not in self.names and not it.keywords and isinstance(target, ast.Tuple):
+            seqs = it.args if it.func.id == "zip" else [None, *it.args[:1]]
+            return [(t, self.element_kind(a) if a is not None else PY)
+                    for t, a in zip(target.elts, seqs) if isinstance(t, ast.Name)]
+        if type(it) is ast.Name and it.id in self.elems and isinstance(target, ast.Name):
+            return [(target, self.elems[it.id])]
+        return []
 
     def _bind_tuple(self, name: str, value: ast.Tuple) -> None:
         elts = self.tuple_elts(value)
@@ -713,6 +743,8 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
                 env.names[a.arg] = k
     start = dict(env.names)
     body = [n for n in nodes if type(n) in _BINDERS]
+    appends = [n for n in nodes if type(n) is ast.Call and type(n.func) is ast.Attribute
+               and n.func.attr == "append" and type(n.func.value) is ast.Name and len(n.args) == 1]
     # straight-line code settles in one pass (source order); a loop can feed a later assignment back to an
     # earlier one, so a function with loops gets a second pass
     loops = any(type(n) in _LOOPS for n in nodes)
@@ -737,6 +769,15 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
                 if it in TENSORS or symbolic(it) or it == SEQ:
                     for x in unpack_targets(n.target):   # iterating a tensor, or a split of one, yields tensors
                         env._set(x, TENSOR if it == SEQ else it, False)
+                else:
+                    for x, k in env.loop_targets(n.target, n.iter):
+                        if k is not None:
+                            env._set(x, k, False)
+        for n in appends:
+            k = env.kind(n.args[0])
+            if k in TENSORS:
+                name = n.func.value.id
+                env.elems[name] = join(env.elems[name], k) if name in env.elems else k
     if env.rebound and fn is not None:
         _Flow(env, start).block(fn.body)
     return params

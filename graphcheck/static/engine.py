@@ -340,6 +340,7 @@ class FileAnalyzer:
         self.kernel_attrs: set[str] = set()
         self.module_defs: set[str] = set()
         self.names_nan_guard = any(g in text for g in _NAN_GUARDS)
+        self.sets_default_device = "set_default_device" in text
 
     def line(self, n: int) -> str:
         return self.lines[n - 1].strip() if 0 < n <= len(self.lines) else ""
@@ -432,6 +433,7 @@ class FileAnalyzer:
             local_aliases = dict(aliases)
             _aliases(Env(self.imports, aliases, module_kinds, kinds, mods, {}), f.nodes, local_aliases)
             env = Env(self.imports, local_aliases, module_kinds, kinds, mods, index, self.placement, f.cls)
+            env.default_device_set = self.sets_default_device
             env.module_calls = module_calls
             if is_def:
                 _closure_kinds(env, f, envs)

@@ -275,6 +275,9 @@ class Env:
                                                     # literals of different lengths)
         self.tuple_others: dict[str, frozenset] = {}   # ... and the symbolic kinds of its other bindings
         self.elems: dict[str, object] = {}   # a local list of tensors built here (`xs.append(t)`): their kind
+        self.factory_default = TENSOR        # where a factory without a device puts its tensor (set by infer)
+        self.with_device: dict[int, object] = {}   # a call inside `with torch.device(d):` -> where d points
+        self.default_device_set = False      # the file calls torch.set_default_device
         self.memo: dict[int, object] | None = None
         self.rebound: set[str] = set()   # names bound to values of different kinds (`x = ids; x = torch.tensor(x)`)
         self.at: dict[int, object] = {}  # a read of such a name (by id) -> the kind of the one binding that reaches it
@@ -535,9 +538,13 @@ class Env:
                 k = self.kind(node.args[0])
                 if k in TENSORS or symbolic(k):   # an attribute: host data, as before
                     return k
-            # host data wrapped without a device stays on the CPU; an empty/zeros buffer without one is usually
-            # made under `with torch.device(...)` or a default device, so its placement is unknown
-            return HOST if last in _FROM_HOST_DATA else TENSOR
+            # host data wrapped without a device stays on the CPU; a buffer without one (`torch.arange(n)`) is
+            # where the default device puts it: under `with torch.device(d)` on d, in a constructor (models are
+            # built under a device context) or a file that sets a default device unknown, else on the host
+            if last in _FROM_HOST_DATA:
+                return HOST
+            d = self.with_device.get(id(node))
+            return d if d is not None else self.factory_default
         if last in LIKE:
             d = self._device_arg(node)
             return d if d is not None else (self.kind(node.args[0]) if node.args else TENSOR)
@@ -742,6 +749,18 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
             if k is not None:
                 env.names[a.arg] = k
     start = dict(env.names)
+    if fn is not None and not env.default_device_set and getattr(fn, "name", "") not in _CONSTRUCTORS:
+        env.factory_default = HOST
+    for n in nodes:
+        if type(n) is ast.With:
+            for item in n.items:
+                c = item.context_expr
+                if type(c) is ast.Call and env.qual(c.func) == "torch.device" and c.args:
+                    d = env.device_value(c.args[0])
+                    for sub in n.body:
+                        for x in ast.walk(sub):
+                            if type(x) is ast.Call:
+                                env.with_device[id(x)] = d if d is not None else TENSOR
     body = [n for n in nodes if type(n) in _BINDERS]
     appends = [n for n in nodes if type(n) is ast.Call and type(n.func) is ast.Attribute
                and n.func.attr == "append" and type(n.func.value) is ast.Name and len(n.args) == 1]
@@ -782,6 +801,10 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
         _Flow(env, start).block(fn.body)
     return params
 
+
+# defs that build a model's state: run under the loader's `with torch.device(...)`, whose device they do not see
+_CONSTRUCTORS = frozenset({"__init__", "__post_init__", "__new__", "setup_caches", "reset_parameters",
+                           "_init_weights", "init_weights", "build"})
 
 _SCOPES = frozenset({ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ListComp, ast.SetComp,
                      ast.DictComp, ast.GeneratorExp})

@@ -4,8 +4,8 @@
 
 Nothing third-party is kept in this repository: the test reads the extracted files, and its hand-triaged
 expectations (corpus/expected.py) name lines in them. Each wheel is downloaded once (no dependencies, nothing
-installed: the scan only parses the files) and only the listed files are kept; a package already extracted (by this
-script, or whole by benchmarks/static_serving.sh into the same directory) is not downloaded again.
+installed: the scan only parses the files) and only the listed files are kept; a package already extracted is not
+downloaded again.
 """
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ TIMEOUT_S = 600
 
 def corpus_dir(package: str = "transformers") -> Path:
     base = os.environ.get("GRAPHCHECK_CORPUS_DIR") or os.path.expanduser("~/.cache/graphcheck-corpus")
-    return Path(base) / f"{package}-{PACKAGES[package][1]}"
+    # a folder of its own: benchmarks/static_serving.sh extracts whole packages beside it, as PACKAGE-VERSION
+    return Path(base) / "corpus" / f"{package}-{PACKAGES[package][1]}"
 
 
 def fetch(package: str = "transformers") -> Path:

@@ -90,6 +90,7 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
     only the findings in the explicit paths are kept."""
     from .static.scanner import rel_path, scan
     from .static.scope import ScopeError
+    from .static.placement import Placement
     entry = cfg.entry_points if entry_points is None else entry_points
     configured = [str(cfg.root / p) for p in cfg.paths]
     keep: list[str] | None = None
@@ -114,6 +115,7 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
         res = scan(scan_paths, entry_points=entry, exclude=cfg.exclude, select=select, ignore=ignore, root=cfg.root,
                    cache=cache, jobs=jobs, per_step_entry_points=per_step, allowed_contexts=cfg.allowed_sync_contexts,
                    eager_only=cfg.eager_only, fanout_limit=cfg.fan_out_limit,
+                   placement=Placement(tuple(cfg.host_resident), tuple(cfg.host_field_markers)),
                    **({"source_name": stdin[0], "source": stdin[1]} if stdin is not None else {}))
     except (ScopeError, ValueError) as e:
         raise ConfigError(str(e)) from None

@@ -36,6 +36,9 @@ class Config:
     allowed_sync_contexts: list[str] = field(default_factory=list)
     eager_only: list[str] = field(default_factory=list)
     fan_out_limit: int = 8
+    # where the code cannot say that a value lives on the host: names/attributes, and field markers
+    host_resident: list[str] = field(default_factory=list)
+    host_field_markers: list[str] = field(default_factory=list)
 
     @property
     def baseline_path(self) -> Path:
@@ -48,6 +51,7 @@ _KEYS = {  # toml key -> (attribute, type)
     "select": ("select", list), "ignore": ("ignore", list), "format": ("format", str),
     "per-step-entry-points": ("per_step_entry_points", list), "allowed-sync-contexts": ("allowed_sync_contexts", list),
     "eager-only": ("eager_only", list), "fan-out-limit": ("fan_out_limit", int),
+    "host-resident": ("host_resident", list), "host-field-markers": ("host_field_markers", list),
 }
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # what each region key's entries look like: a context's name (or a dotted suffix of it); a module, or mod:Qual
@@ -128,6 +132,11 @@ def load_config(start: Path | None = None, explicit: Path | None = None) -> Conf
             bad = next((v for v in value if not ok(v)), None)
             if bad is not None:
                 raise ConfigError(f"{path}: [tool.graphcheck] {key}: expected {want}, found {bad!r}")
+        if key in ("host-resident", "host-field-markers"):
+            from .static.placement import Placement
+            bad = next((p for p in map(lambda v: Placement.problem(key, v), value) if p), None)
+            if bad:
+                raise ConfigError(f"{path}: [tool.graphcheck] {key}: {bad}")
         setattr(cfg, attr, value)
     if cfg.format not in FORMATS + FORMAT_ALIASES:
         raise ConfigError(f"{path}: [tool.graphcheck] format must be one of {', '.join(FORMATS)}, found {cfg.format!r}")

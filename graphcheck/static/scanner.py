@@ -21,6 +21,7 @@ from pathlib import Path
 from ..findings import Finding
 from ..rules import RULES, format_message, select_codes
 from .engine import ENGINE_VERSION, analyse_text
+from .placement import NO_PLACEMENT, Placement
 from .gitignore import GitIgnore
 from .regions import RegionMap
 from .scope import Program
@@ -241,15 +242,15 @@ def _valid_summary(d) -> bool:
         isinstance(f, dict) and isinstance(f.get("rule"), str) and isinstance(f.get("line"), int) for f in d["findings"])
 
 
-def _analyse_one(args: tuple[str, str | None, str]) -> tuple[dict, bool, bytes | None]:
-    path, cache_dir, tag = args
+def _analyse_one(args: tuple) -> tuple[dict, bool, bytes | None]:
+    path, cache_dir, tag, placement = args
     text, err = _read(Path(path))
     if text is None:
         return {"error": err}, False, None
-    return _analyse_text_cached(text, cache_dir, tag)
+    return _analyse_text_cached(text, cache_dir, tag, placement)
 
 
-def _analyse_one_packed(args: tuple[str, str | None, str]) -> tuple[bytes, bool]:
+def _analyse_one_packed(args: tuple) -> tuple[bytes, bool]:
     # workers hand summaries back as marshal bytes: several times cheaper to move between processes than pickle;
     # the bytes just written to the cache are those bytes
     summ, cached, data = _analyse_one(args)
@@ -270,14 +271,15 @@ def _lookup(cfile: Path) -> dict | None:
     return hit if _valid_summary(hit) else None
 
 
-def _analyse_text_cached(text: str, cache_dir: str | None, tag: str) -> tuple[dict, bool, bytes | None]:
+def _analyse_text_cached(text: str, cache_dir: str | None, tag: str,
+                         placement: Placement = NO_PLACEMENT) -> tuple[dict, bool, bytes | None]:
     """The summary, whether it came from the cache, and its marshal bytes when they were written to the cache."""
     cfile = _cache_file(text, cache_dir) if cache_dir else None
     if cfile is not None:
         hit = _lookup(cfile)
         if hit is not None:
             return hit, True, None
-    summary = analyse_text(text)
+    summary = analyse_text(text, placement)
     data = None
     if cfile is not None:
         tmp = None
@@ -340,10 +342,19 @@ def _size(path: str) -> int:
         return 0     # the worker reports the unreadable file
 
 
-def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None) -> tuple[list[dict], int]:
+def _cache_dir(placement: Placement) -> str:
+    """The cache of summaries made under these declarations: what a file holds depends on them."""
+    base = default_cache_dir()
+    if not placement:
+        return str(base)
+    return str(base / ("p-" + hashlib.sha256(placement.key().encode()).hexdigest()[:12]))
+
+
+def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None,
+                  placement: Placement = NO_PLACEMENT) -> tuple[list[dict], int]:
     """Summaries of the files, in parallel with a content-hash cache. A KeyboardInterrupt stops the workers,
     removes this run's half-written cache files and is re-raised (the CLI exits 130)."""
-    cache_dir = str(default_cache_dir()) if cache else None
+    cache_dir = _cache_dir(placement) if cache else None
     tag = f"{os.getpid()}"
     jobs = jobs or os.cpu_count() or 1
     done: dict[int, tuple[dict, bool]] = {}
@@ -359,7 +370,7 @@ def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None
             if hit is not None:
                 done[i] = (hit, True)
     todo = [i for i in range(len(files)) if i not in done]
-    args = [(str(files[i]), cache_dir, tag) for i in todo]
+    args = [(str(files[i]), cache_dir, tag, placement) for i in todo]
     try:
         if jobs > 1 and len(args) >= 24:
             # the largest files first, in small chunks: the last chunks are then short and the workers finish
@@ -393,17 +404,19 @@ def scan(paths: list[str], *, entry_points: list[str] | None = None, exclude: li
          cache: bool = True, jobs: int | None = None, source: str | None = None,
          source_name: str | None = None, per_step_entry_points: list[str] | None = None,
          allowed_contexts: list[str] | None = None, eager_only: list[str] | None = None,
-         fanout_limit: int = 8) -> ScanResult:
+         fanout_limit: int = 8, placement: Placement = NO_PLACEMENT) -> ScanResult:
     """Scan files under ``paths``; ``source`` (e.g. read from stdin) is scanned as if it were the file
     ``source_name`` (relative to ``root``), in place of that file on disk if it exists. The region keys
     (``per_step_entry_points``, ``allowed_contexts``, ``eager_only``, ``fanout_limit``) are those of
-    `graphcheck explain regions`."""
+    `graphcheck explain regions`; ``placement``: the host-resident declarations of `[tool.graphcheck]`."""
     regions = (list(per_step_entry_points or []), list(allowed_contexts or []), list(eager_only or []), fanout_limit)
     with _NoCyclicGC():
-        return _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions)
+        return _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions,
+                     placement)
 
 
-def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions) -> ScanResult:
+def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions,
+          placement) -> ScanResult:
     per_step, allowed, eager_only, fanout_limit = regions
     root = root or Path.cwd()
     codes = select_codes(select, ignore)
@@ -413,13 +426,14 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
             raise ValueError("a source given as text needs a display filename (source_name), e.g. pkg/mod.py")
         sp = Path(source_name) if Path(source_name).is_absolute() else root / source_name
         files = [f for f in files if os.path.abspath(f) != os.path.abspath(sp)]
-    summaries, cached = analyse_files(files, cache=cache, jobs=jobs)
+    summaries, cached = analyse_files(files, cache=cache, jobs=jobs, placement=placement)
     namer = ModuleNamer(package_dirs(root), root)
     rels = [rel_path(f, root) for f in files]
     if source is not None:
         files.append(sp)
         rels.append(rel_path(sp, root))
-        summaries.append(_analyse_text_cached(source, str(default_cache_dir()) if cache else None, str(os.getpid()))[0])
+        summaries.append(_analyse_text_cached(source, _cache_dir(placement) if cache else None, str(os.getpid()),
+                                              placement)[0])
     by_path: dict[str, dict] = {}
     modules: dict[str, str] = {}
     texts: dict[str, list[str]] = {}

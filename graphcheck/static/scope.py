@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from .inference import HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, join
+from .inference import HOST, HOST_KINDS, NP, ON_DEVICE, PY, SEQ, TENSOR, join
 
 _DISPATCH = ("forward_cuda", "forward_native")     # CustomOp: forward() picks one of these per platform
 _BUILTINS = set(dir(__import__("builtins")))
@@ -778,7 +778,7 @@ class Program:
     def _element(self, path: str, q: str, enc, i: int, strict: bool, within, depth: int):
         """Element i of an encoded kind: a dependency's element, or (not strict) the concrete kind itself."""
         if not isinstance(enc, list):
-            return None if strict else enc
+            return None if strict else TENSOR if enc == SEQ else enc
         k = None
         for d in enc:
             if d[:2] in ("p:", "r:", "R:", "g:") and not _split_element(d)[1]:
@@ -817,9 +817,15 @@ class Program:
 
     def holds(self, path: str, q: str, when: dict, within: set | None) -> bool:
         """Whether a conditional finding holds once its dependencies are resolved."""
+        if not all(self.holds(path, q, c, within) for c in when.get("and", ())):
+            return False
         k = self._decode(path, q, when["deps"], within, 0)
+        if when.get("mode") == "host":      # a copy to the device from pageable host memory
+            return k == HOST
+        if when.get("mode") == "data":      # host data a constructor copies: a list, a NumPy array
+            return k in (PY, NP)
         if when.get("mode") == "maybe":
-            return k not in (HOST, PINNED, NP, PY)
+            return k not in HOST_KINDS
         if when.get("mode") == "not":       # `x.cuda()` of what may be a property: a copy unless it is on the device
             return k not in ON_DEVICE
         return k in ON_DEVICE or k == TENSOR

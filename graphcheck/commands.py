@@ -189,6 +189,8 @@ def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, 
     the other targets still run. Returns (findings, layers, problems, timing)."""
     from .target import TargetError, load_target
     steps = getattr(args, "steps", None) or cfg.steps
+    timeout = getattr(args, "step_timeout", None)
+    timeout = cfg.step_timeout if timeout is None else timeout
     findings: list[Finding] = []
     layers: dict = {}
     problems: list[str] = []
@@ -226,10 +228,12 @@ def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, 
                     continue
                 if kind == "sync":
                     from .runtime.audit import audit
-                    got += audit(target, steps=steps, warmup=cfg.warmup, strict=getattr(args, "strict", False))
+                    got += audit(target, steps=steps, warmup=cfg.warmup, strict=getattr(args, "strict", False),
+                                 step_timeout=timeout)
                 else:
                     from .runtime.capture import capture_test
-                    got += capture_test(target, steps=steps, warmup=cfg.warmup, device=getattr(args, "device", "auto"))
+                    got += capture_test(target, steps=steps, warmup=cfg.warmup, device=getattr(args, "device", "auto"),
+                                        step_timeout=timeout)
                 ran += 1
         layers[kind] = {"targets": ran, "findings": len(got)}
         findings += got

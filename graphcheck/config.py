@@ -30,6 +30,7 @@ class Config:
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     format: str = "full"
+    step_timeout: float = 600.0                # seconds per call of a target's step; 0: no limit (runtime/boundary.py)
 
     @property
     def baseline_path(self) -> Path:
@@ -40,6 +41,7 @@ _KEYS = {  # toml key -> (attribute, type)
     "paths": ("paths", list), "exclude": ("exclude", list), "entry-points": ("entry_points", list),
     "targets": ("targets", list), "steps": ("steps", int), "warmup": ("warmup", int), "baseline": ("baseline", str),
     "select": ("select", list), "ignore": ("ignore", list), "format": ("format", str),
+    "step-timeout": ("step_timeout", float),
 }
 
 
@@ -101,6 +103,11 @@ def load_config(start: Path | None = None, explicit: Path | None = None) -> Conf
         if typ is list:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a list of strings, found {value!r}")
+        elif typ is float:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
+                raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a non-negative number of seconds "
+                                  f"(0: no limit), found {value!r}")
+            value = float(value)
         elif typ is int:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a non-negative integer, found {value!r}")

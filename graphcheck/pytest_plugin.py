@@ -15,13 +15,13 @@ import pytest
 class GraphcheckFixture:
     """Audit or capture a Target inside a test; each returns the list of findings (empty when clean)."""
 
-    def audit(self, target, steps: int = 3, warmup: int = 1, strict: bool = False):
+    def audit(self, target, steps: int = 3, warmup: int = 1, strict: bool = False, step_timeout: float | None = 600.0):
         from graphcheck.runtime.audit import audit
-        return audit(target, steps=steps, warmup=warmup, strict=strict)
+        return audit(target, steps=steps, warmup=warmup, strict=strict, step_timeout=step_timeout)
 
-    def capture(self, target, steps: int = 3, warmup: int = 1, device: str = "auto"):
+    def capture(self, target, steps: int = 3, warmup: int = 1, device: str = "auto", step_timeout: float | None = 600.0):
         from graphcheck.runtime.capture import capture_test
-        return capture_test(target, steps=steps, warmup=warmup, device=device)
+        return capture_test(target, steps=steps, warmup=warmup, device=device, step_timeout=step_timeout)
 
     def no_sync(self):
         from graphcheck.runtime.guards import no_sync

@@ -102,6 +102,25 @@ def f(x: torch.Tensor):
     assert ("GC901", 7) in got and ("GC101", 7) in got   # a suppression without a reason does not suppress
     assert ("GC902", 8) in got            # matches nothing
     assert ("GC905", 9) in got and ("GC101", 9) in got
+
+
+def test_noqa_as_ruff_reads_it(scan_src):
+    """Case, other tools' codes in the same list (before or after ours), the reason after the list (issue 40)."""
+    src = """
+import torch
+def f(x: torch.Tensor):
+    a = x.item()  # noqa: E501, GC101 -- read once per request
+    b = x.item()  # noqa: GC101, E501 -- read once per request
+    c = x.item()  # NOQA: GC101 -- read once per request
+    d = x.item()  # noqa:GC101 E501 -- read once per request
+    e = x.item()  # type: ignore[attr-defined]  # noqa: GC101 -- read once per request
+    g = x.item()  # noqa: E501
+    h = x.item()  # noqa: E501, GC101
+    i = x.item()  # Noqa: E501, GC999 -- typo
+    return a, b, c, d, e, g, h, i
+"""
+    got = sorted((f.rule, f.line) for f in scan_src(src))
+    assert got == [("GC101", 9), ("GC101", 10), ("GC101", 11), ("GC901", 10), ("GC905", 11)], got
     assert not any(r == "GC101" and ln in (4, 6) for r, ln in got)
 
 

@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="list the functions in the captured region and the calls that could not be resolved (on stderr)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the per-file cache")
     p.add_argument("--jobs", type=_positive, help="worker processes (default: all cores)")
+    p.add_argument("--force-exclude", action="store_true",
+                   help="apply [tool.graphcheck] exclude to paths named on the command line too (as ruff's; what the "
+                        "pre-commit hook passes)")
+    p.add_argument("--baseline", type=_file, help="accept the rows in this baseline (default: [tool.graphcheck] baseline, "
+                                                  "when it exists)")
+    p.add_argument("--no-baseline", action="store_true", help="report every row, whatever the baseline accepts")
     _config_opt(p)
     _output(p)
 

@@ -7,7 +7,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
+
+# One thread per process for the suite: on a loaded 2-core machine torch's default pool (one thread per core, OpenMP
+# spin-waiting) in the test process and in every `graphcheck` / `python -m dsv4_model` subprocess made the suite
+# 20+ minutes instead of ~3. The environment is set before torch is imported and inherited by subprocesses.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).with_name("data")

@@ -73,9 +73,12 @@ class ScanResult:
         return line
 
 
-def discover(paths: list[str], exclude: list[str] | None = None, root: Path | None = None) -> tuple[list[Path], list[Finding]]:
+def discover(paths: list[str], exclude: list[str] | None = None, root: Path | None = None,
+             force_exclude: bool = False) -> tuple[list[Path], list[Finding]]:
     """Python files under paths, minus excludes and what .gitignore ignores; a path that does not exist, or is
-    not a regular file, is a finding, not a crash (a FIFO named x.py would block the scan forever)."""
+    not a regular file, is a finding, not a crash (a FIFO named x.py would block the scan forever). A path named
+    explicitly is scanned even if it matches an exclude, unless `force_exclude` (ruff's --force-exclude: what
+    pre-commit passes are explicit paths, and the configured excludes must still hold)."""
     pats = DEFAULT_EXCLUDE + list(exclude or [])
     root = root or Path.cwd()
     out: list[Path] = []
@@ -93,8 +96,15 @@ def discover(paths: list[str], exclude: list[str] | None = None, root: Path | No
         rel = ap[len(aroot) + 1:].replace(os.sep, "/") if ap.startswith(aroot + os.sep) else Path(p).as_posix()
         return bool(path_rx.match(rel))
 
+    def forced_out(p: Path) -> bool:
+        ap = os.path.abspath(p)
+        rel = ap[len(aroot) + 1:].replace(os.sep, "/") if ap.startswith(aroot + os.sep) else Path(p).as_posix()
+        return bool(path_rx.match(rel)) or any(name_rx.match(part) for part in rel.split("/") if part)
+
     for raw in paths:
         p = Path(raw)
+        if force_exclude and forced_out(p):
+            continue
         try:
             st = os.stat(p)
         except OSError:
@@ -202,8 +212,25 @@ class ModuleNamer:
         return f"{pkg}.{stem}" if pkg else stem, False
 
 
+# One source this large is generated data, not code to review (the largest hand-written modules of big projects are
+# well under 1 MB); parsing and analysing one took minutes and gigabytes (a 50 MB file: 493 s, 13.4 GB), so it is
+# refused, as a file that could not be read: never a silent pass.
+MAX_SOURCE_BYTES = 5_000_000
+
+
+def too_large(size: int) -> str | None:
+    """Why a source of `size` bytes is not analysed, or None."""
+    if size <= MAX_SOURCE_BYTES:
+        return None
+    return (f"{size / 1e6:.1f} MB, over the {MAX_SOURCE_BYTES / 1e6:g} MB limit for one Python source "
+            "(generated code? add it to [tool.graphcheck] exclude)")
+
+
 def _read(path: Path) -> tuple[str | None, str | None]:
     try:
+        big = too_large(os.stat(path).st_size)
+        if big:
+            return None, big
         data = path.read_bytes()
     except OSError as e:
         return None, e.strerror or str(e)
@@ -381,17 +408,17 @@ def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None
 def scan(paths: list[str], *, entry_points: list[str] | None = None, exclude: list[str] | None = None,
          select: list[str] | None = None, ignore: list[str] | None = None, root: Path | None = None,
          cache: bool = True, jobs: int | None = None, source: str | None = None,
-         source_name: str | None = None) -> ScanResult:
+         source_name: str | None = None, force_exclude: bool = False) -> ScanResult:
     """Scan files under ``paths``; ``source`` (e.g. read from stdin) is scanned as if it were the file
     ``source_name`` (relative to ``root``), in place of that file on disk if it exists."""
     with _NoCyclicGC():
-        return _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name)
+        return _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, force_exclude)
 
 
-def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name) -> ScanResult:
+def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, force_exclude) -> ScanResult:
     root = root or Path.cwd()
     codes = select_codes(select, ignore)
-    files, findings = discover(paths, exclude, root) if paths else ([], [])
+    files, findings = discover(paths, exclude, root, force_exclude) if paths else ([], [])
     if source is not None:
         if not source_name:
             raise ValueError("a source given as text needs a display filename (source_name), e.g. pkg/mod.py")

@@ -108,6 +108,13 @@ CASES = {
                             "--baseline pyproject.toml/b.json: cannot write there"),
     "report-bad-targets": ("an inventory whose `targets` is not a list", lambda p: _inventory(p, None, targets=None),
                            ("report", "inv.json"), 2, "'targets' must be a list of strings, found None"),
+    "baseline-duplicate": ("a baseline with one fingerprint twice",
+                           lambda p: (p / "graphcheck-baseline.json").write_text(json.dumps({"version": 1, "entries": [
+                               {"fingerprint": "f" * 20, "rule": "GC104", "path": "demo/step.py", "reason": r} for r in "ab"]})),
+                           ("run", "--no-runtime"), 2, "entries[1] repeats the fingerprint ffffffffffffffffffff of entries[0] "
+                                                      "(GC104 demo/step.py); expected each fingerprint once"),
+    "source-too-large": ("a 50 MB Python file", lambda p: (p / "demo" / "big.py").write_text("x = [" + "1, " * 17_000_000 + "]\n"),
+                         ("scan",), 2, "could not check demo/big.py: GC904 file could not be read: 51.0 MB, over the 5 MB limit"),
     # the target's own code cannot choose graphcheck's exit code, pose as Ctrl-C, or hang the gate (issue 40)
     "step-exit-0": ("a step that calls `sys.exit(0)`", _step_does("import sys; sys.exit(0)"), ("run",), 2,
                     "the target's step raised SystemExit(0) (sys.exit in the target"),
@@ -158,6 +165,10 @@ ELSEWHERE = {
     "a nested `pyproject.toml` without [tool.graphcheck]": "test_cli.py::test_config_is_the_nearest_pyproject_with_a_graphcheck_table",
     "`audit`/`capture`/`run` without torch installed": "test_cli.py::test_scan_imports_no_torch",
     "an unreadable package directory": "test_badinput.py::test_unreadable_directory_is_not_a_pass",
+    "`scan > /dev/full` (a stdout that refuses)": "test_workflow.py::test_a_stdout_that_refuses_is_one_line",
+    "a 50 MB source on stdin (`scan -`)": "test_workflow.py::test_a_huge_stdin_is_refused_in_bounded_memory",
+    "a real SIGINT while the step runs": "test_cli.py::test_interrupt_signal_during_a_run",
+    "a step stuck in native code past the timeout": "test_runtime.py::test_a_step_stuck_in_native_code_is_ended_with_one_line",
 }
 
 

@@ -24,10 +24,30 @@ DATA = Path(__file__).with_name("data")
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    skip = pytest.mark.skip(reason=_CUDA_SKIP)
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+_CUDA_SKIP = "needs a CUDA GPU (torch.cuda.is_available() is False)"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skips are never silent: every reason but "no GPU" is listed with its count (the corpus not fetched, triton
+    missing, ...), since CI runs those tests. `-rs` lists each one."""
+    from collections import Counter
+    reasons = Counter()
+    for rep in terminalreporter.stats.get("skipped", []):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    gpu = reasons.pop(_CUDA_SKIP, 0)
+    if reasons:
+        terminalreporter.write_sep("-", "skipped here, run in CI")
+        for reason, n in reasons.most_common():
+            terminalreporter.write_line(f"{n:4d} skipped: {reason}")
+    if gpu:
+        terminalreporter.write_line(f"{gpu:4d} skipped: no CUDA GPU (the GPU run: benchmarks/h200.sh)")
 
 
 @pytest.fixture(autouse=True)

@@ -446,6 +446,7 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
         modules[rel] = mod
     prog = Program(by_path, modules)
     scoped = bool(entry_points) or any(f.get("capturable") for s in by_path.values() for f in s["functions"].values())
+    prog.open_scope = not scoped
     reach = prog.reachable(entry_points or []) if scoped else None
     within = reach.functions if reach is not None else None
 

@@ -41,6 +41,11 @@ def load(path: Path) -> dict[str, dict]:
             raise BaselineError(f"{path}: entries[{i}] needs a string 'fingerprint' and 'reason', found {e!r}"[:300])
         if not e["reason"].strip():
             raise BaselineError(f"{path}: entries[{i}] ({e.get('rule', '?')} {e.get('path', '?')}) has an empty reason")
+        first = out.get(e["fingerprint"])
+        if first is not None:   # a hand merge that doubled an entry: which reason holds? say so, never pick one
+            j = next(k for k, d in enumerate(doc["entries"]) if d is first)
+            raise BaselineError(f"{path}: entries[{i}] repeats the fingerprint {e['fingerprint']} of entries[{j}] "
+                                f"({e.get('rule', '?')} {e.get('path', '?')}); expected each fingerprint once")
         out[e["fingerprint"]] = e
     return out
 

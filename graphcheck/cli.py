@@ -26,6 +26,16 @@ def _positive(s: str) -> int:
     return v
 
 
+def _seconds(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds (0: no limit), found {s!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a non-negative number of seconds (0: no limit), found {s}")
+    return v
+
+
 def _file(s: str) -> Path:
     """A path to write a file at. Path() drops a trailing slash, so `-o out/` would replace a file named `out`."""
     if not s or s.endswith(("/", os.sep)) or os.path.basename(s) in (".", ".."):     # `out.json/.` is out.json too
@@ -58,6 +68,9 @@ def _runtime_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no live display (it only ever goes to a terminal's stderr)")
     p.add_argument("--nproc", type=_positive, default=1, metavar="N",
                    help="run each target on N ranks of one process group (NCCL on CUDA, gloo on CPU) and merge their verdicts")
+    p.add_argument("--step-timeout", type=_seconds, metavar="SECONDS",
+                   help="a call of a target's step (or make_inputs, state) running longer is a GC006 row, exit 2 "
+                        "(default: [tool.graphcheck] step-timeout, 600; 0: no limit)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "implementations of each fan-out call (on stderr)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the per-file cache")
     p.add_argument("--jobs", type=_positive, help="worker processes (default: all cores)")
+    p.add_argument("--force-exclude", action="store_true",
+                   help="apply [tool.graphcheck] exclude to paths named on the command line too (as ruff's; what the "
+                        "pre-commit hook passes)")
+    p.add_argument("--baseline", type=_file, help="accept the rows in this baseline (default: [tool.graphcheck] baseline, "
+                                                  "when it exists)")
+    p.add_argument("--no-baseline", action="store_true", help="report every row, whatever the baseline accepts")
     _config_opt(p)
     _output(p)
 

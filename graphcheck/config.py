@@ -39,6 +39,7 @@ class Config:
     # where the code cannot say that a value lives on the host: names/attributes, and field markers
     host_resident: list[str] = field(default_factory=list)
     host_field_markers: list[str] = field(default_factory=list)
+    step_timeout: float = 600.0                # seconds per call of a target's step; 0: no limit (runtime/boundary.py)
 
     @property
     def baseline_path(self) -> Path:
@@ -52,6 +53,7 @@ _KEYS = {  # toml key -> (attribute, type)
     "per-step-entry-points": ("per_step_entry_points", list), "allowed-sync-contexts": ("allowed_sync_contexts", list),
     "eager-only": ("eager_only", list), "fan-out-limit": ("fan_out_limit", int),
     "host-resident": ("host_resident", list), "host-field-markers": ("host_field_markers", list),
+    "step-timeout": ("step_timeout", float),
 }
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # what each region key's entries look like: a context's name (or a dotted suffix of it); a module, or mod:Qual
@@ -122,6 +124,11 @@ def load_config(start: Path | None = None, explicit: Path | None = None) -> Conf
         if typ is list:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a list of strings, found {value!r}")
+        elif typ is float:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
+                raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a non-negative number of seconds "
+                                  f"(0: no limit), found {value!r}")
+            value = float(value)
         elif typ is int:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a non-negative integer, found {value!r}")

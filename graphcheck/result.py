@@ -10,7 +10,7 @@ ungated (its line runs outside the gated regions, regions.py: counted in the sum
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from . import __version__
 from .findings import KINDS, UNCHECKED, Finding, assign_fingerprints
@@ -37,6 +37,10 @@ class Result:
     targets: list[str] = field(default_factory=list)
     baseline: str | None = None                   # the baseline it was gated against (display path)
     strict_baseline: bool = False                 # stale entries fail too
+    # baseline entries this run could not have found (a layer it skipped, a rule not selected, a file not scanned):
+    # neither accepted nor stale, only counted
+    unexamined: int = 0
+    reasons: dict[str, str] = field(default_factory=dict)   # fingerprint -> the baseline's reason (accepted rows)
     timing: dict[str, float] = field(default_factory=dict, compare=False)   # shown, never written
 
     def rows(self, *statuses: str) -> list[Finding]:
@@ -74,9 +78,11 @@ class Result:
             "schema": "graphcheck-inventory", "version": SCHEMA_VERSION, "graphcheck": __version__,
             "command": self.command, "targets": sorted(self.targets), "layers": self.layers,
             "gate": {**self.counts(), "baseline": self.baseline, "strict_baseline": self.strict_baseline,
-                     "stale_entries": self.stale},
+                     "stale_entries": self.stale, "unexamined": self.unexamined},
             "problems": self.problems,
-            "findings": [{**f.to_dict(), "status": self.status[f.fingerprint]} for f in self.findings],
+            "findings": [{**f.to_dict(), "status": self.status[f.fingerprint],
+                          **({"reason": self.reasons[f.fingerprint]} if f.fingerprint in self.reasons else {})}
+                         for f in self.findings],
         }
 
     @classmethod
@@ -86,15 +92,18 @@ class Result:
         if doc.get("version") not in READS:
             raise ResultError(f"inventory version {doc.get('version')!r}, expected one of {', '.join(map(str, READS))} "
                               "(rewrite it with this graphcheck)")
-        findings, status = [], {}
+        findings, status, reasons = [], {}, {}
         for i, d in enumerate(doc["findings"]):
             if not isinstance(d, dict):
                 raise ResultError(f"findings[{i}]: expected an object, found {type(d).__name__}")
             st = d.get("status")
             if st not in STATUSES:
                 raise ResultError(f"findings[{i}]: status {st!r}, expected one of {', '.join(STATUSES)}")
+            reason = d.get("reason")
+            if reason is not None and not isinstance(reason, str):
+                raise ResultError(f"findings[{i}]: 'reason' must be a string, found {reason!r}"[:200])
             try:
-                f = Finding.from_dict({k: v for k, v in d.items() if k != "status"})
+                f = Finding.from_dict({k: v for k, v in d.items() if k not in ("status", "reason")})
             except (TypeError, ValueError) as e:
                 raise ResultError(f"findings[{i}]: {e}") from None
             if f.kind not in KINDS:
@@ -107,6 +116,8 @@ class Result:
                 raise ResultError(f"findings[{i}]: missing or repeated fingerprint {f.fingerprint!r}")
             findings.append(f)
             status[f.fingerprint] = st
+            if reason is not None:
+                reasons[f.fingerprint] = reason
         gate = doc.get("gate") if isinstance(doc.get("gate"), dict) else {}
         problems, stale = doc.get("problems", []), gate.get("stale_entries", [])
         if not isinstance(problems, list) or not all(isinstance(p, str) for p in problems):
@@ -131,9 +142,13 @@ class Result:
                 v = layers[kind].get(key)
                 if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                     raise ResultError(f"'layers.{kind}.{key}' must be a non-negative integer, found {v!r}"[:200])
+        unexamined = gate.get("unexamined", 0)
+        if not isinstance(unexamined, int) or isinstance(unexamined, bool) or unexamined < 0:
+            raise ResultError(f"'gate.unexamined' must be a non-negative integer, found {unexamined!r}"[:200])
         return cls(command=str(doc.get("command", "run")), findings=findings, status=status, problems=problems,
                    stale=stale, layers=layers, targets=targets,
-                   baseline=gate.get("baseline"), strict_baseline=bool(gate.get("strict_baseline", False)))
+                   baseline=gate.get("baseline"), strict_baseline=bool(gate.get("strict_baseline", False)),
+                   unexamined=unexamined, reasons=reasons)
 
 
 def _check_evidence(i: int, ev: Any) -> None:
@@ -153,13 +168,17 @@ def _check_evidence(i: int, ev: Any) -> None:
 
 def classify(command: str, findings: list[Finding], baseline: dict[str, dict] | None, *, problems: list[str] | None = None,
              layers: dict | None = None, targets: list[str] | None = None, baseline_name: str | None = None,
-             strict_baseline: bool = False, timing: dict | None = None) -> Result:
+             strict_baseline: bool = False, timing: dict | None = None,
+             examined: Callable[[dict], bool] | None = None) -> Result:
     """The gate. Without a baseline every error row of a gated region is new. Unchecked rows are never accepted,
     whatever the baseline says, and each becomes a problem that names what could not be checked. A row outside
-    the gated regions is ungated whatever the baseline says; a baseline entry that matches it is not stale."""
+    the gated regions is ungated whatever the baseline says; a baseline entry that matches it is not stale.
+    `examined(entry)` says whether this run could have found a baseline entry's row; an entry it could not (a
+    skipped layer, an unselected rule, a file not scanned) is not stale, only counted."""
     rows = assign_fingerprints(findings)
     base = baseline or {}
     status: dict[str, str] = {}
+    reasons: dict[str, str] = {}
     problems = list(problems or [])
     for f in rows:
         if f.rule in UNCHECKED:
@@ -172,9 +191,11 @@ def classify(command: str, findings: list[Finding], baseline: dict[str, dict] | 
             status[f.fingerprint] = "exempt"
         elif f.fingerprint in base:
             status[f.fingerprint] = "accepted"
+            reasons[f.fingerprint] = str(base[f.fingerprint].get("reason", ""))
         else:
             status[f.fingerprint] = "new"
     present = set(status)
-    stale = [e for fp, e in sorted(base.items()) if fp not in present]
+    missing = [e for fp, e in sorted(base.items()) if fp not in present]
+    stale = [e for e in missing if examined is None or examined(e)]
     return Result(command, rows, status, problems, stale, dict(layers or {}), list(targets or []), baseline_name,
-                  strict_baseline, dict(timing or {}))
+                  strict_baseline, timing=dict(timing or {}), unexamined=len(missing) - len(stale), reasons=reasons)

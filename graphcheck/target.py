@@ -34,7 +34,8 @@ class Target:
 
     def location(self) -> tuple[str, int, str]:
         """(file, line, qualified name) of the step function, for findings no op can name."""
-        fn = inspect.unwrap(getattr(self.step, "__func__", self.step))
+        fn = inspect.unwrap(self.step)                 # through graphcheck's own guard (runtime/boundary.py)
+        fn = inspect.unwrap(getattr(fn, "__func__", fn))
         code = getattr(fn, "__code__", None)
         if code is None:
             return "<unknown>", 0, self.name

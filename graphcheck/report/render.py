@@ -77,11 +77,15 @@ def summary_line(result: Result, all_regions: bool = False) -> str:
     where += f", {len(result.targets)} target(s)" if targets else ""
     partial = bool(st and (st.get("unresolved_calls") or st.get("scope_warnings")))
     if result.baseline is None:
+        # never "All checks passed" beside "NOT CHECKED": a run with problems checked only part of what it was asked
         head = (f"Found {rep} finding(s){where}" if rep else
-                f"No findings in the part of the scope it could resolve{where}" if partial else f"All checks passed{where}")
+                f"No findings in the part of the scope it could resolve{where}" if partial else
+                f"No findings in what could be checked{where}" if result.problems else f"All checks passed{where}")
     else:
         head = (f"{len(result.findings)} row(s){where}; baseline {result.baseline}: {c['accepted']} accepted, "
                 f"{c['new']} new, {c['stale']} stale")
+        if result.unexamined:
+            head += f", {result.unexamined} not examined by this run"
     if partial:
         n = st.get("unresolved_calls", 0)
         head += f" ({n} call(s) in scope could not be resolved; --show-scope lists them)" if n else ""

@@ -18,7 +18,7 @@ def to_sarif(result: Result, version: str) -> dict:
         r = RULES.get(code)
         rules.append({
             "id": code, "name": r.name if r else code,
-            "shortDescription": {"text": r.message.replace("{", "").replace("}", "") if r else code},
+            "shortDescription": {"text": r.template if r else code},
             "fullDescription": {"text": r.what if r else code},
             "help": {"text": r.doc() if r else code, "markdown": r.doc() if r else code},
             "helpUri": f"https://github.com/graphcheck/graphcheck/blob/main/README.md#{code.lower()}",
@@ -39,7 +39,10 @@ def to_sarif(result: Result, version: str) -> dict:
             "properties": {"kind": f.kind, "count": f.count, "status": status, "region": f.region},
         }
         if status == "accepted":
-            res["suppressions"] = [{"kind": "external", "justification": "accepted in the graphcheck baseline"}]
+            reason = result.reasons.get(f.fingerprint, "")
+            res["suppressions"] = [{"kind": "external", "status": "accepted",
+                                    "justification": f"accepted in the graphcheck baseline: {reason}" if reason
+                                    else "accepted in the graphcheck baseline"}]
         if f.fingerprint:
             res["partialFingerprints"] = {"graphcheck/v1": f.fingerprint}
         chain = (f.evidence or {}).get("call_chain") or []

@@ -9,8 +9,20 @@ from pathlib import Path
 
 import torch
 
-_SKIP_DIRS = tuple(str(Path(p).resolve()) + os.sep for p in (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__))))
-_SKIP_FILES = {"contextlib.py", "functools.py", "warnings.py", "threading.py", "_contextlib.py"}
+def _launcher_dirs() -> list[str]:
+    """What runs graphcheck rather than the user's step: the environment's console scripts (`bin/graphcheck`, whose
+    absolute path ended every evidence stack) and pytest's and pluggy's own frames around a test body."""
+    dirs = [os.path.join(sys.prefix, "bin"), os.path.join(sys.prefix, "Scripts")]
+    for name in ("_pytest", "pluggy"):
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "__file__", None):
+            dirs.append(os.path.dirname(mod.__file__))
+    return dirs
+
+
+_SKIP_DIRS = tuple(str(Path(p).resolve()) + os.sep for p in (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)),
+                                                              *_launcher_dirs()))
+_SKIP_FILES = {"contextlib.py", "functools.py", "warnings.py", "threading.py", "_contextlib.py", "runpy.py"}
 _internal: dict[str, bool] = {}
 MAX_STACK = 12
 

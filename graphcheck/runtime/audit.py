@@ -8,6 +8,7 @@ from ..rules import format_message
 from ..target import Target
 from . import nvtx
 from .attribution import relpath, source_line, stack_from_traceback
+from .boundary import DEFAULT_STEP_TIMEOUT, StepAborted, guarded
 from .cuda_sync import CudaSyncAudit
 from .portable import PortableAudit, cuda_shims, placing
 from .recorder import Recorder
@@ -17,25 +18,33 @@ from .tensors import device_of
 
 def target_error(target: Target, err: BaseException, kind: str, stage: str) -> Finding:
     """GC006 at the user line the exception came from (or the step's definition)."""
-    stack = stack_from_traceback(err.__traceback__)
+    # an aborted call is raised by the guard; the user's line is where the SystemExit (or the timeout) began
+    cause = err.__context__ if isinstance(err, StepAborted) and err.__context__ is not None else err
+    stack = stack_from_traceback(cause.__traceback__) or stack_from_traceback(err.__traceback__)
     path, line, fn = stack[0] if stack else target.location()
-    text = f"{stage}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
+    if isinstance(err, StepAborted):
+        text = f"{stage}: the target's {err.what} {err.detail}"[:300]
+    else:
+        text = f"{stage}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
     return Finding("GC006", kind, relpath(path), line, 0, fn, format_message("GC006", error=text), source_line(path, line),
                    evidence={"error": text, "target": target.name,
                              "stack": [f"{relpath(p)}:{ln}:{q}" for p, ln, q in stack]})
 
 
-def audit(target: Target, steps: int = 3, warmup: int = 1, strict: bool = False) -> list[Finding]:
+def audit(target: Target, steps: int = 3, warmup: int = 1, strict: bool = False,
+          step_timeout: float | None = DEFAULT_STEP_TIMEOUT) -> list[Finding]:
     """Sync findings of `steps` audited steps. Warm-up steps run unaudited so one-time effects (lazy init,
     autotuning, first-touch allocation) are not mistaken for per-step syncs; inputs are built outside the
-    audited region, since producing them is not part of the step."""
+    audited region, since producing them is not part of the step. A step that exits, raises KeyboardInterrupt
+    itself or runs past `step_timeout` seconds is a GC006 row (boundary.py)."""
+    target = guarded(target, step_timeout)
     rec = Recorder(kind="sync")
     cuda_rec = Recorder(kind="sync")
     warmup = target.warmup if target.warmup is not None else warmup
     try:
         with seeded():
             return _audit(target, steps, warmup, strict, rec, cuda_rec)
-    except Exception as e:  # the target itself is broken: that is the finding
+    except (Exception, StepAborted) as e:  # the target itself is broken: that is the finding
         return rec.findings() + cuda_rec.findings() + [target_error(target, e, "sync", "step")]
 
 

@@ -15,19 +15,27 @@ import torch
 from ..findings import Finding
 from ..target import Target
 from .audit import target_error
+from .boundary import DEFAULT_STEP_TIMEOUT, StepAborted, guarded
 from .emulate import (_finding, audited_step, capture_failure, check_frozen_replay, check_stability, check_state_identity,
                       emulate)
 from .rng import RngState, seeded
 from .tensors import clone_tree, copy_into, first_diff, flatten, restore, snapshot
 
 
-def capture_test(target: Target, steps: int = 3, warmup: int = 1, device: str = "auto") -> list[Finding]:
-    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available() and _on_cuda(target))
+def capture_test(target: Target, steps: int = 3, warmup: int = 1, device: str = "auto",
+                 step_timeout: float | None = DEFAULT_STEP_TIMEOUT) -> list[Finding]:
+    target = guarded(target, step_timeout)     # exits, self-raised KeyboardInterrupts and hangs are GC006 rows
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda: no CUDA device is available (expected torch.cuda.is_available())")
+    use_cuda = False
     try:
+        use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available() and _on_cuda(target))
         with seeded():
             return capture_cuda(target, steps, warmup) if use_cuda else emulate(target, steps, warmup)
+    except StepAborted as e:    # not a verdict on the capture: the target ended its own call
+        if use_cuda:
+            _recover()
+        return [target_error(target, e, "capture", "capture-under-test")]
     except Exception as e:
         return [target_error(target, e, "capture", "capture-under-test")]
 

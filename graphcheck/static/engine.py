@@ -25,7 +25,7 @@ from .inference import (DEV, HOST, HOST_KINDS, NP, ON_DEVICE, PINNED, PY, SEQ, S
                         annotation_kind, element, infer, join, name_hint, soft, symbolic, unpack_targets)
 from .placement import NO_PLACEMENT, Placement
 
-ENGINE_VERSION = "30"
+ENGINE_VERSION = "31"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -33,8 +33,10 @@ _CHECKERS = CHECKERS
 # registered on them would silently never run
 if ast.Attribute in _CHECKERS:
     raise RuntimeError("a rule registers on ast.Attribute: the engine keeps attribute loads from the rules")
-_SUPPRESS = re.compile(r"#\s*(?:graphcheck:\s*ignore\[(?P<codes>[^\]]*)\]|noqa:\s*(?P<noqa>GC\d+(?:\s*,\s*GC\d+)*))"
-                       r"(?:\s*--\s*(?P<reason>.*\S))?")
+# `# noqa: CODES` as ruff reads it: any case (`# NOQA: GC101`), the codes of every tool in one list separated by
+# commas and/or spaces (`# noqa: E501, GC101`; only the GC codes are ours), the reason after the list (`-- why`).
+_SUPPRESS = re.compile(r"#\s*(?:graphcheck:\s*ignore\[(?P<codes>[^\]]*)\]|noqa\s*:\s*(?P<noqa>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))"
+                       r"(?:[\s,]*--\s*(?P<reason>.*\S))?", re.IGNORECASE)
 _LOGGER_NAMES = {"logger", "log", "logging", "_logger", "_log", "LOGGER", "LOG", "warnings", "wandb", "writer", "tb"}
 # Node types a checker, the tensor inference or the call graph looks at; everything else is only traversed.
 _KEEP = set(_CHECKERS) | {ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr, ast.Call, ast.Import,
@@ -71,7 +73,8 @@ def parse_suppressions(lines: list[str]) -> list[dict]:
     out = []
     comments: dict[int, tuple[int, str]] | None = None
     for i, text in enumerate(lines, 1):
-        if "graphcheck" not in text and "noqa" not in text:
+        low = text.lower()
+        if "graphcheck" not in low and "noqa" not in low:
             continue
         if not _SUPPRESS.search(text):
             continue
@@ -83,8 +86,12 @@ def parse_suppressions(lines: list[str]) -> list[dict]:
         m = _SUPPRESS.search(comment)
         if not m:
             continue
-        raw = m.group("codes") if m.group("codes") is not None else m.group("noqa")
-        codes = [c.strip().upper() for c in raw.split(",") if c.strip()]
+        if m.group("codes") is not None:
+            codes = [c.strip().upper() for c in m.group("codes").split(",") if c.strip()]
+        else:     # another tool's codes in the same list are that tool's business
+            codes = [c.upper() for c in re.split(r"[\s,]+", m.group("noqa")) if c.upper().startswith("GC")]
+            if not codes:
+                continue
         own_line = text[:col].strip() == ""
         out.append({"line": i, "target": i + 1 if own_line else i, "codes": codes, "reason": m.group("reason") or "",
                     "source": text.strip()})

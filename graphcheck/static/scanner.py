@@ -84,9 +84,12 @@ class ScanResult:
         return line
 
 
-def discover(paths: list[str], exclude: list[str] | None = None, root: Path | None = None) -> tuple[list[Path], list[Finding]]:
+def discover(paths: list[str], exclude: list[str] | None = None, root: Path | None = None,
+             force_exclude: bool = False) -> tuple[list[Path], list[Finding]]:
     """Python files under paths, minus excludes and what .gitignore ignores; a path that does not exist, or is
-    not a regular file, is a finding, not a crash (a FIFO named x.py would block the scan forever)."""
+    not a regular file, is a finding, not a crash (a FIFO named x.py would block the scan forever). A path named
+    explicitly is scanned even if it matches an exclude, unless `force_exclude` (ruff's --force-exclude: what
+    pre-commit passes are explicit paths, and the configured excludes must still hold)."""
     pats = DEFAULT_EXCLUDE + list(exclude or [])
     root = root or Path.cwd()
     out: list[Path] = []
@@ -104,8 +107,15 @@ def discover(paths: list[str], exclude: list[str] | None = None, root: Path | No
         rel = ap[len(aroot) + 1:].replace(os.sep, "/") if ap.startswith(aroot + os.sep) else Path(p).as_posix()
         return bool(path_rx.match(rel))
 
+    def forced_out(p: Path) -> bool:
+        ap = os.path.abspath(p)
+        rel = ap[len(aroot) + 1:].replace(os.sep, "/") if ap.startswith(aroot + os.sep) else Path(p).as_posix()
+        return bool(path_rx.match(rel)) or any(name_rx.match(part) for part in rel.split("/") if part)
+
     for raw in paths:
         p = Path(raw)
+        if force_exclude and forced_out(p):
+            continue
         try:
             st = os.stat(p)
         except OSError:
@@ -213,8 +223,25 @@ class ModuleNamer:
         return f"{pkg}.{stem}" if pkg else stem, False
 
 
+# One source this large is generated data, not code to review (the largest hand-written modules of big projects are
+# well under 1 MB); parsing and analysing one took minutes and gigabytes (a 50 MB file: 493 s, 13.4 GB), so it is
+# refused, as a file that could not be read: never a silent pass.
+MAX_SOURCE_BYTES = 5_000_000
+
+
+def too_large(size: int) -> str | None:
+    """Why a source of `size` bytes is not analysed, or None."""
+    if size <= MAX_SOURCE_BYTES:
+        return None
+    return (f"{size / 1e6:.1f} MB, over the {MAX_SOURCE_BYTES / 1e6:g} MB limit for one Python source "
+            "(generated code? add it to [tool.graphcheck] exclude)")
+
+
 def _read(path: Path) -> tuple[str | None, str | None]:
     try:
+        big = too_large(os.stat(path).st_size)
+        if big:
+            return None, big
         data = path.read_bytes()
     except OSError as e:
         return None, e.strerror or str(e)
@@ -404,7 +431,7 @@ def scan(paths: list[str], *, entry_points: list[str] | None = None, exclude: li
          cache: bool = True, jobs: int | None = None, source: str | None = None,
          source_name: str | None = None, per_step_entry_points: list[str] | None = None,
          allowed_contexts: list[str] | None = None, eager_only: list[str] | None = None,
-         fanout_limit: int = 8, placement: Placement = NO_PLACEMENT) -> ScanResult:
+         fanout_limit: int = 8, placement: Placement = NO_PLACEMENT, force_exclude: bool = False) -> ScanResult:
     """Scan files under ``paths``; ``source`` (e.g. read from stdin) is scanned as if it were the file
     ``source_name`` (relative to ``root``), in place of that file on disk if it exists. The region keys
     (``per_step_entry_points``, ``allowed_contexts``, ``eager_only``, ``fanout_limit``) are those of
@@ -412,15 +439,15 @@ def scan(paths: list[str], *, entry_points: list[str] | None = None, exclude: li
     regions = (list(per_step_entry_points or []), list(allowed_contexts or []), list(eager_only or []), fanout_limit)
     with _NoCyclicGC():
         return _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions,
-                     placement)
+                     placement, force_exclude)
 
 
 def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions,
-          placement) -> ScanResult:
+          placement, force_exclude) -> ScanResult:
     per_step, allowed, eager_only, fanout_limit = regions
     root = root or Path.cwd()
     codes = select_codes(select, ignore)
-    files, findings = discover(paths, exclude, root) if paths else ([], [])
+    files, findings = discover(paths, exclude, root, force_exclude) if paths else ([], [])
     if source is not None:
         if not source_name:
             raise ValueError("a source given as text needs a display filename (source_name), e.g. pkg/mod.py")
@@ -450,6 +477,7 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
     prog = Program(by_path, modules)
     capturable = [(p, q) for p, s in by_path.items() for q, f in s["functions"].items() if f.get("capturable")]
     scoped = bool(entry_points) or bool(per_step) or bool(capturable)
+    prog.open_scope = not scoped
     reach = prog.reachable([*(entry_points or []), *per_step], fanout_limit) if scoped else None
     within = reach.functions if reach is not None else None
     rmap = RegionMap(by_path, modules, allowed=allowed, eager_only=eager_only)

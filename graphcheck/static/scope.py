@@ -53,6 +53,9 @@ class Program:
         self._callers: dict[str, list] | None = None
         self._kinds: dict = {}
         self.roots: set[tuple[str, str]] = set()
+        # no entry points (every function in scope): any function may be where a step starts, so a parameter no
+        # resolved caller feeds is unknown, judged as an entry point's input (likely on the device), not host data
+        self.open_scope = False
         self._rev: dict[str, dict] = {}
         self._calls: dict[int, tuple] = {}
         self._mros: dict[tuple[str, str], list] = {}
@@ -701,7 +704,7 @@ class Program:
             params = fn.get("params", [])
             pos = params.index(name) if name in params else -1
             sites = self.callers(path, q, within)
-            if not sites and (path, q) in self.roots:
+            if not sites and ((path, q) in self.roots or self.open_scope):
                 # an entry point's un-annotated inputs are the step's tensors: likely on the device; one that
                 # defaults to a Python constant (`save_kv_cache=True`) is a flag or a setting
                 k = PY if name in fn.get("pydef", ()) else TENSOR
@@ -749,7 +752,7 @@ class Program:
             params = fn.get("params", [])
             pos = params.index(name) if name in params else -1
             sites = self.callers(path, q, within)
-            if not sites and (path, q) in self.roots and not strict:
+            if not sites and ((path, q) in self.roots or self.open_scope) and not strict:
                 return TENSOR
             for cpath, cq, call in sites:
                 a = self._argument(call, fn, q, pos, name)

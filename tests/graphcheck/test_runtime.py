@@ -1,5 +1,8 @@
 """The runtime layers on planted targets: what each finds, where, and that clean code stays clean."""
+import os
 import random
+import subprocess
+import textwrap
 import sys
 import warnings
 
@@ -8,6 +11,7 @@ import torch
 
 import graphcheck
 import planted
+from conftest import ROOT
 from graphcheck.runtime.audit import audit
 from graphcheck.runtime.capture import capture_test
 from graphcheck.runtime.portable import PortableAudit
@@ -388,3 +392,67 @@ def test_tensors_built_before_the_step_are_placed_where_they_live():
     clean = build_target(planted.prebuilt_on_host, "cpu", {"device": "cpu"})
     assert clean.host_built == 0 and audit(clean) == [] and capture_test(clean, device="cpu") == []
     assert want not in rows(audit(planted.prebuilt_on_host()))
+
+
+# ---- the step boundary (runtime/boundary.py): the target's own code cannot end, interrupt or hang the gate
+
+
+def _exiting(call):
+    x = torch.ones(3)
+
+    def step(inputs):
+        call()
+        return inputs * 2
+    return graphcheck.Target(step, lambda k: x + k, dict, "exits")
+
+
+@pytest.mark.parametrize("call,fragment", [
+    (lambda: sys.exit(0), "raised SystemExit(0)"),
+    (lambda: sys.exit(4), "raised SystemExit(4)"),
+    (lambda: (_ for _ in ()).throw(KeyboardInterrupt), "raised KeyboardInterrupt itself"),
+])
+def test_a_step_that_exits_is_an_unchecked_row_in_both_layers(call, fragment):
+    for fs in (audit(_exiting(call)), capture_test(_exiting(call), device="cpu")):
+        assert [f.rule for f in fs] == ["GC006"] and fragment in fs[0].message, [f.message for f in fs]
+        assert fs[0].path.endswith("test_runtime.py")          # the user's line, not graphcheck's guard
+
+
+def test_a_step_past_its_timeout_is_an_unchecked_row():
+    import time as _time
+    t0 = _time.monotonic()
+    fs = audit(_exiting(lambda: _time.sleep(30)), step_timeout=0.5)
+    assert [f.rule for f in fs] == ["GC006"] and "step timeout of 0.5 s" in fs[0].message
+    assert _time.monotonic() - t0 < 10
+    fs = audit(_exiting(lambda: _time.sleep(0.01)), step_timeout=5)      # the alarm is cancelled after each call
+    assert "GC006" not in {f.rule for f in fs}
+    _time.sleep(0.1)
+
+
+def test_a_real_sigint_during_the_step_is_still_an_interrupt():
+    import os as _os
+    import signal as _signal
+    with pytest.raises(KeyboardInterrupt):
+        audit(_exiting(lambda: _os.kill(_os.getpid(), _signal.SIGINT)))
+    assert _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler       # restored
+
+
+def test_a_step_stuck_in_native_code_is_ended_with_one_line(tmp_path):
+    """SIGALRM blocked in the step's thread: no exception can reach it; the watchdog ends the process, exit 2."""
+    script = tmp_path / "stuck.py"
+    script.write_text(textwrap.dedent("""
+        import signal, sys, time
+        import torch, graphcheck
+        from graphcheck.runtime import boundary
+        from graphcheck.runtime.audit import audit
+        boundary.HARD_GRACE = 0.5
+        def step(x):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            time.sleep(60)
+        audit(graphcheck.Target(step, lambda k: torch.ones(2), dict, "stuck"), step_timeout=0.5)
+        print("not reached")
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("graphcheck: error: the target's step ran past the step "
+                                                             "timeout of 0.5 s"), r.stderr

@@ -17,11 +17,13 @@ on the auditing thread only. Which rule an event is reported under comes from th
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import sys
 import threading
 import warnings
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -81,6 +83,10 @@ def _name(func) -> str:
         return f"torch.Tensor.{name}"
     if owner == "_VariableFunctionsClass" or getattr(torch, name, None) is func:
         return f"torch.{name}"
+    if "<locals>" in q:      # torch.unique, torch.unique_consecutive: functions made by boolean_dispatch
+        public = next((n for n in getattr(torch.functional, "__all__", ()) if getattr(torch, n, None) is func), None)
+        if public is not None:
+            return f"torch.{public}"
     return q
 
 
@@ -281,7 +287,71 @@ def _out_tensors(out) -> list[torch.Tensor]:
 
 _NET_OPS = ("_local_scalar_dense", "nonzero", "_unique", "_unique2", "unique_dim", "unique_consecutive", "bincount",
             "masked_select", "repeat_interleave.Tensor", "index.Tensor", "equal", "lift_fresh", "lift_fresh_copy",
-            "is_nonzero", "_to_copy", "copy_", "histc", "_grouped_mm")
+            "is_nonzero", "_to_copy", "copy_", "histc", "_grouped_mm", "isin.Tensor_Tensor", "index_put_",
+            "index_put")
+
+
+@dataclass(frozen=True)
+class KernelReadback:
+    """A host read (or host-to-device copy) that an ATen CUDA kernel makes itself, for some arguments."""
+    op: str              # the aten op the kernel net sees
+    when: str            # the argument condition under which the CUDA kernel reads back
+    why: str             # what the kernel does, with the ATen source that does it
+    modelled: str        # how the portable audit decides it: "net" (every call), "args" (`_kernel_readback`), "none"
+
+
+# Every op whose CUDA kernel syncs on the host by itself, checked against ATen's source (aten/src/ATen/native/...);
+# tests/graphcheck/test_runtime.py proves each on a GPU with `torch.cuda.set_sync_debug_mode("error")` (and each
+# argument set that does not sync) and checks that the CPU audit reports exactly the syncing calls.
+KERNEL_READBACKS = (
+    KernelReadback("isin", "test_elements.numel() >= int(10 * elements.numel() ** 0.145) and not assume_unique",
+                   "TensorCompare.cpp isin_Tensor_Tensor_out: above numpy's size heuristic it runs isin_sorting, "
+                   "which calls at::_unique on both inputs; the CUDA unique (cuda/UniqueCub.cu) reads the number of "
+                   "unique values back to size its output. assume_unique=True skips _unique.", "args"),
+    KernelReadback("_unique, _unique2, unique_dim, unique_consecutive", "always",
+                   "cuda/Unique.cu, cuda/UniqueCub.cu: the output size is the count of distinct values, read back "
+                   "(`num_out = ... .item()`).", "net"),
+    KernelReadback("repeat_interleave.Tensor", "output_size is None",
+                   "Repeat.cpp repeat_interleave_common: `total = output_size.value_or(cumsum[-1].item())`.", "net"),
+    KernelReadback("nonzero, masked_select, index.Tensor with a bool/uint8 index", "always",
+                   "cuda/Nonzero.cu copies the number of nonzeros to the host to size the output; masked_select and "
+                   "boolean indexing go through nonzero (TensorAdvancedIndexing.cpp expandTensors).", "net"),
+    KernelReadback("index_put_ / index_put", "a 0-d CPU value into a device tensor, unless the index is one bool "
+                   "mask on the device without accumulate",
+                   "TensorAdvancedIndexing.cpp _index_put_impl_: canDispatchToMaskedFill takes the masked_fill_ path "
+                   "(`value.item()` of the CPU scalar: no device read); otherwise `value.to(self.device())`, a blocking "
+                   "pageable host-to-device copy.", "args"),
+    KernelReadback("multinomial", "never (current ATen)",
+                   "Distributions.cpp multinomial_out: the no-replacement / one-sample fast path checks the "
+                   "distribution with at::_assert_async on the device (older ATen read `.item()` there); the "
+                   "with-replacement kernel (cuda/MultinomialKernel.cu) samples on the device.", "none"),
+    KernelReadback("bincount", "always",
+                   "cuda/SummaryOps.cu _bincount_cuda_template: `nbins = max(self.max().item() + 1, minlength)`, "
+                   "minlength or not.", "net"),
+    KernelReadback("histc", "min == max (the default 0, 0)",
+                   "cuda/SummaryOps.cu _histc_cuda_template reads the input's min and max back to set the range.",
+                   "args"),
+    KernelReadback("_grouped_mm", "offs given, and not bf16 operands and output on sm90/sm100",
+                   "cuda/GroupedBlas.cpp _grouped_mm_cuda: the CUTLASS kernel reads offs on the device; "
+                   "_grouped_mm_fallback (GroupedMMUtils.h) copies offs to the host and loops over the groups.",
+                   "args"),
+)
+
+
+def _isin_sorts(elements, test_elements, assume_unique: bool) -> bool:
+    """Whether ATen's isin takes its sorting path, which runs `_unique` (isin_Tensor_Tensor_out, the numpy
+    heuristic `test.numel() < (int64_t)(10.0f * pow(elements.numel(), 0.145))` keeps the brute-force kernel)."""
+    if not _is_tensor(elements) or not _is_tensor(test_elements) or elements.numel() == 0 or assume_unique:
+        return False
+    return test_elements.numel() >= int(10.0 * math.pow(float(elements.numel()), 0.145))
+
+
+def _masked_fill_path(self_t, indices, value, accumulate: bool, is_host) -> bool:
+    """ATen's canDispatchToMaskedFill: a one-element CPU value, no accumulate and exactly one defined index, a bool or
+    uint8 mask on self's device: index_put_ becomes `masked_fill_(mask, value.item())` (a CPU read, no copy)."""
+    defined = [i for i in indices if i is not None]
+    return (not accumulate and len(defined) == 1 and defined[0].dtype in (torch.bool, torch.uint8)
+            and not is_host(defined[0]))
 
 
 def _kernel_readback(name: str, args, kwargs) -> str | None:
@@ -493,10 +563,12 @@ class PortableAudit:
                     self.depth -= 1
         elif host:
             big = [t for t in host if t.dim() > 0]
-            if dev and (big or func is _T.copy_ or func is _T.__setitem__):
-                # A 0-d host tensor passed to a device op is a CPU scalar (allowed); anything else is a copy.
+            if dev and (big or func is _T.copy_):
+                # A 0-d host tensor passed to a device op is a CPU scalar (allowed); anything else is a copy. (A 0-d
+                # one written by index is the kernel net's to judge: ATen copies it, or fills from it by mask.)
                 self.event(_H2D, sys._getframe(2), {"call": f"{_name(func)} mixing a host-built tensor into device memory",
                                                    "_rule": CODES.get(_H2D, "GC402")})
+                classified = True
             out_is_host = not dev
         # Quiet the kernel net only under a call already reported (one hazard, one event): an unclassified op
         # run here must still be seen by it (a `histc` after the step built a host tensor).
@@ -516,6 +588,21 @@ class PortableAudit:
         if name in ("histc", "_grouped_mm"):
             call = _kernel_readback(name, args, kwargs)
             return ("torch.Tensor.cpu", {"call": call}) if call else None
+        if name == "isin":
+            test = args[1] if len(args) > 1 else kwargs.get("test_elements")
+            unique = args[2] if len(args) > 2 else kwargs.get("assume_unique", False)
+            if _isin_sorts(args[0] if args else kwargs.get("elements"), test, bool(unique)):
+                return "aten::_unique", {"call": "torch.isin (a large test set: its sorting path runs _unique)"}
+            return None
+        if name in ("index_put_", "index_put"):
+            dst = args[0] if args else None
+            indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+            value = args[2] if len(args) > 2 else kwargs.get("values")
+            acc = bool(args[3] if len(args) > 3 else kwargs.get("accumulate", False))
+            if (_is_tensor(dst) and _is_tensor(value) and value.dim() == 0 and self.is_host(value)
+                    and not self.is_host(dst) and not _masked_fill_path(dst, indices, value, acc, self.is_host)):
+                return _H2D, {"call": "index_put_ of a CPU scalar (`value.to(self.device())`)"}
+            return None
         if name == "index":
             idx = args[1] if len(args) > 1 else []
             if any(_is_tensor(i) and i.dtype in (torch.bool, torch.uint8) for i in idx if i is not None):

@@ -456,3 +456,94 @@ def test_a_step_stuck_in_native_code_is_ended_with_one_line(tmp_path):
     assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("graphcheck: error: the target's step ran past the step "
                                                              "timeout of 0.5 s"), r.stderr
+
+
+def _kernel_cases():
+    """(name, build(device) -> the call, whether its CUDA kernel reads back). One list for the CPU audit and the GPU,
+    so the two verdicts are compared on the same calls. The thresholds are ATen's (KERNEL_READBACKS)."""
+    def isin(n, **kw):
+        return lambda d: (lambda e=torch.arange(32, device=d), t=torch.arange(n, device=d): torch.isin(e, t, **kw))
+
+    def put(index, accumulate=False):
+        def build(d):
+            y = torch.zeros(4, 6, device=d)
+            idx = index(y)
+            return lambda: y.index_put_(idx, torch.tensor(1.0), accumulate=accumulate)   # a CPU scalar value
+        return build
+
+    def on(fn):
+        def build(d):
+            x = torch.randn(6, 5, generator=torch.Generator().manual_seed(0)).to(d)
+            return lambda: fn(x)
+        return build
+    probs = lambda x: torch.softmax(x, -1)  # noqa: E731
+    return [
+        ("isin, test set above ATen's size heuristic", isin(40), True),
+        ("isin, test set at the threshold int(10 * 32 ** 0.145) = 16", isin(16), True),
+        ("isin, test set just below it", isin(15), False),
+        ("isin, large test set, assume_unique", isin(40, assume_unique=True), False),
+        ("unique", on(lambda x: (x > 0).unique()), True),
+        ("unique_consecutive", on(lambda x: torch.unique_consecutive((x > 0).long())), True),
+        ("repeat_interleave without output_size", on(lambda x: torch.repeat_interleave(x[0], (x[1] > 0).long())), True),
+        ("repeat_interleave with output_size", on(lambda x: torch.repeat_interleave(
+            x[0], torch.ones(5, dtype=torch.long, device=x.device), output_size=5)), False),
+        ("nonzero", on(lambda x: torch.nonzero(x > 0)), True),
+        ("masked_select", on(lambda x: torch.masked_select(x, x > 0)), True),
+        ("boolean index", on(lambda x: x[x > 0]), True),
+        ("index_put_ of a CPU scalar by index", put(lambda y: (torch.tensor([0, 2], device=y.device),)), True),
+        ("index_put_ of a CPU scalar by one device mask", put(lambda y: (y < 1,)), False),
+        ("index_put_ of a CPU scalar by mask, accumulate", put(lambda y: (y < 1,), accumulate=True), True),
+        ("multinomial, one sample without replacement", on(lambda x: torch.multinomial(probs(x), 1)), False),
+        ("multinomial, four samples with replacement", on(lambda x: torch.multinomial(probs(x), 4, True)), False),
+        ("bincount", on(lambda x: torch.bincount((x > 0).long().flatten())), True),
+        ("bincount with minlength", on(lambda x: torch.bincount((x > 0).long().flatten(), minlength=4)), True),
+        ("histc with min == max", on(lambda x: torch.histc(x, bins=4)), True),
+        ("histc with a range", on(lambda x: torch.histc(x, bins=4, min=-3, max=3)), False),
+    ]
+
+
+KERNEL_CASES = _kernel_cases()
+
+
+@pytest.mark.parametrize("name,build,reads_back", KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
+def test_kernel_readbacks_on_cpu_as_on_the_gpu(name, build, reads_back):
+    """The portable audit on CPU reports a call exactly when its CUDA kernel reads back (test_kernel_readbacks_on_cuda
+    proves which do): one event, the call's own line."""
+    call = build("cpu")
+    rec = Recorder()
+    with PortableAudit(rec, device="cpu"):
+        call()
+    # the CPU scalar an index_put_ case builds is itself GC401 (a host tensor per step, not a capture break)
+    got = [(f.rule, f.count) for f in rec.findings() if f.rule != "GC401"]
+    assert (len(got) == 1 and got[0][1] == 1) if reads_back else got == [], got
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name,build,reads_back", KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
+def test_kernel_readbacks_on_cuda(name, build, reads_back):
+    """The truth for the table: torch's sync debug mode raises at a host sync inside the kernel."""
+    call = build("cuda")
+    call()                                   # warm (first-call allocations and lazy init)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        if reads_back:
+            with pytest.raises(RuntimeError, match="called a synchronizing CUDA operation"):
+                call()
+        else:
+            call()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+def test_kernel_readback_table_names_every_modelled_op():
+    """Each row of the table is either netted or decided from arguments; the net covers every op the table
+    models."""
+    from graphcheck.runtime import portable
+    netted = {s.partition(".")[0] for s in portable._NET_OPS}
+    for row in portable.KERNEL_READBACKS:
+        assert row.modelled in ("net", "args", "none") and row.why and row.when
+        if row.modelled != "none":
+            ops = [o.strip().split(" ")[0].split(".")[0] for o in row.op.replace("/", ",").split(",")]
+            assert any(o in netted for o in ops), (row.op, ops)

@@ -114,6 +114,7 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
         res = scan(scan_paths, entry_points=entry, exclude=cfg.exclude, select=select, ignore=ignore, root=cfg.root,
                    cache=cache, jobs=jobs, per_step_entry_points=per_step, allowed_contexts=cfg.allowed_sync_contexts,
                    eager_only=cfg.eager_only, fanout_limit=cfg.fan_out_limit,
+                   partial=not all(c in scan_paths for c in configured),
                    **({"source_name": stdin[0], "source": stdin[1]} if stdin is not None else {}))
     except (ScopeError, ValueError) as e:
         raise ConfigError(str(e)) from None

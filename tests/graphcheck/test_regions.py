@@ -342,3 +342,19 @@ def test_narrowing_keeps_what_a_class_variable_says(tmp_path):
     '''})
     res = scan([str(root / "pkg")], entry_points=["pkg.m:Runner.step"], root=root, cache=False, jobs=1)
     assert res.unresolved == [] and res.warnings == []
+
+
+def test_a_file_given_on_the_command_line_needs_no_eager_only_module(tmp_path):
+    """`graphcheck scan one.py` (or a buffer on stdin) scans part of the project: an eager-only entry naming a
+    module outside that part is no error there; scanning the configured paths, it is."""
+    root = _pkg(tmp_path, _models(1, RUNNER))
+    (root / "pyproject.toml").write_text('[tool.graphcheck]\npaths = ["pkg"]\neager-only = ["pkg.models"]\n')
+    (root / "other.py").write_text("def f(x):\n    return x.sum().item()\n")
+    one = gc(root, "scan", "other.py", "--output-format", "concise")
+    assert one.returncode == 1 and "other.py:2:12: GC101" in one.stdout, one.stdout + one.stderr
+    piped = gc(root, "scan", "-", "--stdin-filename", "other.py", "--output-format", "concise",
+               stdin="def f(x):\n    return x.sum().item()\n")
+    assert piped.returncode == 1 and "GC101" in piped.stdout, piped.stdout + piped.stderr
+    (root / "pyproject.toml").write_text('[tool.graphcheck]\npaths = ["pkg"]\neager-only = ["pkg.nope"]\n')
+    whole = gc(root, "scan")
+    assert whole.returncode == 2 and "eager-only 'pkg.nope'" in whole.stderr, whole.stderr

@@ -358,3 +358,19 @@ def test_a_file_given_on_the_command_line_needs_no_eager_only_module(tmp_path):
     (root / "pyproject.toml").write_text('[tool.graphcheck]\npaths = ["pkg"]\neager-only = ["pkg.nope"]\n')
     whole = gc(root, "scan")
     assert whole.returncode == 2 and "eager-only 'pkg.nope'" in whole.stderr, whole.stderr
+
+
+def test_per_step_entry_points_alone_resolve_when_a_file_is_named(tmp_path):
+    """Only per-step entry points configured: a staged file given on the command line (the pre-commit hook) is
+    scanned with the configured paths, so the entry point resolves and the file's per-step rows are reported."""
+    root = _pkg(tmp_path, {"runner.py": '''
+        import torch
+
+        class Runner:
+            def prepare(self, x: torch.Tensor):
+                return x.sum().item()
+    '''})
+    (root / "pyproject.toml").write_text('[tool.graphcheck]\npaths = ["pkg"]\n'
+                                         'per-step-entry-points = ["pkg.runner:Runner.prepare"]\n')
+    r = gc(root, "scan", "pkg/runner.py", "--output-format", "concise")
+    assert r.returncode == 1 and "pkg/runner.py:6:16: GC101" in r.stdout and "[per-step]" in r.stdout, r.stdout + r.stderr

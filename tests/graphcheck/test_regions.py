@@ -365,12 +365,16 @@ def test_per_step_entry_points_alone_resolve_when_a_file_is_named(tmp_path):
     scanned with the configured paths, so the entry point resolves and the file's per-step rows are reported."""
     root = _pkg(tmp_path, {"runner.py": '''
         import torch
+        from .helpers import count
 
         class Runner:
             def prepare(self, x: torch.Tensor):
-                return x.sum().item()
+                return count(x)
+    ''', "helpers.py": '''
+        def count(x):
+            return x.sum().item()
     '''})
     (root / "pyproject.toml").write_text('[tool.graphcheck]\npaths = ["pkg"]\n'
                                          'per-step-entry-points = ["pkg.runner:Runner.prepare"]\n')
-    r = gc(root, "scan", "pkg/runner.py", "--output-format", "concise")
-    assert r.returncode == 1 and "pkg/runner.py:6:16: GC101" in r.stdout and "[per-step]" in r.stdout, r.stdout + r.stderr
+    r = gc(root, "scan", "pkg/helpers.py", "--output-format", "concise")
+    assert r.returncode == 1 and "pkg/helpers.py:3:12: GC101" in r.stdout and "[per-step]" in r.stdout, r.stdout + r.stderr

@@ -54,7 +54,7 @@ def finish(result: Result, args, fmt: str) -> int:
     to_file = args.output is not None and str(args.output) != "-"      # `-o -` is stdout
     color = not to_file and fmt in ("full", "text") and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     text = render(result, fmt, statistics=args.statistics, quiet=args.quiet, color=color,
-                  all_regions=args.show_all_regions)
+                  all_regions=getattr(args, "show_all_regions", False))   # torchrun's rank 0 passes its own args
     if to_file:
         try:
             write_atomic(args.output, text)
@@ -67,7 +67,7 @@ def finish(result: Result, args, fmt: str) -> int:
         sys.stdout.flush()
     for p in result.problems:
         print(f"graphcheck: error: {p}", file=sys.stderr)
-    return result.exit_code(args.exit_zero)
+    return result.exit_code(getattr(args, "exit_zero", False))
 
 
 def _check_out(args, cfg: Config | None, *extra) -> None:

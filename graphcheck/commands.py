@@ -54,7 +54,7 @@ def finish(result: Result, args, fmt: str) -> int:
     to_file = args.output is not None and str(args.output) != "-"      # `-o -` is stdout
     color = not to_file and fmt in ("full", "text") and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     text = render(result, fmt, statistics=args.statistics, quiet=args.quiet, color=color,
-                  all_regions=args.show_all_regions)
+                  all_regions=getattr(args, "show_all_regions", False))   # torchrun's rank 0 passes its own args
     if to_file:
         try:
             write_atomic(args.output, text)
@@ -69,7 +69,7 @@ def finish(result: Result, args, fmt: str) -> int:
             print(f"graphcheck: warning: {w}", file=sys.stderr)
     for p in result.problems:
         print(f"graphcheck: error: {p}", file=sys.stderr)
-    return result.exit_code(args.exit_zero)
+    return result.exit_code(getattr(args, "exit_zero", False))
 
 
 def _check_out(args, cfg: Config | None, *extra) -> None:
@@ -94,31 +94,33 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
     from .static.scope import ScopeError
     from .static.placement import Placement
     entry = cfg.entry_points if entry_points is None else entry_points
+    # the per-step entry points belong with the configured ones: `--entry-point X` scans from X alone, and
+    # `--all-functions` from nothing
+    per_step = cfg.per_step_entry_points if entry_points is None else []
+    rooted = bool(entry or per_step)      # a scope to resolve from the configured paths
     configured = [str(cfg.root / p) for p in cfg.paths]
     keep: list[str] | None = None
     if stdin is not None:
         # the configured paths resolve the entry points; only the buffer's own findings are its report (an
         # editor shows them on that buffer)
-        scan_paths = configured if entry else []
-        keep = [rel_path(stdin[0], cfg.root)] if entry else None
+        scan_paths = configured if rooted else []
+        keep = [rel_path(stdin[0], cfg.root)] if rooted else None
     elif paths:
-        scan_paths = (configured + list(paths)) if entry and entry_points is None else list(paths)
-        keep = [rel_path(p, cfg.root) for p in paths] if entry and entry_points is None else None
+        scan_paths = (configured + list(paths)) if rooted and entry_points is None else list(paths)
+        keep = [rel_path(p, cfg.root) for p in paths] if rooted and entry_points is None else None
     else:
         scan_paths = configured
     gone = [p for p, c in zip(cfg.paths, configured) if c in scan_paths and not os.path.lexists(c)]
     if gone:     # one line naming the key, instead of "nothing to check" plus a per-file read error
         where = f"[tool.graphcheck] paths in {cfg.source}" if cfg.source else "paths"
         raise ConfigError(f"{where}: {gone[0]!r} does not exist under {cfg.root}")
-    # the per-step entry points belong with the configured ones: `--entry-point X` scans from X alone, and
-    # `--all-functions` from nothing
-    per_step = cfg.per_step_entry_points if entry_points is None else []
     try:
         res = scan(scan_paths, entry_points=entry, exclude=cfg.exclude, select=select, ignore=ignore, root=cfg.root,
                    cache=cache, jobs=jobs, per_step_entry_points=per_step, allowed_contexts=cfg.allowed_sync_contexts,
                    eager_only=cfg.eager_only, fanout_limit=cfg.fan_out_limit,
                    placement=Placement(tuple(cfg.host_resident), tuple(cfg.host_field_markers)),
                    force_exclude=force_exclude,
+                   partial=not all(c in scan_paths for c in configured),
                    **({"source_name": stdin[0], "source": stdin[1]} if stdin is not None else {}))
     except (ScopeError, ValueError) as e:
         raise ConfigError(str(e)) from None

@@ -213,14 +213,17 @@ class RegionMap:
     """Each function's region, and a line's. Built once per scan from the program, its reach and the config."""
 
     def __init__(self, summaries: dict[str, dict], modules: dict[str, str], *, allowed: list[str],
-                 eager_only: list[str]):
+                 eager_only: list[str], strict: bool = True):
         self.s = summaries
         self.mod_of = modules
         self.allowed = list(allowed)
         self.best: dict[tuple[str, str], int] | None = None       # None: an unscoped scan, no call graph
-        self._eager = self._eager_functions(eager_only)
+        self._eager = self._eager_functions(eager_only, strict)
 
-    def _eager_functions(self, specs: list[str]) -> set[tuple[str, str]]:
+    def _eager_functions(self, specs: list[str], strict: bool) -> set[tuple[str, str]]:
+        """The defs the eager-only entries name. `strict`: an entry naming nothing is an error (a typo would
+        otherwise leave an encoder gated in silence); off where only part of the project is scanned (a file given
+        on the command line, a buffer from stdin), whose modules an entry may well not name."""
         out: set[tuple[str, str]] = set()
         for spec in specs:
             mod, sep, qual = spec.partition(":")
@@ -233,7 +236,7 @@ class RegionMap:
                         continue
                     if not sep or q == qual or q.startswith(qual + "."):
                         hit.add((path, q))
-            if not hit:
+            if not hit and strict:
                 where = (f"no function or class {qual!r} in module {mod!r}" if sep and mod in self.mod_of.values()
                          else f"module {mod!r} is not among the scanned files")
                 raise RegionError(f"[tool.graphcheck] eager-only {spec!r}: {where}")

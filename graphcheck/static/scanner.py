@@ -431,12 +431,16 @@ def scan(paths: list[str], *, entry_points: list[str] | None = None, exclude: li
          cache: bool = True, jobs: int | None = None, source: str | None = None,
          source_name: str | None = None, per_step_entry_points: list[str] | None = None,
          allowed_contexts: list[str] | None = None, eager_only: list[str] | None = None,
-         fanout_limit: int = 8, placement: Placement = NO_PLACEMENT, force_exclude: bool = False) -> ScanResult:
+         fanout_limit: int = 8, placement: Placement = NO_PLACEMENT, force_exclude: bool = False,
+         partial: bool = False) -> ScanResult:
     """Scan files under ``paths``; ``source`` (e.g. read from stdin) is scanned as if it were the file
     ``source_name`` (relative to ``root``), in place of that file on disk if it exists. The region keys
     (``per_step_entry_points``, ``allowed_contexts``, ``eager_only``, ``fanout_limit``) are those of
-    `graphcheck explain regions`; ``placement``: the host-resident declarations of `[tool.graphcheck]`."""
-    regions = (list(per_step_entry_points or []), list(allowed_contexts or []), list(eager_only or []), fanout_limit)
+    `graphcheck explain regions`; ``placement``: the host-resident declarations of `[tool.graphcheck]`;
+    ``partial``: the paths are part of the project (files named on the command line), so an eager-only entry
+    that names none of them is no error."""
+    regions = (list(per_step_entry_points or []), list(allowed_contexts or []), list(eager_only or []), fanout_limit,
+               partial)
     with _NoCyclicGC():
         return _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions,
                      placement, force_exclude)
@@ -444,7 +448,7 @@ def scan(paths: list[str], *, entry_points: list[str] | None = None, exclude: li
 
 def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions,
           placement, force_exclude) -> ScanResult:
-    per_step, allowed, eager_only, fanout_limit = regions
+    per_step, allowed, eager_only, fanout_limit, partial = regions
     root = root or Path.cwd()
     codes = select_codes(select, ignore)
     files, findings = discover(paths, exclude, root, force_exclude) if paths else ([], [])
@@ -480,7 +484,7 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
     prog.open_scope = not scoped
     reach = prog.reachable([*(entry_points or []), *per_step], fanout_limit) if scoped else None
     within = reach.functions if reach is not None else None
-    rmap = RegionMap(by_path, modules, allowed=allowed, eager_only=eager_only)
+    rmap = RegionMap(by_path, modules, allowed=allowed, eager_only=eager_only, strict=not partial)
     if reach is not None:
         rmap.assign(prog, reach.cut, [prog.entry(e) for e in entry_points or []] + capturable,
                     [prog.entry(e) for e in per_step])

@@ -342,3 +342,39 @@ def test_narrowing_keeps_what_a_class_variable_says(tmp_path):
     '''})
     res = scan([str(root / "pkg")], entry_points=["pkg.m:Runner.step"], root=root, cache=False, jobs=1)
     assert res.unresolved == [] and res.warnings == []
+
+
+def test_a_file_given_on_the_command_line_needs_no_eager_only_module(tmp_path):
+    """`graphcheck scan one.py` (or a buffer on stdin) scans part of the project: an eager-only entry naming a
+    module outside that part is no error there; scanning the configured paths, it is."""
+    root = _pkg(tmp_path, _models(1, RUNNER))
+    (root / "pyproject.toml").write_text('[tool.graphcheck]\npaths = ["pkg"]\neager-only = ["pkg.models"]\n')
+    (root / "other.py").write_text("def f(x):\n    return x.sum().item()\n")
+    one = gc(root, "scan", "other.py", "--output-format", "concise")
+    assert one.returncode == 1 and "other.py:2:12: GC101" in one.stdout, one.stdout + one.stderr
+    piped = gc(root, "scan", "-", "--stdin-filename", "other.py", "--output-format", "concise",
+               stdin="def f(x):\n    return x.sum().item()\n")
+    assert piped.returncode == 1 and "GC101" in piped.stdout, piped.stdout + piped.stderr
+    (root / "pyproject.toml").write_text('[tool.graphcheck]\npaths = ["pkg"]\neager-only = ["pkg.nope"]\n')
+    whole = gc(root, "scan")
+    assert whole.returncode == 2 and "eager-only 'pkg.nope'" in whole.stderr, whole.stderr
+
+
+def test_per_step_entry_points_alone_resolve_when_a_file_is_named(tmp_path):
+    """Only per-step entry points configured: a staged file given on the command line (the pre-commit hook) is
+    scanned with the configured paths, so the entry point resolves and the file's per-step rows are reported."""
+    root = _pkg(tmp_path, {"runner.py": '''
+        import torch
+        from .helpers import count
+
+        class Runner:
+            def prepare(self, x: torch.Tensor):
+                return count(x)
+    ''', "helpers.py": '''
+        def count(x):
+            return x.sum().item()
+    '''})
+    (root / "pyproject.toml").write_text('[tool.graphcheck]\npaths = ["pkg"]\n'
+                                         'per-step-entry-points = ["pkg.runner:Runner.prepare"]\n')
+    r = gc(root, "scan", "pkg/helpers.py", "--output-format", "concise")
+    assert r.returncode == 1 and "pkg/helpers.py:3:12: GC101" in r.stdout and "[per-step]" in r.stdout, r.stdout + r.stderr

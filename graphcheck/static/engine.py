@@ -25,7 +25,7 @@ from .inference import (DEV, HOST, HOST_KINDS, NP, ON_DEVICE, PINNED, PY, SEQ, S
                         annotation_kind, element, infer, join, name_hint, soft, symbolic, unpack_targets)
 from .placement import NO_PLACEMENT, Placement
 
-ENGINE_VERSION = "31"
+ENGINE_VERSION = "32"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS

@@ -280,6 +280,7 @@ class Env:
         self.default_device_set = False      # the file calls torch.set_default_device
         self.memo: dict[int, object] | None = None
         self.rebound: set[str] = set()   # names bound to values of different kinds (`x = ids; x = torch.tensor(x)`)
+        self.first_pass = True           # (a loop's second pass rebinds every name with the join it settled on)
         self.at: dict[int, object] = {}  # a read of such a name (by id) -> the kind of the one binding that reaches it
 
     # -- names -----------------------------------------------------------------------------------------
@@ -504,8 +505,8 @@ class Env:
                 return d
             # only a tensor has these methods: one of unknown placement is likely on the device
             return HOST if rk == PINNED else TENSOR if rk is None else rk
-        if m in SPLITS and (rk in TENSORS or symbolic(rk)):
-            return SEQ
+        if m in SPLITS and (rk in TENSORS or symbolic(rk) and m != "split"):
+            return SEQ          # `s.split(",")` of what may be a string stays what it was
         rsoft = soft(rk)
         if m in TENSOR_METHOD_ONLY_HOST or m in HOST_METHODS and rk not in TENSORS and (
                 rsoft or not isinstance(rk, frozenset)):
@@ -643,6 +644,8 @@ class Env:
             return k
         if k == SEQ:
             return TENSOR
+        if k == NP:
+            return NP           # rows or scalars of a NumPy array
         if type(node) is ast.Name and node.id in self.elems:
             return self.elems[node.id]
         return None
@@ -676,7 +679,7 @@ class Env:
         k = self.hinted(t.id, k)
         if t.id in self.names:
             old = self.names[t.id]
-            if old != k:
+            if old != k and self.first_pass:
                 self.rebound.add(t.id)
             self.names[t.id] = join(old, k)
         else:
@@ -767,7 +770,25 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
     # straight-line code settles in one pass (source order); a loop can feed a later assignment back to an
     # earlier one, so a function with loops gets a second pass
     loops = any(type(n) in _LOOPS for n in nodes)
-    for _ in range(2 if loops else 1):
+    _settle(env, body, appends, 2 if loops else 1)
+    if env.rebound and fn is not None:
+        # which binding reaches each read, then the kinds again with those reads (a loop over the NumPy copy of a
+        # name that held a tensor walks NumPy values), then the reads once more with the settled kinds. Only the
+        # reads found on the host carry over: one found on the device may owe that to the flow-insensitive join
+        # the first pass settled on (`end = start + n` with `n` a row of what was taken for a tensor)
+        _Flow(env, start).block(fn.body)
+        env.at = {i: k for i, k in env.at.items() if k not in ON_DEVICE and type(k) is str}
+        env.names, env.bools, env.tuples, env.tuple_others, env.elems = dict(start), set(), {}, {}, {}
+        _settle(env, body, appends, 2 if loops else 1)
+        env.at.clear()
+        _Flow(env, start).block(fn.body)
+    return params
+
+
+def _settle(env: Env, body: list, appends: list, passes: int) -> None:
+    """Bind the function's names, in source order, `passes` times (a loop feeds later bindings back)."""
+    for p in range(passes):
+        env.first_pass = p == 0
         for n in body:
             t = type(n)
             if t is ast.Assign:
@@ -797,9 +818,6 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
             if k in TENSORS:
                 name = n.func.value.id
                 env.elems[name] = join(env.elems[name], k) if name in env.elems else k
-    if env.rebound and fn is not None:
-        _Flow(env, start).block(fn.body)
-    return params
 
 
 # defs that build a model's state: run under the loader's `with torch.device(...)`, whose device they do not see

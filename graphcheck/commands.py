@@ -187,7 +187,7 @@ def cmd_scan(args, cfg: Config) -> int:
     # the baseline the gate uses accepts the same rows here (the pre-commit hook must not block an edit to a file
     # with an accepted hazard); a baseline that does not exist yet is no baseline
     bpath = None if args.no_baseline else _baseline_path(args, cfg)
-    base = bl.load(bpath) if bpath is not None and bpath.exists() else None
+    base = (bl.load(bpath) if bpath is not None and bpath.exists() else None) or None    # an empty one accepts nothing
     select, ignore = _codes(args.select) or cfg.select, _codes(args.ignore) or cfg.ignore
     t0 = time.perf_counter()
     findings, layer, problems, _ = static_layer(cfg, paths=paths, entry_points=entry, select=select, ignore=ignore,

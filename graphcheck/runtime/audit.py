@@ -9,6 +9,7 @@ from ..target import Target
 from . import nvtx
 from .attribution import relpath, source_line, stack_from_traceback
 from .cuda_sync import CudaSyncAudit
+from .kernel_jit import KernelJitAudit
 from .portable import PortableAudit, cuda_shims
 from .recorder import Recorder
 from .tensors import device_of
@@ -40,7 +41,8 @@ def audit(target: Target, steps: int = 3, warmup: int = 1, strict: bool = False)
             inputs = target.make_inputs(k)
             rec.step = cuda_rec.step = k
             with nvtx.range_(f"graphcheck audit {target.name} step {k}"):
-                with PortableAudit(rec, device=device_of(target.device, inputs)), CudaSyncAudit(cuda_rec, strict=strict, claimed=_claimed_by(rec)):
+                with PortableAudit(rec, device=device_of(target.device, inputs)), KernelJitAudit(rec), \
+                        CudaSyncAudit(cuda_rec, strict=strict, claimed=_claimed_by(rec)):
                     target.step(inputs)
             if strict and len(cuda_rec):
                 break

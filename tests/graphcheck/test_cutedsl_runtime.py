@@ -135,6 +135,30 @@ def test_read_inside_cutlass_packing_is_attributed_to_the_launch_line(cp):
     assert all("cutlass" not in f.path for f in rec.findings())
 
 
+def test_direct_jit_call_is_a_compile_then_a_trace_per_call(cp):
+    """Calling a @cute.jit function (not its compiled handle) in the step compiles on the JIT-cache miss and traces
+    the Python body on every call; both are reported at the call. On CPU the launch then fails (no driver): the
+    compile has happened by then."""
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    from graphcheck.runtime.kernel_jit import KernelJitAudit
+    from graphcheck.runtime.recorder import Recorder
+    rec = Recorder()
+    x, y = torch.zeros(cp.N), torch.zeros(cp.N)
+    with KernelJitAudit(rec):
+        for _ in range(2):
+            line = sys._getframe().f_lineno + 2
+            try:
+                cp.axpb(from_dlpack(x), from_dlpack(y), 2.0, cp.cuda.CUstream(0))
+            except Exception:
+                if torch.cuda.is_available():
+                    raise
+    fs = rec.findings()
+    assert rows(fs) == [("GC802", "test_cutedsl_runtime.py", line)] and fs[0].count == 2
+    assert "axpb(...) (JIT cache miss: compiled)" in fs[0].message
+
+
 def test_hooks_are_removed_after_the_audit(cp):
     from cutlass.base_dsl import compiler, dsl
 

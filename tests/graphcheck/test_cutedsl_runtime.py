@@ -46,6 +46,23 @@ def test_static_stream_rules_on_real_cutedsl_launches():
     assert rows(found) == [("GC803", "cute_planted.py", _marker("stream0"))]
 
 
+def test_static_scan_of_the_project_cutedsl_kernels():
+    """The kernels' CuTeDSL modules compile at load (`prepare`), never in the launch path the decode captures."""
+    files = sorted((ROOT / "kernels").glob("*/cutedsl_kernel.py"))
+    assert files, "no CuTeDSL kernel sources under kernels/"
+    launch_eps = []
+    load_eps = []
+    for f in files:
+        mod = f"dsv4_kernels.{f.parent.name}.cutedsl_kernel"      # the installed name (pyproject package-dir)
+        src = f.read_text()
+        assert "@cute.jit" in src and "@cute.kernel" in src, f
+        launch_eps.append(f"{mod}:CompiledKernels.__call__")
+        load_eps.append(f"{mod}:CompiledKernels.prepare")
+    assert not [f for f in _scan(files, launch_eps) if f.rule.startswith("GC8")], "GC8xx in a CuTeDSL launch path"
+    at_load = [f for f in _scan(files, load_eps) if f.rule == "GC802"]
+    assert {Path(f.path).parent.name for f in at_load} == {f.parent.name for f in files}, rows(at_load)
+
+
 # -- runtime: needs cutlass ------------------------------------------------------------------------------------------
 
 @pytest.fixture

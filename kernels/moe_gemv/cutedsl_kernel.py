@@ -155,6 +155,13 @@ class CompiledKernels:
         return self
 
     def __call__(self, x, idx, wts, w1, w3, w2, limit: float | None, act_sim=None) -> torch.Tensor:
+        from . import _check_routed
+        _check_routed(x, idx, wts, w1, w3, w2)
+        # the compiled kernels index with the shapes they were built for: anything else would read out of bounds
+        if (x.shape[1], w1[1].shape[0], w1[1].shape[1], idx.shape[1]) != (self.dim, self.E, self.inter, self.k):
+            raise ValueError(f"routed_experts (CuTeDSL): built for dim {self.dim}, {self.E} experts, inter "
+                             f"{self.inter}, top-{self.k}; found x {tuple(x.shape)}, w1 {tuple(w1[1].shape)}, "
+                             f"idx {tuple(idx.shape)}")
         T, k = idx.shape
         key = (T, x.dtype, act_sim is not None, limit is not None)
         fns = self.compiled.get(key)

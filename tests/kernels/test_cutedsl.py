@@ -63,6 +63,9 @@ def test_unprepared_shapes_are_an_error_not_a_compile():
     w1, w3, w2 = (random_weight("mxfp4", 32, 64, 4), random_weight("mxfp4", 32, 64, 4), random_weight("mxfp4", 64, 32, 4))
     with pytest.raises(KeyError, match=r"no kernel prepared for \(tokens, dtype, act_sim, clamp\) = \(1, torch.bfloat16"):
         m(torch.zeros(1, 64, dtype=torch.bfloat16), torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2), w1, w3, w2, 1.0)
+    with pytest.raises(ValueError, match=r"built for dim 64, 4 experts, inter 32, top-2; found x \(1, 32\)"):
+        m(torch.zeros(1, 32, dtype=torch.bfloat16), torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2),
+          random_weight("mxfp4", 32, 32, 4), random_weight("mxfp4", 32, 32, 4), random_weight("mxfp4", 32, 32, 4), 1.0)
     with pytest.raises(ValueError, match="multiples of 32"):
         mk.CompiledKernels(4, 64, 48, 2)
     with pytest.raises(TypeError, match="expected int64 picks"):

@@ -39,15 +39,33 @@ def test_e2m1_decode_is_the_table():
     assert [_e2m1(c).value for c in range(16)] == list(E2M1)
 
 
+_COMPILE_ALL = """
+import torch
+from dsv4_kernels.indexer import cutedsl_kernel as gk
+from dsv4_kernels.moe_gemv import cutedsl_kernel as mk
+g = gk.CompiledKernels().prepare([(3, 37, 5, 6, torch.float32), (2, 40, 7, 10, torch.bfloat16)])
+m = mk.CompiledKernels(20, 96, 160, 6).prepare([3], dtypes=(torch.bfloat16, torch.float32), sims=(False, True),
+                                               clamps=(True, False))
+print(len(g.compiled), len(m.compiled))
+"""
+
+
 @cute_only
-def test_kernels_compile_for_sm90_at_odd_shapes():
-    from dsv4_kernels.indexer import cutedsl_kernel as gk
-    from dsv4_kernels.moe_gemv import cutedsl_kernel as mk
-    g = gk.CompiledKernels().prepare([(3, 37, 5, 6, torch.float32), (2, 40, 7, 10, torch.bfloat16)])
-    assert len(g.compiled) == 2
-    m = mk.CompiledKernels(20, 96, 160, 6).prepare([3], dtypes=(torch.bfloat16, torch.float32), sims=(False, True),
-                                                   clamps=(True, False))
-    assert len(m.compiled) == 8
+def test_kernels_compile_for_sm90_at_odd_shapes(tmp_path):
+    """Every variant builds for the H100/H200 (sm_90a; without a GPU CuTeDSL would target its default, sm_100),
+    checked on the PTX it keeps. Kept files are named by argument types and shapes only: one per gather key, a
+    gate/up per (dtype, act-sim) (the clamp is a constant: its two builds share a name) and a down per dtype."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", _COMPILE_ALL], env=env, capture_output=True, text=True, timeout=600,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.split() == ["2", "8"], r.stderr[-2000:]
+    ptx = sorted(tmp_path.glob("*.ptx"))
+    names = [p.name.split("_Fake")[0] for p in ptx]
+    assert (names.count("cutlass__gather"), names.count("cutlass__gate_up"), names.count("cutlass__down")) == (2, 4, 2), names
+    assert all(".target sm_90a" in p.read_text() for p in ptx)
 
 
 @cute_only

@@ -32,7 +32,14 @@ KERNELS = {
     "decode_attention": ("attention", "decode_attention", "attention_ref"),
     "index_scores": ("indexer", "index_scores", "index_scores_ref"),
     "topk_blocks": ("indexer", "topk_blocks", "topk_blocks_ref"),
+    "gather_picks": ("indexer", "gather_picks", "gather_picks_ref"),
 }
+# The kernels that also have a CuTeDSL implementation (`<package>/cutedsl_kernel.py`, class `CompiledKernels`:
+# built for the model's shapes and compiled for every bucket at load, see `compiled`), and those of them the decode
+# takes in CuTeDSL by default: none until the A/B on the H200 (benchmarks/cutedsl.py) shows one faster than the
+# kernel above. Flip one by adding its name here, or per call with `compiled(..., backend="cutedsl")`.
+CUTEDSL = {"routed_experts": "moe_gemv", "gather_picks": "indexer"}
+CUTEDSL_BY_DEFAULT: frozenset[str] = frozenset()
 # The kernels whose Triton code converts to or from e4m3 (`tl.float8e4nv`: FP8 activations, NVFP4 and FP8 scales)
 # need compute capability 8.9 (Ada, Hopper); the others run from 8.0 (Ampere: bf16), so an A100 gets them too.
 E4M3 = frozenset({"routed_experts", "fp4_gemv", "nvfp4_kvcache", "fp8_fake_quant", "fp4_fake_quant"})
@@ -58,6 +65,26 @@ def available(name: str) -> tuple[bool, str]:
         why = "e4m3 conversions" if name in E4M3 else "bf16"
         return False, f"compute capability {cap[0]}.{cap[1]} < {need[0]}.{need[1]} ({why})"
     return True, "ok"
+
+
+def compiled(name: str, device: torch.device | str, shape: tuple = (), prepare: dict | None = None,
+             backend: str | None = None) -> Callable:
+    """`select(name, device)`, or for backend "cutedsl" (default: whether `name` is in CUTEDSL_BY_DEFAULT) the
+    CuTeDSL kernel `CompiledKernels(*shape).prepare(**prepare)`, compiled here for every bucket so that no step
+    compiles. Asking for CuTeDSL where it cannot run is an error that says why."""
+    backend = backend or ("cutedsl" if name in CUTEDSL_BY_DEFAULT else "default")
+    if backend == "default":
+        return select(name, device)
+    if backend != "cutedsl":
+        raise ValueError(f"dsv4_kernels.compiled({name!r}): backend must be 'default' or 'cutedsl', found {backend!r}")
+    if name not in CUTEDSL:
+        raise KeyError(f"dsv4_kernels.compiled: {name!r} has no CuTeDSL kernel; those that do: {', '.join(CUTEDSL)}")
+    from ._cutedsl import available as cutedsl_available
+    ok, reason = cutedsl_available() if torch.device(device).type == "cuda" else (False, f"device {device!s} is not CUDA")
+    if not ok:
+        raise RuntimeError(f"dsv4_kernels.compiled({name!r}, {device!s}, backend='cutedsl'): cannot run: {reason}")
+    mod = importlib.import_module(f"{__package__}.{CUTEDSL[name]}.cutedsl_kernel")
+    return mod.CompiledKernels(*shape).prepare(**(prepare or {}))
 
 
 def select(name: str, device: torch.device | str, force_reference: bool = False) -> Callable:

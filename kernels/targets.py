@@ -267,3 +267,55 @@ def topk_blocks(rows: int = 8, blocks: int = 1024, k: int = 512) -> Target:
 
     return Target(step=lambda s: fn(s, k), make_inputs=inputs, state=dict, name=f"topk_blocks[{rows}x{blocks}, k={k}]",
                   device=dev)
+
+
+def _cutedsl_or_reference(name: str, shape: tuple, prepare: dict, reference):
+    """The CuTeDSL kernel compiled here, at target build (load), for the one bucket the target runs; the
+    reference where CuTeDSL cannot run (no cutlass, no sm_90 device), so the target still audits on CPU."""
+    from ._cutedsl import available
+    if _dev() == "cuda" and available()[0]:
+        from ._select import compiled
+        return compiled(name, "cuda", shape, prepare, backend="cutedsl")
+    return reference
+
+
+def routed_experts_cutedsl(tokens: int = 8, experts: int = 16, topk: int = 6, dim: int = 512, inter: int = 256) -> Target:
+    """The CuTeDSL routed experts (MXFP4, FP8-simulated activations as the decode feeds them): expert ids and
+    weights fresh device tensors each step."""
+    from .moe_gemv.reference import random_weight, routed_experts_ref
+
+    def fp8_sim(h, fmt, s):          # the MXFP4 activation simulation (dsv4_model.quant.act_sim), block 128
+        from .act_quant import fp8_fake_quant
+        return fp8_fake_quant(h, 128 if h.shape[-1] % 128 == 0 else h.shape[-1])
+
+    dev = _dev()
+    g = _gen(-1)
+    w1, w3 = (random_weight("mxfp4", inter, dim, experts, g, dev) for _ in range(2))
+    w2 = random_weight("mxfp4", dim, inter, experts, g, dev)
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32
+    fn = _cutedsl_or_reference("routed_experts", (experts, dim, inter, topk),
+                               {"buckets": [tokens], "dtypes": (dt,), "sims": (True,)}, routed_experts_ref)
+
+    def inputs(i):
+        gi = _gen(i)
+        idx = torch.rand(tokens, experts, generator=gi).argsort(-1)[:, :topk]
+        return (torch.randn(tokens, dim, generator=gi).to(dev, dt), idx.to(dev), torch.rand(tokens, topk, generator=gi).to(dev))
+
+    return Target(step=lambda a: fn(a[0], a[1], a[2], w1, w3, w2, 10.0, fp8_sim), make_inputs=inputs, state=dict,
+                  name=f"routed_experts_cutedsl[mxfp4, T={tokens}]", device=dev)
+
+
+def gather_picks_cutedsl(rows: int = 8, slots: int = 1024, k: int = 512, d: int = 512) -> Target:
+    """The CSA gather of the indexer's k picks (Flash: 512 of 1024 compressed entries of 512), fresh each step."""
+    from .indexer.reference import gather_picks_ref
+    dev = _dev()
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32
+    fn = _cutedsl_or_reference("gather_picks", (), {"keys": [(rows, slots, k, d, dt)]}, gather_picks_ref)
+
+    def inputs(i):
+        g = _gen(i)
+        return (torch.randn(rows, slots, d, generator=g).to(dev, dt),
+                torch.rand(rows, slots, generator=g).argsort(-1)[:, :k].to(dev))
+
+    return Target(step=lambda a: fn(*a), make_inputs=inputs, state=dict,
+                  name=f"gather_picks_cutedsl[{rows}x{slots}x{d}, k={k}]", device=dev)

@@ -36,6 +36,16 @@ def is_internal(filename: str) -> bool:
     return hit
 
 
+def add_internal_dir(path: str | os.PathLike) -> None:
+    """Treat frames under `path` as library frames, like torch's: a kernel DSL's own packing and launch code
+    (CuTeDSL's `cutlass` package) is not where the user can fix anything."""
+    global _SKIP_DIRS
+    d = str(Path(path).resolve()) + os.sep
+    if d not in _SKIP_DIRS:
+        _SKIP_DIRS = (*_SKIP_DIRS, d)
+        _internal.clear()
+
+
 _root: list[str] = []
 
 

@@ -10,6 +10,7 @@ from . import nvtx
 from .attribution import relpath, source_line, stack_from_traceback
 from .boundary import DEFAULT_STEP_TIMEOUT, StepAborted, guarded
 from .cuda_sync import CudaSyncAudit
+from .kernel_jit import KernelJitAudit
 from .portable import PortableAudit, cuda_shims, placing
 from .recorder import Recorder
 from .rng import seeded
@@ -58,7 +59,8 @@ def _audit(target: Target, steps: int, warmup: int, strict: bool, rec: Recorder,
         inputs = target.make_inputs(k)
         rec.step = cuda_rec.step = k
         with nvtx.range_(f"graphcheck audit {target.name} step {k}"):
-            with PortableAudit(rec, device=device_of(target.device, inputs), host_built=target.host_built > 0), CudaSyncAudit(cuda_rec, strict=strict, claimed=_claimed_by(rec)):
+            with PortableAudit(rec, device=device_of(target.device, inputs), host_built=target.host_built > 0), \
+                    KernelJitAudit(rec), CudaSyncAudit(cuda_rec, strict=strict, claimed=_claimed_by(rec)):
                 target.step(inputs)
         if strict and len(cuda_rec):
             break

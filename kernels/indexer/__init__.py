@@ -10,13 +10,18 @@ reference (torch's stable sort) as the CPU computes them; the sort elsewhere. (t
 sign bit is set last, pytorch#190781; the CPU sort and the kernel put every NaN first.)
 
     topk_blocks(scores [.., N] fp32, k) -> [.., k] int64
+
+and the CSA gather of the k picked compressed entries, torch's gather by default, a CuTeDSL kernel
+(``cutedsl_kernel.py``, compiled per bucket at load through `dsv4_kernels.compiled`) where it is chosen:
+
+    gather_picks(ent [B, N, D], sel [B, k] int64) -> [B, k, D]
 """
 from __future__ import annotations
 
 import torch
 
 from .._select import available
-from .reference import index_scores_ref, topk_blocks_ref
+from .reference import gather_picks_ref, index_scores_ref, topk_blocks_ref
 
 
 def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -43,3 +48,13 @@ def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
         if scores.shape[-1] <= TOPK_MAX_N and scores.numel() <= TOPK_MAX_ROWS * scores.shape[-1]:
             return topk_blocks_triton(scores, k)
     return topk_blocks_ref(scores, k)
+
+
+def gather_picks(ent: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
+    """ent [B, N, D], sel [B, k] int64 -> [B, k, D]. The default kernel is torch's own gather (one launch, what the
+    decode always ran); the CuTeDSL one (``cutedsl_kernel.py``) is built per bucket at load through
+    `dsv4_kernels.compiled("gather_picks", ...)`."""
+    if ent.dim() != 3 or sel.dim() != 2 or sel.shape[0] != ent.shape[0]:
+        raise ValueError(f"gather_picks: expected ent [B, N, D] and sel [B, k], found ent {tuple(ent.shape)} and sel "
+                         f"{tuple(sel.shape)}")
+    return gather_picks_ref(ent, sel)

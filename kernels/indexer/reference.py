@@ -17,3 +17,9 @@ def topk_blocks_ref(scores: torch.Tensor, k: int) -> torch.Tensor:
     common (section 10.10), so both decode paths pick through this one stable order rather than topk's unspecified
     one."""
     return scores.sort(dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+def gather_picks_ref(ent: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
+    """The CSA attention's picked compressed entries: ent [B, N, D], sel [B, k] int64 (the top-k, fixed k) ->
+    [B, k, D], out[b, j] = ent[b, sel[b, j]] (the decode's `torch.gather`)."""
+    return torch.gather(ent, 1, sel.unsqueeze(-1).expand(-1, -1, ent.shape[-1]))

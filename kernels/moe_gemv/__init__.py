@@ -17,7 +17,9 @@ one (cuda_kernel.cu: CUDA-core decode and FMA, 16-byte weight loads; mma_kernel.
 mma.sync, taken for bf16 x where K is a multiple of 128) where it builds and the shapes fit (K a multiple of 32),
 else the Triton one (triton_kernel.py: tensor-core dots on decoded tiles). Inputs neither
 covers (non-FP4 formats, mixed formats, a device other than CUDA, more than MAX_PAIRS token-expert pairs) take
-the reference, which is also fixed-shape and capture-safe.
+the reference, which is also fixed-shape and capture-safe. A third, in CuTeDSL (cutedsl_kernel.py: MXFP4 only, the
+SwiGLU epilogue fused into the gate/up launch), is compiled per bucket at load through `dsv4_kernels.compiled(
+"routed_experts", ..., backend="cutedsl")`; it is not the default until an A/B on the GPU shows it faster.
 """
 from __future__ import annotations
 

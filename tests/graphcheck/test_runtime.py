@@ -364,6 +364,9 @@ def test_runtime_codes_come_from_the_rule_catalogue():
     sig = runtime_signatures()
     assert portable.EMITS <= set(sig), sorted(portable.EMITS - set(sig))
     assert portable.CODES == sig                   # one assignment of codes: the catalogue's
+    from graphcheck.runtime import kernel_jit
+    assert kernel_jit.EMITS <= set(sig), sorted(kernel_jit.EMITS - set(sig))
+    assert {n for n in sig if n.startswith("cutlass.")} == kernel_jit.EMITS     # no catalogue name nothing emits
 
 
 def test_placement_on_cpu_is_asked_of_the_source():

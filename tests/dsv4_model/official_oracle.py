@@ -195,6 +195,10 @@ class OfficialOracle:
         l = l + torch.exp(sink - m)
         return self.bf(o / l[:, None])
 
+    def index_score(self, q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """q [Hi, Di], k [n, Di], w [Hi] (bf16 values) -> [n]: the bf16 chain of `model.py:420-421`."""
+        return self.bf((self.bf(torch.relu(self.bf(q @ k.T)) * w[:, None])).sum(0))
+
     def indexer(self, x, qr, pos, L, cs):
         c, p = self.c, f"layers.{L}.attn.indexer"
         Hi, Di = c["index_n_heads"], c["index_head_dim"]
@@ -207,7 +211,7 @@ class OfficialOracle:
             return []
         w = self.bf(self.lin(x, p + ".weights_proj") * (Di ** -0.5 * Hi ** -0.5))
         k = torch.stack(st["entries"][:n])
-        score = self.bf((self.bf(torch.relu(self.bf(q @ k.T)) * w[:, None])).sum(0))
+        score = self.index_score(q, k, w)
         kk = min(c["index_topk"], n)
         order = score.float().sort(descending=True, stable=True)
         if kk < n and order.values[kk - 1] == order.values[kk]:

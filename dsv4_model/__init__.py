@@ -51,7 +51,7 @@ def _convert(qw: QWeight, target: str, dtype: torch.dtype) -> QWeight:
     return quantize(dequant(qw), target, qw.input_scale if qw.fmt == "nvfp4" else None)
 
 
-def load(path: str | Path = "tiny", device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+def load(path: str | Path = "tiny", device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16,
          precision: dict[str, str] | list[str] | str | None = None, max_seq_len: int | None = None,
          batch: int = 1) -> Transformer:
     """Validate a checkpoint (from its headers, before any data is read) and load it into a Transformer.
@@ -60,7 +60,8 @@ def load(path: str | Path = "tiny", device: str | torch.device = "cpu", dtype: t
     are built on the meta device first, so nothing is allocated twice. A plain (unquantised) weight is held in the
     dtype its module computes in (the reference declares the head, router and compressor projections fp32): cast
     once here, where the step would otherwise cast it every time. `precision`: a policy name and/or
-    COMPONENT=FORMAT overrides (see precision.py); the default computes every projection as stored.
+    COMPONENT=FORMAT overrides (see precision.py); the default computes every projection as stored. `dtype`: the
+    activation dtype, bf16 by default as the official release computes (float32 is a debugging deviation).
     """
     dev = _device(device)
     if isinstance(precision, str):

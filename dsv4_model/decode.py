@@ -151,7 +151,9 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
     window = st.kv_window[:n]
     slot, win_valid = ix.window(window.shape[1])
     window.index_put_((ix.rows, slot), kv[:, 0])
-    keys, masks = [window], [win_valid]
+    # oldest first, as the official index list (the order of the 64-key blocks of the attention's online softmax);
+    # the valid slots of the ordered ring are the same first pos+1 (all once it is full)
+    keys, masks = [attn.window_keys(window, ix.pos)], [win_valid]
     sel = None
     xf = x.float() if attn.compressor is not None else None     # one cast for the (up to) four fp32 projections
     if attn.indexer is not None:
@@ -270,7 +272,7 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         elif isinstance(m, RMSNorm):
             m.kernel = small["rms"]
         elif isinstance(m, Attention):
-            m.rms, m.fp8_quant, m.rope, m.core = small["rms"], small["fp8"], small["rope"], small["attend"]
+            m.fp8_quant, m.rope, m.core = small["fp8"], small["rope"], small["attend"]
         elif isinstance(m, Indexer):
             m.fp4_quant, m.rope, m.score, m.select = small["fp4"], small["rope"], small["score"], small["select"]
         elif isinstance(m, Compressor):

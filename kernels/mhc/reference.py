@@ -34,5 +34,7 @@ def mhc_head_ref(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: 
 def mhc_post_ref(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
     """X'_k = post_k * y + sum_j comb[j, k] * X_j (comb used transposed): y [B,S,d], X [B,S,hc,d], post [B,S,hc],
     comb [B,S,hc,hc] -> [B,S,hc,d] X.dtype."""
-    out = post.unsqueeze(-1) * y.float().unsqueeze(-2) + torch.einsum("bsjk,bsjd->bskd", comb, X.float())
+    # products then a sum over j, as the official Block.hc_post: an einsum (a GEMM, fused multiply-adds) rounds
+    # otherwise
+    out = post.unsqueeze(-1) * y.float().unsqueeze(-2) + (comb.unsqueeze(-1) * X.float().unsqueeze(-2)).sum(2)
     return out.to(X.dtype)

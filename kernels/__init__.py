@@ -3,6 +3,7 @@ at load."""
 from ._select import KERNELS, available, select  # noqa: F401
 from .act_quant import fp4_fake_quant, fp8_fake_quant  # noqa: F401
 from .attention import decode_attention  # noqa: F401
+from .bf16_gemv import bf16_linear  # noqa: F401
 from .compressor_reduce import compressor_reduce  # noqa: F401
 from .fused_swiglu import fused_swiglu  # noqa: F401
 from .indexer import index_scores, topk_blocks  # noqa: F401

@@ -32,6 +32,7 @@ KERNELS = {
     "decode_attention": ("attention", "decode_attention", "attention_ref"),
     "index_scores": ("indexer", "index_scores", "index_scores_ref"),
     "topk_blocks": ("indexer", "topk_blocks", "topk_blocks_ref"),
+    "bf16_linear": ("bf16_gemv", "bf16_linear", "bf16_linear_ref"),
 }
 # The kernels whose Triton code converts to or from e4m3 (`tl.float8e4nv`: FP8 activations, NVFP4 and FP8 scales)
 # need compute capability 8.9 (Ada, Hopper); the others run from 8.0 (Ampere: bf16), so an A100 gets them too.

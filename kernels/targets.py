@@ -88,6 +88,19 @@ def fp4_gemv(batch: int = 1, n: int = 2048, k: int = 2048, fmt: str = "nvfp4") -
     return Target(step=lambda x: fn(x, w), make_inputs=inputs, state=dict, name=f"fp4_gemv[{fmt}, b={batch}]", device=dev)
 
 
+def bf16_linear(batch: int = 8, n: int = 1024, k: int = 4096) -> Target:
+    """fp32 rows against a bf16 weight (the CSA compressor's shape: its K is split, the partial sums added after)."""
+    from .bf16_gemv import bf16_linear as fn
+    dev = _dev()
+    w = (torch.randn(n, k, generator=_gen(-1)) / k ** 0.5).to(dev, torch.bfloat16)
+
+    def inputs(i):
+        return torch.randn(batch, k, generator=_gen(i)).to(dev)
+
+    return Target(step=lambda x: fn(x, w), make_inputs=inputs, state=dict, name=f"bf16_linear[b={batch}, {n}x{k}]",
+                  device=dev)
+
+
 def routed_experts(tokens: int = 4, experts: int = 16, topk: int = 6, dim: int = 512, inter: int = 256,
                    fmt: str = "mxfp4") -> Target:
     """Expert ids and routing weights are fresh device tensors each step: replay must follow them."""

@@ -149,7 +149,7 @@ def test_kvcache_reference_matches_the_weight_dequant():
                                      "fp4_gemv", "routed_experts", "sinkhorn", "fp8_fake_quant", "fp4_fake_quant",
                                      "rms_norm", "rope_tail", "mhc_pre", "mhc_post", "mhc_head", "sample_pick",
                                      "penalize_scale", "decode_attention", "index_scores",
-                                     "topk_blocks"])
+                                     "topk_blocks", "bf16_linear"])
 def test_kernel_targets_capture_clean(factory):
     """On CPU this is the emulation over the references; on a GPU, real capture of the kernels."""
     assert capture_test(getattr(targets, factory)(), steps=2) == []
@@ -796,6 +796,97 @@ def test_rms_norm_reference_is_the_model_formula():
         assert norm.kernel is rms_norm_ref
         assert _bit_equal(norm(x), old_w) and _bit_equal(rms_norm_ref(x, w, 1e-6), old_w)
         assert _bit_equal(unweighted_rms(x, 1e-6), old_u) and _bit_equal(rms_norm_ref(x, None, 1e-6), old_u)
+
+
+# ---------------------------------------------------------------------------------------------- bf16_linear
+BF16_INTERPRET = textwrap.dedent("""
+    import torch
+    import torch.nn.functional as F
+    from dsv4_kernels.bf16_gemv.triton_kernel import bf16_linear_triton
+    from dsv4_kernels.bf16_gemv.reference import bf16_linear_ref
+    g = torch.Generator().manual_seed(5)
+    bad = []
+    # rows 1..8 (one program's rows), 9 and 20 (blocks of 8 rows), K a multiple of the 256 step or not, split K
+    # (auto: narrow matrices on the interpreter's 8 "SMs"; 3: slices of 1, 1 and the short rest)
+    for B, N, K, split in ((1, 40, 300, None), (3, 37, 512, None), (8, 16, 256, 1), (9, 33, 520, 3), (20, 70, 1000, None),
+                           (2, 5, 2048, None), (4, 129, 768, 2)):
+        w = (torch.randn(N, K, generator=g) / K ** 0.5).bfloat16()
+        x = torch.randn(B, K + 3, generator=g)[:, 2:-1] * 3                 # a strided row stride, as slices pass
+        got, ref = bf16_linear_triton(x, w, split=split), bf16_linear_ref(x, w)
+        exact = F.linear(x.double(), w.double())
+        m = exact.abs().max().item()
+        # within fp32 rounding of the exact product (the fp32 GEMM's own error is of the same order, ~1e-7 of max)
+        if not ((got.double() - exact).abs().max().item() <= 5e-7 * m and (got - ref).abs().max().item() <= 1e-6 * m):
+            bad.append(f"{B}x{N}x{K}/{split}")
+        if torch.allclose(got, bf16_linear_ref(x, w.roll(1, 0)), atol=1e-3):                 # a row off must show
+            bad.append(f"{B}x{N}x{K} roll")
+    if not torch.equal(bf16_linear_triton(torch.zeros(2, 0), torch.zeros(3, 0, dtype=torch.bfloat16)), torch.zeros(2, 3)):
+        bad.append("K=0")
+    print("BAD", bad)
+""")
+
+
+def test_bf16_linear_under_the_interpreter():
+    """The bf16-weight kernel's logic on CPU: within fp32 rounding of the exact product and of the fp32 GEMM."""
+    _under_interpreter(BF16_INTERPRET, timeout=600)
+
+
+def test_bf16_linear_reference_is_the_fp32_weight_product():
+    """CPU (and more than MAX_ROWS rows anywhere) computes exactly what an fp32-held weight gave: the weight widened
+    for the call; the selection gives it on CPU; bad inputs are one-line errors naming both tensors."""
+    from dsv4_kernels.bf16_gemv import MAX_ROWS, bf16_linear, bf16_linear_ref
+    g = torch.Generator().manual_seed(9)
+    w, x = torch.randn(50, 64, generator=g).bfloat16(), torch.randn(3, 1, 64, generator=g)
+    assert torch.equal(bf16_linear(x, w), F.linear(x, w.float()))
+    assert torch.equal(bf16_linear(x[:, 0], w), x[:, 0] @ w.float().T)
+    assert kernels.select("bf16_linear", "cpu") is bf16_linear_ref and MAX_ROWS >= 32
+    with pytest.raises(ValueError, match=r"x \(3, 1, 63\) and w \(50, 64\)"):
+        bf16_linear(x[..., :63], w)
+    with pytest.raises(TypeError, match="fp32 x and a bf16.*found torch.bfloat16 x"):
+        bf16_linear(x.bfloat16(), w)
+
+
+def test_bf16_weights_take_the_bf16_kernel(monkeypatch):
+    """Every plain bf16 weight under fp32 rows (the head, router and compressor as stored) goes to `bf16_linear`
+    through the stored-format GEMV and `f32_linear` (the router's product), up to MAX_ROWS rows; bf16 rows keep
+    F.linear. Checked on any machine by making the kernel look available on a "CUDA" input."""
+    from dsv4_kernels import bf16_gemv, moe_gemv
+    calls = []
+    monkeypatch.setattr(bf16_gemv, "available", lambda name: (True, "ok"))
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
+    import dsv4_kernels.bf16_gemv.triton_kernel as tk
+    monkeypatch.setattr(tk, "bf16_linear_triton", lambda x, w: calls.append(tuple(x.shape)) or x @ w.float().T)
+    w = torch.randn(24, 16).bfloat16()
+    for rows in (1, 8, 9, 64):
+        assert moe_gemv.weight_gemv(torch.randn(rows, 16), ("plain", w, None, None, None)).shape == (rows, 24)
+    assert moe_gemv.f32_linear(torch.randn(2, 1, 16), w).shape == (2, 1, 24)
+    moe_gemv.weight_gemv(torch.randn(65, 16), ("plain", w, None, None, None))           # a prefill: the reference
+    moe_gemv.weight_gemv(torch.randn(2, 16).bfloat16(), ("plain", w, None, None, None))  # bf16 rows: F.linear
+    assert calls == [(1, 16), (8, 16), (9, 16), (64, 16), (2, 16)]
+
+
+@cuda
+@pytest.mark.parametrize("B,N,K", [(1, 129280, 4096), (8, 129280, 4096), (32, 129280, 4096), (8, 1024, 4096),
+                                   (1, 256, 4096), (8, 256, 4096), (5, 512, 4096), (3, 1000, 520), (16, 7, 300)])
+def test_bf16_linear_parity(B, N, K):
+    """The LM head as stored (bf16) at decode rows 1, 8 and 32, the compressors and the router (K split), odd shapes:
+    within fp32 rounding of the exact product, and within 1e-6 (of the largest logit) of the fp32-weight product
+    (cuBLAS on the widened weight), deterministic, a wrong row visible."""
+    from dsv4_kernels.bf16_gemv import bf16_linear
+    assert kernels.available("bf16_linear")[0], kernels.available("bf16_linear")[1]
+    g = torch.Generator(device="cuda").manual_seed(B * 7 + N + K)
+    w = (torch.randn(N, K, device="cuda", generator=g) / K ** 0.5).bfloat16()
+    x = torch.randn(B, K, device="cuda", generator=g) * 3
+    _poison(B * N * 4)
+    got = bf16_linear(x, w)
+    exact = F.linear(x.double(), w.double())
+    fp32 = F.linear(x, w.float())
+    m = exact.abs().max().item()
+    assert got.dtype == torch.float32 and got.shape == (B, N) and torch.isfinite(got).all()
+    err, err32 = (got.double() - exact).abs().max().item() / m, (got - fp32).abs().max().item() / m
+    assert err <= 5e-7 and err32 <= 1e-6, (err, err32, (fp32.double() - exact).abs().max().item() / m)
+    assert torch.equal(bf16_linear(x, w), got)
+    assert not torch.allclose(got, F.linear(x, w.roll(1, 0).float()), atol=1e-3)
 
 
 def test_small_kernels_select_references_on_cpu():

@@ -13,6 +13,10 @@
 #   bash benchmarks/h200.sh decode     benchmarks/decode.py: eager, graph replay, reduce-overhead, HBM floor, both
 #                                      configs at B=1 and 8 (DECODE_ARGS, default "--compile-rows tiny:1,tiny:8,flash:1")
 #   bash benchmarks/h200.sh profile    the Flash decode step's kernel profile (decode.py --profile, no compile)
+#   bash benchmarks/h200.sh floor      issue 37: benchmarks/decode.py --depths 2,8 at B=1, 8, 32 (per layer, graph nodes,
+#                                      kernels, the stored-bytes floor, the 43-layer projection), layers 1 (CSA) and 2
+#                                      (HCA) profiled kernel by kernel at B=1 and 8, and the bf16 head kernel's tests
+#                                      (FLOOR_ARGS: more decode.py options, e.g. "--experts 64")
 #   bash benchmarks/h200.sh drift      benchmarks/kernel_drift.py: where kernels and references part over steps
 #                                      (DRIFT_ARGS, e.g. "--no-sim")
 #   bash benchmarks/h200.sh thirdparty the third-party verdict table on CUDA
@@ -89,7 +93,7 @@ for stage in "${@:-check}"; do
   targets)
     for t in compressor_reduce_csa compressor_reduce_hca nvfp4_kvcache fused_swiglu fp4_gemv routed_experts sinkhorn \
              fp8_fake_quant fp4_fake_quant rms_norm rope_tail mhc_pre mhc_post mhc_head sample_pick penalize_scale \
-             decode_attention index_scores topk_blocks; do
+             decode_attention index_scores topk_blocks bf16_linear; do
       echo "== capture dsv4_kernels.targets:$t"
       timeout 60 python -m graphcheck capture "dsv4_kernels.targets:$t" --device cuda 2>&1 | grep -E "GC0|clean|passed|Error" | cut -c1-220
     done > "$OUT/targets-capture.txt" 2>&1
@@ -103,6 +107,12 @@ for stage in "${@:-check}"; do
   profile)
     run profile.txt 300 python benchmarks/decode.py --configs flash --batches 1,8 --no-compile --profile --steps 20
     grep -E "^flash |config|bandwidth|Error|decoder step|sampler" "$OUT/profile.txt" ;;
+  floor)
+    run floor-tests.txt 120 python -m pytest -q -rfE -p no:cacheprovider tests/kernels -k "bf16"
+    run floor-depth.txt 330 python benchmarks/decode.py --depths 2,8 --batches 1,8,32 --steps 30 ${FLOOR_ARGS:-}
+    run floor-profile.txt 150 python benchmarks/decode.py --depths 2,3 --batches 1,8 --steps 10 --layer-profile 1,2 ${FLOOR_ARGS:-}
+    summary floor-tests.txt; grep -E "^ *[0-9]+ +[0-9.]+ |depths|bandwidth|LM head|Error|^exit" "$OUT/floor-depth.txt"
+    grep -E "^== layer|weight-streaming|projected|Error|^exit" "$OUT/floor-profile.txt" ;;
   drift)
     run drift.txt 300 python benchmarks/kernel_drift.py ${DRIFT_ARGS:-}; tail -30 "$OUT/drift.txt" ;;
   thirdparty)
@@ -115,7 +125,7 @@ for stage in "${@:-check}"; do
   ab)
     run ab.txt 560 python benchmarks/kernel_ab.py ${AB_ARGS:-}
     grep -vE "^\s*$|Warning|warn" "$OUT/ab.txt" | tail -30 ;;
-  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, drift, thirdparty, ncu or ab" >&2; exit 2 ;;
+  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, floor, drift, thirdparty, ncu or ab" >&2; exit 2 ;;
   esac
 done
 if [ -s "$OUT/.failed" ]; then echo "h200.sh: non-zero exit in: $(tr '\n' ' ' < "$OUT/.failed")" >&2; exit 1; fi

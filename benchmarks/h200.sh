@@ -14,8 +14,8 @@
 #                                      configs at B=1 and 8 (DECODE_ARGS, default "--compile-rows tiny:1,tiny:8,flash:1")
 #   bash benchmarks/h200.sh profile    the Flash decode step's kernel profile (decode.py --profile, no compile)
 #   bash benchmarks/h200.sh floor      issue 37: benchmarks/decode.py --depths 2,8 at B=1, 8, 32 (per layer, graph nodes,
-#                                      kernels, the stored-bytes floor, the 43-layer projection), layers 1 (CSA) and 2
-#                                      (HCA) profiled kernel by kernel at B=1 and 8, and the bf16 head kernel's tests
+#                                      kernels, the stored-bytes floor, the 43-layer projection), layers 1 (HCA) and 2
+#                                      (CSA) profiled kernel by kernel at B=1 and 8, and the bf16 head kernel's tests
 #                                      (FLOOR_ARGS: more decode.py options, e.g. "--experts 64")
 #   bash benchmarks/h200.sh drift      benchmarks/kernel_drift.py: where kernels and references part over steps
 #                                      (DRIFT_ARGS, e.g. "--no-sim")
@@ -108,10 +108,12 @@ for stage in "${@:-check}"; do
     run profile.txt 300 python benchmarks/decode.py --configs flash --batches 1,8 --no-compile --profile --steps 20
     grep -E "^flash |config|bandwidth|Error|decoder step|sampler" "$OUT/profile.txt" ;;
   floor)
-    run floor-tests.txt 120 python -m pytest -q -rfE -p no:cacheprovider tests/kernels -k "bf16"
-    run floor-depth.txt 330 python benchmarks/decode.py --depths 2,8 --batches 1,8,32 --steps 30 ${FLOOR_ARGS:-}
+    # the extension first (about 80 s on a fresh machine, cached after): the decode's kernels need it
+    run floor-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    run floor-tests.txt 90 python -m pytest -q -rfE -p no:cacheprovider tests/kernels -k "bf16_linear or bf16_weights"
+    run floor-depth.txt 300 python benchmarks/decode.py --depths 2,8 --batches 1,8,32 --steps 30 ${FLOOR_ARGS:-}
     run floor-profile.txt 150 python benchmarks/decode.py --depths 2,3 --batches 1,8 --steps 10 --layer-profile 1,2 ${FLOOR_ARGS:-}
-    summary floor-tests.txt; grep -E "^ *[0-9]+ +[0-9.]+ |depths|bandwidth|LM head|Error|^exit" "$OUT/floor-depth.txt"
+    grep -E "build|exit" "$OUT/floor-build.txt"; summary floor-tests.txt; grep -E "^ *[0-9]+ +[0-9.]+ |depths|bandwidth|LM head|Error|^exit" "$OUT/floor-depth.txt"
     grep -E "^== layer|weight-streaming|projected|Error|^exit" "$OUT/floor-profile.txt" ;;
   drift)
     run drift.txt 300 python benchmarks/kernel_drift.py ${DRIFT_ARGS:-}; tail -30 "$OUT/drift.txt" ;;

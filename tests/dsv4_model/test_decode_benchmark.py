@@ -53,7 +53,7 @@ def test_depth_mode_runs_on_cpu():
     assert "tiny: depths 1 and 2" in out and "a 43-layer step" in out, out[-3000:]
     rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] in (["1"], ["2"]) and len(ln.split()) == 15]
     assert [row[0] for row in rows] == ["1", "2"], out[-3000:]
-    assert "LM head held bfloat16" in out and "max rel diff 0.00e+00" in out
+    assert "LM head held bfloat16" in out and "max rel diff 0.00e+00 " in out
     assert "== layer 1 (HCA), B=1:" in out and "the small chain:" in out
 
 

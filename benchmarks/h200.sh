@@ -15,7 +15,8 @@
 #   bash benchmarks/h200.sh profile    the Flash decode step's kernel profile (decode.py --profile, no compile)
 #   bash benchmarks/h200.sh floor      issue 37: benchmarks/decode.py --depths 2,8 at B=1, 8, 32 (per layer, graph nodes,
 #                                      kernels, the stored-bytes floor, the 43-layer projection), layers 1 (HCA) and 2
-#                                      (CSA) profiled kernel by kernel at B=1 and 8, and the bf16 head kernel's tests
+#                                      (CSA) profiled kernel by kernel at B=1 and 8, the bf16 head kernel's tests and
+#                                      its A/B against the fp32 rows kernel (benchmarks/kernels.py --only bf16)
 #                                      (FLOOR_ARGS: more decode.py options, e.g. "--experts 64")
 #   bash benchmarks/h200.sh drift      benchmarks/kernel_drift.py: where kernels and references part over steps
 #                                      (DRIFT_ARGS, e.g. "--no-sim")
@@ -111,9 +112,10 @@ for stage in "${@:-check}"; do
     # the extension first (about 80 s on a fresh machine, cached after): the decode's kernels need it
     run floor-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
     run floor-tests.txt 90 python -m pytest -q -rfE -p no:cacheprovider tests/kernels -k "bf16_linear or bf16_weights"
+    run floor-kernels.txt 120 python benchmarks/kernels.py --only bf16 --json "$OUT/floor-kernels.json"
     run floor-depth.txt 300 python benchmarks/decode.py --depths 2,8 --batches 1,8,32 --steps 30 ${FLOOR_ARGS:-}
     run floor-profile.txt 150 python benchmarks/decode.py --depths 2,3 --batches 1,8 --steps 10 --layer-profile 1,2 ${FLOOR_ARGS:-}
-    grep -E "build|exit" "$OUT/floor-build.txt"; summary floor-tests.txt; grep -E "^ *[0-9]+ +[0-9.]+ |depths|bandwidth|LM head|Error|^exit" "$OUT/floor-depth.txt"
+    grep -E "build|exit" "$OUT/floor-build.txt"; summary floor-tests.txt; grep -E "bf16_linear|FAILED|^exit" "$OUT/floor-kernels.txt"; grep -E "^ *[0-9]+ +[0-9.]+ |depths|bandwidth|LM head|Error|^exit" "$OUT/floor-depth.txt"
     grep -E "^== layer|weight-streaming|projected|Error|^exit" "$OUT/floor-profile.txt" ;;
   drift)
     run drift.txt 300 python benchmarks/kernel_drift.py ${DRIFT_ARGS:-}; tail -30 "$OUT/drift.txt" ;;

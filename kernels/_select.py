@@ -27,6 +27,7 @@ KERNELS = {
     "mhc_pre": ("mhc", "mhc_pre", "mhc_pre_ref"),
     "mhc_post": ("mhc", "mhc_post", "mhc_post_ref"),
     "mhc_head": ("mhc", "mhc_head", "mhc_head_ref"),
+    "mhc_pre_norm": ("mhc", "mhc_pre_norm", "mhc_pre_norm_ref"),
     "penalize_scale": ("sampling", "penalize_scale", "penalize_scale_ref"),
     "sample_pick": ("sampling", "sample_pick", "sample_pick_ref"),
     "decode_attention": ("attention", "decode_attention", "attention_ref"),

@@ -183,6 +183,17 @@ def mhc_pre(rows: int = 8, hc: int = 4, d: int = 4096) -> Target:
                   name=f"mhc_pre[{rows}x{hc}x{d}]", device=dev)
 
 
+def mhc_pre_norm(rows: int = 8, hc: int = 4, d: int = 4096) -> Target:
+    """The fused pre + Sinkhorn + RMSNorm prototype: X and the mix fresh each step; scale, base, norm weight fixed."""
+    from .mhc import mhc_pre_norm as fn
+    width = (2 + hc) * hc
+    dev, inputs = _mhc_inputs(rows, hc, d, width)
+    scale, base = (torch.rand(3, generator=_gen(-1)) + 0.5).to(dev), torch.randn(width, generator=_gen(-2)).to(dev)
+    w = (torch.rand(d, generator=_gen(-3)) + 0.5).to(dev)
+    return Target(step=lambda a: fn(a[0], a[1], scale, base, 1e-6, 1e-6, 20, w, 1e-6), make_inputs=inputs,
+                  state=dict, name=f"mhc_pre_norm[{rows}x{hc}x{d}]", device=dev)
+
+
 def mhc_head(rows: int = 8, hc: int = 4, d: int = 4096) -> Target:
     from .mhc import mhc_head as fn
     dev, inputs = _mhc_inputs(rows, hc, d, hc)

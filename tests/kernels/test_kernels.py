@@ -149,7 +149,7 @@ def test_kvcache_reference_matches_the_weight_dequant():
                                      "fp4_gemv", "routed_experts", "sinkhorn", "fp8_fake_quant", "fp4_fake_quant",
                                      "rms_norm", "rope_tail", "mhc_pre", "mhc_post", "mhc_head", "sample_pick",
                                      "penalize_scale", "decode_attention", "index_scores",
-                                     "topk_blocks", "bf16_linear"])
+                                     "topk_blocks", "bf16_linear", "mhc_pre_norm"])
 def test_kernel_targets_capture_clean(factory):
     """On CPU this is the emulation over the references; on a GPU, real capture of the kernels."""
     assert capture_test(getattr(targets, factory)(), steps=2) == []
@@ -887,6 +887,67 @@ def test_bf16_linear_parity(B, N, K):
     assert err <= 5e-7 and err32 <= 1e-6, (err, err32, (fp32.double() - exact).abs().max().item() / m)
     assert torch.equal(bf16_linear(x, w), got)
     assert not torch.allclose(got, F.linear(x, w.roll(1, 0).float()), atol=1e-3)
+
+
+MHC_PRE_NORM_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.mhc.triton_kernel import mhc_pre_norm_triton, mhc_pre_triton
+    from dsv4_kernels.mhc.reference import mhc_pre_norm_ref
+    from dsv4_kernels.sinkhorn.triton_kernel import sinkhorn_triton
+    from dsv4_kernels.rms_norm.triton_kernel import rms_norm_triton
+    g = torch.Generator().manual_seed(6)
+    def close(a, b):
+        return a.shape == b.shape and (a - b).abs().max().item() <= 1e-5 * (1 + b.abs().max().item())
+    bad = []
+    # fp32 only (the interpreter truncates fp32 -> bf16); hc 4 (Flash), 3 and 2 (padded tiles), d off a power of 2
+    for B, S, hc, d, scale in ((3, 1, 4, 96, 2.0), (2, 1, 4, 4096, 2.0), (5, 1, 3, 40, 2.0), (1, 2, 2, 7, 2.0),
+                               (3, 1, 4, 96, 1e-3)):
+        X = torch.randn(B, S, hc, d, generator=g) * scale
+        W = (2 + hc) * hc
+        mix = X.flatten(-2) @ (torch.randn(W, hc * d, generator=g) * 0.05).T
+        sc, base = torch.rand(3, generator=g) + 0.5, torch.randn(W, generator=g)
+        w = torch.rand(d, generator=g) + 0.5
+        got = mhc_pre_norm_triton(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+        want = mhc_pre_norm_ref(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+        bad += [] if all(close(a, b) for a, b in zip(got, want)) else [f"ref {B, S, hc, d, scale}"]
+        # the three launches it replaces, chained: the same operations in the same order
+        x, post, logits = mhc_pre_triton(X, mix, sc, base, 1e-6, 1e-6)
+        chain = (rms_norm_triton(x, w, 1e-6), post, sinkhorn_triton(logits, 20, 1e-6))
+        bad += [] if all(torch.equal(a, b) for a, b in zip(got, chain)) else [f"chain {B, S, hc, d, scale}"]
+    # bf16 streams (the model's): x is rounded to bf16 before its norm, as the chain stores and re-reads it (both
+    # sides go through the interpreter's own conversion, so the chain still checks the bits)
+    X = (torch.randn(3, 1, 4, 96, generator=g) * 2).bfloat16()
+    mix = X.flatten(-2).float() @ (torch.randn(24, 384, generator=g) * 0.05).T
+    sc, base, w = torch.rand(3, generator=g) + 0.5, torch.randn(24, generator=g), torch.rand(96, generator=g) + 0.5
+    got = mhc_pre_norm_triton(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+    x, post, logits = mhc_pre_triton(X, mix, sc, base, 1e-6, 1e-6)
+    chain = (rms_norm_triton(x, w, 1e-6), post, sinkhorn_triton(logits, 20, 1e-6))
+    bad += [] if got[0].dtype == torch.bfloat16 and all(torch.equal(a, b) for a, b in zip(got, chain)) else ["chain bf16"]
+    print("BAD", bad)
+""")
+
+
+def test_mhc_pre_norm_under_the_interpreter():
+    """The fused pre + Sinkhorn + RMSNorm prototype: within fp32 rounding of the reference composition, and bit for
+    bit the three Triton kernels it replaces chained (under the interpreter; on the GPU the compiler may order the
+    reductions differently: the decode does not use it yet)."""
+    _under_interpreter(MHC_PRE_NORM_INTERPRET, timeout=600)
+
+
+def test_mhc_pre_norm_reference_and_errors():
+    from dsv4_kernels.mhc import mhc_pre_norm, mhc_pre_norm_ref, mhc_pre_ref
+    from dsv4_kernels.rms_norm.reference import rms_norm_ref
+    from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
+    g = torch.Generator().manual_seed(8)
+    X = torch.randn(2, 1, 4, 16, generator=g)
+    mix, sc, base, w = torch.randn(2, 1, 24, generator=g), torch.rand(3) + 0.5, torch.randn(24, generator=g), torch.rand(16)
+    h, post, comb = mhc_pre_norm(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+    x, post0, logits = mhc_pre_ref(X, mix, sc, base, 1e-6, 1e-6)
+    assert torch.equal(h, rms_norm_ref(x, w, 1e-6)) and torch.equal(post, post0)
+    assert torch.equal(comb, sinkhorn_ref(logits, 20, 1e-6))
+    assert kernels.select("mhc_pre_norm", "cpu") is mhc_pre_norm_ref
+    with pytest.raises(ValueError, match=r"mhc_pre_norm: weight has shape \(15,\), expected \(16,\)"):
+        mhc_pre_norm(X, mix, sc, base, 1e-6, 1e-6, 20, w[:15], 1e-6)
 
 
 def test_small_kernels_select_references_on_cpu():

@@ -13,6 +13,11 @@
 #   bash benchmarks/h200.sh decode     benchmarks/decode.py: eager, graph replay, reduce-overhead, HBM floor, both
 #                                      configs at B=1 and 8 (DECODE_ARGS, default "--compile-rows tiny:1,tiny:8,flash:1")
 #   bash benchmarks/h200.sh profile    the Flash decode step's kernel profile (decode.py --profile, no compile)
+#   bash benchmarks/h200.sh floor      issue 37: benchmarks/decode.py --depths 2,8 at B=1, 8, 32 (per layer, graph nodes,
+#                                      kernels, the stored-bytes floor, the 43-layer projection), layers 1 (HCA) and 2
+#                                      (CSA) profiled kernel by kernel at B=1 and 8, the bf16 head kernel's tests and
+#                                      its A/B against the fp32 rows kernel (benchmarks/kernels.py --only bf16)
+#                                      (FLOOR_ARGS: more decode.py options, e.g. "--experts 64")
 #   bash benchmarks/h200.sh drift      benchmarks/kernel_drift.py: where kernels and references part over steps
 #                                      (DRIFT_ARGS, e.g. "--no-sim")
 #   bash benchmarks/h200.sh thirdparty the third-party verdict table on CUDA
@@ -92,7 +97,7 @@ for stage in "${@:-check}"; do
   targets)
     for t in compressor_reduce_csa compressor_reduce_hca nvfp4_kvcache fused_swiglu fp4_gemv routed_experts sinkhorn \
              fp8_fake_quant fp4_fake_quant rms_norm rope_tail mhc_pre mhc_post mhc_head sample_pick penalize_scale \
-             decode_attention index_scores topk_blocks; do
+             decode_attention index_scores topk_blocks bf16_linear mhc_pre_norm; do
       echo "== capture dsv4_kernels.targets:$t"
       timeout 60 python -m graphcheck capture "dsv4_kernels.targets:$t" --device cuda 2>&1 | grep -E "GC0|clean|passed|Error" | cut -c1-220
     done > "$OUT/targets-capture.txt" 2>&1
@@ -106,6 +111,15 @@ for stage in "${@:-check}"; do
   profile)
     run profile.txt 300 python benchmarks/decode.py --configs flash --batches 1,8 --no-compile --profile --steps 20
     grep -E "^flash |config|bandwidth|Error|decoder step|sampler" "$OUT/profile.txt" ;;
+  floor)
+    # the extension first (about 80 s on a fresh machine, cached after): the decode's kernels need it
+    run floor-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    run floor-tests.txt 90 python -m pytest -q -rfE -p no:cacheprovider tests/kernels -k "bf16_linear or bf16_weights"
+    run floor-kernels.txt 120 python benchmarks/kernels.py --only bf16 --json "$OUT/floor-kernels.json"
+    run floor-depth.txt 300 python benchmarks/decode.py --depths 2,8 --batches 1,8,32 --steps 30 ${FLOOR_ARGS:-}
+    run floor-profile.txt 150 python benchmarks/decode.py --depths 2,3 --batches 1,8 --steps 10 --layer-profile 1,2 ${FLOOR_ARGS:-}
+    grep -E "build|exit" "$OUT/floor-build.txt"; summary floor-tests.txt; grep -E "bf16_linear|FAILED|^exit" "$OUT/floor-kernels.txt"; grep -E "^ *[0-9]+ +[0-9.]+ |depths|bandwidth|LM head|Error|^exit" "$OUT/floor-depth.txt"
+    grep -E "^== layer|weight-streaming|projected|Error|^exit" "$OUT/floor-profile.txt" ;;
   drift)
     run drift.txt 300 python benchmarks/kernel_drift.py ${DRIFT_ARGS:-}; tail -30 "$OUT/drift.txt" ;;
   thirdparty)
@@ -129,7 +143,7 @@ for stage in "${@:-check}"; do
     run cutedsl-bench.txt 330 python benchmarks/cutedsl.py --out "$OUT" ${CUTEDSL_ARGS:-}
     summary cutedsl-pytest.txt cutedsl-memcheck.txt
     grep -E "^==|CAUGHT|MISSED|clean|FINDINGS|^\|" "$OUT/cutedsl-bench.txt" ;;
-  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, drift, thirdparty, ncu, ab or cutedsl" >&2; exit 2 ;;
+  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, floor, drift, thirdparty, floor, ncu, ab or cutedsl" >&2; exit 2 ;;
   esac
 done
 if [ -s "$OUT/.failed" ]; then echo "h200.sh: non-zero exit in: $(tr '\n' ' ' < "$OUT/.failed")" >&2; exit 1; fi

@@ -334,17 +334,26 @@ class GraphSafeDecoder(nn.Module):
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """tokens [n], pos [n] (device) -> fp32 logits [n, V]; state rows [0, n) are updated in place."""
         model, n = self.model, tokens.shape[0]
-        rows = self.rows[:n]
         pos = pos.clamp(max=self.capacity - 1)        # rows past capacity (idle padding) never index out of range
         ids = tokens.view(n, 1)
         X = model.embed(ids).unsqueeze(2).repeat(1, 1, model.args.hc_mult, 1)         # [n,1,hc,d]
-        ix = StepIndex(pos, rows, {False: model.rope_main, True: model.rope_compress})
-        for blk, st in zip(model.layers, self.layers):
-            x, post, comb = blk.hc_attn.pre(X)
-            X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), ix, blk.compressed), X, post, comb)
-            x, post, comb = blk.hc_ffn.pre(X)
-            X = blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids, self.experts), X, post, comb)
+        ix = self.index(pos, n)
+        for i in range(len(self.layers)):
+            X = self.block(i, X, ids, ix, n)
         return model._logits(X)[:, -1]
+
+    def index(self, pos: torch.Tensor, n: int) -> StepIndex:
+        """The step's position-derived tensors (made on first use, shared by every layer)."""
+        return StepIndex(pos, self.rows[:n], {False: self.model.rope_main, True: self.model.rope_compress})
+
+    def block(self, i: int, X: torch.Tensor, ids: torch.Tensor, ix: StepIndex, n: int) -> torch.Tensor:
+        """Layer i of the step: X [n,1,hc,d] -> X; its state rows [0, n) updated in place (benchmarks/decode.py
+        captures it alone for the per-layer profile)."""
+        blk, st = self.model.layers[i], self.layers[i]
+        x, post, comb = blk.hc_attn.pre(X)
+        X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), ix, blk.compressed), X, post, comb)
+        x, post, comb = blk.hc_ffn.pre(X)
+        return blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids, self.experts), X, post, comb)
 
     @torch.inference_mode()
     def step(self, n: int | None = None) -> torch.Tensor:

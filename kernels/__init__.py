@@ -3,10 +3,11 @@ at load."""
 from ._select import KERNELS, available, compiled, select  # noqa: F401
 from .act_quant import fp4_fake_quant, fp8_fake_quant  # noqa: F401
 from .attention import decode_attention  # noqa: F401
+from .bf16_gemv import bf16_linear  # noqa: F401
 from .compressor_reduce import compressor_reduce  # noqa: F401
 from .fused_swiglu import fused_swiglu  # noqa: F401
 from .indexer import gather_picks, index_scores, topk_blocks  # noqa: F401
-from .mhc import mhc_head, mhc_post, mhc_pre  # noqa: F401
+from .mhc import mhc_head, mhc_post, mhc_pre, mhc_pre_norm  # noqa: F401
 from .moe_gemv import fp4_gemv, routed_experts  # noqa: F401
 from .nvfp4_kvcache import dequantize_nvfp4_kvcache  # noqa: F401
 from .rms_norm import rms_norm  # noqa: F401

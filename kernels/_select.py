@@ -27,12 +27,14 @@ KERNELS = {
     "mhc_pre": ("mhc", "mhc_pre", "mhc_pre_ref"),
     "mhc_post": ("mhc", "mhc_post", "mhc_post_ref"),
     "mhc_head": ("mhc", "mhc_head", "mhc_head_ref"),
+    "mhc_pre_norm": ("mhc", "mhc_pre_norm", "mhc_pre_norm_ref"),
     "penalize_scale": ("sampling", "penalize_scale", "penalize_scale_ref"),
     "sample_pick": ("sampling", "sample_pick", "sample_pick_ref"),
     "decode_attention": ("attention", "decode_attention", "attention_ref"),
     "index_scores": ("indexer", "index_scores", "index_scores_ref"),
     "topk_blocks": ("indexer", "topk_blocks", "topk_blocks_ref"),
     "gather_picks": ("indexer", "gather_picks", "gather_picks_ref"),
+    "bf16_linear": ("bf16_gemv", "bf16_linear", "bf16_linear_ref"),
 }
 # The kernels that also have a CuTeDSL implementation (`<package>/cutedsl_kernel.py`, class `CompiledKernels`:
 # built for the model's shapes and compiled for every bucket at load, see `compiled`), and those of them the decode

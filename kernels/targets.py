@@ -88,6 +88,19 @@ def fp4_gemv(batch: int = 1, n: int = 2048, k: int = 2048, fmt: str = "nvfp4") -
     return Target(step=lambda x: fn(x, w), make_inputs=inputs, state=dict, name=f"fp4_gemv[{fmt}, b={batch}]", device=dev)
 
 
+def bf16_linear(batch: int = 8, n: int = 1024, k: int = 4096) -> Target:
+    """fp32 rows against a bf16 weight (the CSA compressor's shape: its K is split, the partial sums added after)."""
+    from .bf16_gemv import bf16_linear as fn
+    dev = _dev()
+    w = (torch.randn(n, k, generator=_gen(-1)) / k ** 0.5).to(dev, torch.bfloat16)
+
+    def inputs(i):
+        return torch.randn(batch, k, generator=_gen(i)).to(dev)
+
+    return Target(step=lambda x: fn(x, w), make_inputs=inputs, state=dict, name=f"bf16_linear[b={batch}, {n}x{k}]",
+                  device=dev)
+
+
 def routed_experts(tokens: int = 4, experts: int = 16, topk: int = 6, dim: int = 512, inter: int = 256,
                    fmt: str = "mxfp4") -> Target:
     """Expert ids and routing weights are fresh device tensors each step: replay must follow them."""
@@ -168,6 +181,17 @@ def mhc_pre(rows: int = 8, hc: int = 4, d: int = 4096) -> Target:
     scale, base = (torch.rand(3, generator=_gen(-1)) + 0.5).to(dev), torch.randn(width, generator=_gen(-2)).to(dev)
     return Target(step=lambda a: fn(a[0], a[1], scale, base, 1e-6, 1e-6), make_inputs=inputs, state=dict,
                   name=f"mhc_pre[{rows}x{hc}x{d}]", device=dev)
+
+
+def mhc_pre_norm(rows: int = 8, hc: int = 4, d: int = 4096) -> Target:
+    """The fused pre + Sinkhorn + RMSNorm prototype: X and the mix fresh each step; scale, base, norm weight fixed."""
+    from .mhc import mhc_pre_norm as fn
+    width = (2 + hc) * hc
+    dev, inputs = _mhc_inputs(rows, hc, d, width)
+    scale, base = (torch.rand(3, generator=_gen(-1)) + 0.5).to(dev), torch.randn(width, generator=_gen(-2)).to(dev)
+    w = (torch.rand(d, generator=_gen(-3)) + 0.5).to(dev)
+    return Target(step=lambda a: fn(a[0], a[1], scale, base, 1e-6, 1e-6, 20, w, 1e-6), make_inputs=inputs,
+                  state=dict, name=f"mhc_pre_norm[{rows}x{hc}x{d}]", device=dev)
 
 
 def mhc_head(rows: int = 8, hc: int = 4, d: int = 4096) -> Target:

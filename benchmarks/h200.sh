@@ -26,8 +26,10 @@
 #   bash benchmarks/h200.sh ab         benchmarks/kernel_ab.py: the tree's FP4 decode kernels against each variant
 #                                      waiting in benchmarks/ab/*.patch (AB_ARGS, e.g. "--only gemv1 my.patch")
 #   bash benchmarks/h200.sh cutedsl    CuTeDSL (staged first: ../shared/device/stage-cutedsl.sh, into /root/site): the
-#                                      CuTeDSL tests beside a memcheck of their parity tests, then benchmarks/cutedsl.py
-#                                      (clamp-order mutant, planted hazards, capture over 300 replays, A/B at B=1,8,32)
+#                                      CuTeDSL tests beside a memcheck of their parity tests, then benchmarks/cutedsl.py's
+#                                      clamp-order mutant and planted hazards
+#   bash benchmarks/h200.sh cutedsl-bench  benchmarks/cutedsl.py's capture of the CuTeDSL targets over 300 replays and
+#                                      the A/B against the current kernels at B=1,8,32 (builds the CUDA C++ path first)
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
@@ -134,16 +136,20 @@ for stage in "${@:-check}"; do
     grep -vE "^\s*$|Warning|warn" "$OUT/ab.txt" | tail -30 ;;
   cutedsl)
     export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
-    run cutedsl-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
-    run cutedsl-pytest.txt 300 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_cutedsl.py \
+    run cutedsl-pytest.txt 330 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_cutedsl.py \
       tests/graphcheck/test_cutedsl_runtime.py &
-    run cutedsl-memcheck.txt 300 compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 3 \
+    run cutedsl-memcheck.txt 330 compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 3 \
       python -m pytest -q -p no:cacheprovider tests/kernels/test_cutedsl.py -k "gather_picks or clamps or parity and 5-4-2" &
     wait
-    run cutedsl-bench.txt 330 python benchmarks/cutedsl.py --out "$OUT" ${CUTEDSL_ARGS:-}
+    run cutedsl-checks.txt 200 python benchmarks/cutedsl.py --out "$OUT" --only mutation,hazards
     summary cutedsl-pytest.txt cutedsl-memcheck.txt
-    grep -E "^==|CAUGHT|MISSED|clean|FINDINGS|^\|" "$OUT/cutedsl-bench.txt" ;;
-  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, floor, drift, thirdparty, floor, ncu, ab or cutedsl" >&2; exit 2 ;;
+    grep -E "^==|CAUGHT|MISSED|CLEAN|FINDINGS|clamp order" "$OUT/cutedsl-checks.txt" ;;
+  cutedsl-bench)
+    export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
+    run cutedsl-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    run cutedsl-bench.txt 380 python benchmarks/cutedsl.py --out "$OUT" --only ${CUTEDSL_ONLY:-capture,ab}
+    grep -E "^==|clean|FINDINGS|^\|" "$OUT/cutedsl-bench.txt" ;;
+  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, floor, drift, thirdparty, ncu, ab, cutedsl or cutedsl-bench" >&2; exit 2 ;;
   esac
 done
 if [ -s "$OUT/.failed" ]; then echo "h200.sh: non-zero exit in: $(tr '\n' ' ' < "$OUT/.failed")" >&2; exit 1; fi

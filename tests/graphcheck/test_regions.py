@@ -288,6 +288,22 @@ def test_a_runtime_row_takes_the_region_the_static_layer_knows_for_its_line(tmp_
     assert all(f.region == "captured" for f in merge([], runtime[:3]))    # no static layer: the step is captured
 
 
+def test_a_capture_row_is_captured_whatever_the_source_says_around_its_line(tmp_path):
+    """The capture ran the step as one graph: a failure at a line inside an allow-block is still a failed capture,
+    and the gate must count it (the static row it links to moves with it)."""
+    res = _scan_fixture(tmp_path)
+    src = (FIXTURES / "regions.py").read_text().splitlines()
+    allowed_line = next(i for i, s in enumerate(src, 1) if "m = x.max().item()" in s)
+    static = [f for f in res.findings if f.line == allowed_line]
+    assert static and all(f.region == "allowed" for f in static)
+    runtime = [Finding("GC001", "capture", "regions.py", allowed_line, 0, "Runner.forward", "capture failed")]
+    rows = merge(static, runtime, res.regions.for_runtime)
+    assert {f.region for f in rows if f.line == allowed_line} == {"captured"}
+    alone = merge([], [Finding("GC001", "capture", "regions.py", allowed_line, 0, "Runner.forward", "failed")],
+                  res.regions.for_runtime)
+    assert [f.region for f in alone] == ["captured"]
+
+
 def test_explain_regions_documents_every_region_and_key(tmp_path):
     r = gc(tmp_path, "explain", "regions")
     assert r.returncode == 0

@@ -271,7 +271,8 @@ def _device_events(prof, cuda: bool) -> list:
     """The profiled kernels (CUDA; memcpy/memset apart) or top-level aten ops (CPU), in start order."""
     from torch.autograd import DeviceType
     if cuda:
-        ev = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
+        ev = [e for e in prof.events()
+              if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
     else:
         ev = [e for e in prof.events() if e.name.startswith("aten::") and e.cpu_parent is None]
     return sorted(ev, key=lambda e: e.time_range.start)
@@ -384,8 +385,8 @@ def depth_point(cfg: str, layers: int, batches: list[int], steps: int, device: s
         try:
             out[b] = _depth_batch(cfg, layers, model, args, b, steps, cuda, profile, bw, head=b == batches[0])
         except Exception as e:  # noqa: BLE001 - one batch that fails (memory, a kernel's limit) must not lose the rest
-            print(f"  {cfg} depth {layers} B={b}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
-                  flush=True)
+            why = str(e).splitlines()[0][:300] if str(e) else ""
+            print(f"  {cfg} depth {layers} B={b}: FAILED {type(e).__name__}: {why}", flush=True)
         if cuda:
             torch.cuda.empty_cache()
     return out

@@ -950,6 +950,33 @@ def test_mhc_pre_norm_reference_and_errors():
         mhc_pre_norm(X, mix, sc, base, 1e-6, 1e-6, 20, w[:15], 1e-6)
 
 
+@cuda
+@pytest.mark.parametrize("rows", [1, 8])
+def test_mhc_pre_norm_parity(rows):
+    """At Flash's mHC (hc 4, dim 4096, bf16 streams) against the three kernels it replaces, chained: post and comb
+    within fp32 rounding, the normalised stream within one bf16 rounding (the compiler may order a reduction
+    differently in one program than in three), deterministic."""
+    from dsv4_kernels.mhc import mhc_pre, mhc_pre_norm
+    from dsv4_kernels.rms_norm import rms_norm
+    from dsv4_kernels.sinkhorn import sinkhorn
+    assert kernels.available("mhc_pre_norm")[0]
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    X = (torch.randn(rows, 1, 4, 4096, device="cuda", generator=g) * 2).bfloat16()
+    mix = X.flatten(-2).float() @ (torch.randn(24, 16384, device="cuda", generator=g) * 0.01).T
+    sc, base = torch.rand(3, device="cuda", generator=g) + 0.5, torch.randn(24, device="cuda", generator=g)
+    w = torch.rand(4096, device="cuda", generator=g) + 0.5
+    _poison(rows * 4096 * 4)
+    h, post, comb = mhc_pre_norm(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+    x, post1, logits = mhc_pre(X, mix, sc, base, 1e-6, 1e-6)
+    h1, comb1 = rms_norm(x, w, 1e-6), sinkhorn(logits, 20, 1e-6)
+    assert h.dtype == torch.bfloat16 and torch.isfinite(h.float()).all()
+    torch.testing.assert_close(post, post1, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(comb, comb1, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(h.float(), h1.float(), rtol=8e-3, atol=1e-3)
+    again = mhc_pre_norm(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(again, (h, post, comb)))
+
+
 def test_small_kernels_select_references_on_cpu():
     from dsv4_kernels.act_quant import fp4_fake_quant_ref, fp8_fake_quant_ref
     from dsv4_kernels.rms_norm import rms_norm_ref

@@ -703,7 +703,7 @@ def cuda_shims():
 
 
 @contextlib.contextmanager
-def placing(device: str | None):
+def placing(device: str | None, factory: bool = False):
     """Run code that is not audited (a target's factory, the warm-up steps) with the placement of the tensors it
     makes followed as the audited step's are, on a CPU run: a factory without a device, Python data or a literal host
     device make host tensors, the run's device expression device ones, `.to(device)` a device copy. So a part built
@@ -728,9 +728,10 @@ def placing(device: str | None):
         finally:
             audit.enabled = False
             alive = [t for r in audit.host_made if (t := r()) is not None and getattr(t, _TAG, False)]
-            if not audit.device_named:
-                # Code that never names the run's device (every tensor made without one: a CPU program, such as a
-                # gloo-sharded step) has no device to tell the host from: nothing it made is host.
+            if factory and not audit.device_named:
+                # A factory that never names the run's device (every tensor made without one: a CPU program, such
+                # as a gloo-sharded step) has no device to tell the host from: nothing it made is host. (Warm-up
+                # steps keep what they made: the factory already said whether the target knows a device.)
                 made.extend(alive)
             for t in made:
                 if isinstance(t, torch.Tensor) and getattr(t, _TAG, False):

@@ -103,27 +103,17 @@ class Attention(nn.Module):
         mask = torch.cat(valid + [torch.ones(1, K.shape[2] - self.W, dtype=torch.bool, device=K.device)], 1)
         return self._attend(q, K, mask.unsqueeze(0), cs[pos:pos + 1])
 
-    def window_order(self, pos):
-        """The ring slots oldest first [W] (pos an int, or a device tensor [n] -> [n, W]): the official window index
-        list (`get_window_topk_idxs`). Until the ring fills, slot = position: the order is the identity."""
-        ar = torch.arange(self.W, device=self.kv_window.device)
-        if isinstance(pos, int):
-            return (ar + (pos + 1)) % self.W if pos >= self.W - 1 else ar
-        start = torch.where(pos >= self.W - 1, (pos + 1) % self.W, 0)
-        return (start[:, None] + ar) % self.W
+    def window_keys(self, window: torch.Tensor, pos: int) -> torch.Tensor:
+        """The window ring [B, W, D] in the official key order (`get_window_topk_idxs`): oldest first. Until the ring
+        fills, slot = position: the identity. (The graph-safe step orders it from device positions:
+        decode.StepIndex.window_order.)"""
+        ar = torch.arange(self.W, device=window.device)
+        return window[:, (ar + (pos + 1)) % self.W] if pos >= self.W - 1 else window
 
-    def window_keys(self, window: torch.Tensor, pos) -> torch.Tensor:
-        """The window ring [n, W, D] in the official key order: oldest first."""
-        order = self.window_order(pos)
-        if order.dim() == 1:
-            return window[:, order]
-        return torch.gather(window, 1, order.unsqueeze(-1).expand(-1, -1, window.shape[-1]))
-
-    def window_valid(self, pos) -> torch.Tensor:
-        """Which of the ordered window keys hold a token: [1, W] (pos an int) or [n, W]: the first pos+1 until the
-        ring fills (the official list pads with -1 after them), then all."""
-        ar = torch.arange(self.W, device=self.kv_window.device)
-        return (ar[None, :] <= pos) if isinstance(pos, int) else (ar[None, :] <= pos[:, None])
+    def window_valid(self, pos: int) -> torch.Tensor:
+        """Which of the ordered window keys hold a token [1, W]: the first pos+1 until the ring fills (the official
+        list pads with -1 after them), then all."""
+        return torch.arange(self.W, device=self.kv_window.device)[None, :] <= pos
 
     # -- prefill: the same visibility rules as masks ----------------------------------------------------------
     def prefill(self, x: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:

@@ -109,6 +109,17 @@ class StepIndex:
         pos = self.pos
         return self._once(("window", W), lambda: (pos % W, torch.arange(W, device=pos.device)[None, :] <= pos[:, None]))
 
+    def window_order(self, W: int) -> torch.Tensor:
+        """The ring slots oldest first [n, W] (the official window index list): from the slot after the current one
+        once the ring is full, the identity before. From the ring slot, without another remainder."""
+        def make():
+            slot, _ = self.window(W)
+            nxt = slot + 1
+            start = torch.where((self.pos >= W - 1) & (nxt < W), nxt, 0)
+            order = start[:, None] + torch.arange(W, device=slot.device)[None, :]
+            return torch.where(order >= W, order - W, order)
+        return self._once(("window_order", W), make)
+
     def blocks(self, m: int, overlap: bool, N: int) -> tuple[torch.Tensor, ...]:
         """For blocks of m with N slots: (open block's state slot [n], block index [n] (clamped into N), closes
         [n, 1], closed blocks [n], valid compressed slots [n, N])."""
@@ -153,7 +164,8 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
     window.index_put_((ix.rows, slot), kv[:, 0])
     # oldest first, as the official index list (the order of the 64-key blocks of the attention's online softmax);
     # the valid slots of the ordered ring are the same first pos+1 (all once it is full)
-    keys, masks = [attn.window_keys(window, ix.pos)], [win_valid]
+    order = ix.window_order(window.shape[1])
+    keys, masks = [torch.gather(window, 1, order.unsqueeze(-1).expand(-1, -1, window.shape[-1]))], [win_valid]
     sel = None
     xf = x.float() if attn.compressor is not None else None     # one cast for the (up to) four fp32 projections
     if attn.indexer is not None:

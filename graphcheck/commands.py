@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .config import Config, ConfigError, load_config
 from .findings import UNCHECKED, Finding
-from .io import OutputError, check_output, stdout_to_stderr, write_atomic
+from .io import OutputError, check_output, stdout_to_stderr
+from .report.output import finish
 from .result import Result, classify
 
 
@@ -46,27 +47,6 @@ def _format(args, cfg: Config | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- output
-
-
-def finish(result: Result, args, fmt: str) -> int:
-    """Render, write to -o or stdout, name on stderr what could not be checked, return the exit code."""
-    from .report.render import render, summary_line
-    to_file = args.output is not None and str(args.output) != "-"      # `-o -` is stdout
-    color = not to_file and fmt in ("full", "text") and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    text = render(result, fmt, statistics=args.statistics, quiet=args.quiet, color=color)
-    if to_file:
-        try:
-            write_atomic(args.output, text)
-        except OSError as e:
-            raise OutputError(f"-o {args.output}: cannot write it ({e.strerror or e})") from None
-        if not args.quiet:
-            print(f"wrote {args.output}: {summary_line(result)}")
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    for p in result.problems:
-        print(f"graphcheck: error: {p}", file=sys.stderr)
-    return result.exit_code(args.exit_zero)
 
 
 def _check_out(args, cfg: Config | None, *extra) -> None:

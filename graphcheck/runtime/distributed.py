@@ -506,11 +506,11 @@ def main(argv: list[str] | None = None) -> int:
     dist.gather_object(res, gathered, dst=0)
     code = 0
     if dist.get_rank() == 0:
-        from ..commands import finish
+        from ..report.output import finish
         from ..result import classify
         found = merge_results(gathered, kind)
         result = classify(a.layer, found, None, layers={kind: {"targets": 1, "findings": len(found)}}, targets=[a.target])
-        out = argparse.Namespace(output=a.output, statistics=False, quiet=False)
+        out = argparse.Namespace(output=a.output, statistics=False, quiet=False, exit_zero=False)
         code = finish(result, out, a.output_format)
     dist.destroy_process_group()
     return code

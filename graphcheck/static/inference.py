@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from ..rules._base import dotted
+from ..vocab import dotted
 
 DEV, TENSOR, HOST, PINNED, NP, PY = "dev", "tensor", "host", "pinned", "numpy", "py"
 TENSORS = (DEV, TENSOR, HOST, PINNED)

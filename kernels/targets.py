@@ -2,12 +2,37 @@
 
 Each step runs the kernel (or its reference without a GPU) on fresh inputs; the capture layer checks that it
 records into the graph (no stream-0 launch) and that replay on new data matches eager bit for bit.
+
+A package in the record form keeps its targets in its own `target.py` and names them in its `KERNEL` record; this
+module serves them under the same `dsv4_kernels.targets:NAME` (`__getattr__` below), so the capture commands and
+the tests find a new kernel's targets without an edit here.
 """
 from __future__ import annotations
 
 import torch
 
 from graphcheck.target import Target
+
+
+def __getattr__(name: str):
+    """A target a package's record names, from that package's target.py."""
+    import importlib
+
+    from ._select import PACKAGES
+    for pkg, rec in PACKAGES.items():
+        if any(name in op.targets for op in rec.ops):
+            mod = importlib.import_module(f"{__package__}.{pkg}.target")
+            if hasattr(mod, name):
+                return getattr(mod, name)
+            raise AttributeError(f"dsv4_kernels.{pkg}'s KERNEL record names the capture target {name!r}, "
+                                 f"but dsv4_kernels/{pkg}/target.py does not define it")
+    raise AttributeError(f"module 'dsv4_kernels.targets' has no capture target {name!r}")
+
+
+def names() -> list[str]:
+    """Every capture target the records name, in package order."""
+    from ._select import PACKAGES
+    return [t for rec in PACKAGES.values() for op in rec.ops for t in op.targets]
 
 
 def _dev() -> str:
@@ -63,16 +88,6 @@ def fused_swiglu(rows: int = 8, inter: int = 1024, layout: str = "split") -> Tar
         return (torch.randn(rows, 2 * inter, generator=_gen(k)) * 8).to(dev, dt)
 
     return Target(step=lambda h: fn(h, 10.0, layout), make_inputs=inputs, state=dict, name=f"fused_swiglu[{layout}]", device=dev)
-
-
-def sinkhorn(rows: int = 8, hc: int = 4) -> Target:
-    from . import sinkhorn as fn
-    dev = _dev()
-
-    def inputs(k):
-        return (torch.randn(rows, hc, hc, generator=_gen(k)) * 3).to(dev)
-
-    return Target(step=lambda z: fn(z, 20, 1e-6), make_inputs=inputs, state=dict, name="sinkhorn", device=dev)
 
 
 def fp4_gemv(batch: int = 1, n: int = 2048, k: int = 2048, fmt: str = "nvfp4") -> Target:

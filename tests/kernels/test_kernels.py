@@ -145,11 +145,7 @@ def test_kvcache_reference_matches_the_weight_dequant():
     assert torch.equal(kv, quant.dequant_nvfp4_weight(q["weight"], q["weight_scale"], q["weight_scale_2"], torch.float32))
 
 
-@pytest.mark.parametrize("factory", ["compressor_reduce_csa", "compressor_reduce_hca", "nvfp4_kvcache", "fused_swiglu",
-                                     "fp4_gemv", "routed_experts", "sinkhorn", "fp8_fake_quant", "fp4_fake_quant",
-                                     "rms_norm", "rope_tail", "mhc_pre", "mhc_post", "mhc_head", "sample_pick",
-                                     "penalize_scale", "decode_attention", "index_scores",
-                                     "topk_blocks"])
+@pytest.mark.parametrize("factory", targets.names())
 def test_kernel_targets_capture_clean(factory):
     """On CPU this is the emulation over the references; on a GPU, real capture of the kernels."""
     assert capture_test(getattr(targets, factory)(), steps=2) == []
@@ -330,13 +326,43 @@ def test_kernel_ab_stages_every_waiting_variant(tmp_path, monkeypatch):
 
 
 def test_only_the_e4m3_kernels_need_compute_capability_8_9():
-    """`available` asks 8.9 (Ada, Hopper) of the kernels that convert e4m3 and 8.0 of the others: the set must
-    follow the code, or an A100 loses kernels it could run (or gets one it cannot)."""
-    from dsv4_kernels._select import E4M3, KERNELS, min_capability
-    for name, (module, _, _) in KERNELS.items():
-        src = open(os.path.join(ROOT, "kernels", module, "triton_kernel.py")).read()
-        assert ("float8e4nv" in src) == (name in E4M3), name
-        assert min_capability(name) == ((8, 9) if name in E4M3 else (8, 0)), name
+    """`available` asks 8.9 (Ada, Hopper) of the kernels that convert e4m3 and 8.0 of the others: each record's
+    capability must follow its package's Triton code, or an A100 loses kernels it could run (or gets one it cannot)."""
+    from dsv4_kernels._select import PACKAGES, min_capability
+    for pkg, rec in PACKAGES.items():
+        src = open(os.path.join(ROOT, "kernels", pkg, "triton_kernel.py")).read()
+        assert rec.capability == ((8, 9) if "float8e4nv" in src else (8, 0)), pkg
+        for op in rec.ops:
+            assert min_capability(op.name) == rec.capability, op.name
+
+
+def test_every_kernel_record_is_complete():
+    """What a package's record names exists, so forgetting one of a kernel's parts fails here, not silently on the
+    GPU: every op has its capture target(s) in the package's target.py (each also served by dsv4_kernels.targets),
+    and GPU parity test(s) in this file, marked cuda; every capture target in the package's target.py is
+    named by the record (a target nobody captures is a check that never runs)."""
+    import ast
+    import importlib
+
+    from dsv4_kernels._select import PACKAGES
+    text = open(__file__).read()
+    tests = {n.name: {ast.unparse(d) for d in n.decorator_list} for n in ast.parse(text).body
+             if isinstance(n, ast.FunctionDef)}
+    for pkg, rec in PACKAGES.items():
+        named = {t for op in rec.ops for t in op.targets}
+        if os.path.exists(os.path.join(ROOT, "kernels", pkg, "target.py")):
+            mod = importlib.import_module(f"dsv4_kernels.{pkg}.target")
+            defined = {n for n, v in vars(mod).items() if callable(v) and getattr(v, "__module__", "") == mod.__name__
+                       and not n.startswith("_")}
+            assert defined <= named, f"{pkg}/target.py defines targets its record does not name: {defined - named}"
+        for op in rec.ops:
+            assert op.targets, f"{pkg}: op {op.name} names no capture target"
+            for t in op.targets:
+                assert callable(getattr(targets, t)), (pkg, t)
+            assert op.parity, f"{pkg}: op {op.name} names no parity test"
+            for name in op.parity:
+                assert name in tests, f"{pkg}: op {op.name} names parity test {name}, which is not in {__file__}"
+                assert tests[name] & {"cuda", "pytest.mark.cuda"}, f"{pkg}: parity test {name} is not marked cuda"
 
 
 # ---------------------------------------------------------------------------------------------- GPU only

@@ -15,6 +15,7 @@ from pathlib import Path
 from .config import Config, ConfigError, load_config
 from .findings import UNCHECKED, Finding
 from .io import OutputError, check_output, stdout_to_stderr
+from .options import DEFAULT_FORMAT, Output, Runtime
 from .report.output import finish
 from .result import Result, classify
 
@@ -43,7 +44,19 @@ def _codes(s: str | None) -> list[str]:
 
 
 def _format(args, cfg: Config | None) -> str:
-    return args.format or (cfg.format if cfg is not None else "full")
+    return args.format or (cfg.format if cfg is not None else DEFAULT_FORMAT)
+
+
+def _output(args, fmt: str) -> Output:
+    """The output options of a command that has the `output` group (cli.py)."""
+    return Output(format=fmt, file=args.output, statistics=args.statistics, quiet=args.quiet, exit_zero=args.exit_zero)
+
+
+def _runtime(args, cfg: Config) -> Runtime:
+    """The runtime options of a command with `--device`/`--nproc` (cli.py), over the configured steps and warm-up;
+    the one place the runtime layers' settings are read from the command line."""
+    return Runtime(steps=getattr(args, "steps", None) or cfg.steps, warmup=cfg.warmup, device=args.device,
+                   strict=getattr(args, "strict", False), nproc=args.nproc)
 
 
 # ---------------------------------------------------------------------------------------------------- output
@@ -137,7 +150,7 @@ def cmd_scan(args, cfg: Config) -> int:
                                              scope_warnings=fmt != "full")
     result = classify("scan", findings, None, problems=problems, layers={"static": layer},
                       timing={"static": time.perf_counter() - t0})
-    return finish(result, args, fmt)
+    return finish(result, _output(args, fmt))
 
 
 # ---------------------------------------------------------------------------------------------------- runtime layers
@@ -153,22 +166,21 @@ def need_torch(command: str) -> None:
                           f"pip install 'torch-graphcheck[runtime]' (torch>=2.8){hint}")
 
 
-def _prepare(args, cfg: Config) -> None:
+def _prepare(rt: Runtime, cfg: Config) -> None:
     from .runtime.attribution import set_root
     set_root(cfg.root)
     if str(cfg.root) not in sys.path:
         sys.path.insert(0, str(cfg.root))
-    if getattr(args, "device", "auto") == "cuda":
+    if rt.device == "cuda":
         import torch
         if not torch.cuda.is_available():
             raise ConfigError("--device cuda: no CUDA device is available")
 
 
-def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, step) -> tuple[list[Finding], dict, list[str], dict]:
+def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, rt: Runtime, step) -> tuple[list[Finding], dict, list[str], dict]:
     """Build each target once per layer and run it; a target that cannot be built is a problem (exit 2) and
     the other targets still run. Returns (findings, layers, problems, timing)."""
     from .target import TargetError, load_target
-    steps = getattr(args, "steps", None) or cfg.steps
     findings: list[Finding] = []
     layers: dict = {}
     problems: list[str] = []
@@ -183,11 +195,11 @@ def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, 
                 continue
             # the user's code may print (a loading message, a per-step log, a C++ extension's build): to stderr
             with step(f"{'audit' if kind == 'sync' else 'capture'} {spec}"), stdout_to_stderr():
-                nproc = getattr(args, "nproc", 1) or 1
+                nproc = rt.nproc
                 if nproc > 1:             # every rank builds its shard of the target; verdicts merged with their ranks
                     from .runtime.distributed import DistributedError, run_ranks
                     try:
-                        got += run_ranks(kind, spec, nproc, steps=steps, warmup=cfg.warmup, device=getattr(args, "device", "auto"),
+                        got += run_ranks(kind, spec, nproc, steps=rt.steps, warmup=rt.warmup, device=rt.device,
                                          root=cfg.root)
                     except DistributedError as e:
                         broken.add(spec)
@@ -198,18 +210,17 @@ def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, 
                     ran += 1
                     continue
                 try:
-                    dev = getattr(args, "device", "auto")
-                    target = load_target(spec, cfg.root, device=None if dev in (None, "auto") else dev)
+                    target = load_target(spec, cfg.root, device=None if rt.device == "auto" else rt.device)
                 except TargetError as e:
                     broken.add(spec)
                     problems.append(f"{e}; it was not checked")
                     continue
                 if kind == "sync":
                     from .runtime.audit import audit
-                    got += audit(target, steps=steps, warmup=cfg.warmup, strict=getattr(args, "strict", False))
+                    got += audit(target, steps=rt.steps, warmup=rt.warmup, strict=rt.strict)
                 else:
                     from .runtime.capture import capture_test
-                    got += capture_test(target, steps=steps, warmup=cfg.warmup, device=getattr(args, "device", "auto"))
+                    got += capture_test(target, steps=rt.steps, warmup=rt.warmup, device=rt.device)
                 ran += 1
         layers[kind] = {"targets": ran, "findings": len(got)}
         findings += got
@@ -231,12 +242,13 @@ def _runtime_command(args, cfg: Config, kind: str) -> int:
     fmt = _format(args, cfg)
     _check_out(args, cfg)
     need_torch(args.cmd)
-    _prepare(args, cfg)
+    rt = _runtime(args, cfg)
+    _prepare(rt, cfg)
     specs = _targets(args, cfg)
     with _progress(_live(args, fmt)) as step:
-        findings, layers, problems, timing = runtime_layers((kind,), specs, cfg, args, step)
+        findings, layers, problems, timing = runtime_layers((kind,), specs, cfg, rt, step)
     result = classify(args.cmd, findings, None, problems=problems, layers=layers, targets=specs, timing=timing)
-    return finish(result, args, fmt)
+    return finish(result, _output(args, fmt))
 
 
 def cmd_audit(args, cfg: Config) -> int:
@@ -280,9 +292,10 @@ def collect(args, cfg: Config, *, live: bool, select: list[str], ignore: list[st
     """scan -> audit -> capture for the configured project: (merged rows, layers, problems, timing)."""
     from .inventory import merge
     runtime = not getattr(args, "no_runtime", False)
+    rt = _runtime(args, cfg)
     if runtime:
         need_torch(args.cmd)
-        _prepare(args, cfg)
+        _prepare(rt, cfg)
     with _progress(live) as step:
         t0 = time.perf_counter()
         with step("static scan"):
@@ -291,12 +304,12 @@ def collect(args, cfg: Config, *, live: bool, select: list[str], ignore: list[st
         found: list[Finding] = []
         if runtime and cfg.targets:
             from .rules import select_codes
-            found, rl, rp, rt = runtime_layers(("sync", "capture"), cfg.targets, cfg, args, step)
+            found, rl, rp, rtime = runtime_layers(("sync", "capture"), cfg.targets, cfg, rt, step)
             codes = set(select_codes(select, ignore)) | set(UNCHECKED)   # what could not be checked is never filtered out
             found = [f for f in found if f.rule in codes]
             layers.update(rl)
             problems += rp
-            timing.update(rt)
+            timing.update(rtime)
     return merge(static, found), layers, problems, timing
 
 
@@ -321,7 +334,7 @@ def cmd_run(args, cfg: Config) -> int:
     rows, layers, problems, timing = collect(args, cfg, live=_live(args, fmt), select=select, ignore=ignore)
     result = classify("run", rows, base, problems=problems, layers=layers, targets=cfg.targets,
                       baseline_name=_display(bpath, cfg), strict_baseline=args.strict_baseline, timing=timing)
-    return finish(result, args, fmt)
+    return finish(result, _output(args, fmt))
 
 
 def cmd_baseline(args, cfg: Config) -> int:
@@ -365,7 +378,7 @@ def cmd_report(args) -> int:
         root = cfg.root if cfg is not None else Path.cwd()
         gated = root / result.baseline if isinstance(result.baseline, str) and result.baseline else None
         _check_out(args, cfg, args.inventory, gated)
-    return finish(result, args, args.format or "full")
+    return finish(result, _output(args, args.format or DEFAULT_FORMAT))
 
 
 # ---------------------------------------------------------------------------------------------------- catalogue

@@ -7,13 +7,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .options import DEFAULT_FORMAT, FORMAT_ALIASES, FORMATS, STEPS, WARMUP
+
 
 class ConfigError(ValueError):
     """Bad configuration or usage: the CLI prints it on one line and exits 2."""
 
 
-FORMATS = ("concise", "full", "json", "sarif", "github", "html")
-FORMAT_ALIASES = ("text",)          # `text` is the old name of `full`
 
 
 @dataclass
@@ -24,12 +24,12 @@ class Config:
     exclude: list[str] = field(default_factory=list)
     entry_points: list[str] = field(default_factory=list)
     targets: list[str] = field(default_factory=list)
-    steps: int = 3
-    warmup: int = 1
+    steps: int = STEPS
+    warmup: int = WARMUP
     baseline: str = "graphcheck-baseline.json"
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
-    format: str = "full"
+    format: str = DEFAULT_FORMAT
 
     @property
     def baseline_path(self) -> Path:
@@ -107,7 +107,7 @@ def load_config(start: Path | None = None, explicit: Path | None = None) -> Conf
         elif not isinstance(value, str):
             raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a string, found {value!r}")
         setattr(cfg, attr, value)
-    if cfg.format not in FORMATS + FORMAT_ALIASES:
+    if cfg.format not in (*FORMATS, *FORMAT_ALIASES):
         raise ConfigError(f"{path}: [tool.graphcheck] format must be one of {', '.join(FORMATS)}, found {cfg.format!r}")
     if cfg.steps < 1:
         raise ConfigError(f"{path}: [tool.graphcheck] steps must be at least 1, found {cfg.steps}")

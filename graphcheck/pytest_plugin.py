@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import pytest
 
+from .options import DEVICE, STEPS, WARMUP
+
 
 class GraphcheckFixture:
     """Audit or capture a Target inside a test; each returns the list of findings (empty when clean)."""
 
-    def audit(self, target, steps: int = 3, warmup: int = 1, strict: bool = False):
+    def audit(self, target, steps: int = STEPS, warmup: int = WARMUP, strict: bool = False):
         from graphcheck.runtime.audit import audit
         return audit(target, steps=steps, warmup=warmup, strict=strict)
 
-    def capture(self, target, steps: int = 3, warmup: int = 1, device: str = "auto"):
+    def capture(self, target, steps: int = STEPS, warmup: int = WARMUP, device: str = DEVICE):
         from graphcheck.runtime.capture import capture_test
         return capture_test(target, steps=steps, warmup=warmup, device=device)
 

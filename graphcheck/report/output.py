@@ -7,26 +7,27 @@ import os
 import sys
 
 from ..io import OutputError, write_atomic
+from ..options import Output
 from ..result import Result
 from .render import render
 from .summary import summary_line
 
 
-def finish(result: Result, args, fmt: str) -> int:
+def finish(result: Result, out: Output) -> int:
     """Render, write to -o or stdout, name on stderr what could not be checked, return the exit code."""
-    to_file = args.output is not None and str(args.output) != "-"      # `-o -` is stdout
-    color = not to_file and fmt in ("full", "text") and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    text = render(result, fmt, statistics=args.statistics, quiet=args.quiet, color=color)
+    to_file = out.file is not None and str(out.file) != "-"      # `-o -` is stdout
+    color = not to_file and out.format in ("full", "text") and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    text = render(result, out.format, statistics=out.statistics, quiet=out.quiet, color=color)
     if to_file:
         try:
-            write_atomic(args.output, text)
+            write_atomic(out.file, text)
         except OSError as e:
-            raise OutputError(f"-o {args.output}: cannot write it ({e.strerror or e})") from None
-        if not args.quiet:
-            print(f"wrote {args.output}: {summary_line(result)}")
+            raise OutputError(f"-o {out.file}: cannot write it ({e.strerror or e})") from None
+        if not out.quiet:
+            print(f"wrote {out.file}: {summary_line(result)}")
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
     for p in result.problems:
         print(f"graphcheck: error: {p}", file=sys.stderr)
-    return result.exit_code(args.exit_zero)
+    return result.exit_code(out.exit_zero)

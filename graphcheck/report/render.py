@@ -1,13 +1,6 @@
-"""Render a Result in one of the output formats. Every format reads the same rows and statuses, so `run`,
-`report` and the per-layer commands agree on what is new, accepted, exempt, unchecked and stale.
-
-    concise   path:line:col: CODE message           (one line per reported row; greppable, clickable)
-    full      the same line, then the source line, the fix and (for run) the per-layer table
-    json      the inventory document (every row with its status; `schema/inventory.schema.json`)
-    sarif     SARIF 2.1.0; accepted rows are carried as externally suppressed results
-    github    workflow annotations (errors for new and unchecked rows, warnings for exemptions and stale entries)
-    html      a static page of the whole inventory
-"""
+"""Render a Result in one of the output formats (`options.FORMATS` lists and describes them). Every format reads
+the same rows and statuses, so `run`, `report` and the per-layer commands agree on what is new, accepted, exempt,
+unchecked and stale."""
 from __future__ import annotations
 
 import io
@@ -16,15 +9,13 @@ import shutil
 from collections import Counter, defaultdict
 
 from ..findings import Finding
+from ..options import output_format
 from ..result import Result
 from .summary import summary_line
 
-FORMATS = ("concise", "full", "json", "sarif", "github", "html")
-ALIASES = {"text": "full"}          # the name before 0.2
-
 
 def render(result: Result, fmt: str, *, statistics: bool = False, quiet: bool = False, color: bool = False) -> str:
-    fmt = ALIASES.get(fmt, fmt)
+    fmt = output_format(fmt)
     if statistics:
         return _statistics(result, json_out=fmt == "json")
     if fmt == "json":
@@ -46,7 +37,7 @@ def render(result: Result, fmt: str, *, statistics: bool = False, quiet: bool = 
         return "".join(line + "\n" for line in lines)
     if fmt == "full":
         return _full(result, quiet=quiet, color=color)
-    raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    raise ValueError(f"output format {fmt!r} is in options.FORMATS but has no renderer here")
 
 
 def location(f: Finding) -> str:

@@ -13,6 +13,7 @@ import warnings
 import torch
 
 from ..findings import Finding
+from ..options import DEVICE, STEPS, WARMUP
 from ..target import Target
 from .audit import target_error
 from .emulate import (_finding, audited_step, capture_failure, check_frozen_replay, check_stability, check_state_identity,
@@ -21,7 +22,7 @@ from .rng import RngState
 from .tensors import clone_tree, copy_into, first_diff, flatten, restore, snapshot
 
 
-def capture_test(target: Target, steps: int = 3, warmup: int = 1, device: str = "auto") -> list[Finding]:
+def capture_test(target: Target, steps: int = STEPS, warmup: int = WARMUP, device: str = DEVICE) -> list[Finding]:
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available() and _on_cuda(target))
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda: no CUDA device is available (expected torch.cuda.is_available())")

@@ -13,6 +13,11 @@
 #   bash benchmarks/h200.sh decode     benchmarks/decode.py: eager, graph replay, reduce-overhead, HBM floor, both
 #                                      configs at B=1 and 8 (DECODE_ARGS, default "--compile-rows tiny:1,tiny:8,flash:1")
 #   bash benchmarks/h200.sh profile    the Flash decode step's kernel profile (decode.py --profile, no compile)
+#   bash benchmarks/h200.sh floor      issue 37: benchmarks/decode.py --depths 2,8 at B=1, 8, 32 (per layer, graph nodes,
+#                                      kernels, the stored-bytes floor, the 43-layer projection), layers 1 (HCA) and 2
+#                                      (CSA) profiled kernel by kernel at B=1 and 8, the bf16 head kernel's tests and
+#                                      its A/B against the fp32 rows kernel (benchmarks/kernels.py --only bf16)
+#                                      (FLOOR_ARGS: more decode.py options, e.g. "--experts 64")
 #   bash benchmarks/h200.sh drift      benchmarks/kernel_drift.py: where kernels and references part over steps
 #                                      (DRIFT_ARGS, e.g. "--no-sim")
 #   bash benchmarks/h200.sh thirdparty the third-party verdict table on CUDA
@@ -20,6 +25,11 @@
 #                                      memory-bound
 #   bash benchmarks/h200.sh ab         benchmarks/kernel_ab.py: the tree's FP4 decode kernels against each variant
 #                                      waiting in benchmarks/ab/*.patch (AB_ARGS, e.g. "--only gemv1 my.patch")
+#   bash benchmarks/h200.sh cutedsl    CuTeDSL (staged first: ../shared/device/stage-cutedsl.sh, into /root/site): the
+#                                      CuTeDSL tests beside a memcheck of their parity tests, then benchmarks/cutedsl.py's
+#                                      clamp-order mutant and planted hazards
+#   bash benchmarks/h200.sh cutedsl-bench  benchmarks/cutedsl.py's capture of the CuTeDSL targets over 300 replays and
+#                                      the A/B against the current kernels at B=1,8,32 (builds the CUDA C++ path first)
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
@@ -102,6 +112,15 @@ for stage in "${@:-check}"; do
   profile)
     run profile.txt 300 python benchmarks/decode.py --configs flash --batches 1,8 --no-compile --profile --steps 20
     grep -E "^flash |config|bandwidth|Error|decoder step|sampler" "$OUT/profile.txt" ;;
+  floor)
+    # the extension first (about 80 s on a fresh machine, cached after): the decode's kernels need it
+    run floor-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    run floor-tests.txt 90 python -m pytest -q -rfE -p no:cacheprovider tests/kernels -k "bf16_linear or bf16_weights"
+    run floor-kernels.txt 120 python benchmarks/kernels.py --only bf16 --json "$OUT/floor-kernels.json"
+    run floor-depth.txt 300 python benchmarks/decode.py --depths 2,8 --batches 1,8,32 --steps 30 ${FLOOR_ARGS:-}
+    run floor-profile.txt 150 python benchmarks/decode.py --depths 2,3 --batches 1,8 --steps 10 --layer-profile 1,2 ${FLOOR_ARGS:-}
+    grep -E "build|exit" "$OUT/floor-build.txt"; summary floor-tests.txt; grep -E "bf16_linear|FAILED|^exit" "$OUT/floor-kernels.txt"; grep -E "^ *[0-9]+ +[0-9.]+ |depths|bandwidth|LM head|Error|^exit" "$OUT/floor-depth.txt"
+    grep -E "^== layer|weight-streaming|projected|Error|^exit" "$OUT/floor-profile.txt" ;;
   drift)
     run drift.txt 300 python benchmarks/kernel_drift.py ${DRIFT_ARGS:-}; tail -30 "$OUT/drift.txt" ;;
   thirdparty)
@@ -114,7 +133,22 @@ for stage in "${@:-check}"; do
   ab)
     run ab.txt 560 python benchmarks/kernel_ab.py ${AB_ARGS:-}
     grep -vE "^\s*$|Warning|warn" "$OUT/ab.txt" | tail -30 ;;
-  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, drift, thirdparty, ncu or ab" >&2; exit 2 ;;
+  cutedsl)
+    export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
+    run cutedsl-pytest.txt 330 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_cutedsl.py \
+      tests/graphcheck/test_cutedsl_runtime.py &
+    run cutedsl-memcheck.txt 330 compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 3 \
+      python -m pytest -q -p no:cacheprovider tests/kernels/test_cutedsl.py -k "gather_picks or clamps or parity and 5-4-2" &
+    wait
+    run cutedsl-checks.txt 200 python benchmarks/cutedsl.py --out "$OUT" --only mutation,hazards
+    summary cutedsl-pytest.txt cutedsl-memcheck.txt
+    grep -E "^==|CAUGHT|MISSED|CLEAN|FINDINGS|clamp order" "$OUT/cutedsl-checks.txt" ;;
+  cutedsl-bench)
+    export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
+    run cutedsl-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    run cutedsl-bench.txt 380 python benchmarks/cutedsl.py --out "$OUT" --only ${CUTEDSL_ONLY:-capture,ab}
+    grep -E "^==|clean|FINDINGS|^\|" "$OUT/cutedsl-bench.txt" ;;
+  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, floor, drift, thirdparty, ncu, ab, cutedsl or cutedsl-bench" >&2; exit 2 ;;
   esac
 done
 if [ -s "$OUT/.failed" ]; then echo "h200.sh: non-zero exit in: $(tr '\n' ' ' < "$OUT/.failed")" >&2; exit 1; fi

@@ -4,7 +4,7 @@ out); the FP4 GEMVs vs BF16 F.linear of the same matrix; the routed experts vs t
 weights dequantised at load, one F.linear per expert hit, tokens grouped per expert as the model does, host-known
 groups so no sync is timed) at B = 1, 4, 8 with top-6 of 256 experts at Flash sizes (dim 4096, inter 2048).
 
-    python benchmarks/kernels.py [--json out.json] [--sweep] [--only gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler,attention,indexer]
+    python benchmarks/kernels.py [--json out.json] [--sweep] [--only gemv,fp8,head,bf16,routed,swiglu,compressor,kvcache,sampler,attention,indexer]
 
 %copy = bytes the kernel must move / graph-replay time / copy bandwidth (copy: bytes read + written / time).
 """
@@ -187,6 +187,36 @@ def bench_head(tab):
                 err = _relerr(ck.f32_gemv_cuda(x, w), F.linear(x, w))
                 tab.add(f"f32_gemv {what} B={B} {N}x{K} CUDA C++ rows", both(lambda: ck.f32_gemv_cuda(x, w), iters=iters),
                         ref=base, nbytes=nbytes, base=base, base_name="fp32 F.linear", err=err)
+
+
+def bench_bf16(tab):
+    """The head, router and compressors as the checkpoint stores them (bf16, `kernels/bf16_gemv`) against what the
+    decode ran on their fp32-held copies (the fp32 rows kernel, up to 8 rows) and cuBLAS on the widened weight
+    (also the reference); K split as the kernel picks it ("auto") and not at all ("1"): the split costs one more
+    launch (the partial sums' reduction), the A/B says whether the narrow matrices earn it. Weights rotate past
+    the L2, so each call reads memory."""
+    from dsv4_kernels.bf16_gemv.triton_kernel import bf16_linear_triton
+    for N, K, what, batches in ((129280, 4096, "head", (1, 8, 32)), (256, 4096, "router", (1, 8)),
+                                (1024, 4096, "CSA compressor", (1, 8)), (512, 4096, "HCA compressor", (1, 8))):
+        ws = [(torch.randn(N, K, device="cuda") / 64).bfloat16() for _ in range(rotation(N * K * 2))]
+        w32s = [w.float() for w in ws[:rotation(N * K * 4)]]
+        iters = 10 if what == "head" else 50
+        for B in batches:
+            x = torch.randn(B, K, device="cuda")
+            want = F.linear(x, ws[0].float())
+            cublas = both([lambda w=w: F.linear(x, w) for w in w32s], iters=iters)
+            base, base_name = cublas, "fp32 F.linear"
+            if B <= 8:
+                with guard(f"f32 rows {what} B={B}"):
+                    ck = _cuda()
+                    base, base_name = both([lambda w=w: ck.f32_gemv_cuda(x, w) for w in w32s], iters=iters), "f32 rows"
+            for split in (None, 1):
+                with guard(f"bf16_linear {what} B={B} split={split}"):
+                    err = _relerr(bf16_linear_triton(x, ws[0], split=split), want)
+                    tab.add(f"bf16_linear {what} B={B} {N}x{K} split={split or 'auto'}",
+                            both([lambda w=w: bf16_linear_triton(x, w, split=split) for w in ws], iters=iters),
+                            ref=cublas, nbytes=N * K * 2 + B * (K + N) * 4, base=base, base_name=base_name, err=err)
+        del ws, w32s
 
 
 def bench_fp8(tab):
@@ -391,7 +421,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--sweep", action="store_true", help="also time the tile configurations in SWEEP and the attention core's ATTENTION_SWEEP")
-    ap.add_argument("--only", default="gemv,fp8,head,routed,swiglu,compressor,kvcache,sampler,attention,indexer")
+    ap.add_argument("--only", default="gemv,fp8,head,bf16,routed,swiglu,compressor,kvcache,sampler,attention,indexer")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/kernels.py: needs a CUDA GPU", file=sys.stderr)
@@ -406,7 +436,8 @@ def main() -> int:
     tab = Table(bw)
     only = set(a.only.split(","))
     for name, fn in (("compressor", lambda: bench_compressor(tab)), ("routed", lambda: bench_routed(tab, a.sweep)),
-                     ("gemv", lambda: bench_gemv(tab, a.sweep)), ("fp8", lambda: bench_fp8(tab)), ("head", lambda: bench_head(tab)), ("swiglu", lambda: bench_swiglu(tab)),
+                     ("gemv", lambda: bench_gemv(tab, a.sweep)), ("fp8", lambda: bench_fp8(tab)), ("head", lambda: bench_head(tab)),
+                     ("bf16", lambda: bench_bf16(tab)), ("swiglu", lambda: bench_swiglu(tab)),
                      ("kvcache", lambda: bench_kvcache(tab)), ("sampler", lambda: bench_sampler(tab)),
                      ("attention", lambda: bench_attention(tab, a.sweep)), ("indexer", lambda: bench_indexer(tab))):
         if name in only:

@@ -27,6 +27,7 @@ def main() -> int:
     from graphcheck.runtime.attribution import set_root
     from graphcheck.runtime.audit import audit
     from graphcheck.runtime.capture import capture_test
+    from graphcheck.target import build_target
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--out", help="write the table to this file too (replaced atomically)")
@@ -53,7 +54,8 @@ def main() -> int:
         exp = tt.EXPECTED[name]
         t0 = time.perf_counter()
         try:
-            fs = audit(tt.FACTORIES[name](a.device)) + capture_test(tt.FACTORIES[name](a.device), device=a.device)
+            build = lambda: build_target(tt.FACTORIES[name], a.device, {"device": a.device})  # noqa: E731
+            fs = audit(build()) + capture_test(build(), device=a.device)
             got = "unsafe" if fs else "safe"
             ok = got == exp.verdict and set(exp.rules) <= {f.rule for f in fs} and not any(f.rule == "GC006" for f in fs)
             shown = sorted({f"{f.rule} {f.path.rsplit('/', 1)[-1]}:{f.line}" for f in fs})

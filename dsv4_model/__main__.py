@@ -11,14 +11,18 @@ from pathlib import Path
 
 import torch
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# bf16 activations are the official release's numerics (its generate.py sets bf16 as the default dtype); float32 is
+# a debugging deviation (every activation between projections kept in fp32), not the released model's logits
+DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
 MAX_SEQ_LEN = 1 << 20    # DSV4's context: the released config's max_position_embeddings (YaRN's 65536 x 16)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default="tiny", help="checkpoint directory, or 'tiny' (embedded default)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", choices=DTYPES, default="fp32")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16",
+                   help="activation dtype: bf16 (the official release's numerics, the default) or float32 (fp32, "
+                        "a debugging deviation from them)")
     p.add_argument("--precision", action="append", default=[], metavar="POLICY|COMPONENT=FORMAT",
                    help="precision policy (faithful: as stored, the default; floor) and/or per-component formats "
                         "(stored|plain|bf16|fp8|mxfp4|nvfp4), e.g. routed_experts=nvfp4 (repeatable)")
@@ -82,6 +86,15 @@ def _model(a, root: Path):
     return m
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7f, *range(0x80, 0xa0)] if c not in (0x09, 0x0a)}
+
+
+def printable(text: str) -> str:
+    """Generated text for a terminal: control characters (ESC sequences that move the cursor or retitle the
+    window, a bell, a carriage return that hides what came before) shown escaped as \\xNN; tabs and newlines kept."""
+    return text.translate(_CONTROL)
+
+
 def cmd_generate(a) -> int:
     from .encoding import encode_messages
     from .generate import generate_batch
@@ -99,9 +112,12 @@ def cmd_generate(a) -> int:
         outs[row].append(t)
         text = tok.decode(outs[row])
         if len(prompts) == 1 and not text.endswith("\ufffd"):   # wait for the rest of a multi-byte character
-            sys.stdout.write(text[len(shown[0]):])
+            sys.stdout.write(printable(text[len(shown[0]):]))
             sys.stdout.flush()
             shown[0] = text
+    if str(a.checkpoint) == "tiny":
+        print("dsv4_model: the tiny checkpoint has random weights: its text is noise (it shows the decode runs, "
+              "not what a trained model says)", file=sys.stderr)
     if a.no_graph:
         print("dsv4_model: --no-graph: running the graph-safe step eagerly", file=sys.stderr)
     generate_batch(model, prompts, max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k,
@@ -109,9 +125,9 @@ def cmd_generate(a) -> int:
                    graphs=not a.no_graph, check=a.check, on_token=stream, kernels=not a.no_kernels)
     for i, (p, o) in enumerate(zip(prompts, outs)):
         if len(prompts) == 1:
-            sys.stdout.write(tok.decode(o)[len(shown[0]):] + "\n")
+            sys.stdout.write(printable(tok.decode(o)[len(shown[0]):]) + "\n")
         else:
-            print(f"[{i}] {tok.decode(o)}")
+            print(f"[{i}] {printable(tok.decode(o))}")
         print(f"[{i}: {len(p)} prompt tokens, {len(o)} generated]", file=sys.stderr)
     return 0
 

@@ -1,13 +1,19 @@
 """Attention shared by all layer types: low-rank q with per-head RMSNorm, one K=V head with a sliding window
 (including the current token), compressed entries (HCA: all closed blocks; CSA: the indexer's top-k), a
-per-head sink logit, de-rotation of the output, and the grouped low-rank output projection."""
+per-head sink logit, de-rotation of the output, and the grouped low-rank output projection.
+
+Numerics are the official release's (DeepSeek `inference/model.py` Attention.forward, `inference/kernel.py`
+sparse_attn): the per-head q norm in the model dtype's own arithmetic (`head_rms_ref`); the core's online softmax
+over blocks of 64 keys laid out as the official index list (the window oldest first, padded with masked slots to
+its W entries, then the compressed picks in their order), P rounded to the model dtype before P . V; the core's
+output rounded to the model dtype before the inverse RoPE, and again after it."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 from dsv4_kernels.attention.reference import attention_ref
-from dsv4_kernels.rms_norm.reference import rms_norm_ref
+from dsv4_kernels.rms_norm.reference import head_rms_ref
 
 from .compressor import Compressor
 from .indexer import Indexer
@@ -37,9 +43,10 @@ class Attention(nn.Module):
                                      batch, args.max_seq_len) if self.ratio else None
         self.indexer = Indexer(args, dtype, batch) if self.ratio == 4 else None
         self.fp8_sim = True
-        # the per-head q norm, the KV FP8 sim, the RoPE and the attention core (scores, sink softmax, weighted keys):
-        # the references, or kernels set once at load on CUDA (decode.kernel_modules)
-        self.rms, self.fp8_quant, self.rope, self.core = rms_norm_ref, fp8_fake_quant, rope_tail, attention_ref
+        # the KV FP8 sim, the RoPE and the attention core (scores, sink softmax, weighted keys): the references, or
+        # kernels set once at load on CUDA (decode.kernel_modules); the per-head q norm stays the reference, whose
+        # per-op bf16 rounding (official) the one-launch RMSNorm kernel does not make
+        self.rms, self.fp8_quant, self.rope, self.core = head_rms_ref, fp8_fake_quant, rope_tail, attention_ref
         self.init_state()
 
     def init_state(self, device=None) -> None:
@@ -61,14 +68,15 @@ class Attention(nn.Module):
     def _qkv(self, x: torch.Tensor, cs: torch.Tensor):
         """q [B,T,H,D], kv [B,T,D] (rotated at the positions in cs [T, rd/2, 2]), qr [B,T,q_lora]."""
         qr = self.q_norm(self.wq_a(x))
-        q = self.rms(self.wq_b(qr).unflatten(-1, (self.H, self.D)), None, self.eps)
+        q = self.rms(self.wq_b(qr).unflatten(-1, (self.H, self.D)), self.eps)
         q = self.rope(q, cs.unsqueeze(-3), self.rd)
         kv = self._nope_fp8(self.rope(self.kv_norm(self.wkv(x)), cs, self.rd))
         return q, kv, qr
 
     def _attend(self, q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, cs: torch.Tensor) -> torch.Tensor:
         """q [B,T,H,D], K [B,T|1,N,D] (V = K), mask [B|1,T,N] -> projected output [B,T,dim]."""
-        o = self.core(q, K, mask, self.attn_sink, self.D ** -0.5)                        # [B,T,H,D] fp32
+        # official: the kernel stores o in bf16, the inverse RoPE computes in fp32 and writes back into it: two roundings
+        o = self.core(q, K, mask, self.attn_sink, self.D ** -0.5).to(q.dtype)           # [B,T,H,D]
         o = self.rope(o, cs.unsqueeze(-3), self.rd, inverse=True).to(q.dtype)          # de-rotate by -t
         B, T = o.shape[:2]
         o = o.reshape(B, T, self.G, -1)
@@ -84,7 +92,7 @@ class Attention(nn.Module):
         sel = self.indexer.step(x, qr, pos, cs) if self.indexer is not None else None
         if self.compressor is not None:
             self.compressor.step(x, pos, cs, self._nope_fp8)
-        parts = [self.kv_window[:, : min(pos + 1, self.W)]]
+        parts, valid = [self.window_keys(self.kv_window, pos)], [self.window_valid(pos)]
         n = (pos + 1) // self.ratio if self.ratio else 0
         if n and self.indexer is None:
             parts.append(self.compressor.entries[:, :n])                               # HCA: dense
@@ -92,7 +100,30 @@ class Attention(nn.Module):
             ent = self.compressor.entries
             parts.append(torch.gather(ent, 1, sel.unsqueeze(-1).expand(-1, -1, self.D)))  # CSA: top-k
         K = torch.cat(parts, 1).unsqueeze(1)
-        return self._attend(q, K, None, cs[pos:pos + 1])
+        mask = torch.cat(valid + [torch.ones(1, K.shape[2] - self.W, dtype=torch.bool, device=K.device)], 1)
+        return self._attend(q, K, mask.unsqueeze(0), cs[pos:pos + 1])
+
+    def window_order(self, pos):
+        """The ring slots oldest first [W] (pos an int, or a device tensor [n] -> [n, W]): the official window index
+        list (`get_window_topk_idxs`). Until the ring fills, slot = position: the order is the identity."""
+        ar = torch.arange(self.W, device=self.kv_window.device)
+        if isinstance(pos, int):
+            return (ar + (pos + 1)) % self.W if pos >= self.W - 1 else ar
+        start = torch.where(pos >= self.W - 1, (pos + 1) % self.W, 0)
+        return (start[:, None] + ar) % self.W
+
+    def window_keys(self, window: torch.Tensor, pos) -> torch.Tensor:
+        """The window ring [n, W, D] in the official key order: oldest first."""
+        order = self.window_order(pos)
+        if order.dim() == 1:
+            return window[:, order]
+        return torch.gather(window, 1, order.unsqueeze(-1).expand(-1, -1, window.shape[-1]))
+
+    def window_valid(self, pos) -> torch.Tensor:
+        """Which of the ordered window keys hold a token: [1, W] (pos an int) or [n, W]: the first pos+1 until the
+        ring fills (the official list pads with -1 after them), then all."""
+        ar = torch.arange(self.W, device=self.kv_window.device)
+        return (ar[None, :] <= pos) if isinstance(pos, int) else (ar[None, :] <= pos[:, None])
 
     # -- prefill: the same visibility rules as masks ----------------------------------------------------------
     def prefill(self, x: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:

@@ -454,6 +454,12 @@ def stored_format(fmt: str, base: str) -> str:
     return "fp8" if _FP8_IN_RELEASE.search(base) else "plain"
 
 
+def stored_fp32(name: str) -> bool:
+    """A non-projection tensor the checkpoints store in fp32 (mHC, sinks, ape and the gate bias); the other plain
+    floats (norms, embedding) are stored like the projections (bf16 but in an fp32 checkpoint)."""
+    return name.endswith(("fn", "base", "scale", "ape", "attn_sink", "gate.bias"))
+
+
 def write_checkpoint(root: Path, args: ModelArgs, state: dict[str, torch.Tensor], *, fmt: str = "nvfp4",
                      naming: str = "hf", shard_bytes: int | None = None, calib: dict[str, float] | None = None,
                      config: str = "native", extra: dict[str, torch.Tensor] | None = None) -> None:
@@ -492,9 +498,8 @@ def write_checkpoint(root: Path, args: ModelArgs, state: dict[str, torch.Tensor]
             items = {f"{base}.weight": w, f"{base}.scale": sc}
         elif kind == "int":
             items = {name: t.long()}
-        elif kind == "float" and (name.endswith("fn") or name.endswith("base") or name.endswith("scale") or
-                                  name.endswith("ape") or name.endswith("attn_sink") or name.endswith("gate.bias")):
-            items = {name: t.float()}                    # mHC, sinks, ape and the gate bias are fp32
+        elif kind == "float" and stored_fp32(name):
+            items = {name: t.float()}
         else:
             items = {name: t.to(plain_dtype)}
         for n, v in items.items():

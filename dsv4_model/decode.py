@@ -145,7 +145,9 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
     window = st.kv_window[:n]
     slot, win_valid = ix.window(window.shape[1])
     window.index_put_((ix.rows, slot), kv[:, 0])
-    keys, masks = [window], [win_valid]
+    # oldest first, as the official index list (the order of the 64-key blocks of the attention's online softmax);
+    # the valid slots of the ordered ring are the same first pos+1 (all once it is full)
+    keys, masks = [attn.window_keys(window, ix.pos)], [win_valid]
     sel = None
     xf = x.float() if attn.compressor is not None else None     # one cast for the (up to) four fp32 projections
     if attn.indexer is not None:
@@ -252,7 +254,7 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         elif isinstance(m, RMSNorm):
             m.kernel = small["rms"]
         elif isinstance(m, Attention):
-            m.rms, m.fp8_quant, m.rope, m.core = small["rms"], small["fp8"], small["rope"], small["attend"]
+            m.fp8_quant, m.rope, m.core = small["fp8"], small["rope"], small["attend"]
         elif isinstance(m, Indexer):
             m.fp4_quant, m.rope, m.score, m.select = small["fp4"], small["rope"], small["score"], small["select"]
         elif isinstance(m, Compressor):
@@ -314,17 +316,26 @@ class GraphSafeDecoder(nn.Module):
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """tokens [n], pos [n] (device) -> fp32 logits [n, V]; state rows [0, n) are updated in place."""
         model, n = self.model, tokens.shape[0]
-        rows = self.rows[:n]
         pos = pos.clamp(max=self.capacity - 1)        # rows past capacity (idle padding) never index out of range
         ids = tokens.view(n, 1)
         X = model.embed(ids).unsqueeze(2).repeat(1, 1, model.args.hc_mult, 1)         # [n,1,hc,d]
-        ix = StepIndex(pos, rows, {False: model.rope_main, True: model.rope_compress})
-        for blk, st in zip(model.layers, self.layers):
-            x, post, comb = blk.hc_attn.pre(X)
-            X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), ix, blk.compressed), X, post, comb)
-            x, post, comb = blk.hc_ffn.pre(X)
-            X = blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids, self.experts), X, post, comb)
+        ix = self.index(pos, n)
+        for i in range(len(self.layers)):
+            X = self.block(i, X, ids, ix, n)
         return model._logits(X)[:, -1]
+
+    def index(self, pos: torch.Tensor, n: int) -> StepIndex:
+        """The step's position-derived tensors (made on first use, shared by every layer)."""
+        return StepIndex(pos, self.rows[:n], {False: self.model.rope_main, True: self.model.rope_compress})
+
+    def block(self, i: int, X: torch.Tensor, ids: torch.Tensor, ix: StepIndex, n: int) -> torch.Tensor:
+        """Layer i of the step: X [n,1,hc,d] -> X; its state rows [0, n) updated in place (benchmarks/decode.py
+        captures it alone for the per-layer profile)."""
+        blk, st = self.model.layers[i], self.layers[i]
+        x, post, comb = blk.hc_attn.pre(X)
+        X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), ix, blk.compressed), X, post, comb)
+        x, post, comb = blk.hc_ffn.pre(X)
+        return blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids, self.experts), X, post, comb)
 
     @torch.inference_mode()
     def step(self, n: int | None = None) -> torch.Tensor:

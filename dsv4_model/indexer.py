@@ -1,6 +1,8 @@
 """Lightning indexer (CSA layers): scores completed compressed blocks for the query and keeps the top-k.
 
-I[t, b] = sum_h w_h * ReLU(q_h . k_b), q and k Hadamard-rotated and FP4-simulated (the QAT-trained path).
+I[t, b] = sum_h w_h * ReLU(q_h . k_b), q and k Hadamard-rotated and FP4-simulated (the QAT-trained path); the
+chain in the model dtype as the official release computes it (`index_scores_ref`), the top-k ties to the lower
+index in every path (`topk_blocks_ref`).
 """
 from __future__ import annotations
 
@@ -16,10 +18,12 @@ from .rope import rope_tail
 
 
 def hadamard_matrix(n: int) -> torch.Tensor:
+    """The +-1 Sylvester matrix; the 1/sqrt(n) goes on after the sums, as the official fast_hadamard_transform
+    scales its fp32 butterflies' result."""
     h = torch.ones(1, 1)
     while h.shape[0] < n:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    return h / n ** 0.5
+    return h
 
 
 class Indexer(nn.Module):
@@ -40,7 +44,7 @@ class Indexer(nn.Module):
         self.register_buffer("hadamard", hadamard_matrix(self.Di).to(device), persistent=False)
 
     def _rotate(self, t: torch.Tensor) -> torch.Tensor:
-        t = (t.float() @ self.hadamard).to(t.dtype)
+        t = ((t.float() @ self.hadamard) * self.Di ** -0.5).to(t.dtype)
         return self.fp4_quant(t, 32) if self.fp4_sim else t
 
     def _q(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
@@ -48,7 +52,9 @@ class Indexer(nn.Module):
         return self._rotate(self.rope(q, cs_q, self.rd))
 
     def _scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        w = self.weights_proj(x).float() * (self.Di ** -0.5 * self.Hi ** -0.5)          # [B,T,Hi]
+        # in the model dtype, as the official score chain (the product rounded); index_scores keeps that dtype
+        w = self.weights_proj(x)
+        w = (w.float() * (self.Di ** -0.5 * self.Hi ** -0.5)).to(w.dtype)              # [B,T,Hi]
         return self.score(q, k, w)                                                        # [B,T,n]
 
     def step(self, x: torch.Tensor, qr: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor | None:

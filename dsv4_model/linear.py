@@ -87,7 +87,10 @@ class Linear(nn.Module):
         if self.act_sim:
             x = act_sim(x, qw.fmt, qw.input_scale, self.fp8_quant)
         x = x.to(self.dtype)
-        if self.gemv is not None and x.numel() <= 8 * self.in_features:      # decode rows: read the stored bytes
+        rows = x.numel() // self.in_features if self.in_features else 0
+        # decode rows: read the stored bytes. A plain weight held narrower than the product (bf16 as stored, fp32
+        # compute) up to 64 rows too (decode buckets past 8): the fallback would widen a copy of it every step
+        if self.gemv is not None and (rows <= 8 or qw.fmt == "plain" and qw.data.dtype != self.dtype and rows <= 64):
             return self.gemv(x.reshape(-1, self.in_features), qw.astuple()).view(*x.shape[:-1], self.out_features)
         return F.linear(x, dequant(qw, dtype=self.dtype))
 

@@ -40,7 +40,7 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, args: ModelArgs, dtype=torch.float32, batch: int = 1):
+    def __init__(self, args: ModelArgs, dtype=torch.bfloat16, batch: int = 1):
         super().__init__()
         self.args, self.dtype, self.batch = args, dtype, batch
         self.policy: dict[str, str] = {}    # component -> computed format, filled by the loader

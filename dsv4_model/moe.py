@@ -107,7 +107,7 @@ class Gate(nn.Module):
         if self.score_func not in SCORE_FUNCS:
             raise ValueError(f"score_func {self.score_func!r} is not supported; expected one of {', '.join(SCORE_FUNCS)}")
         self.hash = layer < args.n_hash_layers
-        self.dtype = torch.float32          # the reference computes the router in fp32 (and holds its weight so)
+        self.dtype = torch.float32          # the reference computes the router in fp32 (the weight stays as stored)
         self.matmul = f32_linear_ref        # or the fp32 decode GEMV, set once at load on CUDA (decode.kernel_modules)
         init_qweight(self, "", (args.n_routed_experts, args.dim), self.dtype)
         if self.hash:
@@ -121,7 +121,9 @@ class Gate(nn.Module):
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [N, d], ids [N] -> (weights [N, k] fp32, expert indices [N, k]). The reference computes in fp32."""
-        logits = self.matmul(x.float(), dequant(get_qweight(self), dtype=self.dtype))
+        qw = get_qweight(self)
+        # a plain weight goes in as held (bf16 as stored): the fp32 product widens it, exactly, without a copy
+        logits = self.matmul(x.float(), qw.data if qw.fmt == "plain" else dequant(qw, dtype=self.dtype))
         if self.score_func == "softmax":
             scores = logits.softmax(-1)
         elif self.score_func == "sigmoid":

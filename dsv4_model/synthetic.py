@@ -3,7 +3,7 @@
 Writing and re-reading a checkpoint with 256 experts per layer would take minutes on the host; here every tensor is
 allocated on the device and filled in place with the same scales `checkpoint.random_state` uses, then put into the
 release formats: routed experts MXFP4, attention and shared-expert projections FP8 block-scaled (wo_a stays
-dequantised, as the reference's converter leaves it), everything else plain.
+dequantised, as the reference's converter leaves it), the other projections plain bf16, as the release stores them.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from .config import ModelArgs, flash
 from .linear import set_qweight
 from .model import Transformer
-from .quant import quantize
+from .quant import QWeight, quantize
 
 
 def flash_args(n_layers: int = 3, max_seq_len: int = 4096) -> ModelArgs:
@@ -56,6 +56,10 @@ def random_model(args: ModelArgs, device="cuda", dtype=torch.bfloat16, seed: int
                 elif fmt == "fp8":                              # small enough for the host quantiser
                     w = getattr(m, f"{prefix}_weight" if prefix else "weight")
                     set_qweight(m, prefix, quantize(w.float().cpu(), "fp8").to(w.device))
+                elif not name.endswith("attn.wo_a") and getattr(m, "weight").dtype == torch.float32:
+                    # the release stores the head, router, compressor and weights_proj in bf16, and the loader
+                    # keeps them so under their fp32 products (dsv4_model.load): the same bytes here
+                    set_qweight(m, prefix, QWeight("plain", m.weight.to(torch.bfloat16)))
     model.reset()
     return model
 

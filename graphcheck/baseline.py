@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .findings import UNCHECKED, Finding
 from .io import write_atomic
+from .regions import gated
 
 BASELINE_VERSION = 1
 
@@ -40,12 +41,19 @@ def load(path: Path) -> dict[str, dict]:
             raise BaselineError(f"{path}: entries[{i}] needs a string 'fingerprint' and 'reason', found {e!r}"[:300])
         if not e["reason"].strip():
             raise BaselineError(f"{path}: entries[{i}] ({e.get('rule', '?')} {e.get('path', '?')}) has an empty reason")
+        first = out.get(e["fingerprint"])
+        if first is not None:   # a hand merge that doubled an entry: which reason holds? say so, never pick one
+            j = next(k for k, d in enumerate(doc["entries"]) if d is first)
+            raise BaselineError(f"{path}: entries[{i}] repeats the fingerprint {e['fingerprint']} of entries[{j}] "
+                                f"({e.get('rule', '?')} {e.get('path', '?')}); expected each fingerprint once")
         out[e["fingerprint"]] = e
     return out
 
 
 def write(path: Path, findings: list[Finding], old: dict[str, dict], reason: str | None) -> tuple[int, int, int]:
-    """Rewrite the baseline with the current error findings; keeps known reasons, drops stale entries.
+    """Rewrite the baseline with the current error findings of the gated regions; keeps known reasons, drops stale
+    entries. A row outside the gated regions needs no entry (it never fails) and gets none, but one it already has
+    stays: the row is still there, and if it moves back into a gated region it is accepted as before.
     Returns (kept, added, dropped)."""
     entries, added = [], 0
     unchecked = [f for f in findings if f.rule in UNCHECKED]
@@ -53,7 +61,7 @@ def write(path: Path, findings: list[Finding], old: dict[str, dict], reason: str
         f = unchecked[0]
         raise BaselineError(f"cannot baseline what was not checked: {f.rule} {f.path}:{f.line} {f.message}"[:300]
                             + (f" (and {len(unchecked) - 1} more)" if len(unchecked) > 1 else ""))
-    todo = [f for f in findings if f.severity != "warning"]
+    todo = [f for f in findings if f.severity != "warning" and (gated(f.region) or f.fingerprint in old)]
     missing = [f for f in todo if f.fingerprint not in old]
     if missing and not (reason and reason.strip()):
         f = missing[0]

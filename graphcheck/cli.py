@@ -27,6 +27,16 @@ def _positive(s: str) -> int:
     return v
 
 
+def _seconds(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds (0: no limit), found {s!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a non-negative number of seconds (0: no limit), found {s}")
+    return v
+
+
 def _file(s: str) -> Path:
     """A path to write a file at. Path() drops a trailing slash, so `-o out/` would replace a file named `out`."""
     if not s or s.endswith(("/", os.sep)) or os.path.basename(s) in (".", ".."):     # `out.json/.` is out.json too
@@ -44,6 +54,9 @@ def _output(p: argparse.ArgumentParser, default_help: str = f"{DEFAULT_FORMAT}, 
     g.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings (errors still exit 2)")
     g.add_argument("--statistics", action="store_true", help="count the reported findings per rule instead of listing them")
     g.add_argument("-q", "--quiet", action="store_true", help="findings only: no summary, no live progress")
+    g.add_argument("--show-all-regions", action="store_true",
+                   help="list the rows outside the gated regions too (allowed, one-time, eager-only); by default "
+                        "they are only counted (`graphcheck explain regions`)")
 
 
 def _config_opt(p: argparse.ArgumentParser) -> None:
@@ -56,6 +69,9 @@ def _runtime_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no live display (it only ever goes to a terminal's stderr)")
     p.add_argument("--nproc", type=_positive, default=1, metavar="N",
                    help="run each target on N ranks of one process group (NCCL on CUDA, gloo on CPU) and merge their verdicts")
+    p.add_argument("--step-timeout", type=_seconds, metavar="SECONDS",
+                   help="a call of a target's step (or make_inputs, state) running longer is a GC006 row, exit 2 "
+                        "(default: [tool.graphcheck] step-timeout, 600; 0: no limit)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,9 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--entry-point", action="append", default=None, metavar="MOD:QUAL", help="capture entry point (repeatable)")
     p.add_argument("--all-functions", action="store_true", help="ignore configured entry points: scan every function")
     p.add_argument("--show-scope", action="store_true",
-                   help="list the functions in the captured region and the calls that could not be resolved (on stderr)")
+                   help="list the functions in the captured region, the calls that could not be resolved and the "
+                        "implementations of each fan-out call (on stderr)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the per-file cache")
     p.add_argument("--jobs", type=_positive, help="worker processes (default: all cores)")
+    p.add_argument("--force-exclude", action="store_true",
+                   help="apply [tool.graphcheck] exclude to paths named on the command line too (as ruff's; what the "
+                        "pre-commit hook passes)")
+    p.add_argument("--baseline", type=_file, help="accept the rows in this baseline (default: [tool.graphcheck] baseline, "
+                                                  "when it exists)")
+    p.add_argument("--no-baseline", action="store_true", help="report every row, whatever the baseline accepts")
     _config_opt(p)
     _output(p)
 
@@ -111,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     _output(p, DEFAULT_FORMAT)
 
     sub.add_parser("rules", help="list the rules")
-    p = sub.add_parser("explain", help="print a rule's documentation")
+    p = sub.add_parser("explain", help="print a rule's documentation, or a topic's: `regions` (also fan-out)")
     p.add_argument("code")
     return ap
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from .config import Config, ConfigError, load_config
 from .findings import UNCHECKED, Finding
-from .io import OutputError, check_output, stdout_to_stderr
+from .io import OutputError, check_output, stdout_to_stderr, write_stdout
 from .options import DEFAULT_FORMAT, Output, Runtime
 from .report.output import finish
-from .result import Result, classify
+from .result import classify
 
 
 def dispatch(args) -> int:
@@ -49,14 +49,16 @@ def _format(args, cfg: Config | None) -> str:
 
 def _output(args, fmt: str) -> Output:
     """The output options of a command that has the `output` group (cli.py)."""
-    return Output(format=fmt, file=args.output, statistics=args.statistics, quiet=args.quiet, exit_zero=args.exit_zero)
+    return Output(format=fmt, file=args.output, statistics=args.statistics, quiet=args.quiet, exit_zero=args.exit_zero,
+                  all_regions=args.show_all_regions)
 
 
 def _runtime(args, cfg: Config) -> Runtime:
     """The runtime options of a command with `--device`/`--nproc` (cli.py), over the configured steps and warm-up;
     the one place the runtime layers' settings are read from the command line."""
+    timeout = cfg.step_timeout if args.step_timeout is None else args.step_timeout
     return Runtime(steps=getattr(args, "steps", None) or cfg.steps, warmup=cfg.warmup, device=args.device,
-                   strict=getattr(args, "strict", False), nproc=args.nproc)
+                   strict=getattr(args, "strict", False), nproc=args.nproc, step_timeout=timeout)
 
 
 # ---------------------------------------------------------------------------------------------------- output
@@ -74,25 +76,30 @@ def _check_out(args, cfg: Config | None, *extra) -> None:
 def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: list[str] | None = None,
                  select: list[str], ignore: list[str], cache: bool = True, jobs: int | None = None,
                  stdin: tuple[str, str] | None = None, show_scope: bool = False,
-                 scope_warnings: bool = True) -> tuple[list[Finding], dict, list[str]]:
-    """Scan; returns (findings, layer summary, problems).
+                 scope_warnings: bool = True, force_exclude: bool = False) -> tuple[list[Finding], dict, list[str], object]:
+    """Scan; returns (findings, layer summary, problems, the region map that places the runtime rows' lines).
 
     Explicit `paths` with configured entry points (what the pre-commit hook passes: the staged files) are scanned
     together with the configured paths, so the entry-point modules resolve whether or not they are staged, and
     only the findings in the explicit paths are kept."""
     from .static.scanner import rel_path, scan
     from .static.scope import ScopeError
+    from .static.placement import Placement
     entry = cfg.entry_points if entry_points is None else entry_points
+    # the per-step entry points belong with the configured ones: `--entry-point X` scans from X alone, and
+    # `--all-functions` from nothing
+    per_step = cfg.per_step_entry_points if entry_points is None else []
+    rooted = bool(entry or per_step)      # a scope to resolve from the configured paths
     configured = [str(cfg.root / p) for p in cfg.paths]
     keep: list[str] | None = None
     if stdin is not None:
         # the configured paths resolve the entry points; only the buffer's own findings are its report (an
         # editor shows them on that buffer)
-        scan_paths = configured if entry else []
-        keep = [rel_path(stdin[0], cfg.root)] if entry else None
+        scan_paths = configured if rooted else []
+        keep = [rel_path(stdin[0], cfg.root)] if rooted else None
     elif paths:
-        scan_paths = (configured + list(paths)) if entry and entry_points is None else list(paths)
-        keep = [rel_path(p, cfg.root) for p in paths] if entry and entry_points is None else None
+        scan_paths = (configured + list(paths)) if rooted and entry_points is None else list(paths)
+        keep = [rel_path(p, cfg.root) for p in paths] if rooted and entry_points is None else None
     else:
         scan_paths = configured
     gone = [p for p, c in zip(cfg.paths, configured) if c in scan_paths and not os.path.lexists(c)]
@@ -101,7 +108,12 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
         raise ConfigError(f"{where}: {gone[0]!r} does not exist under {cfg.root}")
     try:
         res = scan(scan_paths, entry_points=entry, exclude=cfg.exclude, select=select, ignore=ignore, root=cfg.root,
-                   cache=cache, jobs=jobs, **({"source_name": stdin[0], "source": stdin[1]} if stdin is not None else {}))
+                   cache=cache, jobs=jobs, per_step_entry_points=per_step, allowed_contexts=cfg.allowed_sync_contexts,
+                   eager_only=cfg.eager_only, fanout_limit=cfg.fan_out_limit,
+                   placement=Placement(tuple(cfg.host_resident), tuple(cfg.host_field_markers)),
+                   force_exclude=force_exclude,
+                   partial=not all(c in scan_paths for c in configured),
+                   **({"source_name": stdin[0], "source": stdin[1]} if stdin is not None else {}))
     except (ScopeError, ValueError) as e:
         raise ConfigError(str(e)) from None
     findings = list(res.findings)
@@ -111,13 +123,28 @@ def static_layer(cfg: Config, *, paths: list[str] | None = None, entry_points: l
     if show_scope:   # scope_warnings False: the report that follows prints them itself (the full format)
         print(res.scope_report(warnings=scope_warnings), file=sys.stderr)
     # unresolved calls and scope gaps: the scan did not see all of the region, so no "all checks passed"
+    warnings = list(res.warnings)
+    if res.in_scope_functions is not None and (stdin is not None or paths):
+        # a file named on the command line (or stdin) that no entry point reaches was not checked at all: say so,
+        # instead of "All checks passed" on a `.item()` in it
+        reached = {q.split(":", 1)[0] for q in res.scope}
+        named = [rel_path(stdin[0], cfg.root)] if stdin is not None else [
+            rel_path(p, cfg.root) for p in paths if os.path.isfile(p) and p.endswith(".py")]
+        for rel in named:
+            defs = [q for q in (res.summaries.get(rel) or {}).get("functions", ()) if not q.startswith("<")]
+            if defs and rel not in reached:       # (a file of module-level code only has no function to reach)
+                warnings.append(f"{rel}: no function in it is reachable from the entry points, so nothing in it was "
+                                "checked (`graphcheck scan --all-functions` checks every function)")
     layer = {"files": res.files, "functions_in_scope": res.in_scope_functions, "suppressed": res.suppressed,
-             "findings": len(findings), "unresolved_calls": len(res.unresolved), "scope_warnings": list(res.warnings)}
+             "findings": len(findings), "unresolved_calls": len(res.unresolved), "scope_warnings": warnings,
+             "fan_out": [{k: v for k, v in fo.items() if k != "targets"} for fo in res.fanouts]}
     problems = []
-    if res.files == 0 and stdin is None:
+    if res.files == 0 and stdin is None and force_exclude and paths:
+        pass      # every path given is excluded (pre-commit passing a file under an excluded directory): nothing to do
+    elif res.files == 0 and stdin is None:
         where = ", ".join(paths or cfg.paths)
         problems.append(f"no Python file to check under {where} (root {cfg.root}); nothing was checked")
-    return findings, layer, problems
+    return findings, layer, problems, res.regions
 
 
 def cmd_scan(args, cfg: Config) -> int:
@@ -130,9 +157,14 @@ def cmd_scan(args, cfg: Config) -> int:
             raise ConfigError("`-` (read the source from stdin) cannot be combined with other paths")
         # --stdin-filename is a path from the current directory, like every other path on the command line
         name = os.path.abspath(args.stdin_filename) if args.stdin_filename else "stdin.py"
-        from .static.scanner import decode_source
+        from .static.scanner import MAX_SOURCE_BYTES, decode_source, too_large
         # bytes, decoded as a file on disk is (the locale's text stream turned bad bytes into surrogates, GC903)
-        text, why = decode_source(sys.stdin.buffer.read())
+        data = sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1)
+        size = len(data)
+        while size > MAX_SOURCE_BYTES and (chunk := sys.stdin.buffer.read(1 << 20)):   # counted, never kept
+            size += len(chunk)
+        why = too_large(size)
+        text, why = (None, why) if why else decode_source(data)
         if text is None:
             raise ConfigError(f"{args.stdin_filename + ' (from stdin)' if args.stdin_filename else 'stdin'}: {why}")
         stdin = (name, text)
@@ -143,14 +175,39 @@ def cmd_scan(args, cfg: Config) -> int:
     if missing:    # one line naming it, instead of "nothing to check" plus a per-file read error
         raise ConfigError(f"path {missing[0]}: no such file or directory")
     entry = [] if args.all_functions else args.entry_point
+    from . import baseline as bl
+    # the baseline the gate uses accepts the same rows here (the pre-commit hook must not block an edit to a file
+    # with an accepted hazard); a baseline that does not exist yet is no baseline
+    bpath = None if args.no_baseline else _baseline_path(args, cfg)
+    base = (bl.load(bpath) if bpath is not None and bpath.exists() else None) or None    # an empty one accepts nothing
+    select, ignore = _codes(args.select) or cfg.select, _codes(args.ignore) or cfg.ignore
     t0 = time.perf_counter()
-    findings, layer, problems = static_layer(cfg, paths=paths, entry_points=entry, select=_codes(args.select) or cfg.select,
-                                             ignore=_codes(args.ignore) or cfg.ignore, cache=not args.no_cache,
-                                             jobs=args.jobs, stdin=stdin, show_scope=args.show_scope,
-                                             scope_warnings=fmt != "full")
-    result = classify("scan", findings, None, problems=problems, layers={"static": layer},
-                      timing={"static": time.perf_counter() - t0})
+    findings, layer, problems, _ = static_layer(cfg, paths=paths, entry_points=entry, select=select, ignore=ignore,
+                                                cache=not args.no_cache, jobs=args.jobs, stdin=stdin,
+                                                show_scope=args.show_scope, scope_warnings=fmt != "full",
+                                                force_exclude=args.force_exclude)
+    named = [stdin[0]] if stdin is not None else paths
+    result = classify("scan", findings, base, problems=problems, layers={"static": layer},
+                      timing={"static": time.perf_counter() - t0},
+                      baseline_name=_display(bpath, cfg) if base is not None else None,
+                      examined=_examined(cfg, select, ignore, ("static",), named))
     return finish(result, _output(args, fmt))
+
+
+def _examined(cfg: Config, select: list[str], ignore: list[str], kinds: tuple[str, ...], paths: list[str] | None = None):
+    """Which baseline entries a run could have found: its layers (`kinds`: a row several layers found is kept
+    under the static one), its rules, and (for explicit paths) the files it scanned. The others are not stale."""
+    from .rules import select_codes
+    from .static.scanner import rel_path
+    codes = set(select_codes(select or None, ignore or None))
+    keep = [rel_path(p, cfg.root) for p in paths] if paths else None
+
+    def examined(entry: dict) -> bool:
+        if entry.get("rule") not in codes or entry.get("kind", "static") not in kinds:
+            return False
+        path = str(entry.get("path", ""))
+        return keep is None or any(k == "." or path == k or path.startswith(k.rstrip("/") + "/") for k in keep)
+    return examined
 
 
 # ---------------------------------------------------------------------------------------------------- runtime layers
@@ -217,10 +274,12 @@ def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, rt: Ru
                     continue
                 if kind == "sync":
                     from .runtime.audit import audit
-                    got += audit(target, steps=rt.steps, warmup=rt.warmup, strict=rt.strict)
+                    got += audit(target, steps=rt.steps, warmup=rt.warmup, strict=rt.strict,
+                                 step_timeout=rt.step_timeout)
                 else:
                     from .runtime.capture import capture_test
-                    got += capture_test(target, steps=rt.steps, warmup=rt.warmup, device=rt.device)
+                    got += capture_test(target, steps=rt.steps, warmup=rt.warmup, device=rt.device,
+                                        step_timeout=rt.step_timeout)
                 ran += 1
         layers[kind] = {"targets": ran, "findings": len(got)}
         findings += got
@@ -299,7 +358,7 @@ def collect(args, cfg: Config, *, live: bool, select: list[str], ignore: list[st
     with _progress(live) as step:
         t0 = time.perf_counter()
         with step("static scan"):
-            static, layer, problems = static_layer(cfg, select=select, ignore=ignore)
+            static, layer, problems, regions = static_layer(cfg, select=select, ignore=ignore)
         layers, timing = {"static": layer}, {"static": time.perf_counter() - t0}
         found: list[Finding] = []
         if runtime and cfg.targets:
@@ -310,7 +369,7 @@ def collect(args, cfg: Config, *, live: bool, select: list[str], ignore: list[st
             layers.update(rl)
             problems += rp
             timing.update(rtime)
-    return merge(static, found), layers, problems, timing
+    return merge(static, found, regions.for_runtime if regions is not None else None), layers, problems, timing
 
 
 def _baseline_path(args, cfg: Config) -> Path:
@@ -332,8 +391,11 @@ def cmd_run(args, cfg: Config) -> int:
     base = bl.load(bpath)
     select, ignore = _codes(args.select) or cfg.select, _codes(args.ignore) or cfg.ignore
     rows, layers, problems, timing = collect(args, cfg, live=_live(args, fmt), select=select, ignore=ignore)
+    # --no-runtime (or no targets) leaves the runtime layers' entries unexamined: not stale, not "fixed"
+    kinds = ("static", "sync", "capture") if not args.no_runtime and cfg.targets else ("static",)
     result = classify("run", rows, base, problems=problems, layers=layers, targets=cfg.targets,
-                      baseline_name=_display(bpath, cfg), strict_baseline=args.strict_baseline, timing=timing)
+                      baseline_name=_display(bpath, cfg), strict_baseline=args.strict_baseline, timing=timing,
+                      examined=_examined(cfg, select, ignore, kinds))
     return finish(result, _output(args, fmt))
 
 
@@ -361,7 +423,7 @@ def cmd_baseline(args, cfg: Config) -> int:
     except OSError as e:
         raise OutputError(f"--baseline {bpath}: cannot write it ({e.strerror or e})") from None
     if not args.quiet:
-        print(f"wrote {_display(bpath, cfg)}: {kept} kept, {added} added, {dropped} stale removed")
+        write_stdout(f"wrote {_display(bpath, cfg)}: {kept} kept, {added} added, {dropped} stale removed\n")
     return 0
 
 
@@ -384,12 +446,19 @@ def cmd_report(args) -> int:
 # ---------------------------------------------------------------------------------------------------- catalogue
 
 
+_TOPICS = ("regions", "fan-out")      # `graphcheck explain regions`: documentation that belongs to no one rule
+
+
 def _explain(code: str) -> int:
     from .rules import RULES
+    if code.lower() in _TOPICS:
+        from .regions import DOC
+        write_stdout(DOC)
+        return 0
     if code.upper() not in RULES:
-        raise ConfigError(f"unknown rule {code!r}; run `graphcheck rules` for the list")
-    sys.stdout.write(RULES[code.upper()].doc() + "\n")
-    sys.stdout.flush()
+        raise ConfigError(f"unknown rule {code!r}; run `graphcheck rules` for the list, or `graphcheck explain "
+                          f"regions` for regions and fan-out")
+    write_stdout(RULES[code.upper()].doc() + "\n")
     return 0
 
 
@@ -402,12 +471,11 @@ def _rules() -> int:
         t.add_column(col)
     for fam in FAMILIES:
         for r in fam.rules.values():
-            t.add_row(r.code, r.name, fam.title, r.message.replace("{", "").replace("}", ""))
+            t.add_row(r.code, r.name, fam.title, r.template)
     import io
     buf = io.StringIO()   # rendered first, written here: a closed pipe is then ours to handle (rich exits 1 on it)
     # a terminal's own width (160 wrapped into a mess in 80 columns); a pipe a fixed 160, the same on every machine
     tty = sys.stdout.isatty()
     Console(file=buf, width=shutil.get_terminal_size((160, 24)).columns if tty else 160, force_terminal=tty).print(t)
-    sys.stdout.write(buf.getvalue())
-    sys.stdout.flush()
+    write_stdout(buf.getvalue())
     return 0

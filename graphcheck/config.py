@@ -3,11 +3,12 @@
 directory. Unknown keys and wrong types are errors naming the key."""
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .options import DEFAULT_FORMAT, FORMAT_ALIASES, FORMATS, STEPS, WARMUP
+from .options import DEFAULT_FORMAT, FORMAT_ALIASES, FORMATS, STEP_TIMEOUT, STEPS, WARMUP
 
 
 class ConfigError(ValueError):
@@ -30,6 +31,15 @@ class Config:
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     format: str = DEFAULT_FORMAT
+    # regions (graphcheck/regions.py, `graphcheck explain regions`)
+    per_step_entry_points: list[str] = field(default_factory=list)
+    allowed_sync_contexts: list[str] = field(default_factory=list)
+    eager_only: list[str] = field(default_factory=list)
+    fan_out_limit: int = 8
+    # where the code cannot say that a value lives on the host: names/attributes, and field markers
+    host_resident: list[str] = field(default_factory=list)
+    host_field_markers: list[str] = field(default_factory=list)
+    step_timeout: float = STEP_TIMEOUT         # seconds per call of a target's step; 0: no limit (runtime/boundary.py)
 
     @property
     def baseline_path(self) -> Path:
@@ -40,6 +50,19 @@ _KEYS = {  # toml key -> (attribute, type)
     "paths": ("paths", list), "exclude": ("exclude", list), "entry-points": ("entry_points", list),
     "targets": ("targets", list), "steps": ("steps", int), "warmup": ("warmup", int), "baseline": ("baseline", str),
     "select": ("select", list), "ignore": ("ignore", list), "format": ("format", str),
+    "per-step-entry-points": ("per_step_entry_points", list), "allowed-sync-contexts": ("allowed_sync_contexts", list),
+    "eager-only": ("eager_only", list), "fan-out-limit": ("fan_out_limit", int),
+    "host-resident": ("host_resident", list), "host-field-markers": ("host_field_markers", list),
+    "step-timeout": ("step_timeout", float),
+}
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+# what each region key's entries look like: a context's name (or a dotted suffix of it); a module, or mod:Qual
+_SHAPES = {
+    "allowed-sync-contexts": (lambda v: bool(_DOTTED.fullmatch(v)), "a context manager's name such as 'gpu_sync_allowed'"),
+    "eager-only": (lambda v: all(_DOTTED.fullmatch(p) for p in v.split(":")) and v.count(":") <= 1,
+                   "'pkg.mod', 'pkg.mod:Class' or 'pkg.mod:Class.method'"),
+    "per-step-entry-points": (lambda v: v.count(":") == 1 and all(_DOTTED.fullmatch(p) for p in v.split(":")),
+                              "'pkg.mod:Class.method'"),
 }
 
 
@@ -101,11 +124,26 @@ def load_config(start: Path | None = None, explicit: Path | None = None) -> Conf
         if typ is list:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a list of strings, found {value!r}")
+        elif typ is float:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
+                raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a non-negative number of seconds "
+                                  f"(0: no limit), found {value!r}")
+            value = float(value)
         elif typ is int:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a non-negative integer, found {value!r}")
         elif not isinstance(value, str):
             raise ConfigError(f"{path}: [tool.graphcheck] {key} must be a string, found {value!r}")
+        if key in _SHAPES:
+            ok, want = _SHAPES[key]
+            bad = next((v for v in value if not ok(v)), None)
+            if bad is not None:
+                raise ConfigError(f"{path}: [tool.graphcheck] {key}: expected {want}, found {bad!r}")
+        if key in ("host-resident", "host-field-markers"):
+            from .static.placement import Placement
+            bad = next((p for p in map(lambda v: Placement.problem(key, v), value) if p), None)
+            if bad:
+                raise ConfigError(f"{path}: [tool.graphcheck] {key}: {bad}")
         setattr(cfg, attr, value)
     if cfg.format not in (*FORMATS, *FORMAT_ALIASES):
         raise ConfigError(f"{path}: [tool.graphcheck] format must be one of {', '.join(FORMATS)}, found {cfg.format!r}")

@@ -18,13 +18,15 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .regions import REGIONS
+
 KINDS = ("static", "sync", "capture")
 SEVERITIES = ("error", "warning")
 # Findings that mean "this could not be checked" rather than "this is a hazard": a target that raised, a file
 # that cannot be parsed or read. A run with any of them exits 2 and no baseline can accept them.
 UNCHECKED = ("GC006", "GC903", "GC904")
 _INT_FIELDS = ("line", "col", "count")
-_STR_FIELDS = ("rule", "kind", "path", "function", "message", "source", "severity", "fingerprint")
+_STR_FIELDS = ("rule", "kind", "path", "function", "message", "source", "severity", "fingerprint", "region")
 
 
 @dataclass
@@ -41,6 +43,9 @@ class Finding:
     severity: str = "error"
     evidence: dict[str, Any] = field(default_factory=dict)
     fingerprint: str = ""
+    # where the line runs (regions.py): the gate counts captured and per-step rows only. Not part of the
+    # fingerprint, so a row that changes region keeps its baseline entry
+    region: str = "captured"
 
     def sort_key(self) -> tuple:
         return (self.path, self.line, self.col, self.rule, self.kind, self.message)
@@ -72,6 +77,8 @@ class Finding:
             raise ValueError(f"'evidence' must be an object, found {d['evidence']!r}")
         if d.get("severity", "error") not in SEVERITIES:
             raise ValueError(f"'severity' must be one of {', '.join(SEVERITIES)}, found {d['severity']!r}")
+        if d.get("region", "captured") not in REGIONS:
+            raise ValueError(f"'region' must be one of {', '.join(REGIONS)}, found {d['region']!r}")
         return cls(**{**d, "col": max(d.get("col", 1) - 1, 0)})
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Callable
 
 from .findings import Finding, assign_fingerprints
 from .result import Result, ResultError
@@ -19,21 +20,32 @@ class InventoryError(ValueError):
     pass
 
 
-def merge(static: list[Finding], runtime: list[Finding]) -> list[Finding]:
+def merge(static: list[Finding], runtime: list[Finding], region_of: Callable[[str, int], str] | None = None) -> list[Finding]:
     """Attach each runtime finding to the static finding on the same line (same rule preferred): one row that
-    says "the scan predicted it, the audit saw it N times". Unmatched runtime findings stay rows of their own."""
+    says "the scan predicted it, the audit saw it N times". Unmatched runtime findings stay rows of their own.
+
+    Regions: a runtime row ran in the target's step, so it is `captured` unless `region_of(path, line)` (the static
+    layer's knowledge of that line: an allow-block or one-time branch around it, an eager-only def) says
+    otherwise. A linked row keeps the static row's region, which also knows the path: a helper called inside the
+    caller's allow-block runs allowed, though nothing on its own line says so. A capture-layer row is the
+    exception: the capture ran the target's step as one graph, so a line it failed or replayed wrong at ran inside
+    the graph whatever the source says around it (an allow-block the engine also enters during capture still
+    breaks the capture); it and the static row it links to are `captured`."""
     by_line: dict[tuple[str, int], list[Finding]] = {}
     for f in static:
         f.evidence.setdefault("kinds", ["static"])
         by_line.setdefault((f.path, f.line), []).append(f)
     rows = list(static)
     for r in runtime:
+        r.region = "captured" if r.kind == "capture" or region_of is None else region_of(r.path, r.line)
         cands = by_line.get((r.path, r.line), []) if r.line else []
         host = next((c for c in cands if c.rule == r.rule), cands[0] if cands else None)
         if host is None:
             r.evidence.setdefault("kinds", [r.kind])
             rows.append(r)
             continue
+        if r.kind == "capture":
+            host.region = "captured"
         host.evidence.setdefault("runtime", []).append(
             {"rule": r.rule, "kind": r.kind, "count": r.count, "message": r.message,
              **{k: v for k, v in r.evidence.items() if k != "kinds"}})

@@ -39,6 +39,22 @@ class OutputError(ValueError):
     """An output path that would destroy an input or cannot be written; one line naming it (exit 2)."""
 
 
+def write_stdout(text: str) -> None:
+    """Write and flush stdout; a stdout that refuses (`> /dev/full`: ENOSPC, EIO) is an OutputError naming it.
+    A closed pipe stays BrokenPipeError (exit 141, quiet). Afterwards fd 1 points at /dev/null, so the
+    interpreter's final flush of what is still buffered does not fail a second time."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise OutputError(f"stdout: cannot write the output ({e.strerror or e})") from None
+
+
 def check_output(path: Path | str, protected: list[Path | str | None] = (), flag: str = "-o") -> Path:
     """Refuse an output path that is a directory, one of `protected` (the config, the baseline, an input
     file; whether or not it exists yet: a report written where the baseline will be read is a corrupt
@@ -76,8 +92,7 @@ def write_atomic(path: Path | str, text: str) -> None:
     keeps its permissions (a new one gets the umask's). Paths that are not valid UTF-8 go back out as their
     original bytes (surrogateescape)."""
     if str(path) == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        write_stdout(text)
         return
     path = Path(path)
     if path.exists() and not path.is_file():

@@ -22,6 +22,7 @@ DEFAULT_FORMAT = "full"
 STEPS = 3        # steps audited or captured after warm-up
 WARMUP = 1       # steps run before them
 DEVICE = "auto"  # CUDA where there is one, the CPU emulation otherwise
+STEP_TIMEOUT = 600.0   # seconds per call of a target's step; 0 or None: no limit (runtime/boundary.py)
 
 
 def output_format(name: str) -> str:
@@ -40,6 +41,7 @@ class Output:
     statistics: bool = False
     quiet: bool = False
     exit_zero: bool = False
+    all_regions: bool = False       # --show-all-regions: list the rows outside the gated regions too
 
 
 @dataclass(frozen=True)
@@ -50,3 +52,4 @@ class Runtime:
     device: str = DEVICE            # "auto", "cpu" or "cuda"
     strict: bool = False            # the CUDA sync layer stops at the first sync
     nproc: int = 1
+    step_timeout: float | None = STEP_TIMEOUT

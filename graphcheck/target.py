@@ -30,10 +30,12 @@ class Target:
     name: str = "target"
     device: str | None = None          # where the target lives; None = inferred from its inputs
     warmup: int | None = None          # steps before auditing (None = configured default)
+    host_built: int = 0                # host tensors its factory made on a CPU run (`build_target` counts them)
 
     def location(self) -> tuple[str, int, str]:
         """(file, line, qualified name) of the step function, for findings no op can name."""
-        fn = inspect.unwrap(getattr(self.step, "__func__", self.step))
+        fn = inspect.unwrap(self.step)                 # through graphcheck's own guard (runtime/boundary.py)
+        fn = inspect.unwrap(getattr(fn, "__func__", fn))
         code = getattr(fn, "__code__", None)
         if code is None:
             return "<unknown>", 0, self.name
@@ -73,7 +75,7 @@ def load_target(spec: str, root: Path | None = None, device: str | None = None) 
         except ValueError:
             pass   # a builtin without a signature: calling it tells
         try:
-            t = obj(**kwargs)
+            t = build_target(obj, device, kwargs)
         except (Exception, SystemExit) as e:     # a factory calling sys.exit must not end graphcheck silently
             raise TargetError(f"target {spec!r}: the factory raised {type(e).__name__}: {_first(e)}") from None
     else:
@@ -82,6 +84,20 @@ def load_target(spec: str, root: Path | None = None, device: str | None = None) 
         raise TargetError(f"target {spec!r}: factory returned {type(t).__name__}, expected graphcheck.Target")
     if not t.name or t.name == "target":
         t.name = spec
+    return t
+
+
+def build_target(factory: Callable[..., Any], device: str | None = None, kwargs: dict | None = None) -> Any:
+    """Call a target factory with the runtime placing the tensors it makes (`runtime.portable.placing`): on a CPU
+    run, a tensor built before the step with a host default is host, as it is on a GPU. `device` is the run's
+    device (None: CUDA where available); the factory is called with `kwargs` only."""
+    from .runtime.portable import placing
+    with placing(device) as made:
+        t = factory(**(kwargs or {}))
+        if isinstance(t, Target):
+            made.extend(t.state().values())    # what a graph captures is device memory, however it was made
+    if isinstance(t, Target):
+        t.host_built = made[0]
     return t
 
 

@@ -1,5 +1,6 @@
 """What the kernel packages' capture targets (each package's target.py) share: the device a target runs on and
-its per-step input generator. Imports nothing of dsv4_kernels."""
+its per-step input generator, and the CuTeDSL implementation compiled for a target (or the reference where
+CuTeDSL cannot run). Imports nothing of dsv4_kernels at module level (the kernel packages' target.py import it)."""
 from __future__ import annotations
 
 import torch
@@ -24,3 +25,13 @@ def rows_target(name: str, fn, rows: int, k: int, scale: float) -> Target:
         return (torch.randn(rows, k, generator=generator(i)) * scale).to(dev, dt)
 
     return Target(step=fn, make_inputs=inputs, state=dict, name=name, device=dev)
+
+
+def cutedsl_or_reference(name: str, shape: tuple, prepare: dict, reference):
+    """The CuTeDSL kernel compiled here, at target build (load), for the one bucket the target runs; the
+    reference where CuTeDSL cannot run (no cutlass, no sm_90 device), so the target still audits on CPU."""
+    from ._cutedsl import available
+    if device() == "cuda" and available()[0]:
+        from ._select import compiled
+        return compiled(name, "cuda", shape, prepare, backend="cutedsl")
+    return reference

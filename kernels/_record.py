@@ -1,7 +1,7 @@
 """The record every kernel package declares: ``KERNEL = Kernel(...)`` at the end of its ``__init__.py``.
 
 A record names what the rest of the tree used to wire by hand in about eight places: each selectable op with its
-kernel entry and its PyTorch reference, the compute capability its Triton code needs (the selection rule), the
+kernel entry and its PyTorch reference (and whether the package has a CuTeDSL implementation of it), the compute capability its Triton code needs (the selection rule), the
 graphcheck capture targets (factories in the package's ``target.py``), the GPU parity tests that hold the kernel
 to its reference (in ``tests/kernels/test_kernels.py``), and the decode's small-op slot where the graph-safe decode
 plugs it in. ``dsv4_kernels._select`` discovers the records the way ``graphcheck.rules`` discovers rule modules,
@@ -33,6 +33,12 @@ class Op:
     # the public function that checks, then picks kernel or reference per call (exported as dsv4_kernels.<its name>);
     # None where that is `kernel` itself
     entry: Callable | None = None
+    # a second implementation in CuTeDSL: the package's cutedsl_kernel.py, class CompiledKernels (built for the
+    # model's shapes, compiled for every bucket at load), which `compiled(name, ..., backend="cutedsl")` returns.
+    # Its capture targets and parity tests are listed in `targets` and `parity` with the others'.
+    cutedsl: bool = False
+    # the decode takes the CuTeDSL one by default: only once an A/B on the GPU (benchmarks/cutedsl.py) shows it faster
+    cutedsl_by_default: bool = False
 
     @property
     def public(self) -> Callable:

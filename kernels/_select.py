@@ -2,7 +2,8 @@
 
 Every kernel here can run where the device is CUDA and Triton imports (the FP4/FP8 GEMVs prefer their CUDA C++
 build, `moe_gemv/cuda_kernel.py`, and fall back to Triton when it does not build). CPU always gets the PyTorch
-reference. No environment variable and no per-step choice: the caller holds the returned function.
+reference. No environment variable and no per-step choice: the caller holds the returned function. An op whose
+record says `cutedsl` also has a CuTeDSL implementation, which `compiled(..., backend="cutedsl")` builds at load.
 
 What there is to select is discovered, not listed: every subpackage of dsv4_kernels declares its `KERNEL` record
 (`_record.py`), the way every rule module of graphcheck declares its `RULE`.
@@ -58,6 +59,30 @@ for _pkg, _rec in PACKAGES.items():
         if _op.name in KERNELS:
             raise ImportError(f"kernel op {_op.name!r} is declared by two packages ({PACKAGE_OF[_op.name]}, {_pkg})")
         KERNELS[_op.name], PACKAGE_OF[_op.name] = _op, _pkg
+# The ops whose package also has a CuTeDSL implementation (op name -> package), and those of them the decode takes in
+# CuTeDSL by default (`compiled`): both read from the records' `cutedsl` and `cutedsl_by_default`.
+CUTEDSL: dict[str, str] = {name: PACKAGE_OF[name] for name, op in KERNELS.items() if op.cutedsl}
+CUTEDSL_BY_DEFAULT: frozenset[str] = frozenset(name for name, op in KERNELS.items() if op.cutedsl_by_default)
+
+
+def compiled(name: str, device: torch.device | str, shape: tuple = (), prepare: dict | None = None,
+             backend: str | None = None) -> Callable:
+    """`select(name, device)`, or for backend "cutedsl" (default: whether `name` is in CUTEDSL_BY_DEFAULT) the
+    CuTeDSL kernel `CompiledKernels(*shape).prepare(**prepare)`, compiled here for every bucket so that no step
+    compiles. Asking for CuTeDSL where it cannot run is an error that says why."""
+    backend = backend or ("cutedsl" if name in CUTEDSL_BY_DEFAULT else "default")
+    if backend == "default":
+        return select(name, device)
+    if backend != "cutedsl":
+        raise ValueError(f"dsv4_kernels.compiled({name!r}): backend must be 'default' or 'cutedsl', found {backend!r}")
+    if name not in CUTEDSL:
+        raise KeyError(f"dsv4_kernels.compiled: {name!r} has no CuTeDSL kernel; those that do: {', '.join(CUTEDSL)}")
+    from ._cutedsl import available as cutedsl_available
+    ok, reason = cutedsl_available() if torch.device(device).type == "cuda" else (False, f"device {device!s} is not CUDA")
+    if not ok:
+        raise RuntimeError(f"dsv4_kernels.compiled({name!r}, {device!s}, backend='cutedsl'): cannot run: {reason}")
+    mod = importlib.import_module(f"{__package__}.{CUTEDSL[name]}.cutedsl_kernel")
+    return mod.CompiledKernels(*shape).prepare(**(prepare or {}))
 
 
 def select(name: str, device: torch.device | str, force_reference: bool = False) -> Callable:

@@ -7,7 +7,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
+
+# One thread per process for the suite: on a loaded 2-core machine torch's default pool (one thread per core, OpenMP
+# spin-waiting) in the test process and in every `graphcheck` / `python -m dsv4_model` subprocess made the suite
+# 20+ minutes instead of ~3. The environment is set before torch is imported and inherited by subprocesses.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).with_name("data")
@@ -16,10 +24,30 @@ DATA = Path(__file__).with_name("data")
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    skip = pytest.mark.skip(reason=_CUDA_SKIP)
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+_CUDA_SKIP = "needs a CUDA GPU (torch.cuda.is_available() is False)"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skips are never silent: every reason but "no GPU" is listed with its count (the corpus not fetched, triton
+    missing, ...), since CI runs those tests. `-rs` lists each one."""
+    from collections import Counter
+    reasons = Counter()
+    for rep in terminalreporter.stats.get("skipped", []):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    gpu = reasons.pop(_CUDA_SKIP, 0)
+    if reasons:
+        terminalreporter.write_sep("-", "skipped here, run in CI")
+        for reason, n in reasons.most_common():
+            terminalreporter.write_line(f"{n:4d} skipped: {reason}")
+    if gpu:
+        terminalreporter.write_line(f"{gpu:4d} skipped: no CUDA GPU (the GPU run: benchmarks/h200.sh)")
 
 
 @pytest.fixture(autouse=True)

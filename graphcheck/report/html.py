@@ -1,4 +1,5 @@
-"""A static HTML page for a saved inventory: one table per layer, stacks and evidence folded in."""
+"""A static HTML page for a saved inventory: one table per layer, stacks and evidence folded in; every row with
+its region, those outside the gated regions too (greyed, status `ungated`)."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ _CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#1b1f24}h1{f
 table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}code{font:12px ui-monospace,monospace;background:#f6f8fa;padding:1px 4px}.rule{font-weight:600;color:#cf222e}
 .warn{color:#9a6700}.kinds{color:#57606a}details pre{background:#f6f8fa;padding:6px;overflow:auto;font-size:12px}
-.new,.unchecked{background:#fff8c5}.accepted{color:#57606a}.summary td{border:0;padding:2px 12px 2px 0}"""
+.new,.unchecked{background:#fff8c5}.accepted,.ungated{color:#57606a}.summary td{border:0;padding:2px 12px 2px 0}"""
 
 _LAYERS = (("static", "Static scan"), ("sync", "Sync audit (portable + CUDA)"), ("capture", "Capture-under-test"))
 
@@ -29,7 +30,7 @@ def _row(f: Finding, status: str) -> str:
     return (f"<tr class='{status}'><td class='{cls}' title='{escape(rule.name if rule else '')}'>{escape(f.rule)}</td>"
             f"<td><code>{escape(f.path)}:{max(f.line, 1)}:{f.col + 1}</code><br><small>{escape(f.function)}</small></td>"
             f"<td>{escape(f.message)}{hint}<br><code>{escape(f.source)}</code>{details}</td>"
-            f"<td class='kinds'>{escape(kinds)}</td><td>{f.count}</td><td>{status}</td></tr>")
+            f"<td class='kinds'>{escape(kinds)}</td><td>{escape(f.region)}</td><td>{f.count}</td><td>{status}</td></tr>")
 
 
 def render(result: Result) -> str:
@@ -44,7 +45,7 @@ def render(result: Result) -> str:
         if not rows:
             parts.append("<p>nothing found</p>")
             continue
-        parts.append("<table><tr><th>rule</th><th>where</th><th>what</th><th>seen by</th><th>count</th><th>status</th></tr>")
+        parts.append("<table><tr><th>rule</th><th>where</th><th>what</th><th>seen by</th><th>region</th><th>count</th><th>status</th></tr>")
         parts.extend(_row(f, result.status[f.fingerprint]) for f in rows)
         parts.append("</table>")
     if result.stale:

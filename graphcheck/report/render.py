@@ -1,6 +1,10 @@
 """Render a Result in one of the output formats (`options.FORMATS` lists and describes them). Every format reads
 the same rows and statuses, so `run`, `report` and the per-layer commands agree on what is new, accepted, exempt,
-unchecked and stale."""
+unchecked and stale.
+
+Rows outside the gated regions (regions.py) are counted in the summary line; `all_regions` (--show-all-regions)
+lists them too. A row's region is printed where it is not `captured`, the region of a plain finding.
+"""
 from __future__ import annotations
 
 import io
@@ -14,10 +18,11 @@ from ..result import Result
 from .summary import summary_line
 
 
-def render(result: Result, fmt: str, *, statistics: bool = False, quiet: bool = False, color: bool = False) -> str:
+def render(result: Result, fmt: str, *, statistics: bool = False, quiet: bool = False, color: bool = False,
+           all_regions: bool = False) -> str:
     fmt = output_format(fmt)
     if statistics:
-        return _statistics(result, json_out=fmt == "json")
+        return _statistics(result, json_out=fmt == "json", all_regions=all_regions)
     if fmt == "json":
         from ..inventory import dumps
         return dumps(result.to_doc())
@@ -26,17 +31,17 @@ def render(result: Result, fmt: str, *, statistics: bool = False, quiet: bool = 
         from .sarif import to_sarif
         return json.dumps(to_sarif(result, __version__), indent=2) + "\n"
     if fmt == "github":
-        return to_github(result)
+        return to_github(result, all_regions=all_regions)
     if fmt == "html":
         from .html import render as html
         return html(result)
     if fmt == "concise":
-        lines = [_head(f, result) for f in result.reported()]
+        lines = [_head(f, result) for f in result.reported(all_regions)]
         if not quiet:
-            lines.append(summary_line(result))
+            lines.append(summary_line(result, all_regions))
         return "".join(line + "\n" for line in lines)
     if fmt == "full":
-        return _full(result, quiet=quiet, color=color)
+        return _full(result, quiet=quiet, color=color, all_regions=all_regions)
     raise ValueError(f"output format {fmt!r} is in options.FORMATS but has no renderer here")
 
 
@@ -47,14 +52,16 @@ def location(f: Finding) -> str:
 
 def _tag(f: Finding, result: Result) -> str:
     st = result.status[f.fingerprint]
-    return {"exempt": " (exempt: reported, not gated)", "unchecked": " (not checked)"}.get(st, "")
+    region = f" [{f.region}]" if f.region != "captured" else ""
+    return region + {"exempt": " (exempt: reported, not gated)", "unchecked": " (not checked)",
+                     "ungated": " (not gated)"}.get(st, "")
 
 
 def _head(f: Finding, result: Result) -> str:
     return f"{location(f)}: {f.rule} {f.message}{_tag(f, result)}"
 
 
-def _full(result: Result, *, quiet: bool, color: bool) -> str:
+def _full(result: Result, *, quiet: bool, color: bool, all_regions: bool = False) -> str:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -63,10 +70,11 @@ def _full(result: Result, *, quiet: bool, color: bool) -> str:
     width = shutil.get_terminal_size((120, 24)).columns if color else 120
     con = Console(file=buf, highlight=False, soft_wrap=True, width=width, force_terminal=color,
                   color_system="auto" if color else None)
-    for f in result.reported():
+    for f in result.reported(all_regions):
         kinds = "+".join(f.evidence.get("kinds", [f.kind]))
         seen = f", seen {f.count}x" if f.count > 1 else ""
-        style = {"new": "bold red", "unchecked": "bold red", "exempt": "bold yellow"}[result.status[f.fingerprint]]
+        style = {"new": "bold red", "unchecked": "bold red", "exempt": "bold yellow",
+                 "ungated": "bold"}[result.status[f.fingerprint]]
         con.print(f"[bold]{escape(location(f))}[/]: [{style}]{f.rule}[/] {escape(f.message)}{escape(_tag(f, result))}"
                   f"  [dim]{escape(f.function)} · {kinds}{seen}[/]")
         if f.source:
@@ -98,7 +106,7 @@ def _full(result: Result, *, quiet: bool, color: bool) -> str:
                   f"{escape(str(e.get('function')))}: {escape(str(e.get('source', '')))}")
     if result.stale and not result.strict_baseline:
         con.print("  [dim]stale entries are fixed hazards: shrink the baseline with `graphcheck baseline`[/]")
-    line = summary_line(result)
+    line = summary_line(result, all_regions)
     for word, style in (("NOT CHECKED", "bold red"), ("FAILED", "bold red"), ("PASSED", "bold green")):
         if line.endswith(word):
             line = escape(line[: -len(word)]) + f"[{style}]{word}[/]"
@@ -115,9 +123,9 @@ def _hint_fmt(f: Finding) -> dict:
     return defaultdict(str, attr=m.group(1) if m else "attr")
 
 
-def _statistics(result: Result, json_out: bool) -> str:
+def _statistics(result: Result, json_out: bool, all_regions: bool = False) -> str:
     from ..rules import RULES
-    counts = Counter(f.rule for f in result.reported())
+    counts = Counter(f.rule for f in result.reported(all_regions))
     rows = [(n, code, RULES[code].name if code in RULES else "") for code, n in sorted(counts.items(), key=lambda x: (-x[1], x[0]))]
     if json_out:
         return json.dumps([{"code": c, "name": name, "count": n} for n, c, name in rows], indent=2) + "\n"
@@ -130,11 +138,11 @@ def _gh_escape(s: str, prop: bool = False) -> str:
     return s.replace(":", "%3A").replace(",", "%2C") if prop else s
 
 
-def to_github(result: Result) -> str:
+def to_github(result: Result, all_regions: bool = False) -> str:
     from ..rules import RULES
     lines = []
-    for f in result.reported():
-        level = "warning" if result.status[f.fingerprint] == "exempt" else "error"
+    for f in result.reported(all_regions):
+        level = {"exempt": "warning", "ungated": "notice"}.get(result.status[f.fingerprint], "error")
         title = f.rule + (" " + RULES[f.rule].name if f.rule in RULES else "")
         props = f"file={_gh_escape(f.path, True)},line={max(f.line, 1)},col={f.col + 1},title={_gh_escape(title, True)}"
         count = f" (seen {f.count}x)" if f.count > 1 else ""

@@ -1,6 +1,7 @@
 """SARIF 2.1.0 for code-scanning UIs: one result per row, rules with their full documentation. Accepted
 (baselined) rows are results with an external suppression, so a code-scanning UI closes them instead of
-reopening them; what could not be checked is a failed invocation with one notification per problem."""
+reopening them; rows outside the gated regions are notes (`properties.region` names the region of every row);
+what could not be checked is a failed invocation with one notification per problem."""
 from __future__ import annotations
 
 from ..result import Result
@@ -17,7 +18,7 @@ def to_sarif(result: Result, version: str) -> dict:
         r = RULES.get(code)
         rules.append({
             "id": code, "name": r.name if r else code,
-            "shortDescription": {"text": r.message.replace("{", "").replace("}", "") if r else code},
+            "shortDescription": {"text": r.template if r else code},
             "fullDescription": {"text": r.what if r else code},
             "help": {"text": r.doc() if r else code, "markdown": r.doc() if r else code},
             "helpUri": f"https://github.com/graphcheck/graphcheck/blob/main/README.md#{code.lower()}",
@@ -30,14 +31,18 @@ def to_sarif(result: Result, version: str) -> dict:
         if f.source:
             region["snippet"] = {"text": f.source}
         res = {
-            "ruleId": f.rule, "ruleIndex": index[f.rule], "level": "warning" if status == "exempt" else "error",
+            "ruleId": f.rule, "ruleIndex": index[f.rule],
+            "level": {"exempt": "warning", "ungated": "note"}.get(status, "error"),
             "message": {"text": f.message},
             "locations": [{"physicalLocation": {"artifactLocation": {"uri": f.path or "unknown"}, "region": region},
                            **({"logicalLocations": [{"fullyQualifiedName": f.function, "kind": "function"}]} if f.function else {})}],
-            "properties": {"kind": f.kind, "count": f.count, "status": status},
+            "properties": {"kind": f.kind, "count": f.count, "status": status, "region": f.region},
         }
         if status == "accepted":
-            res["suppressions"] = [{"kind": "external", "justification": "accepted in the graphcheck baseline"}]
+            reason = result.reasons.get(f.fingerprint, "")
+            res["suppressions"] = [{"kind": "external", "status": "accepted",
+                                    "justification": f"accepted in the graphcheck baseline: {reason}" if reason
+                                    else "accepted in the graphcheck baseline"}]
         if f.fingerprint:
             res["partialFingerprints"] = {"graphcheck/v1": f.fingerprint}
         chain = (f.evidence or {}).get("call_chain") or []

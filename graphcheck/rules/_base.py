@@ -30,6 +30,13 @@ class Rule:
     def family(self) -> str:
         return self.code[:3]
 
+    @property
+    def template(self) -> str:
+        """The message with its placeholders shown as such (`at step <step>`), for listings: dropping the braces
+        printed `at step step` and `max abs diff diff`."""
+        import re
+        return re.sub(r"\{(\w+)\}", r"<\1>", self.message)
+
     def doc(self) -> str:
         return (
             f"{self.code} {self.name}\n\n## What it does\n{self.what}\n\n## Why is this bad?\n{self.why}\n\n"

@@ -35,7 +35,7 @@ _FROM_HOST = {"tensor", "as_tensor", "LongTensor", "FloatTensor", "IntTensor", "
 def check(ctx, node: ast.Call) -> None:
     t = ctx.torch(node)
     data = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "data"), None)
-    if t in _FROM_HOST and data is not None and not ctx.tensor(data) and ctx.dev(node):
+    if t in _FROM_HOST and data is not None and ctx.host_data(data) and ctx.dev(node):
         ctx.report(RULE.code, node, call=f"torch.{t}")
-    elif ctx.method(node) == "new_tensor" and node.args and not ctx.tensor(node.args[0]) and ctx.dev(node):
+    elif ctx.method(node) == "new_tensor" and node.args and ctx.host_data(node.args[0]) and ctx.dev(node):
         ctx.report(RULE.code, node, call=".new_tensor")

@@ -36,9 +36,10 @@ def check(ctx, node: ast.Call) -> None:
         return     # GC403 judges non_blocking copies: from pinned memory they are the cure
     if m == "cuda" and ctx.not_dev(src):
         ctx.report(RULE.code, node, call=".cuda()")
-    elif m == "to" and ctx.target_is_device(node) and (ctx.host(src) or (ctx.target_is_cuda(node) and ctx.not_dev(src))):
+    elif m == "to" and ctx.target_is_device(node) and (ctx.host(src) or (ctx.target_is_cuda(node) and ctx.not_dev(src))
+                                                        or ctx.pageable(src)):
         ctx.report(RULE.code, node, call=f"{dotted(src) or 'x'}.to(device)")
     elif m == "pin_memory" and not node.args:
         ctx.report(RULE.code, node, call=".pin_memory()")
-    elif m == "copy_" and node.args and not ctx.non_blocking(node) and ctx.host(node.args[0]) and ctx.dev(src):
+    elif m == "copy_" and node.args and not ctx.non_blocking(node) and ctx.dev(src) and ctx.pageable(node.args[0]):
         ctx.report(RULE.code, node, call=".copy_(host)")

@@ -15,11 +15,13 @@ RULE = Rule(
     why='Capture records the capturing stream only. A launch on stream 0 during `torch.cuda.graph(...)` runs once eagerly and leaves an *empty graph* behind, with only a warning: replay then does nothing.',
     example='compiled(a, b)',
     instead='compiled(a, b, stream=cuda.CUstream(torch.cuda.current_stream().cuda_stream))',
-    runtime=False,
+    runtime=True,
 )
 # What the runtime layers observe for the same hazard (aten ops and torch callables); `runtime_signatures()`
 # maps each to this rule's code, so the static and runtime layers report it under one code.
-RUNTIME: tuple[str, ...] = ()
+# CuTeDSL (graphcheck/runtime/kernel_jit.py): a compiled function whose signature takes no stream (its launches go
+# to the default stream), or called with a stream other than the current one.
+RUNTIME: tuple[str, ...] = ("cutlass.cute.launch_without_stream", "cutlass.cute.launch_other_stream")
 
 
 @on(ast.Call)

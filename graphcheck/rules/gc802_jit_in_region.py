@@ -15,11 +15,13 @@ RULE = Rule(
     why='Compilation runs on the host for seconds, allocates and may launch warm-up work on other streams; under capture that is illegal, and per step it dominates latency.',
     example='fn = cute.compile(kernel, a, b)\nfn(a, b)',
     instead='# at load: self._fn = cute.compile(kernel, a, b)\nself._fn(a, b, stream=cur)',
-    runtime=False,
+    runtime=True,
 )
 # What the runtime layers observe for the same hazard (aten ops and torch callables); `runtime_signatures()`
 # maps each to this rule's code, so the static and runtime layers report it under one code.
-RUNTIME: tuple[str, ...] = ()
+# CuTeDSL (graphcheck/runtime/kernel_jit.py): an explicit compile, and a direct `@cute.jit` call (traced each call,
+# compiled on a JIT-cache miss).
+RUNTIME: tuple[str, ...] = ("cutlass.cute.compile", "cutlass.cute.jit")
 
 
 _JIT = {"cutlass.cute.compile", "torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline",

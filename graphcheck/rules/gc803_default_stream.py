@@ -15,11 +15,12 @@ RULE = Rule(
     why='Capture happens on a side stream; work sent to the default stream is not captured (or breaks capture with an illegal cross-stream dependency).',
     example='with torch.cuda.stream(torch.cuda.default_stream()):\n    k(x)',
     instead='k(x, stream=torch.cuda.current_stream())',
-    runtime=False,
+    runtime=True,
 )
 # What the runtime layers observe for the same hazard (aten ops and torch callables); `runtime_signatures()`
 # maps each to this rule's code, so the static and runtime layers report it under one code.
-RUNTIME: tuple[str, ...] = ()
+# CuTeDSL (graphcheck/runtime/kernel_jit.py): a compiled function called with stream 0 / the default stream.
+RUNTIME: tuple[str, ...] = ("cutlass.cute.launch_default_stream",)
 
 
 def _zero_stream(ctx, v: ast.AST) -> bool:

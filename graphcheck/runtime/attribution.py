@@ -9,8 +9,20 @@ from pathlib import Path
 
 import torch
 
-_SKIP_DIRS = tuple(str(Path(p).resolve()) + os.sep for p in (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__))))
-_SKIP_FILES = {"contextlib.py", "functools.py", "warnings.py", "threading.py", "_contextlib.py"}
+def _launcher_dirs() -> list[str]:
+    """What runs graphcheck rather than the user's step: the environment's console scripts (`bin/graphcheck`, whose
+    absolute path ended every evidence stack) and pytest's and pluggy's own frames around a test body."""
+    dirs = [os.path.join(sys.prefix, "bin"), os.path.join(sys.prefix, "Scripts")]
+    for name in ("_pytest", "pluggy"):
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "__file__", None):
+            dirs.append(os.path.dirname(mod.__file__))
+    return dirs
+
+
+_SKIP_DIRS = tuple(str(Path(p).resolve()) + os.sep for p in (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)),
+                                                              *_launcher_dirs()))
+_SKIP_FILES = {"contextlib.py", "functools.py", "warnings.py", "threading.py", "_contextlib.py", "runpy.py"}
 _internal: dict[str, bool] = {}
 MAX_STACK = 12
 
@@ -22,6 +34,16 @@ def is_internal(filename: str) -> bool:
         hit = full.startswith(_SKIP_DIRS) or os.path.basename(filename) in _SKIP_FILES or filename.startswith("<frozen")
         _internal[filename] = hit
     return hit
+
+
+def add_internal_dir(path: str | os.PathLike) -> None:
+    """Treat frames under `path` as library frames, like torch's: a kernel DSL's own packing and launch code
+    (CuTeDSL's `cutlass` package) is not where the user can fix anything."""
+    global _SKIP_DIRS
+    d = str(Path(path).resolve()) + os.sep
+    if d not in _SKIP_DIRS:
+        _SKIP_DIRS = (*_SKIP_DIRS, d)
+        _internal.clear()
 
 
 _root: list[str] = []

@@ -16,20 +16,39 @@ from ..findings import Finding
 from ..options import DEVICE, STEPS, WARMUP
 from ..target import Target
 from .audit import target_error
+from .boundary import DEFAULT_STEP_TIMEOUT, StepAborted, guarded
 from .emulate import (_finding, audited_step, capture_failure, check_frozen_replay, check_stability, check_state_identity,
                       emulate)
-from .rng import RngState
+from .kernel_jit import KernelJitAudit, armed_after
+from .recorder import Recorder
+from .rng import RngState, seeded
 from .tensors import clone_tree, copy_into, first_diff, flatten, restore, snapshot
 
 
-def capture_test(target: Target, steps: int = STEPS, warmup: int = WARMUP, device: str = DEVICE) -> list[Finding]:
-    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available() and _on_cuda(target))
+def capture_test(target: Target, steps: int = STEPS, warmup: int = WARMUP, device: str = DEVICE,
+                 step_timeout: float | None = DEFAULT_STEP_TIMEOUT) -> list[Finding]:
+    target = guarded(target, step_timeout)     # exits, self-raised KeyboardInterrupts and hangs are GC006 rows
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda: no CUDA device is available (expected torch.cuda.is_available())")
+    # CuTeDSL compiles and off-stream launches in the steps after warm-up (and in the captured one): findings of
+    # their own, beside whatever the capture itself reports
+    jit = KernelJitAudit(Recorder(kind="capture"))
+    n_warm = target.warmup if target.warmup is not None else warmup
+    use_cuda = False
     try:
-        return capture_cuda(target, steps, warmup) if use_cuda else emulate(target, steps, warmup)
+        use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available() and _on_cuda(target))
+        with jit, seeded():
+            if use_cuda:     # one eager step (the state-identity check) before the side-stream warm-up
+                found = capture_cuda(armed_after(target, jit, 1 + max(n_warm, 1)), steps, warmup)
+            else:
+                found = emulate(armed_after(target, jit, n_warm), steps, warmup)
+    except StepAborted as e:    # not a verdict on the capture: the target ended its own call
+        if use_cuda:
+            _recover()
+        return jit.recorder.findings() + [target_error(target, e, "capture", "capture-under-test")]
     except Exception as e:
-        return [target_error(target, e, "capture", "capture-under-test")]
+        return jit.recorder.findings() + [target_error(target, e, "capture", "capture-under-test")]
+    return found + jit.recorder.findings()
 
 
 def _on_cuda(target: Target) -> bool:

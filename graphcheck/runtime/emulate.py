@@ -58,14 +58,20 @@ def _tensors(x) -> list[torch.Tensor]:
 
 
 class _OpTrace(TorchDispatchMode):
-    """Records the aten op sequence of a step; optionally keeps a copy of each op's results."""
+    """Records the aten op sequence of a step; optionally keeps a copy of each op's results.
 
-    def __init__(self, state_ptrs: set[int], keep_outputs: bool = False):
+    Operands are told apart by storage address, which the allocator reuses: the state tensors are held for the
+    whole trace, so no temporary can take a state tensor's address after the step rebinds it (it was then counted
+    as state or not by allocator timing, and the trace "changed" between steps at random); and a storage's
+    creator is the last op that allocated it, not the first op seen at that address."""
+
+    def __init__(self, state: list[torch.Tensor], keep_outputs: bool = False):
         super().__init__()
         self.ops: list[OpRecord] = []
-        self.state_ptrs = state_ptrs
+        self.state = list(state)                      # held: their addresses stay theirs until the trace ends
+        self.state_ptrs = {_ptr(t) for t in self.state}
         self.keep = keep_outputs
-        self.creator: dict[int, Frame | None] = {}     # storage -> user frame of the op that first produced it
+        self.creator: dict[int, Frame | None] = {}     # storage -> user frame of the op that allocated it
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -75,12 +81,22 @@ class _OpTrace(TorchDispatchMode):
         sig = (tuple((tuple(t.shape), t.dtype, _ptr(t) in self.state_ptrs) for t in ins),
                tuple((tuple(t.shape), t.dtype) for t in outs))
         rec = OpRecord(str(func), sig, first_user_frame(sys._getframe(1)))
+        fresh = _allocates(func)
         for t in outs:
-            self.creator.setdefault(_ptr(t), rec.frame)
+            if fresh:
+                self.creator[_ptr(t)] = rec.frame
+            else:          # a view, in-place or out= result lives in storage another op allocated
+                self.creator.setdefault(_ptr(t), rec.frame)
         if self.keep:
             rec.outputs = [t.detach().clone() for t in outs]
         self.ops.append(rec)
         return out
+
+
+def _allocates(func) -> bool:
+    """Whether an aten op's results are new storage: no result aliases an argument (views, `add_`, out=)."""
+    schema = getattr(func, "_schema", None)
+    return schema is not None and all(r.alias_info is None for r in schema.returns)
 
 
 def _ptr(t: torch.Tensor) -> int:
@@ -101,7 +117,7 @@ def check_state_identity(target: Target, k: int) -> tuple[list[Finding], Any]:
     if not rebound:
         return [], target.state()
     # Only now pay for a trace: one more step under it names the op (and line) that makes each new tensor.
-    with _OpTrace({_ptr(t) for t in target.state().values()}) as tr:
+    with _OpTrace(list(target.state().values())) as tr:
         again = _rebound(target, target.make_inputs(k + 1))
     made = {name: tr.creator.get(ptr) for name, (_, ptr, _) in again.items()}
     found = []
@@ -117,7 +133,8 @@ def check_state_identity(target: Target, k: int) -> tuple[list[Finding], Any]:
 
 def _rebound(target: Target, inputs) -> dict[str, tuple[str, int, str]]:
     """name -> (what changed, storage of the new tensor, shapes) for each state tensor one eager step replaces."""
-    before = {n: (id(t), _ptr(t), tuple(t.shape)) for n, t in target.state().items()}
+    old = target.state()            # held until compared: a freed tensor's id and address can be reused at once
+    before = {n: (id(t), _ptr(t), tuple(t.shape)) for n, t in old.items()}
     target.step(inputs)
     after = target.state()
     out = {}
@@ -127,12 +144,12 @@ def _rebound(target: Target, inputs) -> dict[str, tuple[str, int, str]]:
             out[name] = ("missing", -1, "")
         elif id(t) != oid or _ptr(t) != ptr:
             out[name] = ("a new tensor object" if id(t) != oid else "new storage", _ptr(t), f"{shape} -> {tuple(t.shape)}")
+    del old
     return out
 
 
 def _trace(target: Target, inputs, keep: bool = False) -> list[OpRecord]:
-    ptrs = {_ptr(t) for t in target.state().values()}
-    with _OpTrace(ptrs, keep) as tr:
+    with _OpTrace(list(target.state().values()), keep) as tr:
         target.step(inputs)
     return tr.ops
 
@@ -246,7 +263,7 @@ def _replay_vs_eager(target: Target, gm: FrozenStep, fresh, fleaves, pre, rng: R
     restore(state, pre)
     rng.restore()
     if recorded is not None:
-        with _OpTrace({_ptr(t) for t in state.values()}, keep_outputs=True) as tr:
+        with _OpTrace(list(state.values()), keep_outputs=True) as tr:
             out_e = flatten(target.step(fresh))
         recorded["eager"], recorded["replay"] = tr.ops, keep
     else:
@@ -309,7 +326,7 @@ def audited_step(target: Target, inputs, device: str):
     rec = Recorder(kind="capture")
     state = target.state()
     snap = snapshot(state)
-    with contextlib.suppress(Exception), PortableAudit(rec, device=device):
+    with contextlib.suppress(Exception), PortableAudit(rec, device=device, host_built=target.host_built > 0):
         target.step(inputs)
     restore(state, snap)
     return rec
@@ -337,11 +354,13 @@ def check_capture(target: Target, k: int) -> list[Finding]:
 
 
 def emulate(target: Target, steps: int = STEPS, warmup: int = WARMUP) -> list[Finding]:
-    from .portable import cuda_shims
+    from .portable import cuda_shims, placing
     warmup = target.warmup if target.warmup is not None else warmup
     with torch.no_grad(), cuda_shims():
         for k in range(warmup):
-            target.step(target.make_inputs(k))
+            inputs = target.make_inputs(k)
+            with placing(device_of(target.device, inputs)):
+                target.step(inputs)
         k = warmup
         found = check_capture(target, k)
         k += 1

@@ -17,10 +17,13 @@ on the auditing thread only. Which rule an event is reported under comes from th
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import sys
 import threading
 import warnings
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,9 +31,11 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .. import rules as _rules
+from ..placement import DEV, HOST
 from . import nvtx
-from .attribution import user_stack
+from .attribution import is_internal, user_stack
 from .recorder import Recorder
+from .source_placement import device_of_call
 
 _T = torch.Tensor
 EMITS = frozenset({
@@ -78,6 +83,10 @@ def _name(func) -> str:
         return f"torch.Tensor.{name}"
     if owner == "_VariableFunctionsClass" or getattr(torch, name, None) is func:
         return f"torch.{name}"
+    if "<locals>" in q:      # torch.unique, torch.unique_consecutive: functions made by boolean_dispatch
+        public = next((n for n in getattr(torch.functional, "__all__", ()) if getattr(torch, n, None) is func), None)
+        if public is not None:
+            return f"torch.{public}"
     return q
 
 
@@ -100,6 +109,8 @@ _FMT = {"torch.Tensor.tolist": {"method": "tolist"}, "torch.Tensor.numpy": {"cal
         "torch.Tensor.__format__": {"call": "format"}, "torch.Tensor.__repr__": {"call": "repr"},
         "torch.Tensor.__str__": {"call": "str"}}
 _TAG = "_graphcheck_host"
+# Calls that move a tensor between host and device: followed on a CPU run even before any host tensor was seen.
+_MOVES = {_T.to, _T.cuda, _T.cpu}
 # A readback the CPU kernel of a call performs and its CUDA kernel does not (one_hot checks its index range on the
 # host on CPU only): on a CPU tensor it is not reported, so the CPU verdict is the CUDA one.
 _CPU_ONLY_READBACK = {F.one_hot}
@@ -125,9 +136,13 @@ def _device_arg(func, args, kwargs):
         dev = next((a for a in args[1:] if isinstance(a, (str, torch.device))), None)
         if dev is None and func is _T.cuda:
             dev = "cuda"
-        if dev is None:
-            dev = next((a.device for a in args[1:] if isinstance(a, torch.Tensor)), None)
+        if dev is None:          # `.to(other)`: where `other` lives (the tensor, so a host tensor stays host)
+            dev = next((a for a in args[1:] if isinstance(a, torch.Tensor)), None)
     return dev
+
+
+def _device_type(dev) -> str:
+    return dev.device.type if isinstance(dev, torch.Tensor) else torch.device(dev).type
 
 
 def _index_rule(idx, value_is_host: bool, target: torch.Tensor | None) -> tuple[str, str] | None:
@@ -162,6 +177,12 @@ _OP_TYPES = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
 _KIND: dict = {**{f: "factory" for f in _FACTORIES}, **{f: "special" for f in (*_SPECIAL, *_FROM_HOST)},
                **{f: "simple" for f in _SIMPLE}, **{f: "quiet_on_cpu" for f in _CPU_ONLY_READBACK}}
 _BUILTIN_NS = {"aten", "prims", "_c10d_functional", "c10d", "profiler", "quantized", "_quantized", "rngprims"}
+
+
+def _device_context() -> bool:
+    """Whether a `with torch.device(...)` block (or `torch.set_default_device`) gives factories their device."""
+    from torch.utils._device import DeviceContext
+    return any(isinstance(m, DeviceContext) for m in torch.overrides._get_current_function_mode_stack())
 
 
 def _custom(func) -> bool:
@@ -204,7 +225,7 @@ class _FunctionLayer(TorchFunctionMode):
             hit = None
         if hit is not None:
             a.event(hit[0], sys._getframe(1), hit[1])
-        if a.tagging and (a.host_seen or kind == "factory" or func in _FROM_HOST):
+        if a.tagging and (a.host_seen or kind == "factory" or func in _FROM_HOST or func in _MOVES):
             return a.follow(func, args, kwargs, hit is not None)
         if type(func) in _OP_TYPES and _custom(func):
             return a.enter_custom_op(self, func, args, kwargs)
@@ -223,8 +244,7 @@ class _FunctionLayer(TorchFunctionMode):
             if _is_tensor(data):
                 return None          # tensor-in, tensor-out: no host data crosses
             d = kwargs.get("device")
-            on_device = d is not None and not (isinstance(d, str) and d.startswith("cpu")) and not (
-                isinstance(d, torch.device) and d.type == "cpu" and not a.tagging)
+            on_device = d is not None and not a.host_device(d, sys._getframe(2), func)
             return _name(func), {"call": _name(func), "_breaks": on_device}
         if func is torch.where:
             return ("torch.where", {}) if len(args) + len(kwargs) == 1 else None
@@ -249,7 +269,7 @@ class _FunctionLayer(TorchFunctionMode):
             return None
         if func is _T.to:
             dev = _device_arg(func, args, kwargs)
-            if dev is not None and torch.device(dev).type == "cpu" and src.device.type != "cpu":
+            if dev is not None and not a.is_host(src) and a.host_device(dev, sys._getframe(2), func):
                 return "torch.Tensor.to", {"call": ".to('cpu')"}
         if kwargs.get("non_blocking") and a.is_host(src) and not src.is_pinned():
             return "torch.Tensor.copy_" if func is _T.copy_ else _H2D, {"call": f"{func.__name__}(non_blocking=True)",
@@ -267,7 +287,71 @@ def _out_tensors(out) -> list[torch.Tensor]:
 
 _NET_OPS = ("_local_scalar_dense", "nonzero", "_unique", "_unique2", "unique_dim", "unique_consecutive", "bincount",
             "masked_select", "repeat_interleave.Tensor", "index.Tensor", "equal", "lift_fresh", "lift_fresh_copy",
-            "is_nonzero", "_to_copy", "copy_", "histc", "_grouped_mm")
+            "is_nonzero", "_to_copy", "copy_", "histc", "_grouped_mm", "isin.Tensor_Tensor", "index_put_",
+            "index_put")
+
+
+@dataclass(frozen=True)
+class KernelReadback:
+    """A host read (or host-to-device copy) that an ATen CUDA kernel makes itself, for some arguments."""
+    op: str              # the aten op the kernel net sees
+    when: str            # the argument condition under which the CUDA kernel reads back
+    why: str             # what the kernel does, with the ATen source that does it
+    modelled: str        # how the portable audit decides it: "net" (every call), "args" (`_kernel_readback`), "none"
+
+
+# Every op whose CUDA kernel syncs on the host by itself, checked against ATen's source (aten/src/ATen/native/...);
+# tests/graphcheck/test_runtime.py proves each on a GPU with `torch.cuda.set_sync_debug_mode("error")` (and each
+# argument set that does not sync) and checks that the CPU audit reports exactly the syncing calls.
+KERNEL_READBACKS = (
+    KernelReadback("isin", "test_elements.numel() >= int(10 * elements.numel() ** 0.145) and not assume_unique",
+                   "TensorCompare.cpp isin_Tensor_Tensor_out: above numpy's size heuristic it runs isin_sorting, "
+                   "which calls at::_unique on both inputs; the CUDA unique (cuda/UniqueCub.cu) reads the number of "
+                   "unique values back to size its output. assume_unique=True skips _unique.", "args"),
+    KernelReadback("_unique, _unique2, unique_dim, unique_consecutive", "always",
+                   "cuda/Unique.cu, cuda/UniqueCub.cu: the output size is the count of distinct values, read back "
+                   "(`num_out = ... .item()`).", "net"),
+    KernelReadback("repeat_interleave.Tensor", "output_size is None",
+                   "Repeat.cpp repeat_interleave_common: `total = output_size.value_or(cumsum[-1].item())`.", "net"),
+    KernelReadback("nonzero, masked_select, index.Tensor with a bool/uint8 index", "always",
+                   "cuda/Nonzero.cu copies the number of nonzeros to the host to size the output; masked_select and "
+                   "boolean indexing go through nonzero (TensorAdvancedIndexing.cpp expandTensors).", "net"),
+    KernelReadback("index_put_ / index_put", "a 0-d CPU value into a device tensor, unless the index is one bool "
+                   "mask on the device without accumulate",
+                   "TensorAdvancedIndexing.cpp _index_put_impl_: canDispatchToMaskedFill takes the masked_fill_ path "
+                   "(`value.item()` of the CPU scalar: no device read); otherwise `value.to(self.device())`, a blocking "
+                   "pageable host-to-device copy.", "args"),
+    KernelReadback("multinomial", "never (current ATen)",
+                   "Distributions.cpp multinomial_out: the no-replacement / one-sample fast path checks the "
+                   "distribution with at::_assert_async on the device (older ATen read `.item()` there); the "
+                   "with-replacement kernel (cuda/MultinomialKernel.cu) samples on the device.", "none"),
+    KernelReadback("bincount", "always",
+                   "cuda/SummaryOps.cu _bincount_cuda_template: `nbins = max(self.max().item() + 1, minlength)`, "
+                   "minlength or not.", "net"),
+    KernelReadback("histc", "min == max (the default 0, 0)",
+                   "cuda/SummaryOps.cu _histc_cuda_template reads the input's min and max back to set the range.",
+                   "args"),
+    KernelReadback("_grouped_mm", "offs given, and not bf16 operands and output on sm90/sm100",
+                   "cuda/GroupedBlas.cpp _grouped_mm_cuda: the CUTLASS kernel reads offs on the device; "
+                   "_grouped_mm_fallback (GroupedMMUtils.h) copies offs to the host and loops over the groups.",
+                   "args"),
+)
+
+
+def _isin_sorts(elements, test_elements, assume_unique: bool) -> bool:
+    """Whether ATen's isin takes its sorting path, which runs `_unique` (isin_Tensor_Tensor_out, the numpy
+    heuristic `test.numel() < (int64_t)(10.0f * pow(elements.numel(), 0.145))` keeps the brute-force kernel)."""
+    if not _is_tensor(elements) or not _is_tensor(test_elements) or elements.numel() == 0 or assume_unique:
+        return False
+    return test_elements.numel() >= int(10.0 * math.pow(float(elements.numel()), 0.145))
+
+
+def _masked_fill_path(self_t, indices, value, accumulate: bool, is_host) -> bool:
+    """ATen's canDispatchToMaskedFill: a one-element CPU value, no accumulate and exactly one defined index, a bool or
+    uint8 mask on self's device: index_put_ becomes `masked_fill_(mask, value.item())` (a CPU read, no copy)."""
+    defined = [i for i in indices if i is not None]
+    return (not accumulate and len(defined) == 1 and defined[0].dtype in (torch.bool, torch.uint8)
+            and not is_host(defined[0]))
 
 
 def _kernel_readback(name: str, args, kwargs) -> str | None:
@@ -375,7 +459,7 @@ class PortableAudit:
     origin so host-to-device copies show as on a GPU; on a CUDA target the tensors' own devices say it.
     """
 
-    def __init__(self, recorder: Recorder | None = None, device: str | None = None):
+    def __init__(self, recorder: Recorder | None = None, device: str | None = None, host_built: bool = False):
         self.recorder = recorder if recorder is not None else Recorder()
         self.depth = 0
         self.thread = threading.get_ident()
@@ -384,12 +468,18 @@ class PortableAudit:
         self.cuda_ok = torch.cuda.is_available()
         dev = device if device is not None else ("cuda" if self.cuda_ok else "cpu")
         self.tagging = torch.device(dev).type == "cpu"
-        self.host_seen = False           # whether the step has built a host tensor yet (then ops are followed)
+        # whether a host tensor exists yet (then every op is followed): one the step built, or one the target's
+        # factory built before the step (`host_built`, counted by `placing`)
+        self.host_seen = host_built and self.tagging
+        self.host_made: list = []        # weak references to the host tensors tagged (what `placing` counts)
 
     def active(self) -> bool:
         return self.enabled and threading.get_ident() == self.thread
 
+    recording = True          # False while a target is being built: its tensors are placed, 
     def event(self, name: str, frame, fmt: dict) -> None:
+        if not self.recording:
+            return
         rule = fmt.get("_rule") or CODES[name]
         stack = user_stack(frame)
         if stack:
@@ -412,20 +502,58 @@ class PortableAudit:
             except (AttributeError, RuntimeError):
                 pass
         self.host_seen = True
+        for t in ts:
+            self.host_made.append(weakref.ref(t))
+
+    def host_device(self, d, frame, func) -> bool:
+        """Whether a device argument `d` of `func` (called from `frame`) names the host on every machine. On a GPU
+        run its value says it; on a CPU run the run's own device is "cpu" too, so the call's source is asked: a
+        literal host device, or a name bound to one, is the host; the run's device expression or anything the
+        source cannot tell is the device."""
+        if isinstance(d, torch.Tensor):
+            return self.is_host(d)
+        if isinstance(d, int) or torch.device(d).type != "cpu":
+            return False
+        if not self.tagging:
+            return True
+        while frame is not None and is_internal(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None:
+            return False
+        names = (func.__name__,) if func not in (_T.to, _T.cuda) else ("to", "cuda")
+        return device_of_call(frame, names, "device", 0 if func is _T.to else None, self.placement_of) == HOST
+
+    def placement_of(self, obj) -> str | None:
+        """HOST/DEV of a live tensor (what `x.device` in a `device=` argument means), None for anything else."""
+        if not isinstance(obj, torch.Tensor):
+            return None
+        return HOST if self.is_host(obj) else DEV
 
     def follow(self, func, args, kwargs, classified: bool):
         """Run a call on a CPU target and keep track of host tensors: where one meets device memory, report the
-        host-to-device copy a GPU would make."""
+        host-to-device copy a GPU would make. A tensor is made on the host by a factory given no device (outside
+        a `with torch.device(...)` block) or a host device, from Python data without a device, or by a move to
+        the host (`.cpu()`, `.to("cpu")`); anything made from device tensors or moved to the device is device."""
         ins = _tensors_in(args, kwargs)
         host = [t for t in ins if getattr(t, _TAG, False)]
         dev = [t for t in ins if not getattr(t, _TAG, False)]
         out_is_host = False
         if func in _FACTORIES or func in _FROM_HOST:
             d = kwargs.get("device")
-            out_is_host = (d is None and not dev) or (isinstance(d, str) and d.startswith("cpu"))
-        elif host and func in (_T.to, _T.cuda):
+            if d is None:
+                out_is_host = not dev and not _device_context()
+            else:
+                out_is_host = self.host_device(d, sys._getframe(2), func)
+        elif func is _T.cpu:
+            out_is_host = True
+        elif func in (_T.to, _T.cuda):
             d = _device_arg(func, args, kwargs)
-            if d is not None and not (isinstance(d, str) and d.startswith("cpu")):
+            src = args[0] if args and _is_tensor(args[0]) else None
+            if d is None:
+                out_is_host = bool(host) and src is not None and getattr(src, _TAG, False)
+            elif self.host_device(d, sys._getframe(2), func):
+                out_is_host = True
+            elif src is not None and getattr(src, _TAG, False):
                 self.event(_H2D, sys._getframe(2), {"call": f"{_name(func)} of a tensor built on the host",
                                                    "_rule": CODES.get(_H2D, "GC402")})
                 self.depth += 1
@@ -433,19 +561,22 @@ class PortableAudit:
                     return func(*args, **kwargs).clone()     # a copy, as on a GPU: the device tensor is new
                 finally:
                     self.depth -= 1
-            out_is_host = True
         elif host:
             big = [t for t in host if t.dim() > 0]
-            if dev and (big or func is _T.copy_ or func is _T.__setitem__):
-                # A 0-d host tensor passed to a device op is a CPU scalar (allowed); anything else is a copy.
+            if dev and (big or func is _T.copy_):
+                # A 0-d host tensor passed to a device op is a CPU scalar (allowed); anything else is a copy. (A 0-d
+                # one written by index is the kernel net's to judge: ATen copies it, or fills from it by mask.)
                 self.event(_H2D, sys._getframe(2), {"call": f"{_name(func)} mixing a host-built tensor into device memory",
                                                    "_rule": CODES.get(_H2D, "GC402")})
+                classified = True
             out_is_host = not dev
-        self.depth += 1
+        # Quiet the kernel net only under a call already reported (one hazard, one event): an unclassified op
+        # run here must still be seen by it (a `histc` after the step built a host tensor).
+        self.depth += classified
         try:
             out = func(*args, **kwargs)
         finally:
-            self.depth -= 1
+            self.depth -= classified
         if out_is_host:
             self._tag(_out_tensors(out))
         return out
@@ -457,6 +588,21 @@ class PortableAudit:
         if name in ("histc", "_grouped_mm"):
             call = _kernel_readback(name, args, kwargs)
             return ("torch.Tensor.cpu", {"call": call}) if call else None
+        if name == "isin":
+            test = args[1] if len(args) > 1 else kwargs.get("test_elements")
+            unique = args[2] if len(args) > 2 else kwargs.get("assume_unique", False)
+            if _isin_sorts(args[0] if args else kwargs.get("elements"), test, bool(unique)):
+                return "aten::_unique", {"call": "torch.isin (a large test set: its sorting path runs _unique)"}
+            return None
+        if name in ("index_put_", "index_put"):
+            dst = args[0] if args else None
+            indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+            value = args[2] if len(args) > 2 else kwargs.get("values")
+            acc = bool(args[3] if len(args) > 3 else kwargs.get("accumulate", False))
+            if (_is_tensor(dst) and _is_tensor(value) and value.dim() == 0 and self.is_host(value)
+                    and not self.is_host(dst) and not _masked_fill_path(dst, indices, value, acc, self.is_host)):
+                return _H2D, {"call": "index_put_ of a CPU scalar (`value.to(self.device())`)"}
+            return None
         if name == "index":
             idx = args[1] if len(args) > 1 else []
             if any(_is_tensor(i) and i.dtype in (torch.bool, torch.uint8) for i in idx if i is not None):
@@ -553,3 +699,36 @@ def cuda_shims():
             setattr(owner, attr, (lambda *a, **k: True) if attr == "query" else (lambda *a, **k: None))
             stack.callback(setattr, owner, attr, orig)
         yield
+
+
+@contextlib.contextmanager
+def placing(device: str | None):
+    """Run code that is not audited (a target's factory, the warm-up steps) with the placement of the tensors it
+    makes followed as the audited step's are, on a CPU run: a factory without a device, Python data or a literal host
+    device make host tensors, the run's device expression device ones, `.to(device)` a device copy. So a part built
+    before the step is judged on where its tensors really live (HF's `SuppressTokensLogitsProcessor(ids)` keeps
+    `torch.tensor(ids, device="cpu")`, its default, and moves it with `.to(scores.device)` in every call: on a GPU
+    a pageable copy per step), and a one-time move in the warm-up (`self.ids = self.ids.to(x.device)`) happens
+    before the audit as it does on a GPU. Nothing is reported; yields a list that receives the number of host
+    tensors still alive when the block ends (a Target's `host_built`); tensors the block appends to that list before
+    it ends are device (a target's state)."""
+    made: list = []
+    cpu = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")).type == "cpu"
+    if not cpu:
+        yield made
+        made[:] = [0]
+        return
+    audit = PortableAudit(Recorder(), device="cpu")
+    audit.recording = False
+    with _FunctionLayer(audit):
+        audit.enabled = True
+        try:
+            yield made
+        finally:
+            audit.enabled = False
+            for t in made:
+                if isinstance(t, torch.Tensor) and getattr(t, _TAG, False):
+                    delattr(t, _TAG)
+            # what is still alive and host once built: a factory's temporaries (`torch.empty` under an
+            # `nn.Parameter`, a buffer moved to the device) are not
+            made[:] = [sum(1 for r in audit.host_made if (t := r()) is not None and getattr(t, _TAG, False))]

@@ -38,8 +38,11 @@ class Recorder:
     # (rule, op, user frame, whether it breaks a CUDA capture) of every event, in execution order
     events: list[tuple[str, str, Frame | None, bool]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    skip: frozenset = frozenset()           # rules not judged here (the graph_safe marker's host-to-device family)
 
     def record(self, rule: str, op: str, stack: list[Frame], breaks_capture: bool = False, **fmt: str) -> Finding | None:
+        if rule in self.skip:
+            return None
         if len(self.events) < 10_000:      # before exemptions: an allowed sync still breaks a capture
             self.events.append((rule, op, stack[0] if stack else None, breaks_capture))
         ex = exemptions()

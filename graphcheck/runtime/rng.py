@@ -7,7 +7,8 @@ created inside the step).
 """
 from __future__ import annotations
 
-from typing import Iterable
+import contextlib
+from typing import Iterable, Iterator
 
 import torch
 
@@ -33,3 +34,26 @@ def generators_in(values: Iterable) -> list[torch.Generator]:
         if isinstance(v, torch.Generator):
             seen.setdefault(id(v), v)
     return list(seen.values())
+
+
+SEED = 0
+
+
+@contextlib.contextmanager
+def seeded() -> Iterator[None]:
+    """Run with the default generators at a fixed seed, and give the caller's states back afterwards. torch seeds
+    its default CPU generator from the OS in every process, so a step that samples (a speculative accept/reject, a
+    multinomial) took other branches on every run and the same target gave other rows; from a fixed state every
+    run of a layer draws the same numbers."""
+    cpu = torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    torch.random.default_generator.manual_seed(SEED)
+    if cuda is not None:
+        for g in torch.cuda.default_generators:
+            g.manual_seed(SEED)
+    try:
+        yield
+    finally:
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)

@@ -19,10 +19,13 @@ from ..rules import CALLS_BY_NAME as _CALLS_BY_NAME
 from ..rules import CALLS_BY_PREFIX as _CALLS_BY_PREFIX
 from ..rules import CHECKERS, format_message
 from ..rules._base import dotted
-from .inference import (DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS, Env, annotation_classes,
-                        annotation_kind, element, infer, join, name_hint, soft, unpack_targets)
+from .regions import blocks as region_blocks
+from .regions import once_decorator
+from .inference import (DEV, HOST, HOST_KINDS, NP, ON_DEVICE, PINNED, PY, SEQ, SPLITS, TENSOR, TENSORS, Env, annotation_classes,
+                        annotation_kind, element, infer, join, name_hint, soft, symbolic, unpack_targets)
+from .placement import NO_PLACEMENT, Placement
 
-ENGINE_VERSION = "27"
+ENGINE_VERSION = "32"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
@@ -30,8 +33,10 @@ _CHECKERS = CHECKERS
 # registered on them would silently never run
 if ast.Attribute in _CHECKERS:
     raise RuntimeError("a rule registers on ast.Attribute: the engine keeps attribute loads from the rules")
-_SUPPRESS = re.compile(r"#\s*(?:graphcheck:\s*ignore\[(?P<codes>[^\]]*)\]|noqa:\s*(?P<noqa>GC\d+(?:\s*,\s*GC\d+)*))"
-                       r"(?:\s*--\s*(?P<reason>.*\S))?")
+# `# noqa: CODES` as ruff reads it: any case (`# NOQA: GC101`), the codes of every tool in one list separated by
+# commas and/or spaces (`# noqa: E501, GC101`; only the GC codes are ours), the reason after the list (`-- why`).
+_SUPPRESS = re.compile(r"#\s*(?:graphcheck:\s*ignore\[(?P<codes>[^\]]*)\]|noqa\s*:\s*(?P<noqa>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))"
+                       r"(?:[\s,]*--\s*(?P<reason>.*\S))?", re.IGNORECASE)
 _LOGGER_NAMES = {"logger", "log", "logging", "_logger", "_log", "LOGGER", "LOG", "warnings", "wandb", "writer", "tb"}
 # Node types a checker, the tensor inference or the call graph looks at; everything else is only traversed.
 _KEEP = set(_CHECKERS) | {ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr, ast.Call, ast.Import,
@@ -68,7 +73,8 @@ def parse_suppressions(lines: list[str]) -> list[dict]:
     out = []
     comments: dict[int, tuple[int, str]] | None = None
     for i, text in enumerate(lines, 1):
-        if "graphcheck" not in text and "noqa" not in text:
+        low = text.lower()
+        if "graphcheck" not in low and "noqa" not in low:
             continue
         if not _SUPPRESS.search(text):
             continue
@@ -80,8 +86,12 @@ def parse_suppressions(lines: list[str]) -> list[dict]:
         m = _SUPPRESS.search(comment)
         if not m:
             continue
-        raw = m.group("codes") if m.group("codes") is not None else m.group("noqa")
-        codes = [c.strip().upper() for c in raw.split(",") if c.strip()]
+        if m.group("codes") is not None:
+            codes = [c.strip().upper() for c in m.group("codes").split(",") if c.strip()]
+        else:     # another tool's codes in the same list are that tool's business
+            codes = [c.upper() for c in re.split(r"[\s,]+", m.group("noqa")) if c.upper().startswith("GC")]
+            if not codes:
+                continue
         own_line = text[:col].strip() == ""
         out.append({"line": i, "target": i + 1 if own_line else i, "codes": codes, "reason": m.group("reason") or "",
                     "source": text.strip()})
@@ -104,6 +114,7 @@ class _Ctx:
         self._nan: dict[int, bool] = {}
         self._deps: frozenset[str] = _NO_DEPS
         self._mode = "dev"
+        self._also: tuple = ()      # further conditions, each {"mode", "deps"}, that must hold as well
 
     # kinds -----------------------------------------------------------------------------------------
     def kind(self, node: ast.AST):
@@ -124,7 +135,7 @@ class _Ctx:
             self._deps |= k
             self._mode = "maybe"
             return True
-        return k not in (HOST, PINNED, NP, PY)
+        return k not in HOST_KINDS
 
     def any_dev(self, nodes) -> bool:
         """`any(dev(n) for n in nodes)`, an attribute that may be a property (`g:`) passed over as an unknown value
@@ -169,6 +180,28 @@ class _Ctx:
     def host(self, node: ast.AST) -> bool:
         """A CPU tensor that is not pinned."""
         return self.env.kind(node) == HOST
+
+    def pageable(self, node: ast.AST) -> bool:
+        """A CPU tensor that is not pinned, known here or (a parameter, a call's return) where what the resolved
+        callers pass or the callees return is one: `_upload(self.mask_cpu)` copying its argument `.to(device)`.
+        Ask it last in a condition: the condition it adds is kept whatever the caller decides after."""
+        k = self.env.kind(node)
+        if symbolic(k):
+            self._also += ({"mode": "host", "deps": sorted(k)},)
+            return True
+        return k == HOST
+
+    def host_data(self, node: ast.AST) -> bool:
+        """Data a tensor constructor copies from the host: not known to be a tensor here, or (a parameter, a call's
+        return) resolved to a list or a NumPy array (`def f(seqs): torch.tensor(seqs, device=d)` called with
+        `list(...)`); a symbolic value that resolves to nothing known stays quiet, as it did."""
+        k = self.env.kind(node)
+        if not self.tensor(node):
+            return True
+        if symbolic(k):
+            self._also += ({"mode": "data", "deps": sorted(k)},)
+            return True
+        return False
 
     def py(self, node: ast.AST) -> bool:
         return self.env.kind(node) == PY
@@ -228,7 +261,7 @@ class _Ctx:
     def is_host_sequence(self, node: ast.AST) -> bool:
         if isinstance(node, (ast.List, ast.Tuple, ast.ListComp)) or _splits(node):
             return True
-        return isinstance(node, ast.Name) and (node.id in self.a.host_seqs.get(id(self.func), ()) or self.env.kind(node) == PY)
+        return isinstance(node, ast.Name) and (node.id in self.a.host_seqs.get(id(self.func), ()) or self.env.kind(node) in (PY, SEQ))
 
     def mentions_nan_guard(self, test: ast.AST) -> bool:
         hit = self._nan.get(id(test))
@@ -269,8 +302,9 @@ class _Ctx:
         d = {"rule": code, "line": line, "col": getattr(node, "col_offset", 0),
              "function": self.func.qname if self.func else "<module>",
              "message": format_message(code, **fmt), "source": self.a.line(line)}
-        if self._deps:
-            d["when"] = {"mode": self._mode, "deps": sorted(self._deps)}
+        conds = ([{"mode": self._mode, "deps": sorted(self._deps)}] if self._deps else []) + list(self._also)
+        if conds:
+            d["when"] = dict(conds[0], **({"and": conds[1:]} if len(conds) > 1 else {}))
         self.a.findings.append(d)
 
 
@@ -292,6 +326,7 @@ def _call_checkers(name: str, q: str) -> tuple:
     return tuple(todo)
 
 
+_GLOBAL_STMT = re.compile(r"^[ \t]*global[ \t]", re.M)     # a `global` statement starts its line (or follows `;`: rare)
 _NAN_GUARDS = ("isnan", "isinf", "isfinite", "isneginf", "isposinf")
 _HOST_MATH = ("math.", "cmath.", "numpy.")
 _STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "ExternalStream")
@@ -301,8 +336,9 @@ _ACCESSORS = ("setter", "deleter")     # `@x.getter` is the getter again
 
 
 class FileAnalyzer:
-    def __init__(self, text: str):
+    def __init__(self, text: str, placement: Placement = NO_PLACEMENT):
         self.text = text
+        self.placement = placement
         self.lines = text.splitlines()
         self.imports: dict[str, dict] = {}
         self.findings: list[dict] = []
@@ -314,6 +350,8 @@ class FileAnalyzer:
         self.kernel_attrs: set[str] = set()
         self.module_defs: set[str] = set()
         self.names_nan_guard = any(g in text for g in _NAN_GUARDS)
+        self.says_global = "global" in text and _GLOBAL_STMT.search(text) is not None
+        self.sets_default_device = "set_default_device" in text
 
     def line(self, n: int) -> str:
         return self.lines[n - 1].strip() if 0 < n <= len(self.lines) else ""
@@ -325,7 +363,7 @@ class FileAnalyzer:
         module = funcs[0]
         # the module body first: its aliases, host tensors and NumPy arrays are visible in every function
         aliases: dict[str, str] = {}
-        menv = Env(self.imports, aliases, {}, {}, set(), {})
+        menv = Env(self.imports, aliases, {}, {}, set(), {}, self.placement)
         _aliases(menv, module.nodes, aliases)
         infer(menv, None, module.nodes)
         module_kinds = {k: v for k, v in menv.names.items() if not isinstance(v, frozenset) and k not in aliases}
@@ -333,12 +371,12 @@ class FileAnalyzer:
         class_info: dict[str, dict] = {}
         class_kinds: dict[str, tuple[dict, set]] = {}
         for cname, (cnode, methods) in classes.items():
-            kinds, mods = _class_kinds(self.imports, aliases, module_kinds, methods)
+            kinds, mods = _class_kinds(self.imports, aliases, module_kinds, methods, self.placement, cname)
             class_kinds[cname] = (kinds, mods)
             class_info[cname] = {"line": cnode.lineno, "bases": [dotted(b) for b in cnode.bases if dotted(b)],
                                  "attrs": _attr_types(cnode, methods, registries), "refs": _class_refs(cnode, methods),
                                  "tensors": sorted(a for a, k in kinds.items() if k in TENSORS or k == NP),
-                                 "fields": _field_kinds(cnode, kinds)}
+                                 "fields": _field_kinds(cnode, kinds, self.placement)}
         ctx = _Ctx(self)
         functions: dict[str, dict] = {}
         envs: dict[str, Env] = {}     # each def's names, for the closures nested in it (pre-order: outer first)
@@ -405,7 +443,8 @@ class FileAnalyzer:
             sets = _accessor_calls(got, stores, calls, index, called) if got or stores else ()
             local_aliases = dict(aliases)
             _aliases(Env(self.imports, aliases, module_kinds, kinds, mods, {}), f.nodes, local_aliases)
-            env = Env(self.imports, local_aliases, module_kinds, kinds, mods, index)
+            env = Env(self.imports, local_aliases, module_kinds, kinds, mods, index, self.placement, f.cls)
+            env.default_device_set = self.sets_default_device
             env.module_calls = module_calls
             if is_def:
                 _closure_kinds(env, f, envs)
@@ -430,6 +469,7 @@ class FileAnalyzer:
                 for chk in todo:
                     ctx._deps = _NO_DEPS
                     ctx._mode = "dev"
+                    ctx._also = ()
                     chk(ctx, n)
             for rec, cn in zip(calls[:ncalls], call_nodes):
                 if cn is not None and (cn.args or cn.keywords):
@@ -464,6 +504,19 @@ class FileAnalyzer:
                 pydef = _host_defaults(node)
                 if pydef:
                     fsum["pydef"] = pydef
+                # regions (regions.py): where the def ends (a runtime row's line is placed in its innermost def),
+                # the blocks that run in another region, and decorators that change the def's own region
+                fsum["end"] = node.end_lineno or node.lineno
+                blk = region_blocks(node, [n for n in f.nodes if type(n) is ast.If or type(n) is ast.With],
+                                    self.says_global)
+                if blk:
+                    fsum["blocks"] = blk
+                once = once_decorator(node, self.imports)
+                if once:
+                    fsum["once"] = once
+                decos = [d for d in _decorators(node) if d]
+                if decos:
+                    fsum["decos"] = decos
                 sig = _signature(f, node)
                 if sig is not None:
                     fsum["sig"] = sig
@@ -638,15 +691,12 @@ def _own_bindings(fn: ast.AST) -> set[str]:
     return out
 
 
-# torch functions / tensor methods that return a Python tuple or list of tensors (views, no readback)
-_SPLITS = frozenset({"split", "tensor_split", "chunk", "unbind", "hsplit", "vsplit", "dsplit", "split_with_sizes",
-                     "unsafe_split", "unsafe_chunk", "meshgrid", "broadcast_tensors"})
 
 
 def _splits(node: ast.AST) -> bool:
     """`x.tensor_split(n)`, `torch.chunk(x, n)`: a host sequence of tensors, which list()/tuple()/sum() walk on
     the host without reading any element back."""
-    return type(node) is ast.Call and type(node.func) is ast.Attribute and node.func.attr in _SPLITS
+    return type(node) is ast.Call and type(node.func) is ast.Attribute and node.func.attr in SPLITS
 
 
 def _ret_elts(env: Env, rets: list[ast.AST]) -> list | None:
@@ -717,7 +767,8 @@ def _registries(tree: ast.Module) -> dict[str, list[str]]:
     return out
 
 
-def _class_kinds(imports: dict, aliases: dict, module_kinds: dict, methods: list[_Func]) -> tuple[dict, set]:
+def _class_kinds(imports: dict, aliases: dict, module_kinds: dict, methods: list[_Func],
+                 placement: Placement = NO_PLACEMENT, cname: str | None = None) -> tuple[dict, set]:
     """Kinds of `self.X` (the join of everything the methods assign; buffers and parameters live on the device),
     and the attributes holding constructed modules (`self.gate = nn.Linear(...)`: calling them returns a tensor)."""
     kinds: dict[str, object] = {}
@@ -731,7 +782,7 @@ def _class_kinds(imports: dict, aliases: dict, module_kinds: dict, methods: list
         if not any((type(n) is ast.Assign and any(_self_attr(t) for t in n.targets)) or
                    (type(n) is ast.AnnAssign and _self_attr(n.target)) for n in fn.nodes):
             continue      # assigns no attribute: nothing to learn about the class
-        env = Env(imports, aliases, module_kinds, kinds, mods, {})
+        env = Env(imports, aliases, module_kinds, kinds, mods, {}, placement, cname)
         infer(env, fn.node, fn.nodes)
         for n in fn.nodes:
             if type(n) is ast.Assign:
@@ -757,6 +808,7 @@ def _class_kinds(imports: dict, aliases: dict, module_kinds: dict, methods: list
                 elif isinstance(value, ast.Call) and dotted(value.func).split(".")[-1][:1].isupper():
                     mods.add(t.attr)
     return kinds, mods - {a for a, k in kinds.items() if k in TENSORS}
+
 
 
 def _class_refs(cnode: ast.ClassDef, methods: list[_Func]) -> dict[str, list[str]]:
@@ -906,9 +958,10 @@ def _self_attr(t: ast.AST) -> str:
     return t.attr if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" else ""
 
 
-def _field_kinds(cnode: ast.ClassDef, kinds: dict) -> dict[str, str]:
+def _field_kinds(cnode: ast.ClassDef, kinds: dict, placement: Placement = NO_PLACEMENT) -> dict[str, str]:
     """What each attribute is, for code that holds an instance (`batch: InputBatch` -> batch.seq_lens): the class
-    body's annotations (a dataclass's fields), else what the methods assign."""
+    body's annotations (a dataclass's fields), else what the methods assign; declared host-resident (a marker on
+    the field, a `Class.ATTR` pattern) over both."""
     out = {a: k for a, k in kinds.items() if isinstance(k, str)}
     for n in cnode.body:
         if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
@@ -916,6 +969,8 @@ def _field_kinds(cnode: ast.ClassDef, kinds: dict) -> dict[str, str]:
             hint = name_hint(n.target.id)       # `seq_lens_cpu: torch.Tensor` is a host tensor, as for self.X
             if hint is not None and k in (None, TENSOR):
                 k = hint
+            if placement and (placement.marked(n.value) or placement.attr((cnode.name,), n.target.id)):
+                k = HOST
             if k is not None and k != "none":
                 out[n.target.id] = k
     return out
@@ -1218,7 +1273,7 @@ _DEEP_RUN = 3000
 _DEEP = re.compile(r"[-+~(\[{]\s*(?:[-+~(\[{]\s*){%d}" % (_DEEP_RUN - 1))
 
 
-def analyse_text(text: str) -> dict:
+def analyse_text(text: str, placement: Placement = NO_PLACEMENT) -> dict:
     """Summary of one file; a syntax error, or input too deep or too large to analyse, becomes one GC903 finding
     for the file rather than an exception."""
     def parse_error(line: int, col: int, msg: str) -> dict:
@@ -1232,7 +1287,7 @@ def analyse_text(text: str) -> dict:
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 12000))   # what the parser accepts (~3,000 levels), the inference can follow
     try:
-        return FileAnalyzer(text).run()
+        return FileAnalyzer(text, placement).run()
     except SyntaxError as e:
         return parse_error(e.lineno or 0, max((e.offset or 1) - 1, 0), e.msg)
     except (RecursionError, MemoryError):

@@ -1,8 +1,9 @@
 """Where each value lives: a small, local device lattice, evaluated per function.
 
 Kinds: ``DEV`` (a tensor on the accelerator), ``TENSOR`` (a tensor whose placement is unknown: treated as likely
-on the device), ``HOST`` (a CPU tensor), ``PINNED`` (a pinned CPU tensor), ``NP`` (a NumPy array), ``PY`` (a plain
-Python value) and ``None`` (unknown, not known to be a tensor). A value that depends on an un-annotated parameter
+on the device), ``HOST`` (a CPU tensor), ``PINNED`` (a pinned CPU tensor), ``NP`` (a NumPy array), ``SEQ`` (a
+Python tuple or list of tensors: `x.split(n)`), ``PY`` (a plain Python value) and ``None`` (unknown, not known to
+be a tensor). Readback rules fire on ``DEV``/``TENSOR`` (or a symbolic value that resolves to one) only. A value that depends on an un-annotated parameter
 or on the result of a call into the scanned tree is *symbolic*: a frozenset of dependencies (``"p:<param>"``,
 ``"r:<call index>"``) that the cross-file pass (``scope.Program``) resolves through the call graph, in both
 directions (arguments at resolved call sites, returns of resolved callees). An attribute read that may be a property
@@ -17,7 +18,9 @@ own elements are kept with ``"<dep>@<i>"``: element i as tuple returns show it, 
 returns a tensor does not lend its kind to the names unpacked from another path's tuple. A local bound to a tuple
 literal keeps its elements too (``t = (a, b)``).
 
-Flow-insensitive per function: a name's kind is the join of everything assigned to it. Host values derived from
+A name's kind is the join of everything assigned to it, except where one binding reaches a read (``_Flow``): a
+name rebound from a list to a tensor (`ids = [..]; ids = torch.tensor(ids, device=d)`) is a list where the
+constructor reads it. Host values derived from
 tensors (``.shape``, ``.size()``, ``.numel()``, ``len(t)``) are Python values, so branching on them is never a
 hazard. Nothing here imports torch.
 """
@@ -27,9 +30,17 @@ import ast
 import functools
 
 from ..vocab import dotted
+from .placement import NO_PLACEMENT, Placement
 
 DEV, TENSOR, HOST, PINNED, NP, PY = "dev", "tensor", "host", "pinned", "numpy", "py"
+# A Python tuple or list of tensors (`x.split(n)`, `torch.unbind(x)`): no tensor itself, so `not parts`,
+# `len(parts)` and `for t in parts` read nothing back; its elements are tensors.
+SEQ = "seq"
 TENSORS = (DEV, TENSOR, HOST, PINNED)
+HOST_KINDS = (HOST, PINNED, NP, PY, SEQ)     # known not to be a device tensor
+# torch functions / tensor methods that return a Python tuple or list of tensors (views, no readback)
+SPLITS = frozenset({"split", "tensor_split", "chunk", "unbind", "hsplit", "vsplit", "dsplit", "split_with_sizes",
+                    "unsafe_split", "unsafe_chunk", "meshgrid", "broadcast_tensors", "atleast_1d", "atleast_2d"})
 ON_DEVICE = (DEV, TENSOR)
 
 # torch.* callables that return something other than a tensor.
@@ -92,6 +103,8 @@ def name_hint(name: str) -> str | None:
     return None
 
 
+
+
 def soft(k) -> bool:
     """Only attribute reads that may be properties (`g:`): unknown unless the scope finds a getter, so a concrete
     kind joined with one keeps its own, and the checks that took an unknown attribute for a non-tensor still do."""
@@ -122,7 +135,7 @@ def join(a, b):
         return sa | sb
     if a in ON_DEVICE or b in ON_DEVICE:
         return DEV if a == DEV and b == DEV else TENSOR
-    for k in (HOST, PINNED, NP, PY):
+    for k in (HOST, PINNED, NP, SEQ, PY):
         if k in (a, b):
             return HOST if k == PINNED and HOST in (a, b) else k
     return a
@@ -204,7 +217,7 @@ def element(k, i: int, strict: bool = False):
     ``strict`` (``@``): only what tuple returns show; a dependency that cannot say is dropped, a concrete kind is
     unknown."""
     if not isinstance(k, frozenset):
-        return None if strict else k
+        return None if strict else TENSOR if k == SEQ else k
     sep = "@" if strict else "#"
     out = frozenset(f"{d}{sep}{i}" if _plain(d) else d for d in k if not strict or _plain(d))
     return out or None
@@ -243,7 +256,10 @@ class Env:
     """
 
     def __init__(self, imports: dict, aliases: dict[str, str], module_kinds: dict, attr_kinds: dict,
-                 module_attrs: set[str], call_index: dict[int, int]):
+                 module_attrs: set[str], call_index: dict[int, int], placement: Placement = NO_PLACEMENT,
+                 cls: str | None = None):
+        self.placement = placement
+        self.cls = cls                      # the class whose method this is (for `Class.ATTR` declarations)
         self.imports = imports
         self.aliases = aliases              # this function's and the module's `name = dotted.path` bindings
         self.module_kinds = module_kinds
@@ -258,7 +274,14 @@ class Env:
         self.tuples: dict[str, list | None] = {}     # a local bound to tuple literals: its elements' kinds (None:
                                                     # literals of different lengths)
         self.tuple_others: dict[str, frozenset] = {}   # ... and the symbolic kinds of its other bindings
+        self.elems: dict[str, object] = {}   # a local list of tensors built here (`xs.append(t)`): their kind
+        self.factory_default = TENSOR        # where a factory without a device puts its tensor (set by infer)
+        self.with_device: dict[int, object] = {}   # a call inside `with torch.device(d):` -> where d points
+        self.default_device_set = False      # the file calls torch.set_default_device
         self.memo: dict[int, object] | None = None
+        self.rebound: set[str] = set()   # names bound to values of different kinds (`x = ids; x = torch.tensor(x)`)
+        self.first_pass = True           # (a loop's second pass rebinds every name with the join it settled on)
+        self.at: dict[int, object] = {}  # a read of such a name (by id) -> the kind of the one binding that reaches it
 
     # -- names -----------------------------------------------------------------------------------------
     def qual(self, node: ast.AST) -> str:
@@ -301,6 +324,9 @@ class Env:
     def _kind(self, node: ast.AST):
         t = type(node)
         if t is ast.Name:
+            k = self.at.get(id(node), self)
+            if k is not self:
+                return k
             if node.id in self.names:
                 return self.names[node.id]
             if node.id in self.module_kinds:
@@ -311,6 +337,10 @@ class Env:
             return PY
         if t is ast.Attribute:
             v = node.value
+            if self.placement and self.placement.attr(
+                    (self.cls,) if isinstance(v, ast.Name) and v.id == "self" else
+                    self.param_classes.get(v.id, ()) if isinstance(v, ast.Name) else (), node.attr):
+                return HOST
             if isinstance(v, ast.Name) and v.id == "self":
                 k = self.attr_kinds.get(node.attr)
                 if k is None:
@@ -333,6 +363,8 @@ class Env:
                 if elts is not None:
                     return elts[i] if -len(elts) <= i < len(elts) else None
             k = self.kind(node.value)
+            if k == SEQ:
+                return SEQ if type(node.slice) is ast.Slice else TENSOR
             if i is not None and isinstance(k, frozenset):
                 return element(k, i)       # f(x)[1]: element 1 of what f returns
             # `self.parts[i]`: of what a getter returns (a list, a dict) nothing says the element's kind
@@ -469,7 +501,12 @@ class Env:
             return rk if rk is not None else None
         if m in ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full"):
             d = self._device_arg(node)
-            return d if d is not None else (HOST if rk == PINNED else rk)
+            if d is not None:
+                return d
+            # only a tensor has these methods: one of unknown placement is likely on the device
+            return HOST if rk == PINNED else TENSOR if rk is None else rk
+        if m in SPLITS and (rk in TENSORS or symbolic(rk) and m != "split"):
+            return SEQ          # `s.split(",")` of what may be a string stays what it was
         rsoft = soft(rk)
         if m in TENSOR_METHOD_ONLY_HOST or m in HOST_METHODS and rk not in TENSORS and (
                 rsoft or not isinstance(rk, frozenset)):
@@ -502,18 +539,26 @@ class Env:
                 k = self.kind(node.args[0])
                 if k in TENSORS or symbolic(k):   # an attribute: host data, as before
                     return k
-            # host data wrapped without a device stays on the CPU; an empty/zeros buffer without one is usually
-            # made under `with torch.device(...)` or a default device, so its placement is unknown
-            return HOST if last in _FROM_HOST_DATA else TENSOR
+            # host data wrapped without a device stays on the CPU; a buffer without one (`torch.arange(n)`) is
+            # where the default device puts it: under `with torch.device(d)` on d, in a constructor (models are
+            # built under a device context) or a file that sets a default device unknown, else on the host
+            if last in _FROM_HOST_DATA:
+                return HOST
+            d = self.with_device.get(id(node))
+            return d if d is not None else self.factory_default
         if last in LIKE:
             d = self._device_arg(node)
             return d if d is not None else (self.kind(node.args[0]) if node.args else TENSOR)
         if last in ("from_numpy", "frombuffer"):     # always a CPU tensor
             return HOST
+        if last in SPLITS:
+            return SEQ
         k = None
         for a in [*node.args, *(kw.value for kw in node.keywords)]:
             for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a]):
                 ek = self.kind(e)
+                if type(e) is ast.Name and e.id in self.elems and ek not in TENSORS:
+                    ek = self.elems[e.id]      # torch.cat(parts): parts' tensors
                 if ek in TENSORS or symbolic(ek):
                     k = _arith(k, ek) if k is not None else ek
         return k if k is not None else TENSOR
@@ -562,11 +607,13 @@ class Env:
                 elems = value.elts if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(tgt.elts) else None
                 known = self.tuple_elts(value) if elems is None else None
                 whole = vk if vk in TENSORS or vk == NP or isinstance(vk, frozenset) else None
+                if vk == SEQ:
+                    whole = TENSOR      # `a, b = x.chunk(2)`: tensors; a `*rest` takes a list of them
                 for j, (t, i) in enumerate(zip(tgt.elts, tuple_positions(tgt.elts))):
                     if elems is not None:
                         ek = self.kind(elems[j])
                     elif i is None:
-                        ek = whole          # *rest: a list of the middle elements
+                        ek = SEQ if vk == SEQ else whole    # *rest: a list of the middle elements
                     elif known is not None:
                         ek = known[i] if -len(known) <= i < len(known) else None
                     elif isinstance(vk, frozenset):
@@ -582,6 +629,39 @@ class Env:
                         self.tuple_others[tgt.id] = vk | self.tuple_others.get(tgt.id, frozenset())
                 self._set(tgt, vk, vb)
 
+    def hinted(self, name: str, k):
+        """A declared host-resident name is on the host whatever it is bound to; else its own hint (`*_cpu`,
+        `*_np`) where the value says no more than "a tensor" or nothing."""
+        if self.placement and self.placement.name(name):
+            return HOST
+        return _hinted(name, k)
+
+    def element_kind(self, node: ast.AST):
+        """The kind of what iterating a value yields: rows of a tensor, the tensors of a split or of a local list
+        built here, the elements of a declared host-resident list (host tensors)."""
+        k = self.kind(node)
+        if k in TENSORS or symbolic(k):
+            return k
+        if k == SEQ:
+            return TENSOR
+        if k == NP:
+            return NP           # rows or scalars of a NumPy array
+        if type(node) is ast.Name and node.id in self.elems:
+            return self.elems[node.id]
+        return None
+
+    def loop_targets(self, target: ast.AST, it: ast.AST) -> list:
+        """(target, kind) for a `for` over `zip(a, b)` / `enumerate(a)` / a local list: each unpacked name takes
+        the kind of its sequence's elements."""
+        if type(it) is ast.Call and type(it.func) is ast.Name and it.func.id in ("zip", "enumerate") \
+                and it.func.id not in self.names and not it.keywords and isinstance(target, ast.Tuple):
+            seqs = it.args if it.func.id == "zip" else [None, *it.args[:1]]
+            return [(t, self.element_kind(a) if a is not None else PY)
+                    for t, a in zip(target.elts, seqs) if isinstance(t, ast.Name)]
+        if type(it) is ast.Name and it.id in self.elems and isinstance(target, ast.Name):
+            return [(target, self.elems[it.id])]
+        return []
+
     def _bind_tuple(self, name: str, value: ast.Tuple) -> None:
         elts = self.tuple_elts(value)
         if name not in self.tuples:
@@ -596,12 +676,22 @@ class Env:
             t = t.value
         if not isinstance(t, ast.Name):
             return
-        hint = name_hint(t.id)
-        if hint is not None and (k is None or isinstance(k, frozenset) or k == TENSOR):
-            k = hint
-        self.names[t.id] = join(self.names.get(t.id), k) if t.id in self.names else k
+        k = self.hinted(t.id, k)
+        if t.id in self.names:
+            old = self.names[t.id]
+            if old != k and self.first_pass:
+                self.rebound.add(t.id)
+            self.names[t.id] = join(old, k)
+        else:
+            self.names[t.id] = k
         if is_bool:
             self.bools.add(t.id)
+
+
+def _hinted(name: str, k):
+    """A name's own hint (`*_cpu`, `*_np`) where the value says no more than "a tensor" or nothing."""
+    hint = name_hint(name)
+    return hint if hint is not None and (k is None or isinstance(k, frozenset) or k == TENSOR) else k
 
 
 def _looks_resolvable(recv: ast.AST) -> bool:
@@ -653,7 +743,7 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
                 classes = [c[4:] for c in annotation_classes(a.annotation)]
                 if classes:
                     env.param_classes[a.arg] = classes
-            hint = name_hint(a.arg)
+            hint = HOST if env.placement and env.placement.name(a.arg) else name_hint(a.arg)
             if hint is not None:
                 k = hint
             elif k is None and a.annotation is None and a is not args.vararg and a is not args.kwarg:
@@ -661,11 +751,44 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
                 k = frozenset((f"p:{a.arg}",))
             if k is not None:
                 env.names[a.arg] = k
+    start = dict(env.names)
+    if fn is not None and not env.default_device_set and getattr(fn, "name", "") not in _CONSTRUCTORS:
+        env.factory_default = HOST
+    for n in nodes:
+        if type(n) is ast.With:
+            for item in n.items:
+                c = item.context_expr
+                if type(c) is ast.Call and env.qual(c.func) == "torch.device" and c.args:
+                    d = env.device_value(c.args[0])
+                    for sub in n.body:
+                        for x in ast.walk(sub):
+                            if type(x) is ast.Call:
+                                env.with_device[id(x)] = d if d is not None else TENSOR
     body = [n for n in nodes if type(n) in _BINDERS]
+    appends = [n for n in nodes if type(n) is ast.Call and type(n.func) is ast.Attribute
+               and n.func.attr == "append" and type(n.func.value) is ast.Name and len(n.args) == 1]
     # straight-line code settles in one pass (source order); a loop can feed a later assignment back to an
     # earlier one, so a function with loops gets a second pass
     loops = any(type(n) in _LOOPS for n in nodes)
-    for _ in range(2 if loops else 1):
+    _settle(env, body, appends, 2 if loops else 1)
+    if env.rebound and fn is not None:
+        # which binding reaches each read, then the kinds again with those reads (a loop over the NumPy copy of a
+        # name that held a tensor walks NumPy values), then the reads once more with the settled kinds. Only the
+        # reads found on the host carry over: one found on the device may owe that to the flow-insensitive join
+        # the first pass settled on (`end = start + n` with `n` a row of what was taken for a tensor)
+        _Flow(env, start).block(fn.body)
+        env.at = {i: k for i, k in env.at.items() if k not in ON_DEVICE and type(k) is str}
+        env.names, env.bools, env.tuples, env.tuple_others, env.elems = dict(start), set(), {}, {}, {}
+        _settle(env, body, appends, 2 if loops else 1)
+        env.at.clear()
+        _Flow(env, start).block(fn.body)
+    return params
+
+
+def _settle(env: Env, body: list, appends: list, passes: int) -> None:
+    """Bind the function's names, in source order, `passes` times (a loop feeds later bindings back)."""
+    for p in range(passes):
+        env.first_pass = p == 0
         for n in body:
             t = type(n)
             if t is ast.Assign:
@@ -683,7 +806,153 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
             elif t is ast.For or t is ast.comprehension:
                 it = env.kind(n.iter)
                 # not an attribute that may be a property: what its getter returns (a list) is not its elements' kind
-                if it in TENSORS or symbolic(it):
-                    for x in unpack_targets(n.target):   # iterating a tensor yields tensors
-                        env._set(x, it, False)
-    return params
+                if it in TENSORS or symbolic(it) or it == SEQ:
+                    for x in unpack_targets(n.target):   # iterating a tensor, or a split of one, yields tensors
+                        env._set(x, TENSOR if it == SEQ else it, False)
+                else:
+                    for x, k in env.loop_targets(n.target, n.iter):
+                        if k is not None:
+                            env._set(x, k, False)
+        for n in appends:
+            k = env.kind(n.args[0])
+            if k in TENSORS:
+                name = n.func.value.id
+                env.elems[name] = join(env.elems[name], k) if name in env.elems else k
+
+
+# defs that build a model's state: run under the loader's `with torch.device(...)`, whose device they do not see
+_CONSTRUCTORS = frozenset({"__init__", "__post_init__", "__new__", "setup_caches", "reset_parameters",
+                           "_init_weights", "init_weights", "build"})
+
+_SCOPES = frozenset({ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ListComp, ast.SetComp,
+                     ast.DictComp, ast.GeneratorExp})
+_ENDS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+class _Flow:
+    """Which binding of a rebound name reaches each read of it (`x = ids` ... `x = torch.tensor(x, device=d)`:
+    the `x` read in the call is the list, later ones the device tensor). Statements are walked in order with the
+    kind each tracked name holds on the way; where branches, loops or `try` leave more than one binding
+    reaching a read, the name drops out and the read keeps the flow-insensitive join of ``Env.names``."""
+
+    def __init__(self, env: Env, start: dict):
+        self.env = env
+        self.track = env.rebound
+        self.cur0 = {n: k for n, k in start.items() if n in self.track and k is not None}
+
+    def block(self, stmts: list, cur: dict | None = None) -> dict | None:
+        """Walk a statement list; the kinds that flow out of it, or None when it always leaves (return, raise)."""
+        if cur is None:
+            cur = dict(self.cur0)
+        for st in stmts:
+            cur = self.stmt(st, cur)
+            if cur is None:
+                return None
+        return cur
+
+    def stmt(self, st: ast.AST, cur: dict) -> dict | None:
+        t = type(st)
+        env = self.env
+        if t is ast.Assign or t is ast.AnnAssign:
+            if st.value is None:
+                return cur
+            self.reads(st.value, cur)
+            k = env.kind(st.value)
+            for tgt in (st.targets if t is ast.Assign else [st.target]):
+                if isinstance(tgt, ast.Name):
+                    if tgt.id in self.track:
+                        self._put(cur, tgt.id, env.hinted(tgt.id, k))
+                else:
+                    self.reads(tgt, cur)
+                    for x in unpack_targets(tgt):
+                        if isinstance(x, ast.Name):
+                            cur.pop(x.id, None)
+            return cur
+        if t is ast.AugAssign:
+            self.reads(st.value, cur)
+            self.reads(st.target, cur)
+            if isinstance(st.target, ast.Name) and st.target.id in cur:
+                cur[st.target.id] = _arith(cur[st.target.id], env.kind(st.value))
+            return cur
+        if t is ast.If:
+            self.reads(st.test, cur)
+            a = self.block(st.body, dict(cur))
+            b = self.block(st.orelse, dict(cur))
+            if a is None or b is None:
+                return a if b is None else b
+            return {n: join(a[n], b[n]) for n in a.keys() & b.keys()}
+        if t in (ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match) or t.__name__ == "TryStar":
+            # a loop's body runs after its own later bindings (the back edge), a handler after any of the
+            # body's: what the statement binds anywhere no longer has one reaching binding, inside or after
+            for n in _bound(st):
+                cur.pop(n, None)
+            if t is ast.While:
+                self.reads(st.test, cur)
+            elif t is not ast.Try and t is not ast.Match and t.__name__ != "TryStar":
+                self.reads(st.iter, cur)
+            for part in ("body", "orelse", "finalbody"):
+                self.block(getattr(st, part, []), dict(cur))
+            for sub in getattr(st, "handlers", ()):
+                self.block(sub.body, dict(cur))
+            return cur
+        if t is ast.With or t is ast.AsyncWith:
+            for item in st.items:
+                self.reads(item.context_expr, cur)
+                if item.optional_vars is not None:
+                    for x in unpack_targets(item.optional_vars):
+                        if isinstance(x, ast.Name):
+                            cur.pop(x.id, None)
+            return self.block(st.body, cur)
+        if t in _SCOPES:
+            cur.pop(getattr(st, "name", ""), None)
+            return cur
+        self.reads(st, cur)
+        for n in _bound(st):
+            cur.pop(n, None)
+        return None if isinstance(st, _ENDS) else cur
+
+    def _put(self, cur: dict, name: str, k) -> None:
+        if k is None:
+            cur.pop(name, None)     # unknown: the join of every binding says more
+        else:
+            cur[name] = k
+
+    def reads(self, node: ast.AST, cur: dict) -> None:
+        if not cur:
+            return
+        stack = [node]
+        at = self.env.at
+        while stack:
+            n = stack.pop()
+            t = type(n)
+            if t is ast.Name:
+                if type(n.ctx) is ast.Load and n.id in cur:
+                    at[id(n)] = cur[n.id]
+            elif t is ast.NamedExpr:
+                self.reads(n.value, cur)
+                cur.pop(n.target.id, None)
+            elif t in _SCOPES:
+                if t is not ast.Lambda and t is not ast.FunctionDef and t is not ast.AsyncFunctionDef and \
+                        t is not ast.ClassDef:
+                    stack.append(n.generators[0].iter)   # evaluated here; the rest in the comprehension's scope
+            else:
+                stack.extend(ast.iter_child_nodes(n))
+
+
+def _bound(st: ast.AST) -> set[str]:
+    """The names a statement binds anywhere inside it (not inside nested scopes)."""
+    out = set()
+    stack = [st]
+    while stack:
+        n = stack.pop()
+        t = type(n)
+        if t is ast.Name and type(n.ctx) is not ast.Load:
+            out.add(n.id)
+        elif t is ast.ExceptHandler and n.name:
+            out.add(n.name)
+        if t in _SCOPES and n is not st:
+            if hasattr(n, "name"):
+                out.add(n.name)
+            continue
+        stack.extend(ast.iter_child_nodes(n))
+    return out

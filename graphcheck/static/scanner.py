@@ -21,7 +21,9 @@ from pathlib import Path
 from ..findings import Finding
 from ..rules import RULES, format_message, select_codes
 from .engine import ENGINE_VERSION, analyse_text
+from .placement import NO_PLACEMENT, Placement
 from .gitignore import GitIgnore
+from .regions import RegionMap
 from .scope import Program
 
 DEFAULT_EXCLUDE = [".git", "__pycache__", ".venv", "venv", ".tox", ".nox", "build", "dist", "node_modules", ".eggs",
@@ -53,13 +55,20 @@ class ScanResult:
     unresolved: list[dict] = field(default_factory=list)   # calls in scope that resolve to nothing: path, line, call
     scope: list[str] = field(default_factory=list)         # 'path:function' of every function in the captured region
     warnings: list[str] = field(default_factory=list)      # entry points that reach less than their class constructs
+    fanouts: list[dict] = field(default_factory=list)      # dispatch calls not followed (also one warning each)
+    regions: RegionMap | None = field(default=None, repr=False)   # each line's region, for the runtime rows
 
     def scope_report(self, warnings: bool = True) -> str:
-        """What `--show-scope` prints: the functions in the captured region, the calls that could not be followed and
-        (unless the report prints them) the entry points that reach less than their class constructs."""
+        """What `--show-scope` prints: the functions in the captured region, the calls that could not be followed,
+        each fan-out call with its implementations and (unless the report prints them) the warnings."""
         out = [f"{len(self.scope)} function(s) in the captured region:"] + [f"  {s}" for s in self.scope]
         out.append(f"{len(self.unresolved)} unresolved call(s) in scope:")
         out += [f"  {u['path']}:{u['line']} {u['function']}: {u['call']}" for u in self.unresolved]
+        out.append(f"{len(self.fanouts)} fan-out call(s) not followed:")
+        for fo in self.fanouts:
+            out.append(f"  {fo['path']}:{fo['line']} {fo['function']}: {fo['call']} -> {fo['implementations']} "
+                       f"implementation(s) in {fo['classes']} class(es):")
+            out += [f"    {t}" for t in fo["targets"]]
         out += [f"warning: {w}" for w in self.warnings] if warnings else []
         return "\n".join(out)
 
@@ -70,12 +79,17 @@ class ScanResult:
         line = f"{self.in_scope_functions} function(s) in the captured region"
         if self.unresolved:
             line += f", {len(self.unresolved)} call(s) in it could not be resolved (--show-scope lists them)"
+        if self.fanouts:
+            line += f", {len(self.fanouts)} fan-out call(s) not followed (--show-scope lists them)"
         return line
 
 
-def discover(paths: list[str], exclude: list[str] | None = None, root: Path | None = None) -> tuple[list[Path], list[Finding]]:
+def discover(paths: list[str], exclude: list[str] | None = None, root: Path | None = None,
+             force_exclude: bool = False) -> tuple[list[Path], list[Finding]]:
     """Python files under paths, minus excludes and what .gitignore ignores; a path that does not exist, or is
-    not a regular file, is a finding, not a crash (a FIFO named x.py would block the scan forever)."""
+    not a regular file, is a finding, not a crash (a FIFO named x.py would block the scan forever). A path named
+    explicitly is scanned even if it matches an exclude, unless `force_exclude` (ruff's --force-exclude: what
+    pre-commit passes are explicit paths, and the configured excludes must still hold)."""
     pats = DEFAULT_EXCLUDE + list(exclude or [])
     root = root or Path.cwd()
     out: list[Path] = []
@@ -93,8 +107,15 @@ def discover(paths: list[str], exclude: list[str] | None = None, root: Path | No
         rel = ap[len(aroot) + 1:].replace(os.sep, "/") if ap.startswith(aroot + os.sep) else Path(p).as_posix()
         return bool(path_rx.match(rel))
 
+    def forced_out(p: Path) -> bool:
+        ap = os.path.abspath(p)
+        rel = ap[len(aroot) + 1:].replace(os.sep, "/") if ap.startswith(aroot + os.sep) else Path(p).as_posix()
+        return bool(path_rx.match(rel)) or any(name_rx.match(part) for part in rel.split("/") if part)
+
     for raw in paths:
         p = Path(raw)
+        if force_exclude and forced_out(p):
+            continue
         try:
             st = os.stat(p)
         except OSError:
@@ -202,8 +223,25 @@ class ModuleNamer:
         return f"{pkg}.{stem}" if pkg else stem, False
 
 
+# One source this large is generated data, not code to review (the largest hand-written modules of big projects are
+# well under 1 MB); parsing and analysing one took minutes and gigabytes (a 50 MB file: 493 s, 13.4 GB), so it is
+# refused, as a file that could not be read: never a silent pass.
+MAX_SOURCE_BYTES = 5_000_000
+
+
+def too_large(size: int) -> str | None:
+    """Why a source of `size` bytes is not analysed, or None."""
+    if size <= MAX_SOURCE_BYTES:
+        return None
+    return (f"{size / 1e6:.1f} MB, over the {MAX_SOURCE_BYTES / 1e6:g} MB limit for one Python source "
+            "(generated code? add it to [tool.graphcheck] exclude)")
+
+
 def _read(path: Path) -> tuple[str | None, str | None]:
     try:
+        big = too_large(os.stat(path).st_size)
+        if big:
+            return None, big
         data = path.read_bytes()
     except OSError as e:
         return None, e.strerror or str(e)
@@ -231,15 +269,15 @@ def _valid_summary(d) -> bool:
         isinstance(f, dict) and isinstance(f.get("rule"), str) and isinstance(f.get("line"), int) for f in d["findings"])
 
 
-def _analyse_one(args: tuple[str, str | None, str]) -> tuple[dict, bool, bytes | None]:
-    path, cache_dir, tag = args
+def _analyse_one(args: tuple) -> tuple[dict, bool, bytes | None]:
+    path, cache_dir, tag, placement = args
     text, err = _read(Path(path))
     if text is None:
         return {"error": err}, False, None
-    return _analyse_text_cached(text, cache_dir, tag)
+    return _analyse_text_cached(text, cache_dir, tag, placement)
 
 
-def _analyse_one_packed(args: tuple[str, str | None, str]) -> tuple[bytes, bool]:
+def _analyse_one_packed(args: tuple) -> tuple[bytes, bool]:
     # workers hand summaries back as marshal bytes: several times cheaper to move between processes than pickle;
     # the bytes just written to the cache are those bytes
     summ, cached, data = _analyse_one(args)
@@ -260,14 +298,15 @@ def _lookup(cfile: Path) -> dict | None:
     return hit if _valid_summary(hit) else None
 
 
-def _analyse_text_cached(text: str, cache_dir: str | None, tag: str) -> tuple[dict, bool, bytes | None]:
+def _analyse_text_cached(text: str, cache_dir: str | None, tag: str,
+                         placement: Placement = NO_PLACEMENT) -> tuple[dict, bool, bytes | None]:
     """The summary, whether it came from the cache, and its marshal bytes when they were written to the cache."""
     cfile = _cache_file(text, cache_dir) if cache_dir else None
     if cfile is not None:
         hit = _lookup(cfile)
         if hit is not None:
             return hit, True, None
-    summary = analyse_text(text)
+    summary = analyse_text(text, placement)
     data = None
     if cfile is not None:
         tmp = None
@@ -330,10 +369,19 @@ def _size(path: str) -> int:
         return 0     # the worker reports the unreadable file
 
 
-def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None) -> tuple[list[dict], int]:
+def _cache_dir(placement: Placement) -> str:
+    """The cache of summaries made under these declarations: what a file holds depends on them."""
+    base = default_cache_dir()
+    if not placement:
+        return str(base)
+    return str(base / ("p-" + hashlib.sha256(placement.key().encode()).hexdigest()[:12]))
+
+
+def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None,
+                  placement: Placement = NO_PLACEMENT) -> tuple[list[dict], int]:
     """Summaries of the files, in parallel with a content-hash cache. A KeyboardInterrupt stops the workers,
     removes this run's half-written cache files and is re-raised (the CLI exits 130)."""
-    cache_dir = str(default_cache_dir()) if cache else None
+    cache_dir = _cache_dir(placement) if cache else None
     tag = f"{os.getpid()}"
     jobs = jobs or os.cpu_count() or 1
     done: dict[int, tuple[dict, bool]] = {}
@@ -349,7 +397,7 @@ def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None
             if hit is not None:
                 done[i] = (hit, True)
     todo = [i for i in range(len(files)) if i not in done]
-    args = [(str(files[i]), cache_dir, tag) for i in todo]
+    args = [(str(files[i]), cache_dir, tag, placement) for i in todo]
     try:
         if jobs > 1 and len(args) >= 24:
             # the largest files first, in small chunks: the last chunks are then short and the workers finish
@@ -381,29 +429,42 @@ def analyse_files(files: list[Path], cache: bool = True, jobs: int | None = None
 def scan(paths: list[str], *, entry_points: list[str] | None = None, exclude: list[str] | None = None,
          select: list[str] | None = None, ignore: list[str] | None = None, root: Path | None = None,
          cache: bool = True, jobs: int | None = None, source: str | None = None,
-         source_name: str | None = None) -> ScanResult:
+         source_name: str | None = None, per_step_entry_points: list[str] | None = None,
+         allowed_contexts: list[str] | None = None, eager_only: list[str] | None = None,
+         fanout_limit: int = 8, placement: Placement = NO_PLACEMENT, force_exclude: bool = False,
+         partial: bool = False) -> ScanResult:
     """Scan files under ``paths``; ``source`` (e.g. read from stdin) is scanned as if it were the file
-    ``source_name`` (relative to ``root``), in place of that file on disk if it exists."""
+    ``source_name`` (relative to ``root``), in place of that file on disk if it exists. The region keys
+    (``per_step_entry_points``, ``allowed_contexts``, ``eager_only``, ``fanout_limit``) are those of
+    `graphcheck explain regions`; ``placement``: the host-resident declarations of `[tool.graphcheck]`;
+    ``partial``: the paths are part of the project (files named on the command line), so an eager-only entry
+    that names none of them is no error."""
+    regions = (list(per_step_entry_points or []), list(allowed_contexts or []), list(eager_only or []), fanout_limit,
+               partial)
     with _NoCyclicGC():
-        return _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name)
+        return _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions,
+                     placement, force_exclude)
 
 
-def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name) -> ScanResult:
+def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions,
+          placement, force_exclude) -> ScanResult:
+    per_step, allowed, eager_only, fanout_limit, partial = regions
     root = root or Path.cwd()
     codes = select_codes(select, ignore)
-    files, findings = discover(paths, exclude, root) if paths else ([], [])
+    files, findings = discover(paths, exclude, root, force_exclude) if paths else ([], [])
     if source is not None:
         if not source_name:
             raise ValueError("a source given as text needs a display filename (source_name), e.g. pkg/mod.py")
         sp = Path(source_name) if Path(source_name).is_absolute() else root / source_name
         files = [f for f in files if os.path.abspath(f) != os.path.abspath(sp)]
-    summaries, cached = analyse_files(files, cache=cache, jobs=jobs)
+    summaries, cached = analyse_files(files, cache=cache, jobs=jobs, placement=placement)
     namer = ModuleNamer(package_dirs(root), root)
     rels = [rel_path(f, root) for f in files]
     if source is not None:
         files.append(sp)
         rels.append(rel_path(sp, root))
-        summaries.append(_analyse_text_cached(source, str(default_cache_dir()) if cache else None, str(os.getpid()))[0])
+        summaries.append(_analyse_text_cached(source, _cache_dir(placement) if cache else None, str(os.getpid()),
+                                              placement)[0])
     by_path: dict[str, dict] = {}
     modules: dict[str, str] = {}
     texts: dict[str, list[str]] = {}
@@ -418,9 +479,15 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
         by_path[rel] = summ
         modules[rel] = mod
     prog = Program(by_path, modules)
-    scoped = bool(entry_points) or any(f.get("capturable") for s in by_path.values() for f in s["functions"].values())
-    reach = prog.reachable(entry_points or []) if scoped else None
+    capturable = [(p, q) for p, s in by_path.items() for q, f in s["functions"].items() if f.get("capturable")]
+    scoped = bool(entry_points) or bool(per_step) or bool(capturable)
+    prog.open_scope = not scoped
+    reach = prog.reachable([*(entry_points or []), *per_step], fanout_limit) if scoped else None
     within = reach.functions if reach is not None else None
+    rmap = RegionMap(by_path, modules, allowed=allowed, eager_only=eager_only, strict=not partial)
+    if reach is not None:
+        rmap.assign(prog, reach.cut, [prog.entry(e) for e in entry_points or []] + capturable,
+                    [prog.entry(e) for e in per_step])
 
     suppressed = 0
     for rel, summ in by_path.items():
@@ -445,6 +512,7 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
                 if sups[hit]["reason"]:
                     suppressed += 1
                     continue
+            f.region = rmap.at(rel, f.function, f.line, f.col)
             if reach is not None:
                 chain = reach.chain((rel, f.function))
                 if chain:
@@ -463,11 +531,21 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
     findings = [f for f in findings if f.rule in codes or f.rule in ("GC903", "GC904")]
     findings.sort(key=Finding.sort_key)
     res = ScanResult(findings, len(files), suppressed, cached, len(reach) if reach is not None else None, by_path)
+    res.regions = rmap
     if reach is not None:
         res.unresolved = sorted(reach.unresolved, key=lambda u: (u["path"], u["line"], u["call"]))
         res.scope = sorted(f"{p}:{q}" for p, q in reach.functions)
-        res.warnings = reach.gaps
+        res.fanouts = sorted(reach.fanouts, key=lambda fo: (fo["path"], fo["line"], fo["call"]))
+        res.warnings = reach.gaps + [_fanout_warning(fo, fanout_limit) for fo in res.fanouts]
     return res
+
+
+def _fanout_warning(fo: dict, limit: int) -> str:
+    sites = f" and {fo['sites'] - 1} other site(s)" if fo["sites"] > 1 else ""
+    return (f"fan-out: {fo['call']} at {fo['path']}:{fo['line']} ({fo['function']}){sites} resolves to "
+            f"{fo['implementations']} implementation(s) in {fo['classes']} class(es), more than fan-out-limit {limit}; "
+            "not followed (name the receiver's class, configure them eager-only, or raise fan-out-limit; "
+            "--show-scope lists them)")
 
 
 def _suppressing(sups: list[dict], f: Finding) -> int | None:

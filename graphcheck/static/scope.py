@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from .inference import HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, join
+from .inference import HOST, HOST_KINDS, NP, ON_DEVICE, PY, SEQ, TENSOR, join
 
 _DISPATCH = ("forward_cuda", "forward_native")     # CustomOp: forward() picks one of these per platform
 _BUILTINS = set(dir(__import__("builtins")))
@@ -53,6 +53,9 @@ class Program:
         self._callers: dict[str, list] | None = None
         self._kinds: dict = {}
         self.roots: set[tuple[str, str]] = set()
+        # no entry points (every function in scope): any function may be where a step starts, so a parameter no
+        # resolved caller feeds is unknown, judged as an entry point's input (likely on the device), not host data
+        self.open_scope = False
         self._rev: dict[str, dict] = {}
         self._calls: dict[int, tuple] = {}
         self._mros: dict[tuple[str, str], list] = {}
@@ -302,16 +305,30 @@ class Program:
     def _attr_instances_uncached(self, cls_ref: tuple[str, str], attr: str) -> tuple[list, bool, bool]:
         out: list[tuple[str, str]] = []
         ext = known = False
+        typed: list[tuple] = []
         for path, cname in self._mro(cls_ref):
             info = self.s[path]["classes"][cname]
             for e in info["attrs"].get(attr, []):
                 known = True
+                if e.startswith("ann:"):
+                    typed.append((path, cname, e))
+                    continue
                 got, x = self.instances((path, cname), path, e)
                 out += [g for g in got if g not in out]
                 ext |= x
             for sym in info.get("refs", {}).get(attr, []):
                 known = True
                 ext |= self.resolve_symbol(path, sym) is None
+        concrete = list(out)
+        for path, cname, e in typed:
+            # an annotation says "this class or any subclass"; a constructor the class also assigns (`self.model =
+            # Llama(cfg)` beside `model: BaseModel`) names the one that runs: the annotation adds nothing then
+            ref = self.resolve_symbol(path, e[4:])
+            if ref is not None and any(ref in self._mro(c) for c in concrete):
+                continue
+            got, x = self.instances((path, cname), path, e)
+            out += [g for g in got if g not in out]
+            ext |= x
         getter = self._getter(cls_ref, attr)
         if getter is not None:        # a property: what its getter constructs, else a value from outside the tree
             known = True
@@ -531,13 +548,18 @@ class Program:
                 return hit[0]
         raise ScopeError(f"entry point {spec!r}: no function {qual!r} in {path}")
 
-    def reachable(self, entry_points: list[str]) -> "Reach":
+    def reachable(self, entry_points: list[str], fanout_limit: int = 0) -> "Reach":
+        """The functions reachable from the entry points (and every `@capturable` def). A call that resolves to more
+        than `fanout_limit` implementations (classes, or functions; 0: no limit) is not followed: it becomes one
+        fan-out record (`Reach.fanouts`), and its record joins `Reach.cut`."""
         roots = [self.entry(e) for e in entry_points]
         for path, summ in self.s.items():
             roots += [(path, q) for q, f in summ["functions"].items() if f.get("capturable")]
         self.roots = set(roots)
         parent: dict[tuple[str, str], tuple | None] = {r: None for r in roots}
         unresolved: list[dict] = []
+        fanouts: dict[tuple, dict] = {}
+        cut: set[int] = set()
         todo = deque(roots)
         seen: set[tuple[str, str]] = set()
         while todo:
@@ -555,11 +577,32 @@ class Program:
                 targets, status = self.resolve_call(path, q, call)
                 if status == "unresolved" and call[0] != "ref":
                     unresolved.append({"path": path, "function": q, "line": _call_line(call), "call": _describe(call)})
+                if fanout_limit and len(targets) > fanout_limit and self._fans_out(targets, fanout_limit, fanouts,
+                                                                                   path, q, call):
+                    cut.add(id(call))
+                    continue
                 for t in targets:
                     if t not in parent:
                         parent[t] = (node, _call_line(call))
                         todo.append(t)
-        return Reach(seen, parent, unresolved, self._gaps(roots, seen, entry_points))
+        return Reach(seen, parent, unresolved, self._gaps(roots, seen, entry_points), list(fanouts.values()), cut)
+
+    def _fans_out(self, targets: list, limit: int, fanouts: dict, path: str, q: str, call: list) -> bool:
+        """Whether a call's targets are more implementations than the limit: distinct classes for methods (a
+        CustomOp's forward and forward_cuda are one implementation), each function for itself. Records the call
+        once per target set (the same dispatch from several sites is one fan-out, counting its sites)."""
+        impls = {(t[0], self.s[t[0]]["functions"][t[1]].get("cls") or t[1]) for t in targets}
+        if len(impls) <= limit:
+            return False
+        key = (_describe(call), tuple(sorted(targets)))
+        rec = fanouts.get(key)
+        if rec is None:
+            fanouts[key] = {"path": path, "function": q, "line": _call_line(call), "call": key[0],
+                            "implementations": len(targets), "classes": len(impls), "sites": 1,
+                            "targets": [f"{p}:{t}" for p, t in key[1]]}
+        else:
+            rec["sites"] += 1
+        return True
 
     def _gaps(self, roots: list, seen: set, specs: list[str]) -> list[str]:
         """Entry points that reach fewer functions than their class obviously calls: submodules it constructs whose
@@ -661,7 +704,7 @@ class Program:
             params = fn.get("params", [])
             pos = params.index(name) if name in params else -1
             sites = self.callers(path, q, within)
-            if not sites and (path, q) in self.roots:
+            if not sites and ((path, q) in self.roots or self.open_scope):
                 # an entry point's un-annotated inputs are the step's tensors: likely on the device; one that
                 # defaults to a Python constant (`save_kv_cache=True`) is a flag or a setting
                 k = PY if name in fn.get("pydef", ()) else TENSOR
@@ -709,7 +752,7 @@ class Program:
             params = fn.get("params", [])
             pos = params.index(name) if name in params else -1
             sites = self.callers(path, q, within)
-            if not sites and (path, q) in self.roots and not strict:
+            if not sites and ((path, q) in self.roots or self.open_scope) and not strict:
                 return TENSOR
             for cpath, cq, call in sites:
                 a = self._argument(call, fn, q, pos, name)
@@ -738,7 +781,7 @@ class Program:
     def _element(self, path: str, q: str, enc, i: int, strict: bool, within, depth: int):
         """Element i of an encoded kind: a dependency's element, or (not strict) the concrete kind itself."""
         if not isinstance(enc, list):
-            return None if strict else enc
+            return None if strict else TENSOR if enc == SEQ else enc
         k = None
         for d in enc:
             if d[:2] in ("p:", "r:", "R:", "g:") and not _split_element(d)[1]:
@@ -777,9 +820,15 @@ class Program:
 
     def holds(self, path: str, q: str, when: dict, within: set | None) -> bool:
         """Whether a conditional finding holds once its dependencies are resolved."""
+        if not all(self.holds(path, q, c, within) for c in when.get("and", ())):
+            return False
         k = self._decode(path, q, when["deps"], within, 0)
+        if when.get("mode") == "host":      # a copy to the device from pageable host memory
+            return k == HOST
+        if when.get("mode") == "data":      # host data a constructor copies: a list, a NumPy array
+            return k in (PY, NP)
         if when.get("mode") == "maybe":
-            return k not in (HOST, PINNED, NP, PY)
+            return k not in HOST_KINDS
         if when.get("mode") == "not":       # `x.cuda()` of what may be a property: a copy unless it is on the device
             return k not in ON_DEVICE
         return k in ON_DEVICE or k == TENSOR
@@ -788,11 +837,14 @@ class Program:
 class Reach:
     """The captured region: functions, how each was reached (for call chains), unresolved calls, scope gaps."""
 
-    def __init__(self, functions: set, parent: dict, unresolved: list[dict], gaps: list[str]):
+    def __init__(self, functions: set, parent: dict, unresolved: list[dict], gaps: list[str],
+                 fanouts: list[dict] | None = None, cut: set[int] | None = None):
         self.functions = functions
         self.parent = parent
         self.unresolved = unresolved
         self.gaps = gaps
+        self.fanouts = fanouts or []     # dispatch calls not followed: more implementations than the limit
+        self.cut = cut or set()          # their call records (id), which the region pass does not follow either
 
     def __contains__(self, item) -> bool:
         return item in self.functions

@@ -10,13 +10,18 @@ reference (torch's stable sort) as the CPU computes them; the sort elsewhere. (t
 sign bit is set last, pytorch#190781; the CPU sort and the kernel put every NaN first.)
 
     topk_blocks(scores [.., N] fp32, k) -> [.., k] int64
+
+and the CSA gather of the k picked compressed entries, torch's gather by default, a CuTeDSL kernel
+(``cutedsl_kernel.py``, compiled per bucket at load through `dsv4_kernels.compiled`) where it is chosen:
+
+    gather_picks(ent [B, N, D], sel [B, k] int64) -> [B, k, D]
 """
 from __future__ import annotations
 
 import torch
 
 from .._record import Kernel, Op
-from .reference import index_scores_ref, topk_blocks_ref
+from .reference import gather_picks_ref, index_scores_ref, topk_blocks_ref
 
 
 def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -45,9 +50,23 @@ def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
     return topk_blocks_ref(scores, k)
 
 
+def gather_picks(ent: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
+    """ent [B, N, D], sel [B, k] int64 -> [B, k, D]. The default kernel is torch's own gather (one launch, what the
+    decode always ran); the CuTeDSL one (``cutedsl_kernel.py``) is built per bucket at load through
+    `dsv4_kernels.compiled("gather_picks", ...)`."""
+    if ent.dim() != 3 or sel.dim() != 2 or sel.shape[0] != ent.shape[0]:
+        raise ValueError(f"gather_picks: expected ent [B, N, D] and sel [B, k], found ent {tuple(ent.shape)} and sel "
+                         f"{tuple(sel.shape)}")
+    return gather_picks_ref(ent, sel)
+
+
 KERNEL = Kernel(ops=(
     Op("index_scores", index_scores, index_scores_ref, targets=("index_scores",), parity=("test_index_scores_parity",),
        decode=("score", "indexer scores")),
     Op("topk_blocks", topk_blocks, topk_blocks_ref, targets=("topk_blocks",), parity=("test_topk_blocks_parity",),
        decode=("select", "indexer top-k")),
+    # the default kernel is torch's gather itself (the reference behind a shape check); the CuTeDSL one is held to it
+    # bit for bit (tests/kernels/test_cutedsl.py)
+    Op("gather_picks", gather_picks, gather_picks_ref, targets=("gather_picks_cutedsl",),
+       parity=("test_gather_picks_cutedsl_is_bitwise_the_reference",), cutedsl=True),
 ))

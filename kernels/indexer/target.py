@@ -5,7 +5,7 @@ import torch
 
 from graphcheck.target import Target
 
-from .._capture import device as _dev, generator as _gen
+from .._capture import cutedsl_or_reference, device as _dev, generator as _gen
 
 
 def index_scores(rows: int = 8, heads: int = 64, d: int = 128, keys: int = 1024) -> Target:
@@ -36,3 +36,19 @@ def topk_blocks(rows: int = 8, blocks: int = 1024, k: int = 512) -> Target:
 
     return Target(step=lambda s: fn(s, k), make_inputs=inputs, state=dict, name=f"topk_blocks[{rows}x{blocks}, k={k}]",
                   device=dev)
+
+
+def gather_picks_cutedsl(rows: int = 8, slots: int = 1024, k: int = 512, d: int = 512) -> Target:
+    """The CSA gather of the indexer's k picks (Flash: 512 of 1024 compressed entries of 512), fresh each step."""
+    from .reference import gather_picks_ref
+    dev = _dev()
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32
+    fn = cutedsl_or_reference("gather_picks", (), {"keys": [(rows, slots, k, d, dt)]}, gather_picks_ref)
+
+    def inputs(i):
+        g = _gen(i)
+        return (torch.randn(rows, slots, d, generator=g).to(dev, dt),
+                torch.rand(rows, slots, generator=g).argsort(-1)[:, :k].to(dev))
+
+    return Target(step=lambda a: fn(*a), make_inputs=inputs, state=dict,
+                  name=f"gather_picks_cutedsl[{rows}x{slots}x{d}, k={k}]", device=dev)

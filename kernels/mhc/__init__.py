@@ -7,6 +7,9 @@ exp), the PyTorch references (``reference.py``) elsewhere. The matmul stays a to
         -> (x [.., d] X.dtype, post [.., hc] fp32, comb logits [.., hc, hc] fp32)
     mhc_head(X [.., hc, d], mix [.., hc] fp32, scale [1], base [hc], eps, norm_eps) -> [.., d] X.dtype
     mhc_post(y [B,S,d], X [B,S,hc,d], post [B,S,hc], comb [B,S,hc,hc]) -> [B,S,hc,d] X.dtype
+    mhc_pre_norm(X, mix, scale, base, eps, norm_eps, iters, weight [d], rms_eps)
+        -> (rms_norm(x) [.., d] X.dtype, post [.., hc] fp32, comb [.., hc, hc] fp32 after the Sinkhorn)
+        (a block's `pre`, its Sinkhorn and its sublayer's RMSNorm in one launch: a prototype, not wired in yet)
 
 Shapes are checked with host integers only (capturable).
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from .._record import Kernel, Op
-from .reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref  # noqa: F401
+from .reference import mhc_head_ref, mhc_post_ref, mhc_pre_norm_ref, mhc_pre_ref  # noqa: F401
 
 
 def _check_pre(name: str, X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, width: int,
@@ -55,6 +58,19 @@ def mhc_post(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.T
     return mhc_post_ref(y, X, post, comb)
 
 
+def mhc_pre_norm(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, eps: float,
+                 norm_eps: float, iters: int, weight: torch.Tensor, rms_eps: float):
+    hc = X.shape[-2] if X.dim() >= 2 else 0
+    _check_pre("mhc_pre_norm", X, mix, scale, base, (2 + hc) * hc, 3)
+    if tuple(weight.shape) != (X.shape[-1],):
+        raise ValueError(f"mhc_pre_norm: weight has shape {tuple(weight.shape)}, expected ({X.shape[-1]},) for X "
+                         f"{tuple(X.shape)}")
+    if X.is_cuda and KERNEL.available()[0]:
+        from .triton_kernel import mhc_pre_norm_triton
+        return mhc_pre_norm_triton(X, mix, scale, base, eps, norm_eps, iters, weight, rms_eps)
+    return mhc_pre_norm_ref(X, mix, scale, base, eps, norm_eps, iters, weight, rms_eps)
+
+
 KERNEL = Kernel(ops=(
     Op("mhc_pre", mhc_pre, mhc_pre_ref, targets=("mhc_pre",), parity=("test_mhc_pre_and_head_parity",),
        decode=("mhc_pre", "mHC pre")),
@@ -62,4 +78,6 @@ KERNEL = Kernel(ops=(
        decode=("mhc_post", "mHC post")),
     Op("mhc_head", mhc_head, mhc_head_ref, targets=("mhc_head",), parity=("test_mhc_pre_and_head_parity",),
        decode=("mhc_head", "mHC head")),
+    # a prototype the decode does not use yet: no decode slot
+    Op("mhc_pre_norm", mhc_pre_norm, mhc_pre_norm_ref, targets=("mhc_pre_norm",), parity=("test_mhc_pre_norm_parity",)),
 ))

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from ..rms_norm.reference import rms_norm_ref
+from ..sinkhorn.reference import sinkhorn_ref
+
 
 def mhc_pre_ref(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, eps: float,
                 norm_eps: float):
@@ -34,5 +37,16 @@ def mhc_head_ref(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: 
 def mhc_post_ref(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
     """X'_k = post_k * y + sum_j comb[j, k] * X_j (comb used transposed): y [B,S,d], X [B,S,hc,d], post [B,S,hc],
     comb [B,S,hc,hc] -> [B,S,hc,d] X.dtype."""
-    out = post.unsqueeze(-1) * y.float().unsqueeze(-2) + torch.einsum("bsjk,bsjd->bskd", comb, X.float())
+    # products then a sum over j, as the official Block.hc_post: an einsum (a GEMM, fused multiply-adds) rounds
+    # otherwise
+    out = post.unsqueeze(-1) * y.float().unsqueeze(-2) + (comb.unsqueeze(-1) * X.float().unsqueeze(-2)).sum(2)
     return out.to(X.dtype)
+
+
+def mhc_pre_norm_ref(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, eps: float,
+                     norm_eps: float, iters: int, weight: torch.Tensor, rms_eps: float):
+    """`pre`, its Sinkhorn and the sublayer's RMSNorm in the order the block runs them (the x of `pre` is read only
+    by that norm): -> (h = rms_norm(x, weight, rms_eps) [.., d] X.dtype, post [.., hc] fp32, comb [.., hc, hc] fp32
+    after `iters` Sinkhorn iterations)."""
+    x, post, logits = mhc_pre_ref(X, mix, scale, base, eps, norm_eps)
+    return rms_norm_ref(x, weight, rms_eps), post, sinkhorn_ref(logits, iters, eps)

@@ -49,3 +49,14 @@ def mhc_post(rows: int = 8, hc: int = 4, d: int = 4096) -> Target:
                 (torch.rand(rows, 1, hc, generator=g) * 2).to(dev), torch.rand(rows, 1, hc, hc, generator=g).to(dev))
 
     return Target(step=lambda a: fn(*a), make_inputs=inputs, state=dict, name=f"mhc_post[{rows}x{hc}x{d}]", device=dev)
+
+
+def mhc_pre_norm(rows: int = 8, hc: int = 4, d: int = 4096) -> Target:
+    """The fused pre + Sinkhorn + RMSNorm prototype: X and the mix fresh each step; scale, base, norm weight fixed."""
+    from . import mhc_pre_norm as fn
+    width = (2 + hc) * hc
+    dev, inputs = _mhc_inputs(rows, hc, d, width)
+    scale, base = (torch.rand(3, generator=_gen(-1)) + 0.5).to(dev), torch.randn(width, generator=_gen(-2)).to(dev)
+    w = (torch.rand(d, generator=_gen(-3)) + 0.5).to(dev)
+    return Target(step=lambda a: fn(a[0], a[1], scale, base, 1e-6, 1e-6, 20, w, 1e-6), make_inputs=inputs,
+                  state=dict, name=f"mhc_pre_norm[{rows}x{hc}x{d}]", device=dev)

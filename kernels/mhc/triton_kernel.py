@@ -9,6 +9,10 @@ logits (FULL; not for the head), and writes x = sum_j pre_j X_j.
 `post` (`_mhc_post_kernel`): program (row, column block) holds X [HP, BD] and y [BD] and writes, for each of the
 hc output streams k (a static loop), post_k * y + sum_j comb[j, k] X_j.
 
+`pre` + Sinkhorn + RMSNorm (`_mhc_pre_norm_kernel`, a prototype for issue 37, not wired into the decode yet): the
+three kernels' operations in one program per row, so a block's `pre` and its sublayer norm are one launch, not
+three.
+
 fp32 throughout, the streams cast to X.dtype on store. Not bit-exact with the reference: the sums are tree
 reductions in another order, rsqrt and the sigmoid's exp are the hardware approximations and Triton may contract
 a multiply-add into an FMA, so results agree to fp32 rounding (a few ulp before the cast), not bit for bit.
@@ -67,6 +71,67 @@ def _mhc_post_kernel(y_ptr, X_ptr, post_ptr, comb_ptr, o_ptr, y_row, x_row, HC: 
         ck = tl.load(crow + j * HC + k, mask=mj, other=0.0)                  # comb[:, k]
         out = tl.load(post_ptr + r * HC + k) * y + tl.sum(ck[:, None] * X, axis=0)
         tl.store(o_ptr + (r * HC + k) * D + c, out.to(o_ptr.dtype.element_ty), mask=mc)
+
+
+@triton.jit
+def _mhc_pre_norm_kernel(X_ptr, mix_ptr, scale_ptr, base_ptr, w_ptr, h_ptr, post_ptr, comb_ptr, x_row, mix_row, inv_n,
+                         inv_d, eps, norm_eps, rms_eps, ITERS: tl.constexpr, HC: tl.constexpr, HP: tl.constexpr,
+                         D: tl.constexpr, DP: tl.constexpr):
+    # _mhc_pre_kernel, then _sinkhorn_kernel on the comb logits and _rms_norm_kernel on x rounded to X.dtype, the
+    # same operations in the same order, in one program per row (three launches -> one)
+    r = tl.program_id(0).to(tl.int64)
+    j = tl.arange(0, HP)
+    c = tl.arange(0, DP)
+    mj = j < HC
+    mc = c < D
+    X = tl.load(X_ptr + r * x_row + j[:, None] * D + c[None, :], mask=mj[:, None] & mc[None, :], other=0.0)
+    X = X.to(tl.float32)
+    rr = tl.rsqrt(tl.sum(tl.sum(X * X, axis=1), axis=0) * inv_n + norm_eps)
+    mrow = mix_ptr + r * mix_row
+    pre = tl.load(mrow + j, mask=mj, other=0.0) * rr * tl.load(scale_ptr) + tl.load(base_ptr + j, mask=mj, other=0.0)
+    pre = tl.sigmoid(pre) + eps
+    x = tl.sum(pre[:, None] * X, axis=0).to(h_ptr.dtype.element_ty).to(tl.float32)       # x as stored, then read
+    h = x * tl.rsqrt(tl.sum(x * x, axis=0) * inv_d + rms_eps)
+    h = tl.load(w_ptr + c, mask=mc, other=0.0).to(tl.float32) * h
+    tl.store(h_ptr + r * D + c, h.to(h_ptr.dtype.element_ty), mask=mc)
+    post = tl.load(mrow + HC + j, mask=mj, other=0.0) * rr * tl.load(scale_ptr + 1)
+    post = 2 * tl.sigmoid(post + tl.load(base_ptr + HC + j, mask=mj, other=0.0))
+    tl.store(post_ptr + r * HC + j, post, mask=mj)
+    a = j[:, None]
+    b = j[None, :]
+    inside = (a < HC) & (b < HC)
+    q = a * HC + b
+    z = tl.load(mrow + 2 * HC + q, mask=inside, other=0.0) * rr * tl.load(scale_ptr + 2)
+    z = tl.where(inside, z + tl.load(base_ptr + 2 * HC + q, mask=inside, other=0.0), float("-inf"))
+    z = tl.exp(z - tl.max(z, axis=1)[:, None])
+    z = tl.where(inside, z, 0.0)
+    comb = tl.where(inside, z / tl.sum(z, axis=1)[:, None] + eps, 0.0)
+    comb = comb / (tl.sum(comb, axis=0)[None, :] + eps)
+    for _ in range(ITERS - 1):
+        comb = comb / (tl.sum(comb, axis=1)[:, None] + eps)
+        comb = comb / (tl.sum(comb, axis=0)[None, :] + eps)
+    tl.store(comb_ptr + r * (HC * HC) + q, comb, mask=inside)
+
+
+def mhc_pre_norm_triton(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, eps: float,
+                        norm_eps: float, iters: int, weight: torch.Tensor, rms_eps: float):
+    hc, d = X.shape[-2], X.shape[-1]
+    X2 = X.reshape(-1, hc * d)
+    if X2.stride(-1) != 1:
+        X2 = X2.contiguous()
+    mix2 = _rows(mix.float(), mix.shape[-1])
+    lead = tuple(X.shape[:-2])
+    h = torch.empty(*lead, d, dtype=X.dtype, device=X.device)
+    post = torch.empty(*lead, hc, dtype=torch.float32, device=X.device)
+    comb = torch.empty(*lead, hc, hc, dtype=torch.float32, device=X.device)
+    R = X2.shape[0]
+    if R and d:
+        hp, dp = max(2, triton.next_power_of_2(hc)), triton.next_power_of_2(d)
+        _mhc_pre_norm_kernel[(R,)](X2, mix2, scale.float().contiguous(), base.float().contiguous(), weight.contiguous(),
+                                   h, post, comb, X2.stride(0), mix2.stride(0), 1.0 / (hc * d), 1.0 / d, eps, norm_eps,
+                                   rms_eps, ITERS=iters, HC=hc, HP=hp, D=d, DP=dp,
+                                   num_warps=max(1, min(16, hp * dp // 1024)))
+    return h, post, comb
 
 
 def _rows(t: torch.Tensor, inner: int) -> torch.Tensor:

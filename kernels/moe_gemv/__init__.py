@@ -3,7 +3,7 @@
     routed_experts(x, idx, wts, w1, w3, w2, limit, act_sim=None) -> y [T, dim] fp32
     fp4_gemv(x, w) -> y [B, N] in x.dtype
     weight_gemv(x, w) -> y [B, N] in x.dtype       (any stored format: fp8 block-128, mxfp4, nvfp4, plain)
-    f32_linear(x, w) -> x @ w^T in fp32            (fp32 x of 1..8 rows, fp32 weight [N, K])
+    f32_linear(x, w) -> x @ w^T in fp32            (fp32 x of 1..8 rows, fp32 or bf16 weight [N, K])
 
 x [T, dim] bf16 or fp32; idx [T, k] device int (expert ids); wts [T, k] fp32 routing weights; each w a tuple
 (fmt, data, scale, scale2, input_scale), what `dsv4_model.quant.QWeight.astuple` gives (stacked [E, ...] for the
@@ -17,7 +17,9 @@ one (cuda_kernel.cu: CUDA-core decode and FMA, 16-byte weight loads; mma_kernel.
 mma.sync, taken for bf16 x where K is a multiple of 128) where it builds and the shapes fit (K a multiple of 32),
 else the Triton one (triton_kernel.py: tensor-core dots on decoded tiles). Inputs neither
 covers (non-FP4 formats, mixed formats, a device other than CUDA, more than MAX_PAIRS token-expert pairs) take
-the reference, which is also fixed-shape and capture-safe.
+the reference, which is also fixed-shape and capture-safe. A third, in CuTeDSL (cutedsl_kernel.py: MXFP4 only, the
+SwiGLU epilogue fused into the gate/up launch), is compiled per bucket at load through `dsv4_kernels.compiled(
+"routed_experts", ..., backend="cutedsl")`; it is not the default until an A/B on the GPU shows it faster.
 """
 from __future__ import annotations
 
@@ -84,7 +86,7 @@ def fp4_gemv(x: torch.Tensor, w) -> torch.Tensor:
 def weight_gemv(x: torch.Tensor, w) -> torch.Tensor:
     """y = x @ W^T at decode sizes for a weight in its stored format, weight-only (the caller simulates the
     activation format): FP4 as `fp4_gemv`; FP8 (e4m3 + 128x128 fp32 block scales) through the CUDA kernel where it
-    builds and fits, else dequantised; plain fp32 weights with fp32 x through `f32_linear`, other plain weights
+    builds and fits, else dequantised; plain fp32 or bf16 weights with fp32 x through `f32_linear`, other plain weights
     through F.linear. x [B, K] bf16/fp32."""
     fmt = w[0]
     if fmt in FP4_FORMATS:
@@ -94,7 +96,7 @@ def weight_gemv(x: torch.Tensor, w) -> torch.Tensor:
             from .cuda_kernel import fp4_gemv_cuda
             return fp4_gemv_cuda(x.contiguous(), w)
         return fp8_gemv_ref(x, w)
-    if w[1].dtype == torch.float32 and x.dtype == torch.float32:
+    if x.dtype == torch.float32 and w[1].dtype in (torch.float32, torch.bfloat16):
         return f32_linear(x, w[1])
     return torch.nn.functional.linear(x, w[1].to(x.dtype))
 
@@ -104,7 +106,11 @@ def f32_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     matrices) where it builds and takes them (1..8 rows on CUDA), else `f32_linear_ref`. The reference keeps these
     in fp32: the LM head, the compressor's projections, the mHC mixes and the router; at 8 rows cuBLAS ran them at
     a fraction of the copy bandwidth (4-20 us each plus split-K reduces, with the attention's fp32 products ~0.5 ms
-    of the Flash B=8 step on the H200)."""
+    of the Flash B=8 step on the H200). A bf16 weight (the head, router and compressor as the checkpoint stores
+    them) goes to `bf16_linear`: the same fp32 product, reading half the bytes."""
+    if w.dtype == torch.bfloat16 and x.dtype == torch.float32:
+        from ..bf16_gemv import bf16_linear
+        return bf16_linear(x, w)
     K = x.shape[-1]
     if (_kernel_input(x) and x.dtype == torch.float32 and w.dtype == torch.float32 and K
             and 1 <= x.numel() // K <= 8):
@@ -117,7 +123,7 @@ def f32_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 # the Triton kernels convert e4m3 (FP8 activations, NVFP4 scales); the CUDA C++ build decides for itself (`build`)
 KERNEL = Kernel(capability=(8, 9), ops=(
-    Op("routed_experts", routed_experts, routed_experts_ref, targets=("routed_experts",),
-       parity=("test_routed_experts_parity",)),
+    Op("routed_experts", routed_experts, routed_experts_ref, targets=("routed_experts", "routed_experts_cutedsl"),
+       parity=("test_routed_experts_parity", "test_routed_experts_cutedsl_parity"), cutedsl=True),
     Op("fp4_gemv", fp4_gemv, fp4_gemv_ref, targets=("fp4_gemv",), parity=("test_fp4_gemv_parity",)),
 ))

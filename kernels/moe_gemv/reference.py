@@ -108,8 +108,9 @@ def fp4_gemv_ref(x: torch.Tensor, w) -> torch.Tensor:
 
 
 def f32_linear_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """y = x @ w^T in fp32, written as the reference model writes its fp32 products (mHC mixes, the router)."""
-    return x @ w.T
+    """y = x @ w^T in fp32, written as the reference model writes its fp32 products (mHC mixes, the router). A bf16
+    weight (the router as stored) is widened for this product only: exact, so the same values as an fp32-held one."""
+    return x @ w.to(x.dtype).T
 
 
 def fp8_gemv_ref(x: torch.Tensor, w) -> torch.Tensor:

@@ -255,3 +255,13 @@ def test_score_out_with_a_trailing_slash_or_empty(tmp_path, capsys):
     _fails(capsys, ["score", "--tokens", "20", "--out", f"{old}/."], f"--out '{old}/.'", "found a directory name")
     _fails(capsys, ["score", "--tokens", "20", "--out", ""], "--out ''", "found an empty string")
     assert old.read_bytes() == b"old logits" and [p.name for p in tmp_path.iterdir()] == ["l.pt"]
+
+
+def test_generate_escapes_control_bytes_and_says_the_tiny_text_is_noise():
+    """The tiny model's random weights emit any byte: an ESC sequence or a bell went to the terminal raw (issue 40)."""
+    from dsv4_model.__main__ import printable
+    assert printable("a\x1b[2Jb\x07c\rd\x7f\x9be\tf\ng") == "a\\x1b[2Jb\\x07c\\x0dd\\x7f\\x9be\tf\ng"
+    r = _run([b"generate", b"--prompt", b"hi", b"--max-new-tokens", b"40", b"--seed", b"0"], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    assert not any(b < 0x20 and b not in (0x09, 0x0a) or b == 0x7f for b in r.stdout), r.stdout
+    assert b"the tiny checkpoint has random weights: its text is noise" in r.stderr

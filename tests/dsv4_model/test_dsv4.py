@@ -26,7 +26,8 @@ from dsv4_kernels.fused_swiglu.reference import fused_swiglu_ref
 
 @pytest.fixture(scope="module")
 def model():
-    return dsv4_model.load("tiny", max_seq_len=512)
+    # fp32 (the debugging dtype): these tests compare paths and formats within fp32 rounding
+    return dsv4_model.load("tiny", max_seq_len=512, dtype=torch.float32)
 
 
 def test_tiny_preset_covers_every_layer_kind(model):
@@ -359,31 +360,33 @@ def test_floor_policy_dequantises_helpers_of_a_quantised_checkpoint(tmp_path):
     m = dsv4_model.load(tmp_path, precision="floor")
     a = m.layers[1].attn
     assert m.head.fmt == m.layers[3].ffn.gate.fmt == a.compressor.wkv.fmt == a.indexer.weights_proj.fmt == "plain"
-    # BF16 values (the floor), held in the dtype the reference computes the projection in (fp32 here): cast once
-    # at load instead of every step
+    # BF16 values (the floor), held as bf16 under the fp32 product the reference computes the projection in
     w = a.indexer.compressor.wgate.qweight.data
-    assert w.dtype == a.indexer.compressor.wgate.dtype == torch.float32 and torch.equal(w.bfloat16().float(), w)
+    assert w.dtype == torch.bfloat16 and a.indexer.compressor.wgate.dtype == torch.float32
     assert a.indexer.wq_b.fmt == "nvfp4" and m.layers[1].ffn.experts.w1.fmt == "nvfp4" and a.wq_a.fmt == "nvfp4"
     assert a.wo_a.fmt == "plain"                                                  # dequantised, as the reference
 
 
-def test_plain_weights_are_cast_to_their_compute_dtype_once_at_load():
-    """A bf16 checkpoint's head, router and compressor projections (the reference computes them in fp32) are cast
-    at load, not every step: no plain weight differs from its module's dtype, and the logits are bit for bit those
-    of the per-step cast (the stored bf16 tensors put back)."""
+def test_bf16_weights_under_fp32_products_are_held_as_stored():
+    """A bf16 checkpoint's head, router and compressor projections (the reference computes them in fp32) stay bf16:
+    half the bytes held and read, and the logits are bit for bit those of fp32-held copies (bf16 is exact in fp32;
+    the product widens the weight for the call only). Every other plain weight is held in its module's dtype."""
     from dsv4_model.linear import get_qweight, set_qweight
     from dsv4_model.quant import QWeight
     m = dsv4_model.load("tiny", dtype=torch.bfloat16)
     plain = [mod for mod in m.modules() if getattr(mod, "fmts", {}).get("") == "plain"]
-    assert {get_qweight(mod).data.dtype == mod.dtype for mod in plain} == {True}
     up = [mod for mod in plain if mod.dtype == torch.float32]
-    assert m.head in up and m.layers[0].ffn.gate in up and len(up) >= 5
-    t = torch.tensor([7])
-    want = m.decode_step(t)
+    assert m.head in up and m.layers[0].ffn.gate in up and m.layers[1].attn.compressor.wkv in up and len(up) >= 5
+    assert {get_qweight(mod).data.dtype for mod in up} == {torch.bfloat16}
+    assert {get_qweight(mod).data.dtype == mod.dtype for mod in plain if mod not in up} == {True}
+    held = sum(get_qweight(mod).data.nbytes for mod in up)
+    t = torch.tensor([7, 300, 2])
+    want = [m.decode_step(t[i:i + 1]) for i in range(3)]
     for mod in up:
-        set_qweight(mod, "", QWeight("plain", get_qweight(mod).data.bfloat16()))
+        set_qweight(mod, "", QWeight("plain", get_qweight(mod).data.float()))
+    assert sum(get_qweight(mod).data.nbytes for mod in up) == 2 * held
     m.reset()
-    assert torch.equal(m.decode_step(t), want)
+    assert all(torch.equal(m.decode_step(t[i:i + 1]), want[i]) for i in range(3))
 
 
 def test_tokenizer_round_trip_and_specials(tmp_path):

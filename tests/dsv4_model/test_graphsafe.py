@@ -33,7 +33,7 @@ def exact():
     quantisation boundary and the logits then differ by percents, as any two implementations' would
     (test_greedy_tokens_match_with_simulation covers the stored formats with simulation)."""
     from dsv4_model.precision import COMPONENTS
-    m = dsv4_model.load("tiny", max_seq_len=512, precision=[f"{c}=plain" for c in COMPONENTS])
+    m = dsv4_model.load("tiny", max_seq_len=512, precision=[f"{c}=plain" for c in COMPONENTS], dtype=torch.float32)
     m.set_simulation(False)
     return m
 
@@ -527,7 +527,7 @@ def test_cuda_greedy_tokens_with_kernels_equal_without():
     reference in expert order, so the two differ in the last bits. (In bf16 the tiny preset's random weights leave
     near-ties in the logits; on the H200 the bf16 run of this test flipped a greedy token at step 4 — the
     difference is rounding, not the kernel — so the token comparison runs in fp32.)"""
-    model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
+    model = dsv4_model.load("tiny", device="cuda", max_seq_len=512, dtype=torch.float32)
     runs = []
     for kernels in (True, False):
         dec = GraphSafeDecoder(model, batch=1, kernels=kernels)

@@ -220,3 +220,79 @@ def custom_ops():
         d.out.copy_(HostScale.apply(count_rows(x)))
         return d.out
     return _target(d, step, "custom-ops")
+
+
+# Placement asked of the source: on a CPU run the run's device is "cpu" too.
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+HOST_DEVICE = torch.device("cpu")
+
+
+def device_variable():
+    """Graph-safe: every tensor is made with the run's device expression, which is "cpu" on a CPU run."""
+    d = Decoder()
+    d.w, d.cache, d.pos, d.out = (t.to(DEV) for t in (d.w, d.cache, d.pos, d.out))
+
+    def step(x):
+        h = torch.tanh(x @ d.w)
+        d.cache.index_copy_(0, d.pos.view(1), h.unsqueeze(0))
+        valid = (torch.arange(d.cache.shape[0], device=DEV) <= d.pos).view(-1, 1, 1)
+        scale = torch.full((1, D), 0.5, device=torch.device(DEV))
+        d.out.copy_(torch.where(valid, d.cache, 0.0).sum(0) * scale + h.to(DEV))
+        d.pos += 1
+        return d.out
+    t = _target(d, step, "device-variable")
+    t.make_inputs = lambda k: _inputs(k).to(DEV)
+    return t
+
+
+def host_literal_devices():
+    """The same step with literal host devices: each is a host tensor on every machine."""
+    d = Decoder()
+
+    def step(x):
+        cpu = "cpu"
+        h = torch.tanh(x @ d.w)
+        valid = torch.arange(d.cache.shape[0], device="cpu") <= d.pos  # <- literal-cpu
+        d.out.copy_(h * torch.ones(D, device=HOST_DEVICE))  # <- global-cpu
+        d.out.add_(torch.zeros(2, D, device=cpu))  # <- local-cpu
+        d.out.mul_(valid.any().to(d.out.dtype))
+        return d.out
+    return _target(d, step, "host-literal-devices")
+
+
+class SuppressIds:
+    """Built before the step, like HF's SuppressTokensLogitsProcessor: the ids live where `device` says (default
+    the host) and each call moves them next to the scores."""
+
+    def __init__(self, ids, device="cpu"):
+        self.ids = torch.tensor(ids, device=device)
+
+    def __call__(self, scores):
+        keep = ~torch.isin(torch.arange(D, device=scores.device), self.ids.to(scores.device))  # <- prebuilt-move
+        return torch.where(keep, scores, -1.0)
+
+
+def prebuilt_on_host(device=None):
+    """A part built by the factory before the step with its host default (device=None: passed as the run's
+    device instead, which is graph-safe)."""
+    d = Decoder()
+    d.w, d.cache, d.pos, d.out = (t.to(DEV) for t in (d.w, d.cache, d.pos, d.out))
+    sup = SuppressIds([1, 5]) if device is None else SuppressIds([1, 5], device=device)
+
+    def step(x):
+        d.out.copy_(sup(x))
+        return d.out
+    return _target(d, step, "prebuilt")
+
+
+def readback_by_to():
+    """`.to("cpu")` of device data is a readback on a GPU; `.to(DEV)` of it is not."""
+    d = Decoder()
+
+    def step(x):
+        h = torch.tanh(x @ d.w).to(DEV)
+        d.out.copy_(h)
+        host = h.to("cpu")  # <- to-cpu
+        d.out.add_(host.to(DEV))  # <- back-to-dev
+        return d.out
+    return _target(d, step, "readback-by-to")

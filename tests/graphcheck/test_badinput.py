@@ -31,6 +31,11 @@ def _checkpoint(p: Path):
 
 RAISING_STEP = STEP.replace("        self.pos += 1", "        raise RuntimeError('cache not allocated')")
 
+
+def _step_does(body: str):
+    """The demo step with its `self.pos += 1` replaced by `body` (one line of the step's indentation)."""
+    return lambda p: (p / "demo" / "step.py").write_text(STEP.replace("        self.pos += 1", "        " + body))
+
 # (README input, setup, args, exit code, the message fragment the README row quotes)
 CASES = {
     "out-source": ("`-o` a Python source", None, ("scan", "-o", "demo/step.py"), 2, "refusing to write a .py file"),
@@ -75,6 +80,12 @@ CASES = {
                            ("scan",), 2, "unknown key 'entry_point'"),
     "select-empty-code": ("an empty code in `select`", lambda p: (p / "pyproject.toml").write_text(PROJECT + 'select = [""]\n'),
                           ("scan",), 2, "pyproject.toml: [tool.graphcheck] empty rule code in select; expected a code or prefix"),
+    "fan-out-negative": ("`fan-out-limit = -1`", lambda p: (p / "pyproject.toml").write_text(PROJECT + "fan-out-limit = -1\n"),
+                         ("scan",), 2, "pyproject.toml: [tool.graphcheck] fan-out-limit must be a non-negative integer, found -1"),
+    "eager-only-nothing": ("an `eager-only` entry that names nothing scanned",
+                           lambda p: (p / "pyproject.toml").write_text(PROJECT + 'eager-only = ["demo.nope"]\n'),
+                           ("run", "--no-runtime"), 2,
+                           "[tool.graphcheck] eager-only 'demo.nope': module 'demo.nope' is not among the scanned files"),
     "select-unknown": ("`--select GC999`", None, ("scan", "--select", "GC999"), 2, "GC999"),
     "stdin-mixed": ("`scan - other.py`", None, ("scan", "-", "demo"), 2, "cannot be combined with other paths"),
     "out-scanned-file": ("`scan F -o F`, whatever F is named", lambda p: shutil.copy(p / "demo" / "step.py", p / "step.txt"),
@@ -103,6 +114,33 @@ CASES = {
                             "--baseline pyproject.toml/b.json: cannot write there"),
     "report-bad-targets": ("an inventory whose `targets` is not a list", lambda p: _inventory(p, None, targets=None),
                            ("report", "inv.json"), 2, "'targets' must be a list of strings, found None"),
+    "baseline-duplicate": ("a baseline with one fingerprint twice",
+                           lambda p: (p / "graphcheck-baseline.json").write_text(json.dumps({"version": 1, "entries": [
+                               {"fingerprint": "f" * 20, "rule": "GC104", "path": "demo/step.py", "reason": r} for r in "ab"]})),
+                           ("run", "--no-runtime"), 2, "entries[1] repeats the fingerprint ffffffffffffffffffff of entries[0] "
+                                                      "(GC104 demo/step.py); expected each fingerprint once"),
+    "source-too-large": ("a 50 MB Python file", lambda p: (p / "demo" / "big.py").write_text("x = [" + "1, " * 17_000_000 + "]\n"),
+                         ("scan",), 2, "could not check demo/big.py: GC904 file could not be read: 51.0 MB, over the 5 MB limit"),
+    # the target's own code cannot choose graphcheck's exit code, pose as Ctrl-C, or hang the gate (issue 40)
+    "step-exit-0": ("a step that calls `sys.exit(0)`", _step_does("import sys; sys.exit(0)"), ("run",), 2,
+                    "the target's step raised SystemExit(0) (sys.exit in the target"),
+    "step-exit-4": ("a step that raises `SystemExit(4)`", _step_does("raise SystemExit(4)"), ("audit",), 2,
+                    "the target's step raised SystemExit(4)"),
+    "step-exit-baseline": ("`baseline` over a step that calls `sys.exit(0)`", _step_does("import sys; sys.exit(0)"),
+                           ("baseline", "--reason", "x"), 2, "cannot baseline what was not checked: GC006"),
+    "inputs-exit": ("a `make_inputs` that calls `sys.exit(0)`",
+                    lambda p: (p / "demo" / "step.py").write_text(STEP.replace("lambda k: torch.full", "lambda k: exit(0) or torch.full")),
+                    ("capture",), 2, "the target's make_inputs raised SystemExit(0)"),
+    "step-keyboard-interrupt": ("a step that raises KeyboardInterrupt itself", _step_does("raise KeyboardInterrupt"),
+                                ("audit",), 2, "raised KeyboardInterrupt itself (no Ctrl-C was pressed)"),
+    "step-timeout": ("a step that runs past `--step-timeout` (default 600 s; `step-timeout` in [tool.graphcheck])",
+                     _step_does("import time; time.sleep(60)"), ("run", "--step-timeout", "1"), 2,
+                     "the target's step ran past the step timeout of 1 s"),
+    "step-timeout-bad": ("`--step-timeout -1`", None, ("run", "--step-timeout", "-1"), 2,
+                         "argument --step-timeout: expected a non-negative number of seconds (0: no limit), found -1"),
+    "config-step-timeout-bad": ("`step-timeout = \"10s\"` in [tool.graphcheck]",
+                                lambda p: (p / "pyproject.toml").write_text(PROJECT + 'step-timeout = "10s"\n'),
+                                ("audit",), 2, "[tool.graphcheck] step-timeout must be a non-negative number of seconds"),
 }
 
 
@@ -118,7 +156,7 @@ def test_bad_input_is_one_line_and_its_exit_code(project, case):
     lines = r.stderr.splitlines()
     if "usage:" in r.stderr:        # argparse: usage, then the one error line
         assert lines[-1].startswith("graphcheck ") and fragment in lines[-1]
-    elif case == "step-raises":     # one line per layer that could not run the step
+    elif case in ("step-raises", "step-exit-0", "step-timeout"):     # one line per layer that could not run the step
         assert 1 <= len(lines) <= 2 and all(ln.startswith("graphcheck: error: could not check") for ln in lines)
     else:
         assert len(lines) == 1 and lines[0].startswith("graphcheck: error: "), r.stderr
@@ -133,6 +171,10 @@ ELSEWHERE = {
     "a nested `pyproject.toml` without [tool.graphcheck]": "test_cli.py::test_config_is_the_nearest_pyproject_with_a_graphcheck_table",
     "`audit`/`capture`/`run` without torch installed": "test_cli.py::test_scan_imports_no_torch",
     "an unreadable package directory": "test_badinput.py::test_unreadable_directory_is_not_a_pass",
+    "`scan > /dev/full` (a stdout that refuses)": "test_workflow.py::test_a_stdout_that_refuses_is_one_line",
+    "a 50 MB source on stdin (`scan -`)": "test_workflow.py::test_a_huge_stdin_is_refused_in_bounded_memory",
+    "a real SIGINT while the step runs": "test_cli.py::test_interrupt_signal_during_a_run",
+    "a step stuck in native code past the timeout": "test_runtime.py::test_a_step_stuck_in_native_code_is_ended_with_one_line",
 }
 
 

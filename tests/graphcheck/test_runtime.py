@@ -1,5 +1,8 @@
 """The runtime layers on planted targets: what each finds, where, and that clean code stays clean."""
+import os
 import random
+import subprocess
+import textwrap
 import sys
 import warnings
 
@@ -8,6 +11,7 @@ import torch
 
 import graphcheck
 import planted
+from conftest import ROOT
 from graphcheck.runtime.audit import audit
 from graphcheck.runtime.capture import capture_test
 from graphcheck.runtime.portable import PortableAudit
@@ -360,3 +364,189 @@ def test_runtime_codes_come_from_the_rule_catalogue():
     sig = runtime_signatures()
     assert portable.EMITS <= set(sig), sorted(portable.EMITS - set(sig))
     assert portable.CODES == sig                   # one assignment of codes: the catalogue's
+    from graphcheck.runtime import kernel_jit
+    assert kernel_jit.EMITS <= set(sig), sorted(kernel_jit.EMITS - set(sig))
+    assert {n for n in sig if n.startswith("cutlass.")} == kernel_jit.EMITS     # no catalogue name nothing emits
+
+
+def test_placement_on_cpu_is_asked_of_the_source():
+    """On a CPU run the run's device is "cpu" too: `device=DEV` (DEV = "cuda" if available else "cpu") is the device,
+    a literal host device (a string, a module constant, a local bound to one) is the host."""
+    assert audit(planted.device_variable()) == []
+    assert capture_test(planted.device_variable(), device="cpu") == []
+    fs = audit(planted.host_literal_devices())
+    assert [r for r in rows(fs) if r[0] == "GC402"] == sorted(
+        ("GC402", "planted.py", planted.line_of(m)) for m in ("literal-cpu", "global-cpu", "local-cpu"))
+    fs = audit(planted.readback_by_to())
+    assert rows(fs) == sorted([("GC103", "planted.py", planted.line_of("to-cpu")),
+                               ("GC402", "planted.py", planted.line_of("back-to-dev"))])
+
+
+def test_tensors_built_before_the_step_are_placed_where_they_live():
+    """A part the factory builds with a host default moves its tensor to the device in every step: a pageable copy
+    on a GPU, so reported on CPU too once the target is built as the CLI builds it; given the run's device (the
+    factory's parameter, handed in by graphcheck) it is clean. Built without placement, nothing is known."""
+    from graphcheck.target import build_target
+    t = build_target(planted.prebuilt_on_host, "cpu")
+    assert t.host_built == 1
+    want = ("GC402", "planted.py", planted.line_of("prebuilt-move"))
+    assert want in rows(audit(t))
+    assert ("GC001", "planted.py", planted.line_of("prebuilt-move")) in rows(capture_test(t, device="cpu"))
+    clean = build_target(planted.prebuilt_on_host, "cpu", {"device": "cpu"})
+    assert clean.host_built == 0 and audit(clean) == [] and capture_test(clean, device="cpu") == []
+    assert want not in rows(audit(planted.prebuilt_on_host()))
+
+
+# ---- the step boundary (runtime/boundary.py): the target's own code cannot end, interrupt or hang the gate
+
+
+def _exiting(call):
+    x = torch.ones(3)
+
+    def step(inputs):
+        call()
+        return inputs * 2
+    return graphcheck.Target(step, lambda k: x + k, dict, "exits")
+
+
+@pytest.mark.parametrize("call,fragment", [
+    (lambda: sys.exit(0), "raised SystemExit(0)"),
+    (lambda: sys.exit(4), "raised SystemExit(4)"),
+    (lambda: (_ for _ in ()).throw(KeyboardInterrupt), "raised KeyboardInterrupt itself"),
+])
+def test_a_step_that_exits_is_an_unchecked_row_in_both_layers(call, fragment):
+    for fs in (audit(_exiting(call)), capture_test(_exiting(call), device="cpu")):
+        assert [f.rule for f in fs] == ["GC006"] and fragment in fs[0].message, [f.message for f in fs]
+        assert fs[0].path.endswith("test_runtime.py")          # the user's line, not graphcheck's guard
+
+
+def test_a_step_past_its_timeout_is_an_unchecked_row():
+    import time as _time
+    t0 = _time.monotonic()
+    fs = audit(_exiting(lambda: _time.sleep(30)), step_timeout=0.5)
+    assert [f.rule for f in fs] == ["GC006"] and "step timeout of 0.5 s" in fs[0].message
+    assert _time.monotonic() - t0 < 10
+    fs = audit(_exiting(lambda: _time.sleep(0.01)), step_timeout=5)      # the alarm is cancelled after each call
+    assert "GC006" not in {f.rule for f in fs}
+    _time.sleep(0.1)
+
+
+def test_a_real_sigint_during_the_step_is_still_an_interrupt():
+    import os as _os
+    import signal as _signal
+    with pytest.raises(KeyboardInterrupt):
+        audit(_exiting(lambda: _os.kill(_os.getpid(), _signal.SIGINT)))
+    assert _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler       # restored
+
+
+def test_a_step_stuck_in_native_code_is_ended_with_one_line(tmp_path):
+    """SIGALRM blocked in the step's thread: no exception can reach it; the watchdog ends the process, exit 2."""
+    script = tmp_path / "stuck.py"
+    script.write_text(textwrap.dedent("""
+        import signal, sys, time
+        import torch, graphcheck
+        from graphcheck.runtime import boundary
+        from graphcheck.runtime.audit import audit
+        boundary.HARD_GRACE = 0.5
+        def step(x):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            time.sleep(60)
+        audit(graphcheck.Target(step, lambda k: torch.ones(2), dict, "stuck"), step_timeout=0.5)
+        print("not reached")
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("graphcheck: error: the target's step ran past the step "
+                                                             "timeout of 0.5 s"), r.stderr
+
+
+def _kernel_cases():
+    """(name, build(device) -> the call, whether its CUDA kernel reads back). One list for the CPU audit and the GPU,
+    so the two verdicts are compared on the same calls. The thresholds are ATen's (KERNEL_READBACKS)."""
+    def isin(n, **kw):
+        return lambda d: (lambda e=torch.arange(32, device=d), t=torch.arange(n, device=d): torch.isin(e, t, **kw))
+
+    def put(index, accumulate=False):
+        def build(d):
+            y = torch.zeros(4, 6, device=d)
+            idx = index(y)
+            return lambda: y.index_put_(idx, torch.tensor(1.0), accumulate=accumulate)   # a CPU scalar value
+        return build
+
+    def on(fn):
+        def build(d):
+            x = torch.randn(6, 5, generator=torch.Generator().manual_seed(0)).to(d)
+            return lambda: fn(x)
+        return build
+    probs = lambda x: torch.softmax(x, -1)  # noqa: E731
+    return [
+        ("isin, test set above ATen's size heuristic", isin(40), True),
+        ("isin, test set at the threshold int(10 * 32 ** 0.145) = 16", isin(16), True),
+        ("isin, test set just below it", isin(15), False),
+        ("isin, large test set, assume_unique", isin(40, assume_unique=True), False),
+        ("unique", on(lambda x: (x > 0).unique()), True),
+        ("unique_consecutive", on(lambda x: torch.unique_consecutive((x > 0).long())), True),
+        ("repeat_interleave without output_size", on(lambda x: torch.repeat_interleave(x[0], (x[1] > 0).long())), True),
+        ("repeat_interleave with output_size", on(lambda x: torch.repeat_interleave(
+            x[0], torch.ones(5, dtype=torch.long, device=x.device), output_size=5)), False),
+        ("nonzero", on(lambda x: torch.nonzero(x > 0)), True),
+        ("masked_select", on(lambda x: torch.masked_select(x, x > 0)), True),
+        ("boolean index", on(lambda x: x[x > 0]), True),
+        ("index_put_ of a CPU scalar by index", put(lambda y: (torch.tensor([0, 2], device=y.device),)), True),
+        ("index_put_ of a CPU scalar by one device mask", put(lambda y: (y < 1,)), False),
+        ("index_put_ of a CPU scalar by mask, accumulate", put(lambda y: (y < 1,), accumulate=True), True),
+        ("multinomial, one sample without replacement", on(lambda x: torch.multinomial(probs(x), 1)), False),
+        ("multinomial, four samples with replacement", on(lambda x: torch.multinomial(probs(x), 4, True)), False),
+        ("bincount", on(lambda x: torch.bincount((x > 0).long().flatten())), True),
+        ("bincount with minlength", on(lambda x: torch.bincount((x > 0).long().flatten(), minlength=4)), True),
+        ("histc with min == max", on(lambda x: torch.histc(x, bins=4)), True),
+        ("histc with a range", on(lambda x: torch.histc(x, bins=4, min=-3, max=3)), False),
+    ]
+
+
+KERNEL_CASES = _kernel_cases()
+
+
+@pytest.mark.parametrize("name,build,reads_back", KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
+def test_kernel_readbacks_on_cpu_as_on_the_gpu(name, build, reads_back):
+    """The portable audit on CPU reports a call exactly when its CUDA kernel reads back (test_kernel_readbacks_on_cuda
+    proves which do): one event, the call's own line."""
+    call = build("cpu")
+    rec = Recorder()
+    with PortableAudit(rec, device="cpu"):
+        call()
+    # the CPU scalar an index_put_ case builds is itself GC401 (a host tensor per step, not a capture break)
+    got = [(f.rule, f.count) for f in rec.findings() if f.rule != "GC401"]
+    assert (len(got) == 1 and got[0][1] == 1) if reads_back else got == [], got
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name,build,reads_back", KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
+def test_kernel_readbacks_on_cuda(name, build, reads_back):
+    """The truth for the table: torch's sync debug mode raises at a host sync inside the kernel."""
+    call = build("cuda")
+    call()                                   # warm (first-call allocations and lazy init)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        if reads_back:
+            with pytest.raises(RuntimeError, match="called a synchronizing CUDA operation"):
+                call()
+        else:
+            call()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+def test_kernel_readback_table_names_every_modelled_op():
+    """Each row of the table is either netted or decided from arguments; the net covers every op the table
+    models."""
+    from graphcheck.runtime import portable
+    netted = {s.partition(".")[0] for s in portable._NET_OPS}
+    for row in portable.KERNEL_READBACKS:
+        assert row.modelled in ("net", "args", "none") and row.why and row.when
+        if row.modelled != "none":
+            ops = [o.strip().split(" ")[0].split(".")[0] for o in row.op.replace("/", ",").split(",")]
+            assert any(o in netted for o in ops), (row.op, ops)

@@ -102,6 +102,25 @@ def f(x: torch.Tensor):
     assert ("GC901", 7) in got and ("GC101", 7) in got   # a suppression without a reason does not suppress
     assert ("GC902", 8) in got            # matches nothing
     assert ("GC905", 9) in got and ("GC101", 9) in got
+
+
+def test_noqa_as_ruff_reads_it(scan_src):
+    """Case, other tools' codes in the same list (before or after ours), the reason after the list (issue 40)."""
+    src = """
+import torch
+def f(x: torch.Tensor):
+    a = x.item()  # noqa: E501, GC101 -- read once per request
+    b = x.item()  # noqa: GC101, E501 -- read once per request
+    c = x.item()  # NOQA: GC101 -- read once per request
+    d = x.item()  # noqa:GC101 E501 -- read once per request
+    e = x.item()  # type: ignore[attr-defined]  # noqa: GC101 -- read once per request
+    g = x.item()  # noqa: E501
+    h = x.item()  # noqa: E501, GC101
+    i = x.item()  # Noqa: E501, GC999 -- typo
+    return a, b, c, d, e, g, h, i
+"""
+    got = sorted((f.rule, f.line) for f in scan_src(src))
+    assert got == [("GC101", 9), ("GC101", 10), ("GC101", 11), ("GC901", 10), ("GC905", 11)], got
     assert not any(r == "GC101" and ln in (4, 6) for r, ln in got)
 
 
@@ -120,7 +139,7 @@ def test_never_crashes_on_bad_files(tmp_path):
 def test_collective_precheck_walks_text_it_cannot_read(tmp_path):
     """GC204 skips a function whose text names no collective; text it cannot read that way is walked instead: an
     identifier spelled in compatibility characters (the parser NFKC-normalises it) and lone carriage returns."""
-    src = "import torch.distributed as dist\ndef f(x, rank):\n    if rank == 0:\n        dist.{}(x)\n"
+    src = "import torch.distributed as dist\ndef f(x, rank: int):\n    if rank == 0:\n        dist.{}(x)\n"
     (tmp_path / "wide.py").write_text(src.format("\uff41ll_reduce"), encoding="utf-8")
     (tmp_path / "cr.py").write_bytes(src.format("all_reduce").replace("\n", "\r").encode())
     res = scan([str(tmp_path)], root=tmp_path, cache=False, jobs=1)
@@ -264,3 +283,30 @@ def test_scan_installed_torch_does_not_crash():
     # torch's own code reads back all over (it is not capture code): hundreds of .item(), a few thousand in all
     assert 100 < by_rule.get("GC101", 0) < 5000, by_rule
     assert len(res.findings) < 50 * res.files
+
+
+def test_without_entry_points_an_untyped_parameter_is_unknown_not_host(scan_src):
+    """With no entry points every function may be where a step starts: a parameter no resolved caller feeds is
+    judged as an entry point's input is (likely on the device), as `--entry-point` judged the same file (issue 40).
+    A resolved caller's argument still decides, and a Python default stays a setting."""
+    src = """
+import torch
+import torch.nn.functional as F
+
+def sample(logits, tok, greedy=True):
+    if tok == 2:
+        return 0
+    if greedy:
+        pass
+    a = int(logits.argmax())
+    b = float(F.softmax(logits, -1).max())
+    return a, b
+
+def bump(n):
+    return 1 if n == 2 else 0
+
+def user():
+    return bump(3)
+"""
+    got = sorted((f.rule, f.line) for f in scan_src(src))
+    assert got == [("GC104", 10), ("GC104", 11), ("GC201", 6)], got

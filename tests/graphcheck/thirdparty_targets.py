@@ -48,6 +48,12 @@ EXPECTED: dict[str, Expect] = {
                                           "`torch.tensor(list(suppress_tokens), device='cpu')` (logits_process.py:1899)"
                                           " and `self.suppress_tokens.to(scores.device)` (:1904): a pageable "
                                           "host-to-device copy every step, which capture refuses."),
+    "hf_suppress_tokens_default_device": Expect(
+        "unsafe", ("GC402", "GC001"),
+        "the processor is built once, before the step, as `SuppressTokensLogitsProcessor(ids)`: its `device: str = "
+        "\"cpu\"` default keeps `torch.tensor(list(suppress_tokens), device=device)` on the host (logits_process.py"
+        ":1898-1899), and every call moves it with `self.suppress_tokens.to(scores.device)` (:1904): a pageable "
+        "host-to-device copy per step, which a capture refuses."),
     "hf_mixtral_moe_eager": Expect("unsafe", ("GC301",), "MixtralExperts.forward (eager experts) runs "
                                    "`torch.greater(expert_mask.sum(...), 0).nonzero()` and loops over the hit experts "
                                    "with `torch.where(expert_mask[i])`: data-dependent shapes and a host loop."),
@@ -102,7 +108,28 @@ EXPECTED: dict[str, Expect] = {
     "gptfast_host_pos": Expect("unsafe", ("GC003",), "the position kept as a Python int and written "
                                "with `pos.fill_(host_pos)` every step: a capture bakes the int it saw, so every "
                                "replay writes the same cache row and attends to the same prefix (no sync to see)."),
+    "gptfast_dev_variable": Expect(
+        "safe", (), "the gpt-fast decode built on `DEV = \"cuda\" if torch.cuda.is_available() else \"cpu\"` (the "
+        "factory ignores its device argument), whose step builds the causal row as `torch.arange(max_seq, device=DEV)"
+        " <= pos`: made on the device on every machine, compared with the device position, nothing crosses."),
+    "mamba_functional_cache": Expect(
+        "unsafe", ("GC005",),
+        "the step binds `conv_state = torch.cat([conv_state[:, :, 1:], x[:, :, None]], -1)` and `ssm_state = "
+        "ssm_state * dA + ...` to new tensors, where the reference kernels write the cache in place (HF "
+        "models/mamba/modeling_mamba.py causal_conv1d_update :72 `conv_state.copy_(...)`, "
+        "mamba_selective_state_update :158 `state.copy_(...)`): a captured graph keeps writing the buffers it "
+        "captured, which the next step no longer reads."),
+    "hf_speculative_sampling": Expect(
+        "unsafe", ("GC001", "GC402", "GC104"),
+        "generation/utils.py _speculative_sampling indexes the device probabilities with `torch.arange("
+        "candidate_length)` made without a device (:4175, :4177): ATen's index moves a CPU index to self's device "
+        "(TensorAdvancedIndexing.cpp make_info), a pageable copy that capture refuses; then `if n_matches < gamma` "
+        "(:4202) and `if n_matches > 0` (:4219) read the accepted count back, and the output's length follows it "
+        "(`new_candidate_input_ids[:, :n_matches]`, :4220)."),
 }
+# Targets whose CPU capture must give the same JSON in every process (they sample, or rebind their state: what
+# made the rows move before the emulation held its state tensors and fixed its generators' seed).
+DETERMINISTIC = ("mamba_functional_cache", "hf_speculative_sampling")
 
 
 # ---------------------------------------------------------------- HF transformers
@@ -206,6 +233,18 @@ def hf_suppress_tokens_per_step(device: str = "cpu") -> Target:
         out.copy_(proc(inp["input_ids"], inp["scores"]).argmax(-1))
         return out
     return Target(step, _scores(device), lambda: {"out": out}, name="hf suppress-tokens (built per step)", device=device)
+
+
+def hf_suppress_tokens_default_device(device: str = "cpu") -> Target:
+    from transformers import SuppressTokensLogitsProcessor
+    proc = SuppressTokensLogitsProcessor(SUPPRESS)           # built before the step, with its default device
+    out = torch.zeros(B, dtype=torch.long, device=device)
+
+    def step(inp):
+        out.copy_(proc(inp["input_ids"], inp["scores"]).argmax(-1))
+        return out
+    return Target(step, _scores(device), lambda: {"out": out}, name="hf suppress-tokens (built once, default device)",
+                  device=device)
 
 
 def _mixtral(device: str, experts: str) -> Target:
@@ -406,9 +445,9 @@ class GPT(nn.Module):
         self.register_buffer("freqs", torch.polar(torch.ones(a.max_seq, hd // 2), torch.outer(torch.arange(a.max_seq).float(), inv)))
         self.register_buffer("causal", torch.tril(torch.ones(a.max_seq, a.max_seq, dtype=torch.bool)))
 
-    def forward(self, idx, pos):                                              # idx [b, s], pos [s] on the device
+    def forward(self, idx, pos, mask=None):                                   # idx [b, s], pos [s] on the device
         x = self.emb(idx)
-        freqs, mask = self.freqs[pos], self.causal[None, None, pos]
+        freqs, mask = self.freqs[pos], (self.causal[None, None, pos] if mask is None else mask)
         for layer in self.layers:
             x = layer(x, freqs, mask, pos)
         return self.out(self.norm(x))
@@ -423,7 +462,11 @@ def sample(logits, temperature: float = 0.8, top_k: int = 8):
     return torch.argmax(probs / q, dim=-1, keepdim=True)
 
 
-def _gptfast(device: str, sampling: bool, host_pos: bool = False) -> Target:
+# The device as scripts spell it: "cpu" on a machine without a GPU, so a CPU run must not read it as the host.
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _gptfast(device: str, sampling: bool, host_pos: bool = False, dev_mask: bool = False) -> Target:
     torch.manual_seed(0)
     model = GPT(Args(), B).to(device).eval()
     pos = torch.tensor([4], device=device)                                    # state: the next position, on device
@@ -437,7 +480,8 @@ def _gptfast(device: str, sampling: bool, host_pos: bool = False) -> Target:
         if host_pos:
             p.fill_(host["pos"])                                              # a host int, baked by capture
             host["pos"] += 1
-        logits = model(x, p)[:, -1]
+        mask = (torch.arange(model.args.max_seq, device=DEV) <= p)[None, None, None] if dev_mask else None
+        logits = model(x, p, mask)[:, -1]
         tok.copy_(sample(logits) if sampling else logits.argmax(-1, keepdim=True))
         if not host_pos:
             pos.add_(1)
@@ -461,6 +505,84 @@ def gptfast_sampling(device: str = "cpu") -> Target:
 
 def gptfast_host_pos(device: str = "cpu") -> Target:
     return _gptfast(device, sampling=False, host_pos=True)
+
+
+def gptfast_dev_variable(device: str = "cpu") -> Target:
+    return _gptfast(DEV, sampling=False, dev_mask=True)
+
+
+
+
+# ---------------------------------------------------------------- a Mamba-style decoder with a functional cache (written here)
+
+class MambaLayer(nn.Module):
+    """One Mamba-1 block in its one-token recurrent form, as the reference `causal_conv1d_update` and
+    `selective_state_update` compute it (mamba_ssm/ops/triton/selective_state_update.py `selective_state_update_ref`),
+    but written functionally: each step returns new conv and SSM states instead of writing the old ones in place."""
+
+    def __init__(self, dim: int = 16, d_state: int = 4, d_conv: int = 4):
+        super().__init__()
+        self.inner, self.d_state = 2 * dim, d_state
+        self.in_proj = nn.Linear(dim, 2 * self.inner, bias=False)
+        self.conv_w = nn.Parameter(torch.randn(self.inner, d_conv) * 0.3)
+        self.x_proj = nn.Linear(self.inner, 1 + 2 * d_state, bias=False)
+        self.dt_proj = nn.Linear(1, self.inner)
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1).float()).repeat(self.inner, 1))
+        self.D = nn.Parameter(torch.ones(self.inner))
+        self.out_proj = nn.Linear(self.inner, dim, bias=False)
+
+    def forward(self, x, conv_state, ssm_state):                              # x [b, dim]
+        xz = self.in_proj(x)
+        x, z = xz.chunk(2, dim=-1)
+        conv_state = torch.cat([conv_state[:, :, 1:], x[:, :, None]], dim=-1)   # a new tensor every step
+        x = F.silu((conv_state * self.conv_w).sum(-1))
+        dt, Bm, Cm = self.x_proj(x).split([1, self.d_state, self.d_state], dim=-1)
+        dt = F.softplus(self.dt_proj(dt))
+        dA = torch.exp(dt[..., None] * -torch.exp(self.A_log))
+        ssm_state = ssm_state * dA + (dt[..., None] * Bm[:, None, :]) * x[..., None]
+        y = (ssm_state @ Cm[..., None]).squeeze(-1) + self.D * x
+        return self.out_proj(y * F.silu(z)), conv_state, ssm_state
+
+
+def mamba_functional_cache(device: str = "cpu") -> Target:
+    torch.manual_seed(0)
+    dim, layers = 16, 2
+    emb, head = nn.Embedding(VOCAB, dim).to(device), nn.Linear(dim, VOCAB, bias=False).to(device)
+    blocks = nn.ModuleList(MambaLayer(dim) for _ in range(layers)).to(device).eval()
+    cache = {f"conv[{i}]": torch.zeros(B, 2 * dim, 4, device=device) for i in range(layers)}
+    cache.update({f"ssm[{i}]": torch.zeros(B, 2 * dim, 4, device=device) for i in range(layers)})
+    tok = torch.zeros(B, 1, dtype=torch.long, device=device)
+
+    def step(ids: torch.Tensor) -> torch.Tensor:
+        h = emb(ids[:, 0])
+        for i, blk in enumerate(blocks):
+            y, cache[f"conv[{i}]"], cache[f"ssm[{i}]"] = blk(h, cache[f"conv[{i}]"], cache[f"ssm[{i}]"])
+            h = h + y
+        tok.copy_(head(h).argmax(-1, keepdim=True))
+        return tok
+    return Target(step, _token_inputs(device), lambda: {**cache, "tok": tok}, name="mamba-style decode (functional cache)",
+                  device=device)
+
+
+def hf_speculative_sampling(device: str = "cpu") -> Target:
+    from transformers.generation.utils import _speculative_sampling
+    gamma = 4
+    out = torch.zeros(1, gamma + 1, dtype=torch.long, device=device)
+    n = torch.zeros((), dtype=torch.long, device=device)
+
+    def make_inputs(k: int):
+        g = torch.Generator().manual_seed(500 + k)
+        return {"ids": torch.randint(0, VOCAB, (1, 6 + gamma), generator=g).to(device),
+                "q": torch.randn(1, gamma, VOCAB, generator=g).to(device),
+                "p": torch.randn(1, gamma + 1, VOCAB, generator=g).to(device)}
+
+    def step(inp):
+        tokens, n_matches = _speculative_sampling(inp["ids"], inp["q"], gamma, inp["p"], False)
+        out.zero_()
+        out[:, : tokens.shape[1]] = tokens
+        n.copy_(n_matches)
+        return out
+    return Target(step, make_inputs, lambda: {"out": out, "n": n}, name="hf speculative sampling", device=device)
 
 
 FACTORIES = {name: globals()[name] for name in EXPECTED}

@@ -104,10 +104,11 @@ def cases(g: torch.Generator):
     """(label, thunk) for every entry point at the decode's dtypes and shapes."""
     from dsv4_kernels.act_quant.triton_kernel import fp4_fake_quant_triton, fp8_fake_quant_triton
     from dsv4_kernels.attention.triton_kernel import attention_triton
+    from dsv4_kernels.bf16_gemv.triton_kernel import bf16_linear_triton
     from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
     from dsv4_kernels.fused_swiglu.triton_kernel import fused_swiglu_triton
     from dsv4_kernels.indexer.triton_kernel import index_scores_triton, topk_blocks_triton
-    from dsv4_kernels.mhc.triton_kernel import mhc_head_triton, mhc_post_triton, mhc_pre_triton
+    from dsv4_kernels.mhc.triton_kernel import mhc_head_triton, mhc_post_triton, mhc_pre_norm_triton, mhc_pre_triton
     from dsv4_kernels.moe_gemv import triton_kernel as moe
     from dsv4_kernels.moe_gemv.reference import random_weight
     from dsv4_kernels.nvfp4_kvcache.triton_kernel import dequantize_nvfp4_kvcache_triton
@@ -189,6 +190,14 @@ def cases(g: torch.Generator):
         sf = torch.rand(64, 32, generator=g).to(torch.float8_e4m3fn).as_subclass(_Cuda)
         gs = torch.rand(64, generator=g).as_subclass(_Cuda)
         out.append((f"nvfp4_kvcache -> {dt}", lambda q=q, sf=sf, gs=gs, dt=dt: dequantize_nvfp4_kvcache_triton(q, sf, gs, 64, 512, dt)))
+    for R in (1, 8):                                           # Flash: hc 4, dim 4096, bf16 streams
+        out.append((f"mhc_pre_norm R={R}", lambda R=R: mhc_pre_norm_triton(
+            _t(R, 1, 4, 4096, g=g), _t(R, 1, 24, dtype=torch.float32, g=g), _t(3, dtype=torch.float32, g=g),
+            _t(24, dtype=torch.float32, g=g), 1e-6, 1e-6, 20, _t(4096, dtype=torch.float32, g=g), 1e-6)))
+    for B in (1, 8, 32):                                       # the LM head (rows, and row blocks), the router (split K)
+        for N in (129280, 256):
+            out.append((f"bf16_linear B={B} N={N}", lambda B=B, N=N: bf16_linear_triton(
+                _t(B, 4096, dtype=torch.float32, g=g), _t(N, 4096, g=g))))
     for hc, R in ((4, 8), (4, 1), (3, 8)):
         out.append((f"sinkhorn hc={hc} R={R}", lambda hc=hc, R=R: sinkhorn_triton(_t(R, hc, hc, dtype=torch.float32, g=g), 20, 1e-6)))
     for R, V in ((8, 129280), (1, 129280), (4, 1000)):        # Flash's vocab, and a tiny one (one short chunk)

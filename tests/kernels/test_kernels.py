@@ -340,15 +340,23 @@ def test_every_kernel_record_is_complete():
     """What a package's record names exists, so forgetting one of a kernel's parts fails here, not silently on the
     GPU: every op has its capture target(s) in the package's target.py (each also served by dsv4_kernels.targets),
     and GPU parity test(s) in this file, marked cuda; every capture target in the package's target.py is
-    named by the record (a target nobody captures is a check that never runs)."""
+    named by the record (a target nobody captures is a check that never runs); an op the record says has a CuTeDSL
+    implementation has the package's cutedsl_kernel.py with its CompiledKernels, and a package with one says so."""
     import ast
+    import glob
     import importlib
 
     from dsv4_kernels._select import PACKAGES
-    text = open(__file__).read()
-    tests = {n.name: {ast.unparse(d) for d in n.decorator_list} for n in ast.parse(text).body
-             if isinstance(n, ast.FunctionDef)}
+    tests = {}      # this file's tests and the CuTeDSL ones (test_cutedsl.py): name -> decorators
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(__file__), "test_*.py"))):
+        tests.update({n.name: {ast.unparse(d) for d in n.decorator_list} for n in ast.parse(open(path).read()).body
+                      if isinstance(n, ast.FunctionDef)})
     for pkg, rec in PACKAGES.items():
+        cute = os.path.join(ROOT, "kernels", pkg, "cutedsl_kernel.py")
+        has_cute = os.path.exists(cute) and "class CompiledKernels" in open(cute).read()
+        assert has_cute == any(op.cutedsl for op in rec.ops), \
+            f"{pkg}: cutedsl_kernel.py with CompiledKernels {'exists' if has_cute else 'is missing'}, but the record's " \
+            f"ops say cutedsl={[op.cutedsl for op in rec.ops]}"
         named = {t for op in rec.ops for t in op.targets}
         if os.path.exists(os.path.join(ROOT, "kernels", pkg, "target.py")):
             mod = importlib.import_module(f"dsv4_kernels.{pkg}.target")
@@ -361,7 +369,7 @@ def test_every_kernel_record_is_complete():
                 assert callable(getattr(targets, t)), (pkg, t)
             assert op.parity, f"{pkg}: op {op.name} names no parity test"
             for name in op.parity:
-                assert name in tests, f"{pkg}: op {op.name} names parity test {name}, which is not in {__file__}"
+                assert name in tests, f"{pkg}: op {op.name} names parity test {name}, which is not in tests/kernels"
                 assert tests[name] & {"cuda", "pytest.mark.cuda"}, f"{pkg}: parity test {name} is not marked cuda"
 
 
@@ -824,6 +832,160 @@ def test_rms_norm_reference_is_the_model_formula():
         assert _bit_equal(unweighted_rms(x, 1e-6), old_u) and _bit_equal(rms_norm_ref(x, None, 1e-6), old_u)
 
 
+# ---------------------------------------------------------------------------------------------- bf16_linear
+BF16_INTERPRET = textwrap.dedent("""
+    import torch
+    import torch.nn.functional as F
+    from dsv4_kernels.bf16_gemv.triton_kernel import bf16_linear_triton
+    from dsv4_kernels.bf16_gemv.reference import bf16_linear_ref
+    g = torch.Generator().manual_seed(5)
+    bad = []
+    # rows 1..8 (one program's rows), 9 and 20 (blocks of 8 rows), K a multiple of the 256 step or not, split K
+    # (auto: narrow matrices on the interpreter's 8 "SMs"; 3: slices of 1, 1 and the short rest)
+    for B, N, K, split in ((1, 40, 300, None), (3, 37, 512, None), (8, 16, 256, 1), (9, 33, 520, 3), (20, 70, 1000, None),
+                           (2, 5, 2048, None), (4, 129, 768, 2)):
+        w = (torch.randn(N, K, generator=g) / K ** 0.5).bfloat16()
+        x = torch.randn(B, K + 3, generator=g)[:, 2:-1] * 3                 # a strided row stride, as slices pass
+        got, ref = bf16_linear_triton(x, w, split=split), bf16_linear_ref(x, w)
+        exact = F.linear(x.double(), w.double())
+        m = exact.abs().max().item()
+        # within fp32 rounding of the exact product (the fp32 GEMM's own error is of the same order, ~1e-7 of max)
+        if not ((got.double() - exact).abs().max().item() <= 5e-7 * m and (got - ref).abs().max().item() <= 1e-6 * m):
+            bad.append(f"{B}x{N}x{K}/{split}")
+        if torch.allclose(got, bf16_linear_ref(x, w.roll(1, 0)), atol=1e-3):                 # a row off must show
+            bad.append(f"{B}x{N}x{K} roll")
+    if not torch.equal(bf16_linear_triton(torch.zeros(2, 0), torch.zeros(3, 0, dtype=torch.bfloat16)), torch.zeros(2, 3)):
+        bad.append("K=0")
+    print("BAD", bad)
+""")
+
+
+def test_bf16_linear_under_the_interpreter():
+    """The bf16-weight kernel's logic on CPU: within fp32 rounding of the exact product and of the fp32 GEMM."""
+    _under_interpreter(BF16_INTERPRET, timeout=600)
+
+
+def test_bf16_linear_reference_is_the_fp32_weight_product():
+    """CPU (and more than MAX_ROWS rows anywhere) computes exactly what an fp32-held weight gave: the weight widened
+    for the call; the selection gives it on CPU; bad inputs are one-line errors naming both tensors."""
+    from dsv4_kernels.bf16_gemv import MAX_ROWS, bf16_linear, bf16_linear_ref
+    g = torch.Generator().manual_seed(9)
+    w, x = torch.randn(50, 64, generator=g).bfloat16(), torch.randn(3, 1, 64, generator=g)
+    assert torch.equal(bf16_linear(x, w), F.linear(x, w.float()))
+    assert torch.equal(bf16_linear(x[:, 0], w), x[:, 0] @ w.float().T)
+    assert kernels.select("bf16_linear", "cpu") is bf16_linear_ref and MAX_ROWS >= 32
+    with pytest.raises(ValueError, match=r"x \(3, 1, 63\) and w \(50, 64\)"):
+        bf16_linear(x[..., :63], w)
+    with pytest.raises(TypeError, match="fp32 x and a bf16.*found torch.bfloat16 x"):
+        bf16_linear(x.bfloat16(), w)
+
+
+def test_bf16_weights_take_the_bf16_kernel(monkeypatch):
+    """Every plain bf16 weight under fp32 rows (the head, router and compressor as stored) goes to `bf16_linear`
+    through the stored-format GEMV and `f32_linear` (the router's product), up to MAX_ROWS rows; bf16 rows keep
+    F.linear. Checked on any machine by making the kernel look available on a "CUDA" input."""
+    from dsv4_kernels import bf16_gemv, moe_gemv
+    calls = []
+    import types
+    # the package asks its record whether its kernel runs here (the record is frozen: a stand-in that says yes)
+    monkeypatch.setattr(bf16_gemv, "KERNEL", types.SimpleNamespace(available=lambda: (True, "ok")))
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
+    import dsv4_kernels.bf16_gemv.triton_kernel as tk
+    monkeypatch.setattr(tk, "bf16_linear_triton", lambda x, w: calls.append(tuple(x.shape)) or x @ w.float().T)
+    w = torch.randn(24, 16).bfloat16()
+    for rows in (1, 8, 9, 64):
+        assert moe_gemv.weight_gemv(torch.randn(rows, 16), ("plain", w, None, None, None)).shape == (rows, 24)
+    assert moe_gemv.f32_linear(torch.randn(2, 1, 16), w).shape == (2, 1, 24)
+    moe_gemv.weight_gemv(torch.randn(65, 16), ("plain", w, None, None, None))           # a prefill: the reference
+    moe_gemv.weight_gemv(torch.randn(2, 16).bfloat16(), ("plain", w, None, None, None))  # bf16 rows: F.linear
+    assert calls == [(1, 16), (8, 16), (9, 16), (64, 16), (2, 16)]
+
+
+@cuda
+@pytest.mark.parametrize("B,N,K", [(1, 129280, 4096), (8, 129280, 4096), (32, 129280, 4096), (8, 1024, 4096),
+                                   (1, 256, 4096), (8, 256, 4096), (5, 512, 4096), (3, 1000, 520), (16, 7, 300)])
+def test_bf16_linear_parity(B, N, K):
+    """The LM head as stored (bf16) at decode rows 1, 8 and 32, the compressors and the router (K split), odd shapes:
+    within fp32 rounding of the exact product, and within 1e-6 (of the largest logit) of the fp32-weight product
+    (cuBLAS on the widened weight), deterministic, a wrong row visible."""
+    from dsv4_kernels.bf16_gemv import bf16_linear
+    assert kernels.available("bf16_linear")[0], kernels.available("bf16_linear")[1]
+    g = torch.Generator(device="cuda").manual_seed(B * 7 + N + K)
+    w = (torch.randn(N, K, device="cuda", generator=g) / K ** 0.5).bfloat16()
+    x = torch.randn(B, K, device="cuda", generator=g) * 3
+    _poison(B * N * 4)
+    got = bf16_linear(x, w)
+    exact = F.linear(x.double(), w.double())
+    fp32 = F.linear(x, w.float())
+    m = exact.abs().max().item()
+    assert got.dtype == torch.float32 and got.shape == (B, N) and torch.isfinite(got).all()
+    err, err32 = (got.double() - exact).abs().max().item() / m, (got - fp32).abs().max().item() / m
+    assert err <= 5e-7 and err32 <= 1e-6, (err, err32, (fp32.double() - exact).abs().max().item() / m)
+    assert torch.equal(bf16_linear(x, w), got)
+    assert not torch.allclose(got, F.linear(x, w.roll(1, 0).float()), atol=1e-3)
+
+
+MHC_PRE_NORM_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.mhc.triton_kernel import mhc_pre_norm_triton, mhc_pre_triton
+    from dsv4_kernels.mhc.reference import mhc_pre_norm_ref
+    from dsv4_kernels.sinkhorn.triton_kernel import sinkhorn_triton
+    from dsv4_kernels.rms_norm.triton_kernel import rms_norm_triton
+    g = torch.Generator().manual_seed(6)
+    def close(a, b):
+        return a.shape == b.shape and (a - b).abs().max().item() <= 1e-5 * (1 + b.abs().max().item())
+    bad = []
+    # fp32 only (the interpreter truncates fp32 -> bf16); hc 4 (Flash), 3 and 2 (padded tiles), d off a power of 2
+    for B, S, hc, d, scale in ((3, 1, 4, 96, 2.0), (2, 1, 4, 4096, 2.0), (5, 1, 3, 40, 2.0), (1, 2, 2, 7, 2.0),
+                               (3, 1, 4, 96, 1e-3)):
+        X = torch.randn(B, S, hc, d, generator=g) * scale
+        W = (2 + hc) * hc
+        mix = X.flatten(-2) @ (torch.randn(W, hc * d, generator=g) * 0.05).T
+        sc, base = torch.rand(3, generator=g) + 0.5, torch.randn(W, generator=g)
+        w = torch.rand(d, generator=g) + 0.5
+        got = mhc_pre_norm_triton(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+        want = mhc_pre_norm_ref(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+        bad += [] if all(close(a, b) for a, b in zip(got, want)) else [f"ref {B, S, hc, d, scale}"]
+        # the three launches it replaces, chained: the same operations in the same order
+        x, post, logits = mhc_pre_triton(X, mix, sc, base, 1e-6, 1e-6)
+        chain = (rms_norm_triton(x, w, 1e-6), post, sinkhorn_triton(logits, 20, 1e-6))
+        bad += [] if all(torch.equal(a, b) for a, b in zip(got, chain)) else [f"chain {B, S, hc, d, scale}"]
+    # bf16 streams (the model's): x is rounded to bf16 before its norm, as the chain stores and re-reads it (both
+    # sides go through the interpreter's own conversion, so the chain still checks the bits)
+    X = (torch.randn(3, 1, 4, 96, generator=g) * 2).bfloat16()
+    mix = X.flatten(-2).float() @ (torch.randn(24, 384, generator=g) * 0.05).T
+    sc, base, w = torch.rand(3, generator=g) + 0.5, torch.randn(24, generator=g), torch.rand(96, generator=g) + 0.5
+    got = mhc_pre_norm_triton(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+    x, post, logits = mhc_pre_triton(X, mix, sc, base, 1e-6, 1e-6)
+    chain = (rms_norm_triton(x, w, 1e-6), post, sinkhorn_triton(logits, 20, 1e-6))
+    bad += [] if got[0].dtype == torch.bfloat16 and all(torch.equal(a, b) for a, b in zip(got, chain)) else ["chain bf16"]
+    print("BAD", bad)
+""")
+
+
+def test_mhc_pre_norm_under_the_interpreter():
+    """The fused pre + Sinkhorn + RMSNorm prototype: within fp32 rounding of the reference composition, and bit for
+    bit the three Triton kernels it replaces chained (under the interpreter; on the GPU the compiler may order the
+    reductions differently: the decode does not use it yet)."""
+    _under_interpreter(MHC_PRE_NORM_INTERPRET, timeout=600)
+
+
+def test_mhc_pre_norm_reference_and_errors():
+    from dsv4_kernels.mhc import mhc_pre_norm, mhc_pre_norm_ref, mhc_pre_ref
+    from dsv4_kernels.rms_norm.reference import rms_norm_ref
+    from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
+    g = torch.Generator().manual_seed(8)
+    X = torch.randn(2, 1, 4, 16, generator=g)
+    mix, sc, base, w = torch.randn(2, 1, 24, generator=g), torch.rand(3) + 0.5, torch.randn(24, generator=g), torch.rand(16)
+    h, post, comb = mhc_pre_norm(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+    x, post0, logits = mhc_pre_ref(X, mix, sc, base, 1e-6, 1e-6)
+    assert torch.equal(h, rms_norm_ref(x, w, 1e-6)) and torch.equal(post, post0)
+    assert torch.equal(comb, sinkhorn_ref(logits, 20, 1e-6))
+    assert kernels.select("mhc_pre_norm", "cpu") is mhc_pre_norm_ref
+    with pytest.raises(ValueError, match=r"mhc_pre_norm: weight has shape \(15,\), expected \(16,\)"):
+        mhc_pre_norm(X, mix, sc, base, 1e-6, 1e-6, 20, w[:15], 1e-6)
+
+
 def test_small_kernels_select_references_on_cpu():
     from dsv4_kernels.act_quant import fp4_fake_quant_ref, fp8_fake_quant_ref
     from dsv4_kernels.rms_norm import rms_norm_ref
@@ -1214,6 +1376,29 @@ def test_mhc_post_parity(dt, B, S, hc, d):
         post, comb = (torch.rand(B, S, hc, generator=g) * 2).cuda(), torch.rand(B, S, hc, hc, generator=g).cuda()
         _poison(X.numel() * 16)
         _assert_fp32_rounding(mhc_post(y, X, post, comb), mhc_post_ref(y, X, post, comb), dt, 4 * scale)
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("B,S,hc,d", MHC_CASES)
+def test_mhc_pre_norm_parity(dt, B, S, hc, d):
+    """The fused pre + Sinkhorn + RMSNorm launch against the reference composition on the GPU (the interpreter test
+    holds its logic; here the compiler's own reduction order): post and the Sinkhorn'd comb (fp32) to 1e-5, the
+    normed x within fp32 rounding in fp32 and two bf16 steps in bf16 (x is rounded before its norm, then the norm)."""
+    from dsv4_kernels.mhc import mhc_pre_norm, mhc_pre_norm_ref
+    g = torch.Generator().manual_seed(d + 3 * B)
+    for scale in (1e-3, 1.0, 300.0):
+        X, mix, sc, base = _mhc_inputs(B, S, hc, d, dt, scale, g)
+        w = (torch.rand(d, generator=g) + 0.5).cuda()
+        _poison(X.numel() * 16)
+        got = mhc_pre_norm(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+        want = mhc_pre_norm_ref(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+        assert got[0].dtype == want[0].dtype == dt and torch.isfinite(got[0].float()).all()
+        torch.testing.assert_close(got[0].float(), want[0].float(), rtol=1e-5 if dt == torch.float32 else 1.6e-2,
+                                   atol=1e-5 if dt == torch.float32 else 1.6e-2)
+        for a, b in zip(got[1:], want[1:]):
+            assert a.dtype == torch.float32
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------- the sampler

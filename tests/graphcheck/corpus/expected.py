@@ -1,17 +1,44 @@
-"""Hand-triaged expectations for the third-party corpus (fetch.py): HF transformers 4.46.3, from the natural
-entry points of two model files (Llama, Mixtral) and the sampling logits processors of generation.
+"""Hand-triaged expectations for the third-party corpus (fetch.py), one entry per package, each scanned from its
+natural entry points with the declarations a user of that code would write (`[tool.graphcheck]` host-resident).
+
+- HF transformers 4.46.3: two model files (Llama, Mixtral) and the sampling logits processors of generation.
+- sglang 0.5.23: the model runner's per-step `ModelRunner.forward`, the `Sampler`, the llama and qwen2 model files
+  and the logits processor they reach (the rest of sglang is outside the scanned files: calls into it are not
+  followed).
 
 Every line graphcheck reports there, and every hazard a reader finds in the reached code, is listed with a
-verdict. TRUE: a real host sync / capture hazard on that line. FALSE: reported but not a hazard (a false
-positive the scan must not produce). MISSED: a real hazard the scan is expected to find.
+verdict. TRUE: a real host sync / capture hazard on that line (found or not: recall counts them all). FALSE:
+reported by this or an earlier version of the scan but not a hazard (must stay unreported).
 """
 from __future__ import annotations
 
-from fetch import corpus_dir
+from dataclasses import dataclass, field
 
-FILES = ["transformers/generation/logits_process.py", "transformers/models/llama/modeling_llama.py",
-         "transformers/models/mixtral/modeling_mixtral.py"]
-ENTRY_POINTS = [
+from fetch import PACKAGES, corpus_dir
+
+
+@dataclass
+class Corpus:
+    package: str
+    entry_points: list[str]
+    true: dict
+    false: dict
+    host_resident: list[str] = field(default_factory=list)   # with the reason from the source, per entry
+    why_declared: str = ""
+
+    @property
+    def files(self) -> list[str]:
+        return [f for f in PACKAGES[self.package][3] if not f.endswith("__init__.py")]
+
+    @property
+    def version(self) -> str:
+        return PACKAGES[self.package][1]
+
+    def root(self):
+        return corpus_dir(self.package)
+
+
+HF_ENTRY_POINTS = [
     "transformers.models.llama.modeling_llama:LlamaForCausalLM.forward",
     "transformers.models.mixtral.modeling_mixtral:MixtralForCausalLM.forward",
     "transformers.generation.logits_process:TopKLogitsWarper.__call__",
@@ -22,14 +49,10 @@ ENTRY_POINTS = [
     "transformers.generation.logits_process:NoRepeatNGramLogitsProcessor.__call__",
 ]
 
-
-def ROOT():
-    return corpus_dir()
-
 L, M, P = "transformers/models/llama/modeling_llama.py", "transformers/models/mixtral/modeling_mixtral.py", \
     "transformers/generation/logits_process.py"
 # (rule, file, line): why it is a real hazard in the captured step
-TRUE = {
+HF_TRUE = {
     ("GC102", P, 875): "NoRepeatNGram: prev_input_ids[idx].tolist() copies each hypothesis to the host",
     ("GC102", P, 903): "NoRepeatNGram: .tolist() of the last n-gram per hypothesis",
     ("GC404", P, 976): "banned token ids, a Python list, index-written: the index list is copied host-to-device",
@@ -46,10 +69,49 @@ TRUE = {
     ("GC203", M, 1058): "`0.0 in attention_mask` (flash-attention path)",
 }
 # Lines an earlier version of the scan reported that are not hazards (must stay unreported): (rule, file, line): why
-FALSE = {
+HF_FALSE = {
     ("GC701", L, 256): "sum() over a Python list of per-shard tensors adds on the device (pretraining_tp path)",
     ("GC201", L, 480): "torch.is_autocast_enabled() is a host bool",
     ("GC106", L, 489): "the f-string formats a dtype from torch.get_autocast_gpu_dtype()",
     ("GC201", M, 449): "torch.is_autocast_enabled() is a host bool",
     ("GC106", M, 458): "the f-string formats a dtype",
 }
+
+S, LP, MR = "sglang/srt/layers/sampler.py", "sglang/srt/layers/logits_processor.py", \
+    "sglang/srt/model_executor/model_runner.py"
+SGL_ENTRY_POINTS = [
+    "sglang.srt.model_executor.model_runner:ModelRunner.forward",
+    "sglang.srt.layers.sampler:Sampler.forward",
+    "sglang.srt.models.llama:LlamaForCausalLM.forward",
+    "sglang.srt.models.qwen2:Qwen2ForCausalLM.forward",
+]
+SGL_TRUE = {
+    ("GC601", LP, 984): "torch.cuda.synchronize() before the LM head when SGLANG_TRACE_LOGITS_E2E_SYNC is set "
+                        "(a debug trace, but a full device sync on that path every step)",
+    ("GC601", LP, 1005): "the same trace's synchronize() after the LM head",
+    ("GC403", LP, 1423): "multi-item scoring: torch.cat of the per-request delimiter indices (CPU tensors, says "
+                         "the docstring) copied .to(device, non_blocking=True) from pageable memory: not async",
+    ("GC403", LP, 1517): "compute_logprobs_at_positions mirrors it: torch.cat(token_indices_to_pool pieces) "
+                         "non_blocking from pageable host memory",
+    ("GC606", MR, 2314): "elastic EP: dist.barrier on the WORLD group inside forward's maybe_join_ep_ranks path",
+    ("GC401", MR, 2487): "active_ranks (a device tensor; elastic_ep.py keeps active_ranks_cpu beside it)"
+                         ".new_tensor(int(...)): a host int copied to the device on every forward while joining",
+    ("GC101", MR, 2489): "timeout.item() after the all_reduce reads the device flag back",
+    ("GC601", MR, 2564): "current_platform.synchronize() before admitting the joining ranks",
+}
+SGL_FALSE = {
+    ("GC305", S, 823): "probs_sort[mask] = 0.0: a boolean-mask write of a CPU scalar is ATen's masked_fill_ fast "
+                       "path (canDispatchToMaskedFill), no nonzero() and no sync",
+    ("GC305", S, 827): "the same for the top-p mask",
+    ("GC305", S, 835): "the same for the min-p mask",
+    ("GC104", LP, 1085): "bool(self.final_logit_softcapping): a float from the model config",
+    ("GC702", LP, 801): "`for j, hidden in enumerate(aux_hidden_states)`: a Python list of tensors",
+}
+
+CORPORA = [
+    Corpus("transformers", HF_ENTRY_POINTS, HF_TRUE, HF_FALSE),
+    Corpus("sglang", SGL_ENTRY_POINTS, SGL_TRUE, SGL_FALSE,
+           host_resident=["multi_item_delimiter_indices", "token_indices_to_pool"],
+           why_declared="LogitsProcessor's multi-item scoring documents both lists as CPU tensors "
+                        "(`Pre-computed delimiter positions per request (CPU tensors)`); nothing in the code says so"),
+]

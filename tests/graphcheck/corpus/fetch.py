@@ -1,9 +1,11 @@
-"""Fetch the third-party serving corpus: files of a pinned PyPI wheel, extracted into a cache directory.
+"""Fetch the third-party serving corpus: files of pinned PyPI wheels, extracted into a cache directory.
 
     python tests/graphcheck/corpus/fetch.py            # -> $GRAPHCHECK_CORPUS_DIR or ~/.cache/graphcheck-corpus
 
 Nothing third-party is kept in this repository: the test reads the extracted files, and its hand-triaged
-expectations (corpus/expected.py) name lines in them.
+expectations (corpus/expected.py) name lines in them. Each wheel is downloaded once (no dependencies, nothing
+installed: the scan only parses the files) and only the listed files are kept; a package already extracted is not
+downloaded again.
 """
 from __future__ import annotations
 
@@ -14,35 +16,50 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-PACKAGE = "transformers"
-VERSION = "4.46.3"
-FILES = [
-    "transformers/__init__.py",
-    "transformers/generation/__init__.py",
-    "transformers/generation/logits_process.py",
-    "transformers/models/__init__.py",
-    "transformers/models/llama/__init__.py",
-    "transformers/models/llama/modeling_llama.py",
-    "transformers/models/mixtral/__init__.py",
-    "transformers/models/mixtral/modeling_mixtral.py",
-]
+# package -> (distribution, version, pip's platform arguments, files). sglang ships only CPython 3.11 Linux wheels:
+# the platform is named so that any host's pip can download that wheel (it is parsed, never installed).
+PACKAGES = {
+    "transformers": ("transformers", "4.46.3", [], [
+        "transformers/__init__.py",
+        "transformers/generation/__init__.py",
+        "transformers/generation/logits_process.py",
+        "transformers/models/__init__.py",
+        "transformers/models/llama/__init__.py",
+        "transformers/models/llama/modeling_llama.py",
+        "transformers/models/mixtral/__init__.py",
+        "transformers/models/mixtral/modeling_mixtral.py",
+    ]),
+    "sglang": ("sglang", "0.5.23", ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+                                    "--platform", "manylinux_2_34_x86_64"], [
+        "sglang/__init__.py",
+        "sglang/srt/layers/sampler.py",
+        "sglang/srt/layers/logits_processor.py",
+        "sglang/srt/models/llama.py",
+        "sglang/srt/models/qwen2.py",
+        "sglang/srt/model_executor/model_runner.py",
+    ]),
+}
+# One download may take this long (the sglang wheel is about 39 MB, transformers' about 10 MB).
+TIMEOUT_S = 600
 
 
-def corpus_dir() -> Path:
+def corpus_dir(package: str = "transformers") -> Path:
     base = os.environ.get("GRAPHCHECK_CORPUS_DIR") or os.path.expanduser("~/.cache/graphcheck-corpus")
-    return Path(base) / f"{PACKAGE}-{VERSION}"
+    # a folder of its own: benchmarks/static_serving.sh extracts whole packages beside it, as PACKAGE-VERSION
+    return Path(base) / "corpus" / f"{package}-{PACKAGES[package][1]}"
 
 
-def fetch() -> Path:
-    out = corpus_dir()
-    if all((out / f).is_file() for f in FILES):
+def fetch(package: str = "transformers") -> Path:
+    dist, version, platform, files = PACKAGES[package]
+    out = corpus_dir(package)
+    if all((out / f).is_file() for f in files):
         return out
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-                        f"{PACKAGE}=={VERSION}", "-d", tmp], check=True)
-        wheel = next(Path(tmp).glob(f"{PACKAGE}-{VERSION}-*.whl"))
+                        *platform, f"{dist}=={version}", "-d", tmp], check=True, timeout=TIMEOUT_S)
+        wheel = next(Path(tmp).glob(f"{dist}-{version}-*.whl"))
         with zipfile.ZipFile(wheel) as z:
-            for f in FILES:
+            for f in files:
                 dest = out / f
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 part = dest.with_suffix(".part")
@@ -52,4 +69,5 @@ def fetch() -> Path:
 
 
 if __name__ == "__main__":
-    print(fetch())
+    for name in PACKAGES:
+        print(fetch(name))

@@ -271,7 +271,8 @@ def _device_events(prof, cuda: bool) -> list:
     """The profiled kernels (CUDA; memcpy/memset apart) or top-level aten ops (CPU), in start order."""
     from torch.autograd import DeviceType
     if cuda:
-        ev = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
+        ev = [e for e in prof.events()
+              if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))]
     else:
         ev = [e for e in prof.events() if e.name.startswith("aten::") and e.cpu_parent is None]
     return sorted(ev, key=lambda e: e.time_range.start)
@@ -381,26 +382,35 @@ def depth_point(cfg: str, layers: int, batches: list[int], steps: int, device: s
     cuda = device == "cuda"
     out = {}
     for b in batches:
-        dec, runner = _setup(model, b)
-        runner.step(b)                                          # captures the bucket's graph (CUDA)
-        ms = _ms(lambda: runner.step(b), steps)
-        kern = kernels_per_step(lambda: runner.step(b), cuda, reps=5 if cuda else 1)
-        nodes = graph_nodes(lambda: runner.body(b)) if cuda else None
-        hits = expert_hits(model, runner, b, steps=3 if cuda else 1)
-        rest, per = stored_floor(args, b, hits, state_bytes(dec))
-        out[b] = dict(ms=ms, kernels=kern, nodes=nodes, rest=rest, layers=per, held=bytes_per_step(model, dec, b),
-                      hits=hits)
-        print(f"  {cfg} depth {layers} B={b}: {ms:.3f} ms, {kern:.0f} {'kernels' if cuda else 'ops'}, nodes "
-              f"{dict(nodes) if nodes else 'n/a'}, experts hit per layer {[round(h, 1) for h in hits]}", flush=True)
-        if b == batches[0]:
-            print("  " + head_check(model, b), flush=True)
-        for L in profile:
-            if L < layers:
-                layer_profile(model, dec, b, L, bw, per[L], cuda, reps=20 if cuda else 2)
-        del dec, runner
+        try:
+            out[b] = _depth_batch(cfg, layers, model, args, b, steps, cuda, profile, bw, head=b == batches[0])
+        except Exception as e:  # noqa: BLE001 - one batch that fails (memory, a kernel's limit) must not lose the rest
+            why = str(e).splitlines()[0][:300] if str(e) else ""
+            print(f"  {cfg} depth {layers} B={b}: FAILED {type(e).__name__}: {why}", flush=True)
         if cuda:
             torch.cuda.empty_cache()
     return out
+
+
+def _depth_batch(cfg: str, layers: int, model, args, b: int, steps: int, cuda: bool, profile: list[int], bw: float,
+                 head: bool) -> dict:
+    """One batch of `depth_point` (`head`: also check the LM head's bytes and logits)."""
+    dec, runner = _setup(model, b)
+    runner.step(b)                                          # captures the bucket's graph (CUDA)
+    ms = _ms(lambda: runner.step(b), steps)
+    kern = kernels_per_step(lambda: runner.step(b), cuda, reps=5 if cuda else 1)
+    nodes = graph_nodes(lambda: runner.body(b)) if cuda else None
+    hits = expert_hits(model, runner, b, steps=3 if cuda else 1)
+    rest, per = stored_floor(args, b, hits, state_bytes(dec))
+    row = dict(ms=ms, kernels=kern, nodes=nodes, rest=rest, layers=per, held=bytes_per_step(model, dec, b), hits=hits)
+    print(f"  {cfg} depth {layers} B={b}: {ms:.3f} ms, {kern:.0f} {'kernels' if cuda else 'ops'}, nodes "
+          f"{dict(nodes) if nodes else 'n/a'}, experts hit per layer {[round(h, 1) for h in hits]}", flush=True)
+    if head:
+        print("  " + head_check(model, b), flush=True)
+    for L in profile:
+        if L < layers:
+            layer_profile(model, dec, b, L, bw, per[L], cuda, reps=20 if cuda else 2)
+    return row
 
 
 def depth_table(cfg: str, lo: int, hi: int, shallow: dict, deep: dict, bw: float, full: int = 43) -> None:
@@ -412,7 +422,7 @@ def depth_table(cfg: str, lo: int, hi: int, shallow: dict, deep: dict, bw: float
     print(f"{'B':>3} {'ms@' + str(lo):>8} {'ms@' + str(hi):>8} {'layer ms':>9} {'floor ms':>9} {'x floor':>7} "
           f"{unit + '/layer':>11} {'nodes/layer':>11} {'stored MB':>9} {'held MB':>8} {'rest ms':>8} {'rest fl':>8} "
           f"{str(full) + 'L ms':>8} {str(full) + 'L fl':>8} {'x floor':>7}")
-    for b in deep:
+    for b in [b for b in deep if b in shallow]:
         s, d = shallow[b], deep[b]
         k = hi - lo
         per_ms = (d["ms"] - s["ms"]) / k

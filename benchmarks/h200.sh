@@ -115,7 +115,7 @@ for stage in "${@:-check}"; do
   floor)
     # the extension first (about 80 s on a fresh machine, cached after): the decode's kernels need it
     run floor-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
-    run floor-tests.txt 90 python -m pytest -q -rfE -p no:cacheprovider tests/kernels -k "bf16_linear or bf16_weights"
+    run floor-tests.txt 90 python -m pytest -q -rfE -p no:cacheprovider tests/kernels -k "bf16_linear or bf16_weights or mhc_pre_norm"
     run floor-kernels.txt 120 python benchmarks/kernels.py --only bf16 --json "$OUT/floor-kernels.json"
     run floor-depth.txt 300 python benchmarks/decode.py --depths 2,8 --batches 1,8,32 --steps 30 ${FLOOR_ARGS:-}
     run floor-profile.txt 150 python benchmarks/decode.py --depths 2,3 --batches 1,8 --steps 10 --layer-profile 1,2 ${FLOOR_ARGS:-}

@@ -123,7 +123,8 @@ class Gate(nn.Module):
         """x [N, d], ids [N] -> (weights [N, k] fp32, expert indices [N, k]). The reference computes in fp32."""
         qw = get_qweight(self)
         # a plain weight goes in as held (bf16 as stored): the fp32 product widens it, exactly, without a copy
-        logits = self.matmul(x.float(), qw.data if qw.fmt == "plain" else dequant(qw, dtype=self.dtype))
+        w = qw.data if qw.fmt == "plain" else dequant(qw, dtype=self.dtype)
+        logits = self.matmul(x.float(), w)
         if self.score_func == "softmax":
             scores = logits.softmax(-1)
         elif self.score_func == "sigmoid":

@@ -92,7 +92,7 @@ def build_target(factory: Callable[..., Any], device: str | None = None, kwargs:
     run, a tensor built before the step with a host default is host, as it is on a GPU. `device` is the run's
     device (None: CUDA where available); the factory is called with `kwargs` only."""
     from .runtime.portable import placing
-    with placing(device) as made:
+    with placing(device, factory=True) as made:
         t = factory(**(kwargs or {}))
         if isinstance(t, Target):
             made.extend(t.state().values())    # what a graph captures is device memory, however it was made

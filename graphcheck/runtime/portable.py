@@ -141,9 +141,6 @@ def _device_arg(func, args, kwargs):
     return dev
 
 
-def _device_type(dev) -> str:
-    return dev.device.type if isinstance(dev, torch.Tensor) else torch.device(dev).type
-
 
 def _index_rule(idx, value_is_host: bool, target: torch.Tensor | None) -> tuple[str, str] | None:
     """(name, call) of the hazard in an index read (`value_is_host` False) or an index write of host data."""
@@ -472,6 +469,7 @@ class PortableAudit:
         # factory built before the step (`host_built`, counted by `placing`)
         self.host_seen = host_built and self.tagging
         self.host_made: list = []        # weak references to the host tensors tagged (what `placing` counts)
+        self.device_named = False        # whether a device argument of value "cpu" was the run's device
 
     def active(self) -> bool:
         return self.enabled and threading.get_ident() == self.thread
@@ -519,9 +517,12 @@ class PortableAudit:
         while frame is not None and is_internal(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is None:
+            self.device_named = True
             return False
         names = (func.__name__,) if func not in (_T.to, _T.cuda) else ("to", "cuda")
-        return device_of_call(frame, names, "device", 0 if func is _T.to else None, self.placement_of) == HOST
+        host = device_of_call(frame, names, "device", 0 if func is _T.to else None, self.placement_of) == HOST
+        self.device_named |= not host
+        return host
 
     def placement_of(self, obj) -> str | None:
         """HOST/DEV of a live tensor (what `x.device` in a `device=` argument means), None for anything else."""
@@ -702,7 +703,7 @@ def cuda_shims():
 
 
 @contextlib.contextmanager
-def placing(device: str | None):
+def placing(device: str | None, factory: bool = False):
     """Run code that is not audited (a target's factory, the warm-up steps) with the placement of the tensors it
     makes followed as the audited step's are, on a CPU run: a factory without a device, Python data or a literal host
     device make host tensors, the run's device expression device ones, `.to(device)` a device copy. So a part built
@@ -726,9 +727,15 @@ def placing(device: str | None):
             yield made
         finally:
             audit.enabled = False
+            alive = [t for r in audit.host_made if (t := r()) is not None and getattr(t, _TAG, False)]
+            if factory and not audit.device_named:
+                # A factory that never names the run's device (every tensor made without one: a CPU program, such
+                # as a gloo-sharded step) has no device to tell the host from: nothing it made is host. (Warm-up
+                # steps keep what they made: the factory already said whether the target knows a device.)
+                made.extend(alive)
             for t in made:
                 if isinstance(t, torch.Tensor) and getattr(t, _TAG, False):
                     delattr(t, _TAG)
             # what is still alive and host once built: a factory's temporaries (`torch.empty` under an
             # `nn.Parameter`, a buffer moved to the device) are not
-            made[:] = [sum(1 for r in audit.host_made if (t := r()) is not None and getattr(t, _TAG, False))]
+            made[:] = [sum(1 for t in alive if getattr(t, _TAG, False))]

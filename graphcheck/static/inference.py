@@ -29,19 +29,18 @@ from __future__ import annotations
 import ast
 import functools
 
+from ..placement import DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS  # noqa: F401 (re-exported)
 from ..vocab import dotted
 from .placement import NO_PLACEMENT, Placement
 
-DEV, TENSOR, HOST, PINNED, NP, PY = "dev", "tensor", "host", "pinned", "numpy", "py"
+# the placements are the one vocabulary the runtime layers use too (graphcheck/placement.py); SEQ is the scan's own
 # A Python tuple or list of tensors (`x.split(n)`, `torch.unbind(x)`): no tensor itself, so `not parts`,
 # `len(parts)` and `for t in parts` read nothing back; its elements are tensors.
 SEQ = "seq"
-TENSORS = (DEV, TENSOR, HOST, PINNED)
 HOST_KINDS = (HOST, PINNED, NP, PY, SEQ)     # known not to be a device tensor
 # torch functions / tensor methods that return a Python tuple or list of tensors (views, no readback)
 SPLITS = frozenset({"split", "tensor_split", "chunk", "unbind", "hsplit", "vsplit", "dsplit", "split_with_sizes",
                     "unsafe_split", "unsafe_chunk", "meshgrid", "broadcast_tensors", "atleast_1d", "atleast_2d"})
-ON_DEVICE = (DEV, TENSOR)
 
 # torch.* callables that return something other than a tensor.
 TORCH_NON_TENSOR = {

@@ -4,7 +4,10 @@ casts, one of the whole key list, a batched GEMM, the ReLU, the weighting, the s
 [B, Hi, N] fp32).
 
 One program per (row, block of keys): all heads at once (Flash: 64 x 128, a tensor-core M of 64), so each key is
-read once. Precision: fp32, as the reference's einsum. Where q and the keys are bf16 (the model dtype; both are
+read once. Official numerics (bf16 q and keys, the model dtype): the dots rounded to bf16, the ReLU, the product
+with the bf16 head weight rounded, the sum over heads in fp32 rounded once (the reference's chain, as the official
+`Indexer.forward` computes it in bf16); the sum over heads runs in another order than the CPU's, and the rounding
+after it makes that order rarely visible. fp32 inputs (the debugging dtype): fp32, as the reference's einsum. Where q and the keys are bf16 (the model dtype; both are
 FP4-simulated values) they are exact in TF32 and one TF32 product is exact; fp32 inputs take TF32x3 (three TF32
 products of split operands, near fp32 rounding; IEEE FMAs spill at 64 heads x 64 keys). The sum
 over heads runs in another order than the reference's: results agree to fp32 rounding, not bit for bit.
@@ -20,9 +23,18 @@ BN = 64            # keys per program (bf16); fp32's TF32x3 splits hold twice th
 
 
 @triton.jit
+def _bf16(x, NATIVE: tl.constexpr):
+    """x rounded to bf16 (nearest even), in fp32. The interpreter's fp32 -> bf16 cast truncates: the bits there."""
+    if NATIVE:
+        return x.to(tl.bfloat16).to(tl.float32)
+    bits = x.to(tl.int32, bitcast=True)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _index_scores_kernel(q_ptr, k_ptr, w_ptr, o_ptr, N, q_row, q_head, k_row, k_key, w_row, o_row,
                          H: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, BN: tl.constexpr,
-                         PRECISION: tl.constexpr):
+                         PRECISION: tl.constexpr, ROUND: tl.constexpr, NATIVE: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1) * BN + tl.arange(0, BN)
     h = tl.arange(0, HP)
@@ -33,17 +45,25 @@ def _index_scores_kernel(q_ptr, k_ptr, w_ptr, o_ptr, N, q_row, q_head, k_row, k_
     k = tl.load(k_ptr + b * k_row + j[:, None].to(tl.int64) * k_key + d[None, :], mask=jm[:, None] & dm[None, :],
                 other=0.0).to(tl.float32)                                               # [BN, DP]
     w = tl.load(w_ptr + b * w_row + h, mask=hm, other=0.0)                              # padded heads weigh 0
-    s = tl.maximum(tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0,
-                   propagate_nan=tl.PropagateNan.ALL)                                   # [HP, BN]: ReLU(NaN) = NaN
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    if ROUND:
+        s = _bf16(s, NATIVE)
+    s = tl.maximum(s, 0.0, propagate_nan=tl.PropagateNan.ALL)                          # [HP, BN]: ReLU(NaN) = NaN
     s = tl.where(hm[:, None], s, 0.0)                                                   # padded heads: 0 * inf keys
-    tl.store(o_ptr + b * o_row + j, tl.sum(s * w[:, None], 0), mask=jm)
+    sw = s * w[:, None]
+    if ROUND:
+        sw = _bf16(sw, NATIVE)
+    out = tl.sum(sw, 0)
+    if ROUND:
+        out = _bf16(out, NATIVE)
+    tl.store(o_ptr + b * o_row + j, out, mask=jm)
 
 
 def index_scores_triton(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """q [B,1,Hi,Di], k [B,N,Di], w [B,1,Hi] fp32 -> [B,1,N] fp32 (shapes checked by the caller)."""
+    """q [B,1,Hi,Di], k [B,N,Di], w [B,1,Hi] -> [B,1,N] fp32 (shapes checked by the caller); bf16 q: the bf16 chain."""
     B, _, H, D = q.shape
     N = k.shape[1]
-    q3, w2 = q[:, 0], w[:, 0].float()
+    q3, w2 = q[:, 0], w[:, 0].to(q.dtype).float()           # bf16 q: the head weights in bf16, as the chain has them
     if q3.stride(-1) != 1:
         q3 = q3.contiguous()
     if k.stride(-1) != 1:
@@ -60,7 +80,8 @@ def index_scores_triton(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> to
     bn = BN if exact else BN // 2
     _index_scores_kernel[(B, triton.cdiv(N, bn))](
         q3, k, w2, out, N, q3.stride(0), q3.stride(1), k.stride(0), k.stride(1), w2.stride(0), out.stride(0),
-        H=H, HP=HP, D=D, DP=DP, BN=bn, PRECISION="tf32" if exact else "tf32x3", num_warps=4)
+        H=H, HP=HP, D=D, DP=DP, BN=bn, PRECISION="tf32" if exact else "tf32x3", ROUND=q.dtype == torch.bfloat16,
+        NATIVE=q.is_cuda, num_warps=4)
     return out
 
 

@@ -173,6 +173,18 @@ ELSEWHERE = {
     "an unreadable package directory": "test_badinput.py::test_unreadable_directory_is_not_a_pass",
     "`scan > /dev/full` (a stdout that refuses)": "test_workflow.py::test_a_stdout_that_refuses_is_one_line",
     "a 50 MB source on stdin (`scan -`)": "test_workflow.py::test_a_huge_stdin_is_refused_in_bounded_memory",
+    'a comment-only edit to a file whose hazard the baseline accepts (`scan F`, the pre-commit hook)':
+        'test_workflow.py::test_scan_accepts_what_the_baseline_accepts, test_gate.py::test_hook_from_a_tag_honours_the_baseline_exclude_and_ruff',
+    'a file under an `exclude`d directory that pre-commit names (`scan --force-exclude F`)':
+        'test_workflow.py::test_force_exclude_applies_exclude_to_named_files',
+    '`scan helper.py` (or `scan -`) where no entry point reaches the file':
+        'test_workflow.py::test_a_named_file_no_entry_point_reaches_is_not_all_checks_passed',
+    '`run --no-runtime --strict-baseline` with runtime rows in the baseline':
+        'test_workflow.py::test_no_runtime_leaves_runtime_rows_unexamined_not_stale',
+    '`# noqa: E501, GC101 -- why`, `# noqa: GC101, E501 -- why`, `# NOQA: GC101 -- why`':
+        'test_scan.py::test_noqa_as_ruff_reads_it, test_gate.py::test_hook_from_a_tag_honours_the_baseline_exclude_and_ruff',
+    'a command that could not check everything and found nothing else':
+        'test_workflow.py::test_not_checked_is_never_all_checks_passed',
     "a real SIGINT while the step runs": "test_cli.py::test_interrupt_signal_during_a_run",
     "a step stuck in native code past the timeout": "test_runtime.py::test_a_step_stuck_in_native_code_is_ended_with_one_line",
 }

@@ -395,6 +395,10 @@ def test_tensors_built_before_the_step_are_placed_where_they_live():
     clean = build_target(planted.prebuilt_on_host, "cpu", {"device": "cpu"})
     assert clean.host_built == 0 and audit(clean) == [] and capture_test(clean, device="cpu") == []
     assert want not in rows(audit(planted.prebuilt_on_host()))
+    # a factory that never names a device (a CPU program: planted.Decoder makes every tensor without one) has no
+    # device to tell the host from
+    cpu_only = build_target(planted.clean, "cpu")
+    assert cpu_only.host_built == 0 and audit(cpu_only) == [] and capture_test(cpu_only, device="cpu") == []
 
 
 # ---- the step boundary (runtime/boundary.py): the target's own code cannot end, interrupt or hang the gate

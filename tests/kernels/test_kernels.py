@@ -986,6 +986,33 @@ def test_mhc_pre_norm_reference_and_errors():
         mhc_pre_norm(X, mix, sc, base, 1e-6, 1e-6, 20, w[:15], 1e-6)
 
 
+@cuda
+@pytest.mark.parametrize("rows", [1, 8])
+def test_mhc_pre_norm_parity(rows):
+    """At Flash's mHC (hc 4, dim 4096, bf16 streams) against the three kernels it replaces, chained: post and comb
+    within fp32 rounding, the normalised stream within one bf16 rounding (the compiler may order a reduction
+    differently in one program than in three), deterministic."""
+    from dsv4_kernels.mhc import mhc_pre, mhc_pre_norm
+    from dsv4_kernels.rms_norm import rms_norm
+    from dsv4_kernels.sinkhorn import sinkhorn
+    assert kernels.available("mhc_pre_norm")[0]
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    X = (torch.randn(rows, 1, 4, 4096, device="cuda", generator=g) * 2).bfloat16()
+    mix = X.flatten(-2).float() @ (torch.randn(24, 16384, device="cuda", generator=g) * 0.01).T
+    sc, base = torch.rand(3, device="cuda", generator=g) + 0.5, torch.randn(24, device="cuda", generator=g)
+    w = torch.rand(4096, device="cuda", generator=g) + 0.5
+    _poison(rows * 4096 * 4)
+    h, post, comb = mhc_pre_norm(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+    x, post1, logits = mhc_pre(X, mix, sc, base, 1e-6, 1e-6)
+    h1, comb1 = rms_norm(x, w, 1e-6), sinkhorn(logits, 20, 1e-6)
+    assert h.dtype == torch.bfloat16 and torch.isfinite(h.float()).all()
+    torch.testing.assert_close(post, post1, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(comb, comb1, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(h.float(), h1.float(), rtol=8e-3, atol=1e-3)
+    again = mhc_pre_norm(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(again, (h, post, comb)))
+
+
 def test_small_kernels_select_references_on_cpu():
     from dsv4_kernels.act_quant import fp4_fake_quant_ref, fp8_fake_quant_ref
     from dsv4_kernels.rms_norm import rms_norm_ref
@@ -1188,7 +1215,9 @@ def _old_hc_pre(hc_mod, X):
 
 
 def _old_hc_post(y, X, post, comb):
-    out = post.unsqueeze(-1) * y.float().unsqueeze(-2) + torch.einsum("bsjk,bsjd->bskd", comb, X.float())
+    # the official Block.hc_post: products, then the sum over j (issue 36; an einsum's fused multiply-adds round
+    # otherwise)
+    out = post.unsqueeze(-1) * y.float().unsqueeze(-2) + (comb.unsqueeze(-1) * X.float().unsqueeze(-2)).sum(2)
     return out.to(X.dtype)
 
 
@@ -1583,9 +1612,11 @@ def test_penalize_scale_parity(n, R):
 
 
 # ---------------------------------------------------------------------------------------------- attention core
-def test_attention_reference_is_the_old_formula():
-    """`attention_ref` is the attention core the model always computed inline (bit for bit), masked or not, with a
-    broadcast mask and with T > 1 (prefill), so moving it behind `Attention.core` changed no reference result."""
+def test_attention_reference_is_the_softmax_in_blocks():
+    """`attention_ref` is the sink softmax of the scores and the weighted keys, masked or not, with a broadcast mask
+    and with T > 1 (prefill): with fp32 keys (no P rounding) within fp32 rounding of the one-softmax formula (it runs
+    the official online softmax over blocks of 64 keys); with bf16 keys P is rounded to bf16 before P . V (the
+    official numerics, issue 36), which the one-softmax formula is not."""
     from dsv4_kernels.attention import attention_ref, decode_attention
     g = torch.Generator().manual_seed(6)
     for B, T, H, N, D, mb in ((2, 1, 4, 20, 32, 2), (1, 5, 3, 9, 16, 1), (3, 1, 2, 7, 8, None)):
@@ -1598,8 +1629,17 @@ def test_attention_reference_is_the_old_formula():
             s = s.masked_fill(~mask.unsqueeze(-2), float("-inf"))
         p = torch.softmax(torch.cat([s, sink.view(1, 1, H, 1).expand(*s.shape[:-1], 1)], -1), -1)[..., :-1]
         old = torch.einsum("bthn,btnd->bthd", p, Kf)
-        assert _bit_equal(attention_ref(q, K, mask, sink, D ** -0.5), old)
-        assert _bit_equal(decode_attention(q, K, mask, sink, D ** -0.5), old)      # CPU: the entry is the reference
+        got = attention_ref(q, K, mask, sink, D ** -0.5)
+        torch.testing.assert_close(got, old, rtol=1e-5, atol=1e-6)
+        assert _bit_equal(decode_attention(q, K, mask, sink, D ** -0.5), got)      # CPU: the entry is the reference
+        Kb = K.bfloat16()
+        rounded = attention_ref(q, Kb, mask, sink, D ** -0.5)
+        s = torch.einsum("bthd,btnd->bthn", q.float(), Kb.float()) * D ** -0.5
+        if mask is not None:
+            s = s.masked_fill(~mask.unsqueeze(-2), float("-inf"))
+        p = torch.softmax(torch.cat([s, sink.view(1, 1, H, 1).expand(*s.shape[:-1], 1)], -1), -1)[..., :-1]
+        unrounded = torch.einsum("bthn,btnd->bthd", p, Kb.float())
+        assert 1e-5 < (rounded - unrounded).abs().max() < 2 ** -7 * unrounded.abs().max()
 
 
 def test_attention_checks_name_the_culprit():
@@ -1633,6 +1673,16 @@ ATTENTION_INTERPRET = textwrap.dedent("""
         sink = torch.randn(H, generator=g)
         if not close(attention_triton(q, K, mask, sink, D ** -0.5), attention_ref(q, K, mask, sink, D ** -0.5)):
             bad.append(f"B={B} H={H} D={D} N={N} mask={mb}")
+        # bf16 keys: the official path (one split, 64-key steps, P rounded to bf16 before P . V) against the
+        # reference's same algorithm: 5e-5 apart at most (head_dim 512: another order of a score's sum moves a P
+        # across a bf16 boundary), where P kept in fp32 is 3e-4..1e-3 off
+        qb, Kb = q.bfloat16(), K.bfloat16()
+        want = attention_ref(qb, Kb, mask, sink, D ** -0.5)
+        got = attention_triton(qb, Kb, mask, sink, D ** -0.5)
+        if got.shape != want.shape or (got - want).abs().max().item() > 1e-4 * (1 + want.abs().max().item()):
+            bad.append(f"bf16 B={B} H={H} D={D} N={N} mask={mb}")
+        if N > 8 and close(attention_ref(qb.float(), Kb.float(), mask, sink, D ** -0.5), want):
+            bad.append(f"bf16 B={B} N={N}: P rounding not visible")
     # what the decode passes: keys concatenated from a window and picked entries, a row with every key masked (only
     # the sink: zeros), a whole split masked, scores large enough that exp would overflow without the running max
     B, H, D = 3, 64, 512
@@ -1661,7 +1711,9 @@ ATTENTION_INTERPRET = textwrap.dedent("""
 def test_attention_under_the_interpreter():
     """The decode attention core's Triton logic on CPU in fp32 (TRITON_INTERPRET=1 in a subprocess): within fp32
     rounding of the reference for Flash's and the tiny preset's heads, odd head counts, head_dims and key counts,
-    broadcast and per-row masks, a fully masked row, a fully masked split, scores in the hundreds, strided q."""
+    broadcast and per-row masks, a fully masked row, a fully masked split, scores in the hundreds, strided q; and with
+    bf16 keys the official blocked softmax with P rounded (the interpreter takes fp32 dots of the same exact
+    products, and rounds P on its bits: its own bf16 cast truncates)."""
     _under_interpreter(ATTENTION_INTERPRET, timeout=600)
 
 
@@ -1675,7 +1727,9 @@ ATTENTION_WIRING_INTERPRET = textwrap.dedent("""
     from dsv4_model.attention import Attention
     from dsv4_model.decode import GraphSafeDecoder
     from dsv4_model.indexer import Indexer
-    model = dsv4_model.load("tiny", max_seq_len=128)
+    # fp32: the glue is what is checked; in bf16 the kernels' other summation orders flip roundings that 40
+    # free-running steps amplify (the bf16 kernel math: test_attention_under_the_interpreter, index_scores')
+    model = dsv4_model.load("tiny", max_seq_len=128, dtype=torch.float32)
     feed = torch.randint(0, model.args.vocab_size, (40, 4), generator=torch.Generator().manual_seed(3))
     # what kernel_modules gives Attention and Indexer on CUDA: the kernels for one query token, the references for
     # prefill
@@ -1752,6 +1806,10 @@ def test_decode_attention_parity(dt, n, H, D, N):
             _poison(n * H * D * 8 + n * N * H * 8)
             got, want = decode_attention(q, K, mask, sink, D ** -0.5), attention_ref(q, K, mask, sink, D ** -0.5)
             assert got.dtype == torch.float32 and torch.isfinite(got).all()
+            if dt == torch.bfloat16:
+                # the same algorithm (64-key steps, P rounded to bf16): apart only where another summation order
+                # of a score moves a P across a bf16 rounding boundary
+                assert (got - want).abs().max().item() <= 2 ** -8 * want.abs().max().item() + 1e-6
             # scores in the tens round in fp32 by |s| eps, which exp amplifies: both against fp64, the kernel within
             # twice the reference's own error plus 1e-5 of the output's scale (run 24 on the H200: 6e-6 at one row of
             # 640 keys, where the reference's own error was 1.1e-6; TF32x3 weights and another summation order)
@@ -1774,12 +1832,13 @@ def test_decode_attention_is_the_reference_for_prefill():
 
 # ---------------------------------------------------------------------------------------------- indexer scores
 def test_index_scores_reference_is_the_old_formula():
-    """`index_scores_ref` is the indexer's scoring the model always computed inline (bit for bit), for decode and
-    prefill shapes; on CPU the entry is the reference."""
+    """`index_scores_ref` in fp32 is the indexer's scoring the model computed inline before issue 36 (bit for bit),
+    for decode and prefill shapes; on CPU the entry is the reference. (bf16 inputs: the official bf16 chain,
+    tests/dsv4_model/test_official.py.)"""
     from dsv4_kernels.indexer import index_scores, index_scores_ref
     g = torch.Generator().manual_seed(11)
     for B, T, H, N, D in ((2, 1, 4, 20, 32), (1, 5, 3, 9, 16), (3, 1, 64, 7, 128)):
-        q, k = torch.randn(B, T, H, D, generator=g).bfloat16(), torch.randn(B, N, D, generator=g).bfloat16()
+        q, k = torch.randn(B, T, H, D, generator=g).bfloat16().float(), torch.randn(B, N, D, generator=g).bfloat16().float()
         w = torch.randn(B, T, H, generator=g)
         s = torch.einsum("bthd,bnd->bthn", q.float(), k.float()).relu()
         old = (s * w.unsqueeze(-1)).sum(-2)
@@ -1823,6 +1882,16 @@ INDEX_SCORES_INTERPRET = textwrap.dedent("""
     same = torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
     fin = want.isfinite()
     bad += [] if same and close(got[fin], want[fin]) else ["nan/inf"]
+    # bf16 (the model dtype): the official chain, each step rounded to bf16, bit for bit on FP4-valued inputs (their
+    # dots are exact in any order); the fp32 chain differs
+    from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref
+    for B, H, D, N in ((3, 64, 128, 300), (2, 8, 64, 20)):
+        q = fp4_fake_quant_ref(torch.randn(B, 1, H, D, generator=g).bfloat16(), 32)
+        k = fp4_fake_quant_ref(torch.randn(B, N, D, generator=g).bfloat16(), 32)
+        w = (torch.randn(B, 1, H, generator=g) * 0.1).bfloat16()
+        want = index_scores_ref(q, k, w)
+        bad += [] if torch.equal(index_scores_triton(q, k, w), want) else [f"bf16 B={B} H={H}"]
+        bad += [] if not torch.equal(index_scores_ref(q.float(), k.float(), w.float()), want) else ["bf16 chain not visible"]
     print("BAD", bad)
 """)
 
@@ -1852,7 +1921,10 @@ def test_index_scores_parity(dt, n, H, D, N):
         assert got.dtype == torch.float32 and torch.isfinite(got).all()
         # the sum over heads cancels: the tolerance is on the terms' size, not the result's
         terms = (torch.einsum("bthd,bnd->bthn", q.float(), k.float()).relu() * w.abs().unsqueeze(-1)).sum(-2)
-        assert ((got - want).abs() <= 1e-5 * terms + 1e-6).all(), ((got - want).abs().max(), terms.max())
+        # bf16: the chain rounds each dot, product and the sum to bf16 (official): another order of the sum over
+        # heads can land a bf16 ulp of the terms' size apart
+        tol = 2 ** -7 if dt == torch.bfloat16 else 1e-5
+        assert ((got - want).abs() <= tol * terms + 1e-6).all(), ((got - want).abs().max(), terms.max())
 
 
 @cuda

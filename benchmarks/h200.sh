@@ -97,9 +97,8 @@ for stage in "${@:-check}"; do
       > "$OUT/memcheck-pytest.txt"
     rm -f "$OUT"/memcheck-ids*.txt "$OUT"/memcheck-pytest-*.txt ;;
   targets)
-    for t in compressor_reduce_csa compressor_reduce_hca nvfp4_kvcache fused_swiglu fp4_gemv routed_experts sinkhorn \
-             fp8_fake_quant fp4_fake_quant rms_norm rope_tail mhc_pre mhc_post mhc_head sample_pick penalize_scale \
-             decode_attention index_scores topk_blocks bf16_linear mhc_pre_norm; do
+    # every capture target the kernel records name (dsv4_kernels/_record.py), not a list kept by hand
+    for t in $(python -c "from dsv4_kernels import targets; print(' '.join(targets.names()))"); do
       echo "== capture dsv4_kernels.targets:$t"
       timeout 60 python -m graphcheck capture "dsv4_kernels.targets:$t" --device cuda 2>&1 | grep -E "GC0|clean|passed|Error" | cut -c1-220
     done > "$OUT/targets-capture.txt" 2>&1

@@ -32,14 +32,8 @@ import functools
 import torch
 from torch import nn
 
-from dsv4_kernels.act_quant.reference import fp4_fake_quant_ref, fp8_fake_quant_ref
-from dsv4_kernels.attention.reference import attention_ref
-from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
-from dsv4_kernels.indexer.reference import index_scores_ref, topk_blocks_ref
-from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref
+from dsv4_kernels._select import KERNELS as KERNEL_OPS
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
-from dsv4_kernels.rms_norm.reference import rms_norm_ref
-from dsv4_kernels.rope.reference import rope_tail_ref
 from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
 from .attention import Attention
@@ -190,21 +184,9 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
     return attn._attend(q, K, torch.cat(masks, 1).unsqueeze(1), cs)
 
 
-# the small-op kernels (one launch each; the attention core two): key -> (dsv4_kernels name, reference, name in the
-# log note)
-SMALL_KERNELS = {
-    "fp8": ("fp8_fake_quant", fp8_fake_quant_ref, "FP8 fake quant"),
-    "fp4": ("fp4_fake_quant", fp4_fake_quant_ref, "FP4 fake quant"),
-    "rms": ("rms_norm", rms_norm_ref, "RMSNorm"),
-    "rope": ("rope_tail", rope_tail_ref, "RoPE"),
-    "mhc_pre": ("mhc_pre", mhc_pre_ref, "mHC pre"),
-    "mhc_post": ("mhc_post", mhc_post_ref, "mHC post"),
-    "mhc_head": ("mhc_head", mhc_head_ref, "mHC head"),
-    "reduce": ("compressor_reduce", compressor_reduce_ref, "compressor pooling"),
-    "attend": ("decode_attention", attention_ref, "attention core"),
-    "score": ("index_scores", index_scores_ref, "indexer scores"),
-    "select": ("topk_blocks", topk_blocks_ref, "indexer top-k"),
-}
+# the small-op kernels (one launch each; the attention core two): slot -> (dsv4_kernels name, reference, name in the
+# log note), from the kernel records that name a decode slot (dsv4_kernels/_record.py), in package order
+SMALL_KERNELS = {op.decode[0]: (op.name, op.reference, op.decode[1]) for op in KERNEL_OPS.values() if op.decode}
 
 
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:

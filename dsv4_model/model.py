@@ -111,7 +111,3 @@ class Transformer(nn.Module):
         t = torch.as_tensor(tokens, dtype=torch.long, device=self.embed.weight.device).view(-1)
         self.reset()
         return torch.stack([self.decode_step(t[i:i + 1].expand(self.batch)).float()[0] for i in range(t.numel())])
-
-    def generate(self, prompt, **kw):
-        from .generate import generate
-        return generate(self, prompt, **kw)

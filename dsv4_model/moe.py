@@ -75,7 +75,7 @@ def routed_experts(x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor, w1: tu
     """y [T,d] fp32 = sum_k w2[idx]( wts * swiglu(w1[idx] x, w3[idx] x, limit) ): fixed shapes, device expert ids.
 
     x [T,d], idx [T,k] device int, wts [T,k] fp32; each w a stack `(fmt, data, scale, scale2, input_scale)`
-    (QWeight.astuple, CONTRACTS section 3). The PyTorch implementation, what CPU runs: gathered expert weights and a
+    (QWeight.astuple). The PyTorch implementation, what CPU runs: gathered expert weights and a
     batched matmul; the same math per expert as `Experts.forward`, including each stored format's activation
     simulation before every projection (`act`, the experts' act_sim switch).
     """

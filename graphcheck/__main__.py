@@ -1,3 +1,4 @@
 from .cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":      # importing the module (the import test does) must not run the CLI
+    raise SystemExit(main())

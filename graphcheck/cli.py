@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .config import FORMAT_ALIASES, FORMATS, ConfigError
+from .config import ConfigError
+from .options import DEFAULT_FORMAT, FORMAT_ALIASES, FORMATS, STEPS
 from .result import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE
 
 
@@ -43,9 +44,9 @@ def _file(s: str) -> Path:
     return Path(s)
 
 
-def _output(p: argparse.ArgumentParser, default_help: str = "full, or [tool.graphcheck] format") -> None:
+def _output(p: argparse.ArgumentParser, default_help: str = f"{DEFAULT_FORMAT}, or [tool.graphcheck] format") -> None:
     g = p.add_argument_group("output")
-    g.add_argument("--output-format", "--format", dest="format", choices=FORMATS + FORMAT_ALIASES, metavar="FORMAT",
+    g.add_argument("--output-format", "--format", dest="format", choices=(*FORMATS, *FORMAT_ALIASES), metavar="FORMAT",
                    help=f"{'|'.join(FORMATS)} (default: {default_help}); concise is `path:line:col: CODE message`")
     g.add_argument("-o", "--output-file", "--output", dest="output", type=_file, metavar="FILE",
                    help="write the output here instead of stdout (atomically; never over a source, config, baseline "
@@ -103,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
                         ("capture", "capture-under-test: capture, replay on fresh inputs, compare with eager")):
         p = sub.add_parser(name, help=help_)
         p.add_argument("target", nargs="?", help="module:factory returning a graphcheck.Target (default: configured targets)")
-        p.add_argument("--steps", type=_positive, help="steps to check after warm-up (default 3)")
+        p.add_argument("--steps", type=_positive, help=f"steps to check after warm-up (default {STEPS}, or [tool.graphcheck] steps)")
         if name == "audit":
             p.add_argument("--strict", action="store_true", help="CUDA layer in 'error' mode: stop at the first sync")
         _runtime_opts(p)
@@ -130,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="render a saved JSON inventory (same verdict as the run that wrote it)")
     p.add_argument("inventory", type=Path)
-    _output(p, "full")
+    _output(p, DEFAULT_FORMAT)
 
     sub.add_parser("rules", help="list the rules")
     p = sub.add_parser("explain", help="print a rule's documentation, or a topic's: `regions` (also fan-out)")

@@ -14,8 +14,10 @@ from pathlib import Path
 
 from .config import Config, ConfigError, load_config
 from .findings import UNCHECKED, Finding
-from .io import OutputError, check_output, stdout_to_stderr, write_atomic, write_stdout
-from .result import Result, classify
+from .io import OutputError, check_output, stdout_to_stderr, write_stdout
+from .options import DEFAULT_FORMAT, Output, Runtime
+from .report.output import finish
+from .result import classify
 
 
 def dispatch(args) -> int:
@@ -42,34 +44,24 @@ def _codes(s: str | None) -> list[str]:
 
 
 def _format(args, cfg: Config | None) -> str:
-    return args.format or (cfg.format if cfg is not None else "full")
+    return args.format or (cfg.format if cfg is not None else DEFAULT_FORMAT)
+
+
+def _output(args, fmt: str) -> Output:
+    """The output options of a command that has the `output` group (cli.py)."""
+    return Output(format=fmt, file=args.output, statistics=args.statistics, quiet=args.quiet, exit_zero=args.exit_zero,
+                  all_regions=args.show_all_regions)
+
+
+def _runtime(args, cfg: Config) -> Runtime:
+    """The runtime options of a command with `--device`/`--nproc` (cli.py), over the configured steps and warm-up;
+    the one place the runtime layers' settings are read from the command line."""
+    timeout = cfg.step_timeout if args.step_timeout is None else args.step_timeout
+    return Runtime(steps=getattr(args, "steps", None) or cfg.steps, warmup=cfg.warmup, device=args.device,
+                   strict=getattr(args, "strict", False), nproc=args.nproc, step_timeout=timeout)
 
 
 # ---------------------------------------------------------------------------------------------------- output
-
-
-def finish(result: Result, args, fmt: str) -> int:
-    """Render, write to -o or stdout, name on stderr what could not be checked, return the exit code."""
-    from .report.render import render, summary_line
-    to_file = args.output is not None and str(args.output) != "-"      # `-o -` is stdout
-    color = not to_file and fmt in ("full", "text") and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    text = render(result, fmt, statistics=args.statistics, quiet=args.quiet, color=color,
-                  all_regions=getattr(args, "show_all_regions", False))   # torchrun's rank 0 passes its own args
-    if to_file:
-        try:
-            write_atomic(args.output, text)
-        except OSError as e:
-            raise OutputError(f"-o {args.output}: cannot write it ({e.strerror or e})") from None
-        if not args.quiet:
-            write_stdout(f"wrote {args.output}: {summary_line(result)}\n")
-    else:
-        write_stdout(text)
-    if fmt not in ("full", "text"):     # the full format prints them itself; the others carry no such line
-        for w in (result.layers.get("static") or {}).get("scope_warnings", []):
-            print(f"graphcheck: warning: {w}", file=sys.stderr)
-    for p in result.problems:
-        print(f"graphcheck: error: {p}", file=sys.stderr)
-    return result.exit_code(getattr(args, "exit_zero", False))
 
 
 def _check_out(args, cfg: Config | None, *extra) -> None:
@@ -191,15 +183,15 @@ def cmd_scan(args, cfg: Config) -> int:
     select, ignore = _codes(args.select) or cfg.select, _codes(args.ignore) or cfg.ignore
     t0 = time.perf_counter()
     findings, layer, problems, _ = static_layer(cfg, paths=paths, entry_points=entry, select=select, ignore=ignore,
-                                             cache=not args.no_cache, jobs=args.jobs, stdin=stdin,
-                                             show_scope=args.show_scope, scope_warnings=fmt != "full",
-                                             force_exclude=args.force_exclude)
+                                                cache=not args.no_cache, jobs=args.jobs, stdin=stdin,
+                                                show_scope=args.show_scope, scope_warnings=fmt != "full",
+                                                force_exclude=args.force_exclude)
     named = [stdin[0]] if stdin is not None else paths
     result = classify("scan", findings, base, problems=problems, layers={"static": layer},
                       timing={"static": time.perf_counter() - t0},
                       baseline_name=_display(bpath, cfg) if base is not None else None,
                       examined=_examined(cfg, select, ignore, ("static",), named))
-    return finish(result, args, fmt)
+    return finish(result, _output(args, fmt))
 
 
 def _examined(cfg: Config, select: list[str], ignore: list[str], kinds: tuple[str, ...], paths: list[str] | None = None):
@@ -231,24 +223,21 @@ def need_torch(command: str) -> None:
                           f"pip install 'torch-graphcheck[runtime]' (torch>=2.8){hint}")
 
 
-def _prepare(args, cfg: Config) -> None:
+def _prepare(rt: Runtime, cfg: Config) -> None:
     from .runtime.attribution import set_root
     set_root(cfg.root)
     if str(cfg.root) not in sys.path:
         sys.path.insert(0, str(cfg.root))
-    if getattr(args, "device", "auto") == "cuda":
+    if rt.device == "cuda":
         import torch
         if not torch.cuda.is_available():
             raise ConfigError("--device cuda: no CUDA device is available")
 
 
-def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, step) -> tuple[list[Finding], dict, list[str], dict]:
+def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, rt: Runtime, step) -> tuple[list[Finding], dict, list[str], dict]:
     """Build each target once per layer and run it; a target that cannot be built is a problem (exit 2) and
     the other targets still run. Returns (findings, layers, problems, timing)."""
     from .target import TargetError, load_target
-    steps = getattr(args, "steps", None) or cfg.steps
-    timeout = getattr(args, "step_timeout", None)
-    timeout = cfg.step_timeout if timeout is None else timeout
     findings: list[Finding] = []
     layers: dict = {}
     problems: list[str] = []
@@ -263,11 +252,11 @@ def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, 
                 continue
             # the user's code may print (a loading message, a per-step log, a C++ extension's build): to stderr
             with step(f"{'audit' if kind == 'sync' else 'capture'} {spec}"), stdout_to_stderr():
-                nproc = getattr(args, "nproc", 1) or 1
+                nproc = rt.nproc
                 if nproc > 1:             # every rank builds its shard of the target; verdicts merged with their ranks
                     from .runtime.distributed import DistributedError, run_ranks
                     try:
-                        got += run_ranks(kind, spec, nproc, steps=steps, warmup=cfg.warmup, device=getattr(args, "device", "auto"),
+                        got += run_ranks(kind, spec, nproc, steps=rt.steps, warmup=rt.warmup, device=rt.device,
                                          root=cfg.root)
                     except DistributedError as e:
                         broken.add(spec)
@@ -278,20 +267,19 @@ def runtime_layers(kinds: tuple[str, ...], specs: list[str], cfg: Config, args, 
                     ran += 1
                     continue
                 try:
-                    dev = getattr(args, "device", "auto")
-                    target = load_target(spec, cfg.root, device=None if dev in (None, "auto") else dev)
+                    target = load_target(spec, cfg.root, device=None if rt.device == "auto" else rt.device)
                 except TargetError as e:
                     broken.add(spec)
                     problems.append(f"{e}; it was not checked")
                     continue
                 if kind == "sync":
                     from .runtime.audit import audit
-                    got += audit(target, steps=steps, warmup=cfg.warmup, strict=getattr(args, "strict", False),
-                                 step_timeout=timeout)
+                    got += audit(target, steps=rt.steps, warmup=rt.warmup, strict=rt.strict,
+                                 step_timeout=rt.step_timeout)
                 else:
                     from .runtime.capture import capture_test
-                    got += capture_test(target, steps=steps, warmup=cfg.warmup, device=getattr(args, "device", "auto"),
-                                        step_timeout=timeout)
+                    got += capture_test(target, steps=rt.steps, warmup=rt.warmup, device=rt.device,
+                                        step_timeout=rt.step_timeout)
                 ran += 1
         layers[kind] = {"targets": ran, "findings": len(got)}
         findings += got
@@ -313,12 +301,13 @@ def _runtime_command(args, cfg: Config, kind: str) -> int:
     fmt = _format(args, cfg)
     _check_out(args, cfg)
     need_torch(args.cmd)
-    _prepare(args, cfg)
+    rt = _runtime(args, cfg)
+    _prepare(rt, cfg)
     specs = _targets(args, cfg)
     with _progress(_live(args, fmt)) as step:
-        findings, layers, problems, timing = runtime_layers((kind,), specs, cfg, args, step)
+        findings, layers, problems, timing = runtime_layers((kind,), specs, cfg, rt, step)
     result = classify(args.cmd, findings, None, problems=problems, layers=layers, targets=specs, timing=timing)
-    return finish(result, args, fmt)
+    return finish(result, _output(args, fmt))
 
 
 def cmd_audit(args, cfg: Config) -> int:
@@ -362,9 +351,10 @@ def collect(args, cfg: Config, *, live: bool, select: list[str], ignore: list[st
     """scan -> audit -> capture for the configured project: (merged rows, layers, problems, timing)."""
     from .inventory import merge
     runtime = not getattr(args, "no_runtime", False)
+    rt = _runtime(args, cfg)
     if runtime:
         need_torch(args.cmd)
-        _prepare(args, cfg)
+        _prepare(rt, cfg)
     with _progress(live) as step:
         t0 = time.perf_counter()
         with step("static scan"):
@@ -373,12 +363,12 @@ def collect(args, cfg: Config, *, live: bool, select: list[str], ignore: list[st
         found: list[Finding] = []
         if runtime and cfg.targets:
             from .rules import select_codes
-            found, rl, rp, rt = runtime_layers(("sync", "capture"), cfg.targets, cfg, args, step)
+            found, rl, rp, rtime = runtime_layers(("sync", "capture"), cfg.targets, cfg, rt, step)
             codes = set(select_codes(select, ignore)) | set(UNCHECKED)   # what could not be checked is never filtered out
             found = [f for f in found if f.rule in codes]
             layers.update(rl)
             problems += rp
-            timing.update(rt)
+            timing.update(rtime)
     return merge(static, found, regions.for_runtime if regions is not None else None), layers, problems, timing
 
 
@@ -406,7 +396,7 @@ def cmd_run(args, cfg: Config) -> int:
     result = classify("run", rows, base, problems=problems, layers=layers, targets=cfg.targets,
                       baseline_name=_display(bpath, cfg), strict_baseline=args.strict_baseline, timing=timing,
                       examined=_examined(cfg, select, ignore, kinds))
-    return finish(result, args, fmt)
+    return finish(result, _output(args, fmt))
 
 
 def cmd_baseline(args, cfg: Config) -> int:
@@ -450,7 +440,7 @@ def cmd_report(args) -> int:
         root = cfg.root if cfg is not None else Path.cwd()
         gated = root / result.baseline if isinstance(result.baseline, str) and result.baseline else None
         _check_out(args, cfg, args.inventory, gated)
-    return finish(result, args, args.format or "full")
+    return finish(result, _output(args, args.format or DEFAULT_FORMAT))
 
 
 # ---------------------------------------------------------------------------------------------------- catalogue

@@ -8,13 +8,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .options import DEFAULT_FORMAT, FORMAT_ALIASES, FORMATS, STEP_TIMEOUT, STEPS, WARMUP
+
 
 class ConfigError(ValueError):
     """Bad configuration or usage: the CLI prints it on one line and exits 2."""
 
 
-FORMATS = ("concise", "full", "json", "sarif", "github", "html")
-FORMAT_ALIASES = ("text",)          # `text` is the old name of `full`
 
 
 @dataclass
@@ -25,12 +25,12 @@ class Config:
     exclude: list[str] = field(default_factory=list)
     entry_points: list[str] = field(default_factory=list)
     targets: list[str] = field(default_factory=list)
-    steps: int = 3
-    warmup: int = 1
+    steps: int = STEPS
+    warmup: int = WARMUP
     baseline: str = "graphcheck-baseline.json"
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
-    format: str = "full"
+    format: str = DEFAULT_FORMAT
     # regions (graphcheck/regions.py, `graphcheck explain regions`)
     per_step_entry_points: list[str] = field(default_factory=list)
     allowed_sync_contexts: list[str] = field(default_factory=list)
@@ -39,7 +39,7 @@ class Config:
     # where the code cannot say that a value lives on the host: names/attributes, and field markers
     host_resident: list[str] = field(default_factory=list)
     host_field_markers: list[str] = field(default_factory=list)
-    step_timeout: float = 600.0                # seconds per call of a target's step; 0: no limit (runtime/boundary.py)
+    step_timeout: float = STEP_TIMEOUT         # seconds per call of a target's step; 0: no limit (runtime/boundary.py)
 
     @property
     def baseline_path(self) -> Path:
@@ -145,7 +145,7 @@ def load_config(start: Path | None = None, explicit: Path | None = None) -> Conf
             if bad:
                 raise ConfigError(f"{path}: [tool.graphcheck] {key}: {bad}")
         setattr(cfg, attr, value)
-    if cfg.format not in FORMATS + FORMAT_ALIASES:
+    if cfg.format not in (*FORMATS, *FORMAT_ALIASES):
         raise ConfigError(f"{path}: [tool.graphcheck] format must be one of {', '.join(FORMATS)}, found {cfg.format!r}")
     if cfg.steps < 1:
         raise ConfigError(f"{path}: [tool.graphcheck] steps must be at least 1, found {cfg.steps}")

@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import pytest
 
+from .options import DEVICE, STEP_TIMEOUT, STEPS, WARMUP
+
 
 class GraphcheckFixture:
     """Audit or capture a Target inside a test; each returns the list of findings (empty when clean)."""
 
-    def audit(self, target, steps: int = 3, warmup: int = 1, strict: bool = False, step_timeout: float | None = 600.0):
+    def audit(self, target, steps: int = STEPS, warmup: int = WARMUP, strict: bool = False,
+              step_timeout: float | None = STEP_TIMEOUT):
         from graphcheck.runtime.audit import audit
         return audit(target, steps=steps, warmup=warmup, strict=strict, step_timeout=step_timeout)
 
-    def capture(self, target, steps: int = 3, warmup: int = 1, device: str = "auto", step_timeout: float | None = 600.0):
+    def capture(self, target, steps: int = STEPS, warmup: int = WARMUP, device: str = DEVICE,
+                step_timeout: float | None = STEP_TIMEOUT):
         from graphcheck.runtime.capture import capture_test
         return capture_test(target, steps=steps, warmup=warmup, device=device, step_timeout=step_timeout)
 

@@ -1,16 +1,12 @@
-"""Hot-path kernels for the DSV4 decode (CUDA C++, Triton, and CuTeDSL where installed), each beside its PyTorch reference; `select` picks once
-at load."""
-from ._select import KERNELS, available, compiled, select  # noqa: F401
-from .act_quant import fp4_fake_quant, fp8_fake_quant  # noqa: F401
-from .attention import decode_attention  # noqa: F401
-from .bf16_gemv import bf16_linear  # noqa: F401
-from .compressor_reduce import compressor_reduce  # noqa: F401
-from .fused_swiglu import fused_swiglu  # noqa: F401
-from .indexer import gather_picks, index_scores, topk_blocks  # noqa: F401
-from .mhc import mhc_head, mhc_post, mhc_pre, mhc_pre_norm  # noqa: F401
-from .moe_gemv import fp4_gemv, routed_experts  # noqa: F401
-from .nvfp4_kvcache import dequantize_nvfp4_kvcache  # noqa: F401
-from .rms_norm import rms_norm  # noqa: F401
-from .rope import rope_tail  # noqa: F401
-from .sampling import penalize_scale, sample_pick  # noqa: F401
-from .sinkhorn import sinkhorn  # noqa: F401
+"""Hot-path kernels for the DSV4 decode (CUDA C++, Triton, and CuTeDSL where installed), each beside its PyTorch
+reference; `select` picks once at load (`compiled` too, where an op has a CuTeDSL implementation).
+
+Each subpackage declares its `KERNEL` record (`_record.py`); `_select` discovers them, and the public function of
+every op is exported here under its own name (`dsv4_kernels.rms_norm`, `dsv4_kernels.dequantize_nvfp4_kvcache`):
+a new kernel package is found without an edit here.
+"""
+from ._select import KERNELS, PACKAGES, available, compiled, select  # noqa: F401
+
+# under its own name, the public function replaces the attribute the import system set for a subpackage of the same
+# name (`dsv4_kernels.sinkhorn` is the function, as `from .sinkhorn import sinkhorn` made it)
+globals().update({op.public.__name__: op.public for _rec in PACKAGES.values() for op in _rec.ops})

@@ -3,8 +3,9 @@ the current stream as a launch argument.
 
 CuTeDSL is the `gpu` extra (nvidia-cutlass-dsl); nothing imports it unless `available()` says it is there, so the
 package imports without it (CPU CI). The kernels are built for sm_90 (Hopper) and need a CUDA device to run. Which
-implementation the decode uses is chosen once, at load (`_select.select(..., backend=...)`): the Triton/CUDA C++
-kernels stay the default until an A/B on the GPU (`benchmarks/cutedsl.py`) shows a CuTeDSL kernel faster.
+implementation the decode uses is chosen once, at load (`_select.compiled(..., backend=...)`; an op has a CuTeDSL one
+where its record says `cutedsl=True`): the Triton/CUDA C++ kernels stay the default until an A/B on the GPU
+(`benchmarks/cutedsl.py`) shows a CuTeDSL kernel faster.
 """
 from __future__ import annotations
 

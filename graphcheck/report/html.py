@@ -8,6 +8,7 @@ from html import escape
 from ..findings import Finding
 from ..result import Result
 from ..rules import RULES
+from .summary import summary_line
 
 _CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#1b1f24}h1{font-size:1.4em}h2{margin-top:2em}
 table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
@@ -33,7 +34,6 @@ def _row(f: Finding, status: str) -> str:
 
 
 def render(result: Result) -> str:
-    from .render import summary_line
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>graphcheck inventory</title><style>{_CSS}</style></head><body>",
              f"<h1>graphcheck {escape(result.command)}</h1><table class='summary'><tr>"
              f"<td>targets: {escape(', '.join(result.targets) or 'none')}</td><td>{escape(summary_line(result))}</td></tr></table>"]

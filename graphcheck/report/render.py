@@ -1,12 +1,6 @@
-"""Render a Result in one of the output formats. Every format reads the same rows and statuses, so `run`,
-`report` and the per-layer commands agree on what is new, accepted, exempt, unchecked and stale.
-
-    concise   path:line:col: CODE message           (one line per reported row; greppable, clickable)
-    full      the same line, then the source line, the fix and (for run) the per-layer table
-    json      the inventory document (every row with its status; `schema/inventory.schema.json`)
-    sarif     SARIF 2.1.0; accepted rows are carried as externally suppressed results
-    github    workflow annotations (errors for new and unchecked rows, warnings for exemptions and stale entries)
-    html      a static page of the whole inventory
+"""Render a Result in one of the output formats (`options.FORMATS` lists and describes them). Every format reads
+the same rows and statuses, so `run`, `report` and the per-layer commands agree on what is new, accepted, exempt,
+unchecked and stale.
 
 Rows outside the gated regions (regions.py) are counted in the summary line; `all_regions` (--show-all-regions)
 lists them too. A row's region is printed where it is not `captured`, the region of a plain finding.
@@ -19,15 +13,14 @@ import shutil
 from collections import Counter, defaultdict
 
 from ..findings import Finding
+from ..options import output_format
 from ..result import Result
-
-FORMATS = ("concise", "full", "json", "sarif", "github", "html")
-ALIASES = {"text": "full"}          # the name before 0.2
+from .summary import summary_line
 
 
 def render(result: Result, fmt: str, *, statistics: bool = False, quiet: bool = False, color: bool = False,
            all_regions: bool = False) -> str:
-    fmt = ALIASES.get(fmt, fmt)
+    fmt = output_format(fmt)
     if statistics:
         return _statistics(result, json_out=fmt == "json", all_regions=all_regions)
     if fmt == "json":
@@ -49,7 +42,7 @@ def render(result: Result, fmt: str, *, statistics: bool = False, quiet: bool = 
         return "".join(line + "\n" for line in lines)
     if fmt == "full":
         return _full(result, quiet=quiet, color=color, all_regions=all_regions)
-    raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    raise ValueError(f"output format {fmt!r} is in options.FORMATS but has no renderer here")
 
 
 def location(f: Finding) -> str:
@@ -66,38 +59,6 @@ def _tag(f: Finding, result: Result) -> str:
 
 def _head(f: Finding, result: Result) -> str:
     return f"{location(f)}: {f.rule} {f.message}{_tag(f, result)}"
-
-
-def summary_line(result: Result, all_regions: bool = False) -> str:
-    c = result.counts()
-    rep = len(result.reported())
-    st = result.layers.get("static")
-    where = f" in {st['files']} file(s)" if st else ""
-    targets = sum(1 for k in ("sync", "capture") if k in result.layers) and result.targets
-    where += f", {len(result.targets)} target(s)" if targets else ""
-    partial = bool(st and (st.get("unresolved_calls") or st.get("scope_warnings")))
-    if result.baseline is None:
-        # never "All checks passed" beside "NOT CHECKED": a run with problems checked only part of what it was asked
-        head = (f"Found {rep} finding(s){where}" if rep else
-                f"No findings in the part of the scope it could resolve{where}" if partial else
-                f"No findings in what could be checked{where}" if result.problems else f"All checks passed{where}")
-    else:
-        head = (f"{len(result.findings)} row(s){where}; baseline {result.baseline}: {c['accepted']} accepted, "
-                f"{c['new']} new, {c['stale']} stale")
-        if result.unexamined:
-            head += f", {result.unexamined} not examined by this run"
-    if partial:
-        n = st.get("unresolved_calls", 0)
-        head += f" ({n} call(s) in scope could not be resolved; --show-scope lists them)" if n else ""
-    other = result.by_region()
-    if other:
-        n = sum(other.values())
-        head += (f"; {n} row(s) outside the gated regions ({', '.join(f'{r} {k}' for r, k in other.items())}"
-                 + ("" if all_regions else "; --show-all-regions lists them") + ")")
-    if c["unchecked"] or result.problems:
-        head += f"; {len(result.problems)} thing(s) could not be checked"
-    verdict = "NOT CHECKED" if result.problems else ("FAILED" if result.failed() else "PASSED")
-    return f"{head}. {verdict}" if result.baseline is not None or result.problems else head + "."
 
 
 def _full(result: Result, *, quiet: bool, color: bool, all_regions: bool = False) -> str:

@@ -11,6 +11,8 @@ import ast
 from dataclasses import dataclass
 from typing import Callable
 
+from ..vocab import dotted  # noqa: F401  (the rules' checkers import it from here)
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -56,20 +58,6 @@ def on(*node_types: type, names: tuple[str, ...] = (), prefixes: tuple[str, ...]
         fn.prefixes = tuple(prefixes)  # type: ignore[attr-defined]
         return fn
     return mark
-
-
-def dotted(node: ast.AST) -> str:
-    """'torch.cuda.synchronize' for an attribute chain, '' if it is not a plain chain."""
-    if isinstance(node, ast.Name):      # the most common case, without building a list
-        return node.id
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
 
 
 class Family:

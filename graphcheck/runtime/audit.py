@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..findings import Finding
+from ..options import STEPS, WARMUP
 from ..rules import format_message
 from ..target import Target
 from . import nvtx
@@ -32,7 +33,7 @@ def target_error(target: Target, err: BaseException, kind: str, stage: str) -> F
                              "stack": [f"{relpath(p)}:{ln}:{q}" for p, ln, q in stack]})
 
 
-def audit(target: Target, steps: int = 3, warmup: int = 1, strict: bool = False,
+def audit(target: Target, steps: int = STEPS, warmup: int = WARMUP, strict: bool = False,
           step_timeout: float | None = DEFAULT_STEP_TIMEOUT) -> list[Finding]:
     """Sync findings of `steps` audited steps. Warm-up steps run unaudited so one-time effects (lazy init,
     autotuning, first-touch allocation) are not mistaken for per-step syncs; inputs are built outside the

@@ -17,7 +17,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-DEFAULT_STEP_TIMEOUT = 600.0     # seconds per call; a decode step's first (compiling, autotuning) call included
+from ..options import STEP_TIMEOUT as DEFAULT_STEP_TIMEOUT    # per call; a decode step's first (compiling) call included
 # After the timeout a step stuck in native code cannot be interrupted by an exception: the watchdog then ends the
 # process itself, with the one-line error, this long after the timeout fired.
 HARD_GRACE = 30.0

@@ -13,6 +13,7 @@ import warnings
 import torch
 
 from ..findings import Finding
+from ..options import DEVICE, STEPS, WARMUP
 from ..target import Target
 from .audit import target_error
 from .boundary import DEFAULT_STEP_TIMEOUT, StepAborted, guarded
@@ -24,7 +25,7 @@ from .rng import RngState, seeded
 from .tensors import clone_tree, copy_into, first_diff, flatten, restore, snapshot
 
 
-def capture_test(target: Target, steps: int = 3, warmup: int = 1, device: str = "auto",
+def capture_test(target: Target, steps: int = STEPS, warmup: int = WARMUP, device: str = DEVICE,
                  step_timeout: float | None = DEFAULT_STEP_TIMEOUT) -> list[Finding]:
     target = guarded(target, step_timeout)     # exits, self-raised KeyboardInterrupts and hangs are GC006 rows
     if device == "cuda" and not torch.cuda.is_available():

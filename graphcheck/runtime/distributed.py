@@ -41,6 +41,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..findings import Finding
+from ..options import DEFAULT_FORMAT, DEVICE, FORMATS, STEPS, WARMUP
 from .attribution import first_user_frame, relpath, source_line, user_stack
 from .recorder import Recorder
 
@@ -450,7 +451,7 @@ def merge_results(results: list[RankResult], kind: str) -> list[Finding]:
     return merge_ranks(per_rank)
 
 
-def run_ranks(kind: str, spec: str, nproc: int, *, steps: int = 3, warmup: int = 1, device: str = "auto",
+def run_ranks(kind: str, spec: str, nproc: int, *, steps: int = STEPS, warmup: int = WARMUP, device: str = DEVICE,
               root: str | os.PathLike | None = None, backend: str | None = None, timeout: float = 600.0) -> list[Finding]:
     """What `graphcheck audit/capture/run --nproc N` calls: the target's audit ("sync") or capture ("capture") on
     N spawned ranks (NCCL when CUDA is used, gloo otherwise), merged into one list of findings."""
@@ -486,10 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m graphcheck.runtime.distributed")
     ap.add_argument("layer", choices=("audit", "capture"))
     ap.add_argument("target")
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    ap.add_argument("--output-format", default="full", choices=("concise", "full", "json", "sarif", "github", "html"))
+    ap.add_argument("--steps", type=int, default=STEPS)
+    ap.add_argument("--warmup", type=int, default=WARMUP)
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default=DEVICE)
+    ap.add_argument("--output-format", default=DEFAULT_FORMAT, choices=tuple(FORMATS))
     ap.add_argument("-o", "--output-file", dest="output")
     a = ap.parse_args(argv)
     if "RANK" not in os.environ:
@@ -506,12 +507,12 @@ def main(argv: list[str] | None = None) -> int:
     dist.gather_object(res, gathered, dst=0)
     code = 0
     if dist.get_rank() == 0:
-        from ..commands import finish
+        from ..options import Output
+        from ..report.output import finish
         from ..result import classify
         found = merge_results(gathered, kind)
         result = classify(a.layer, found, None, layers={kind: {"targets": 1, "findings": len(found)}}, targets=[a.target])
-        out = argparse.Namespace(output=a.output, statistics=False, quiet=False)
-        code = finish(result, out, a.output_format)
+        code = finish(result, Output(format=a.output_format, file=a.output))
     dist.destroy_process_group()
     return code
 

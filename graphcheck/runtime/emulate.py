@@ -25,6 +25,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..findings import Finding
+from ..options import STEPS, WARMUP
 from ..rules import format_message
 from ..target import Target
 from .attribution import first_user_frame, relpath, source_line
@@ -352,7 +353,7 @@ def check_capture(target: Target, k: int) -> list[Finding]:
     return [_gc001(target, frame, text, hunt, None)]
 
 
-def emulate(target: Target, steps: int = 3, warmup: int = 1) -> list[Finding]:
+def emulate(target: Target, steps: int = STEPS, warmup: int = WARMUP) -> list[Finding]:
     from .portable import cuda_shims, placing
     warmup = target.warmup if target.warmup is not None else warmup
     with torch.no_grad(), cuda_shims():

@@ -64,7 +64,7 @@ EMITS = frozenset({
 # The names this layer reports (callables it intercepts, aten ops it nets); the code each is reported under comes
 # only from the rule catalogue, which must list every one of them (tests/graphcheck/test_runtime.py).
 CODES = _rules.runtime_signatures()
-# What fails a CUDA capture (measured on an H200, design/gpu-facts.md): every readback, data-dependent shape,
+# What fails a CUDA capture (measured on an H200): every readback, data-dependent shape,
 # host-to-device copy and explicit sync. Host RNG, a `non_blocking` copy and a CPU-side `torch.tensor` capture (and
 # are frozen or race); `torch.tensor(data, device=...)` is marked per event.
 BREAKS_CAPTURE = {"GC101", "GC102", "GC103", "GC104", "GC105", "GC106", "GC107", "GC108", "GC109", "GC301", "GC302",

@@ -29,8 +29,8 @@ from __future__ import annotations
 import ast
 import functools
 
-from ..rules._base import dotted
 from ..placement import DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS  # noqa: F401 (re-exported)
+from ..vocab import dotted
 from .placement import NO_PLACEMENT, Placement
 
 # the placements are the one vocabulary the runtime layers use too (graphcheck/placement.py); SEQ is the scan's own

@@ -18,7 +18,7 @@ import heapq
 import re
 
 from ..regions import RANK, REGIONS, weaker
-from ..rules._base import dotted
+from ..vocab import dotted
 
 # flag names whose true value means "this has not happened yet" (the branch runs once) and those whose false
 # value does; matched on the words of the attribute's last name (`_first_run`, `isWarmup`, `kv_initialized`)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .._select import available
+from .._record import Kernel, Op
 from .reference import fp4_fake_quant_ref, fp8_fake_quant_ref  # noqa: F401
 
 
@@ -24,7 +24,7 @@ def _check(name: str, x: torch.Tensor, block: int) -> None:
 
 def fp8_fake_quant(x: torch.Tensor, block: int) -> torch.Tensor:
     _check("fp8_fake_quant", x, block)
-    if x.is_cuda and available("fp8_fake_quant")[0]:
+    if x.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import fp8_fake_quant_triton
         return fp8_fake_quant_triton(x, block)
     return fp8_fake_quant_ref(x, block)
@@ -32,7 +32,15 @@ def fp8_fake_quant(x: torch.Tensor, block: int) -> torch.Tensor:
 
 def fp4_fake_quant(x: torch.Tensor, block: int = 32) -> torch.Tensor:
     _check("fp4_fake_quant", x, block)
-    if x.is_cuda and available("fp4_fake_quant")[0]:
+    if x.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import fp4_fake_quant_triton
         return fp4_fake_quant_triton(x, block)
     return fp4_fake_quant_ref(x, block)
+
+
+KERNEL = Kernel(capability=(8, 9), ops=(
+    Op("fp8_fake_quant", fp8_fake_quant, fp8_fake_quant_ref, targets=("fp8_fake_quant",),
+       parity=("test_fake_quant_parity_bit_exact",), decode=("fp8", "FP8 fake quant")),
+    Op("fp4_fake_quant", fp4_fake_quant, fp4_fake_quant_ref, targets=("fp4_fake_quant",),
+       parity=("test_fake_quant_parity_bit_exact",), decode=("fp4", "FP4 fake quant")),
+))

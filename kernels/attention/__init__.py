@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .._select import available
+from .._record import Kernel, Op
 from .reference import attention_ref
 
 
@@ -25,7 +25,13 @@ def decode_attention(q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None
                              or tuple(mask.shape[1:]) != (T, K.shape[2])):
         raise ValueError(f"decode_attention: expected a bool mask [{B}|1,{T},{K.shape[2]}], found "
                          f"{mask.dtype} {tuple(mask.shape)}")
-    if T == 1 and q.is_cuda and available("decode_attention")[0]:
+    if T == 1 and q.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import attention_triton
         return attention_triton(q, K, mask, sink, scale)
     return attention_ref(q, K, mask, sink, scale)
+
+
+KERNEL = Kernel(ops=(
+    Op("decode_attention", decode_attention, attention_ref, targets=("decode_attention",),
+       parity=("test_decode_attention_parity",), decode=("attend", "attention core")),
+))

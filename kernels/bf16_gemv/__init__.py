@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .._select import available
+from .._record import Kernel, Op
 from .reference import bf16_linear_ref  # noqa: F401
 
 MAX_ROWS = 64     # decode buckets (32 at most today); the kernel re-streams the weight from L2 per 8 rows
@@ -32,7 +32,12 @@ def bf16_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     K = x.shape[-1]
     rows = x.numel() // K if K else 0
     if (x.is_cuda and w.is_cuda and w.dtype == torch.bfloat16 and 1 <= rows <= MAX_ROWS
-            and available("bf16_linear")[0]):
+            and KERNEL.available()[0]):
         from .triton_kernel import bf16_linear_triton
         return bf16_linear_triton(x.reshape(rows, K), w).view(*x.shape[:-1], w.shape[0])
     return bf16_linear_ref(x, w)
+
+
+KERNEL = Kernel(ops=(
+    Op("bf16_linear", bf16_linear, bf16_linear_ref, targets=("bf16_linear",), parity=("test_bf16_linear_parity",)),
+))

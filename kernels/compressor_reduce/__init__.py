@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .._select import available
+from .._record import Kernel, Op
 from .reference import compressor_reduce_ref
 
 
@@ -26,6 +26,13 @@ def compressor_reduce_kernel(kv: torch.Tensor, gate: torch.Tensor, bias: torch.T
 
 def compressor_reduce(kv: torch.Tensor, gate: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     check_compressor_args(kv, gate, bias)
-    if kv.is_cuda and available("compressor_reduce")[0]:
+    if kv.is_cuda and KERNEL.available()[0]:
         return compressor_reduce_kernel(kv, gate, bias)
     return compressor_reduce_ref(kv, gate, bias)
+
+
+KERNEL = Kernel(ops=(
+    Op("compressor_reduce", compressor_reduce_kernel, compressor_reduce_ref, entry=compressor_reduce,
+       targets=("compressor_reduce_csa", "compressor_reduce_hca"), parity=("test_compressor_reduce_parity",),
+       decode=("reduce", "compressor pooling")),
+))

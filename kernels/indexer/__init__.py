@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .._select import available
+from .._record import Kernel, Op
 from .reference import gather_picks_ref, index_scores_ref, topk_blocks_ref
 
 
@@ -31,7 +31,7 @@ def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Ten
     if tuple(w.shape) != tuple(q.shape[:3]):
         raise ValueError(f"index_scores: expected w {list(q.shape[:3])} (a weight per row, token and head), found "
                          f"{tuple(w.shape)}")
-    if q.shape[1] == 1 and q.is_cuda and available("index_scores")[0]:
+    if q.shape[1] == 1 and q.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import index_scores_triton
         return index_scores_triton(q, k, w)
     return index_scores_ref(q, k, w)
@@ -43,7 +43,7 @@ def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:
                          f"{tuple(scores.shape)}")
     if scores.dtype != torch.float32:
         raise ValueError(f"topk_blocks: expected fp32 scores (the indexer's), found {scores.dtype}")
-    if scores.is_cuda and available("topk_blocks")[0]:
+    if scores.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import TOPK_MAX_N, TOPK_MAX_ROWS, topk_blocks_triton
         if scores.shape[-1] <= TOPK_MAX_N and scores.numel() <= TOPK_MAX_ROWS * scores.shape[-1]:
             return topk_blocks_triton(scores, k)
@@ -58,3 +58,15 @@ def gather_picks(ent: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"gather_picks: expected ent [B, N, D] and sel [B, k], found ent {tuple(ent.shape)} and sel "
                          f"{tuple(sel.shape)}")
     return gather_picks_ref(ent, sel)
+
+
+KERNEL = Kernel(ops=(
+    Op("index_scores", index_scores, index_scores_ref, targets=("index_scores",), parity=("test_index_scores_parity",),
+       decode=("score", "indexer scores")),
+    Op("topk_blocks", topk_blocks, topk_blocks_ref, targets=("topk_blocks",), parity=("test_topk_blocks_parity",),
+       decode=("select", "indexer top-k")),
+    # the default kernel is torch's gather itself (the reference behind a shape check); the CuTeDSL one is held to it
+    # bit for bit (tests/kernels/test_cutedsl.py)
+    Op("gather_picks", gather_picks, gather_picks_ref, targets=("gather_picks_cutedsl",),
+       parity=("test_gather_picks_cutedsl_is_bitwise_the_reference",), cutedsl=True),
+))

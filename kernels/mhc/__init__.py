@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .._select import available
+from .._record import Kernel, Op
 from .reference import mhc_head_ref, mhc_post_ref, mhc_pre_norm_ref, mhc_pre_ref  # noqa: F401
 
 
@@ -32,7 +32,7 @@ def _check_pre(name: str, X: torch.Tensor, mix: torch.Tensor, scale: torch.Tenso
 def mhc_pre(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, eps: float, norm_eps: float):
     hc = X.shape[-2] if X.dim() >= 2 else 0
     _check_pre("mhc_pre", X, mix, scale, base, (2 + hc) * hc, 3)
-    if X.is_cuda and available("mhc_pre")[0]:
+    if X.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import mhc_pre_triton
         return mhc_pre_triton(X, mix, scale, base, eps, norm_eps)
     return mhc_pre_ref(X, mix, scale, base, eps, norm_eps)
@@ -41,7 +41,7 @@ def mhc_pre(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch
 def mhc_head(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, eps: float,
              norm_eps: float) -> torch.Tensor:
     _check_pre("mhc_head", X, mix, scale, base, X.shape[-2] if X.dim() >= 2 else 0, 1)
-    if X.is_cuda and available("mhc_head")[0]:
+    if X.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import mhc_head_triton
         return mhc_head_triton(X, mix, scale, base, eps, norm_eps)
     return mhc_head_ref(X, mix, scale, base, eps, norm_eps)
@@ -52,7 +52,7 @@ def mhc_post(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.T
             tuple(comb.shape) != (*X.shape[:3], X.shape[2]):
         raise ValueError(f"mhc_post: y {tuple(y.shape)}, X {tuple(X.shape)}, post {tuple(post.shape)}, comb "
                          f"{tuple(comb.shape)}: expected y [B,S,d], X [B,S,hc,d], post [B,S,hc], comb [B,S,hc,hc]")
-    if X.is_cuda and available("mhc_post")[0]:
+    if X.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import mhc_post_triton
         return mhc_post_triton(y, X, post, comb)
     return mhc_post_ref(y, X, post, comb)
@@ -65,7 +65,19 @@ def mhc_pre_norm(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: 
     if tuple(weight.shape) != (X.shape[-1],):
         raise ValueError(f"mhc_pre_norm: weight has shape {tuple(weight.shape)}, expected ({X.shape[-1]},) for X "
                          f"{tuple(X.shape)}")
-    if X.is_cuda and available("mhc_pre_norm")[0]:
+    if X.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import mhc_pre_norm_triton
         return mhc_pre_norm_triton(X, mix, scale, base, eps, norm_eps, iters, weight, rms_eps)
     return mhc_pre_norm_ref(X, mix, scale, base, eps, norm_eps, iters, weight, rms_eps)
+
+
+KERNEL = Kernel(ops=(
+    Op("mhc_pre", mhc_pre, mhc_pre_ref, targets=("mhc_pre",), parity=("test_mhc_pre_and_head_parity",),
+       decode=("mhc_pre", "mHC pre")),
+    Op("mhc_post", mhc_post, mhc_post_ref, targets=("mhc_post",), parity=("test_mhc_post_parity",),
+       decode=("mhc_post", "mHC post")),
+    Op("mhc_head", mhc_head, mhc_head_ref, targets=("mhc_head",), parity=("test_mhc_pre_and_head_parity",),
+       decode=("mhc_head", "mHC head")),
+    # a prototype the decode does not use yet: no decode slot
+    Op("mhc_pre_norm", mhc_pre_norm, mhc_pre_norm_ref, targets=("mhc_pre_norm",), parity=("test_mhc_pre_norm_parity",)),
+))

@@ -6,11 +6,11 @@
     f32_linear(x, w) -> x @ w^T in fp32            (fp32 x of 1..8 rows, fp32 or bf16 weight [N, K])
 
 x [T, dim] bf16 or fp32; idx [T, k] device int (expert ids); wts [T, k] fp32 routing weights; each w a tuple
-(fmt, data, scale, scale2, input_scale) as in CONTRACTS §2 (stacked [E, ...] for the experts). limit None means no
-clamp. y = sum_j w2[idx_j]( wts_j * swiglu(w1[idx_j] x, w3[idx_j] x, limit) ); each projection's output and the
-weighted hidden are rounded to x.dtype, as the reference expert's bf16 linears do. These are the kernel entry points;
-`routed_experts_ref` and `fp4_gemv_ref` are the PyTorch references beside them. `dsv4_kernels.select` picks one
-of the two once, at load.
+(fmt, data, scale, scale2, input_scale), what `dsv4_model.quant.QWeight.astuple` gives (stacked [E, ...] for the
+experts). limit None means no clamp. y = sum_j w2[idx_j]( wts_j * swiglu(w1[idx_j] x, w3[idx_j] x, limit) ); each
+projection's output and the weighted hidden are rounded to x.dtype, as the reference expert's bf16 linears do.
+These are the kernel entry points; `routed_experts_ref` and `fp4_gemv_ref` are the PyTorch references beside them.
+`dsv4_kernels.select` picks one of the two once, at load.
 
 Two implementations of the kernel, chosen by measurement (BENCHMARKS.md, `benchmarks/kernels.py`): the CUDA C++
 one (cuda_kernel.cu: CUDA-core decode and FMA, 16-byte weight loads; mma_kernel.cu: the same decode feeding
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from .._record import Kernel, Op
 from .reference import (FP4_FORMATS, check_weight, f32_linear_ref, fp4_gemv_ref, fp8_gemv_ref,  # noqa: F401
                         routed_experts_ref)
 
@@ -118,3 +119,11 @@ def f32_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         if cuda_kernel.build()[0] and cuda_kernel.f32_fits(xc, w):
             return cuda_kernel.f32_gemv_cuda(xc, w).view(*x.shape[:-1], w.shape[0])
     return f32_linear_ref(x, w)
+
+
+# the Triton kernels convert e4m3 (FP8 activations, NVFP4 scales); the CUDA C++ build decides for itself (`build`)
+KERNEL = Kernel(capability=(8, 9), ops=(
+    Op("routed_experts", routed_experts, routed_experts_ref, targets=("routed_experts", "routed_experts_cutedsl"),
+       parity=("test_routed_experts_parity", "test_routed_experts_cutedsl_parity"), cutedsl=True),
+    Op("fp4_gemv", fp4_gemv, fp4_gemv_ref, targets=("fp4_gemv",), parity=("test_fp4_gemv_parity",)),
+))

@@ -1,6 +1,6 @@
 """PyTorch references of the FP4 GEMVs: what CPU runs, and the parity oracle of the Triton kernels.
 
-A weight is a tuple ``(fmt, data, scale, scale2, input_scale)`` (CONTRACTS §2, without importing dsv4_model):
+A weight is a tuple ``(fmt, data, scale, scale2, input_scale)`` (`dsv4_model.quant.QWeight.astuple`, without importing dsv4_model):
 - ``"mxfp4"``: data uint8/int8 [.., N, K/2] (low nibble = element 2j), scale e8m0 bytes [.., N, K/32];
 - ``"nvfp4"``: data uint8 [.., N, K/2], scale float8_e4m3fn [.., N, K/16], scale2 fp32 [..] (one per expert);
 - ``"plain"``: data [.., N, K] in any float dtype (no scales).

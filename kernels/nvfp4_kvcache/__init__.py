@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .._select import available
+from .._record import Kernel, Op
 from .reference import dequantize_nvfp4_kvcache_ref
 
 
@@ -47,6 +47,12 @@ def dequantize_nvfp4_kvcache_kernel(fp4: torch.Tensor, sf: torch.Tensor, global_
 def dequantize_nvfp4_kvcache(fp4: torch.Tensor, sf: torch.Tensor, global_scale: torch.Tensor, M: int, N: int,
                              out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     check_kvcache_args(fp4, sf, global_scale, M, N)
-    if fp4.is_cuda and available("nvfp4_kvcache")[0]:
+    if fp4.is_cuda and KERNEL.available()[0]:
         return dequantize_nvfp4_kvcache_kernel(fp4, sf, global_scale, M, N, out_dtype)
     return dequantize_nvfp4_kvcache_ref(fp4, sf, global_scale, M, N, out_dtype)
+
+
+KERNEL = Kernel(capability=(8, 9), ops=(
+    Op("nvfp4_kvcache", dequantize_nvfp4_kvcache_kernel, dequantize_nvfp4_kvcache_ref, entry=dequantize_nvfp4_kvcache,
+       targets=("nvfp4_kvcache",), parity=("test_kvcache_parity",)),
+))

@@ -7,14 +7,20 @@ from __future__ import annotations
 
 import torch
 
-from .._select import available
+from .._record import Kernel, Op
 from .reference import rms_norm_ref  # noqa: F401
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     if weight is not None and tuple(weight.shape) != (x.shape[-1],):
         raise ValueError(f"rms_norm: weight has shape {tuple(weight.shape)}, expected ({x.shape[-1]},) for x {tuple(x.shape)}")
-    if x.is_cuda and available("rms_norm")[0]:
+    if x.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import rms_norm_triton
         return rms_norm_triton(x, weight, eps)
     return rms_norm_ref(x, weight, eps)
+
+
+KERNEL = Kernel(ops=(
+    Op("rms_norm", rms_norm, rms_norm_ref, targets=("rms_norm",), parity=("test_rms_norm_parity",),
+       decode=("rms", "RMSNorm")),
+))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .._select import available
+from .._record import Kernel, Op
 from .reference import apply_rope_ref, rope_tail_ref  # noqa: F401
 
 
@@ -29,7 +29,13 @@ def _check(x: torch.Tensor, cs: torch.Tensor, rd: int) -> None:
 
 def rope_tail(x: torch.Tensor, cs: torch.Tensor, rd: int, inverse: bool = False) -> torch.Tensor:
     _check(x, cs, rd)
-    if x.is_cuda and available("rope_tail")[0]:
+    if x.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import rope_tail_triton
         return rope_tail_triton(x, cs, rd, inverse)
     return rope_tail_ref(x, cs, rd, inverse)
+
+
+KERNEL = Kernel(ops=(
+    Op("rope_tail", rope_tail, rope_tail_ref, targets=("rope_tail",), parity=("test_rope_tail_parity",),
+       decode=("rope", "RoPE")),
+))

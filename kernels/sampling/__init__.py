@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .._select import available
+from .._record import Kernel, Op
 from .reference import penalize_scale_ref, sample_pick_ref  # noqa: F401
 
 
@@ -25,7 +25,7 @@ def penalize_scale(logits: torch.Tensor, ring: torch.Tensor, penalty: torch.Tens
     for name, t in (("penalty", penalty), ("temperature", temperature)):
         if t.shape != logits.shape[:1]:
             raise ValueError(f"penalize_scale: {name} must be [{logits.shape[0]}], found {tuple(t.shape)}")
-    if logits.is_cuda and available("penalize_scale")[0]:
+    if logits.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import penalize_scale_triton
         return penalize_scale_triton(logits, ring, penalty, temperature)
     return penalize_scale_ref(logits, ring, penalty, temperature)
@@ -39,7 +39,14 @@ def sample_pick(srt: torch.Tensor, order: torch.Tensor, top_k: torch.Tensor, top
     for name, t in (("top_k", top_k), ("top_p", top_p), ("seed_key", seed_key), ("counter", counter)):
         if t.shape != srt.shape[:1]:
             raise ValueError(f"sample_pick: {name} must be [{srt.shape[0]}], found {tuple(t.shape)}")
-    if srt.is_cuda and available("sample_pick")[0]:
+    if srt.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import sample_pick_triton
         return sample_pick_triton(srt, order, top_k, top_p, seed_key, counter)
     return sample_pick_ref(srt, order, top_k, top_p, seed_key, counter)
+
+
+KERNEL = Kernel(ops=(
+    Op("penalize_scale", penalize_scale, penalize_scale_ref, targets=("penalize_scale",),
+       parity=("test_penalize_scale_parity",)),
+    Op("sample_pick", sample_pick, sample_pick_ref, targets=("sample_pick",), parity=("test_sample_pick_parity",)),
+))

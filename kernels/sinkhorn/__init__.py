@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .._select import available
+from .._record import Kernel, Op
 from .reference import sinkhorn_ref  # noqa: F401
 
 
@@ -16,7 +16,10 @@ def sinkhorn(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor:
         raise ValueError(f"sinkhorn: logits must be [..., hc, hc], found {tuple(logits.shape)}")
     if iters < 1:
         raise ValueError(f"sinkhorn: iters must be >= 1, found {iters}")
-    if logits.is_cuda and available("sinkhorn")[0]:
+    if logits.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import sinkhorn_triton
         return sinkhorn_triton(logits, iters, eps)
     return sinkhorn_ref(logits, iters, eps)
+
+
+KERNEL = Kernel(ops=(Op("sinkhorn", sinkhorn, sinkhorn_ref, targets=("sinkhorn",), parity=("test_sinkhorn_parity",)),))

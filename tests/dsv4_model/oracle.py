@@ -1,4 +1,4 @@
-"""An independent fp32 implementation of the DSV4 spec (docs: dsv4-architecture.md), the oracle of the model's decode.
+"""An independent fp32 implementation of the DSV4 architecture (README, "dsv4_model"), the oracle of the model's decode.
 
 Written from the spec, not from `dsv4_model`: it imports none of the model's code. It reads a checkpoint in the
 native naming itself (safetensors, any of plain / FP8 block / MXFP4 formats), parses config.json itself, and

@@ -296,6 +296,39 @@ def test_pre_commit_builds_the_shipped_hook_without_torch(tmp_path):
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
+def test_two_identical_hazards_in_one_function_get_different_fingerprints(scan_src):
+    """The fingerprint ends with the occurrence index of its (rule, path, function, source) key: without it the
+    second of two identical readbacks in one function would share the first one's fingerprint, and a baseline that
+    accepts one would silently accept both (and `merge` could fold them into one row)."""
+    found = scan_src("""
+        import torch
+
+        def step(x: torch.Tensor):
+            a = x.sum().item()
+            a = x.sum().item()
+            return a
+        """)
+    rows = assign_fingerprints([f for f in found if f.rule == "GC101"])
+    assert [f.line for f in rows] == [5, 6]
+    assert rows[0].fingerprint != rows[1].fingerprint
+    # and the pair is stable: the same source gives the same two fingerprints, in the same order
+    again = assign_fingerprints([Finding.from_dict(f.to_dict()) for f in reversed(rows)])
+    assert [f.fingerprint for f in again] == [f.fingerprint for f in rows]
+
+
+def test_rebaselining_keeps_the_reasons_already_written(project):
+    """README: `graphcheck baseline` "keeps known reasons": a second run with another --reason gives that reason
+    to the new findings only; the entries already accepted keep theirs, byte for byte."""
+    first = "host position read; the graph-safe path keeps it on device"
+    assert gc(project, "baseline", "--reason", first).returncode == 0
+    src = (project / "demo" / "step.py").read_text()
+    (project / "demo" / "step.py").write_text(src.replace("        n = int(self.pos)\n",
+                                                          "        n = int(self.pos)\n        m = self.pos.item()\n"))
+    r = gc(project, "baseline", "--reason", "a second readback, accepted later")
+    assert r.returncode == 0, r.stderr
+    entries = json.loads((project / "graphcheck-baseline.json").read_text())["entries"]
+    reasons = {e["rule"]: e["reason"] for e in entries}
+    assert reasons == {"GC104": first, "GC101": "a second readback, accepted later"}, entries
 def _wheelhouse(dest: Path) -> Path:
     """Wheels for an offline hook install: the hook's dependencies (rich and what it needs) zipped from this
     environment's installed files, and the setuptools that virtualenv embeds (the build backend)."""

@@ -237,7 +237,7 @@ def kernels_defined(skip_modules=frozenset()) -> set[str]:
 
 def main() -> int:
     arch = int(sys.argv[sys.argv.index("--arch") + 1]) if "--arch" in sys.argv else 90
-    from dsv4_kernels._select import KERNELS, min_capability
+    from dsv4_kernels._select import KERNELS, PACKAGE_OF, min_capability
     # on an older target only the kernels `available` allows there: the others' modules are neither built nor missed
     too_new = {name for name in KERNELS if min_capability(name) > divmod(arch, 10)}
     drv = BuildOnlyDriver(arch)
@@ -258,7 +258,7 @@ def main() -> int:
             failed.append(label)
             print(f"FAILED {label}: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             traceback.print_exc(limit=-3, file=sys.stdout)
-    only_new = {KERNELS[n][0] for n in too_new} - {KERNELS[n][0] for n in KERNELS if n not in too_new}
+    only_new = {PACKAGE_OF[n] for n in too_new} - {PACKAGE_OF[n] for n in KERNELS if n not in too_new}
     missing = sorted(kernels_defined(only_new) - {name for name, _ in drv.built})
     for name, meta in drv.built:
         if meta.shared > drv.shared:

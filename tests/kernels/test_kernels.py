@@ -145,11 +145,7 @@ def test_kvcache_reference_matches_the_weight_dequant():
     assert torch.equal(kv, quant.dequant_nvfp4_weight(q["weight"], q["weight_scale"], q["weight_scale_2"], torch.float32))
 
 
-@pytest.mark.parametrize("factory", ["compressor_reduce_csa", "compressor_reduce_hca", "nvfp4_kvcache", "fused_swiglu",
-                                     "fp4_gemv", "routed_experts", "sinkhorn", "fp8_fake_quant", "fp4_fake_quant",
-                                     "rms_norm", "rope_tail", "mhc_pre", "mhc_post", "mhc_head", "sample_pick",
-                                     "penalize_scale", "decode_attention", "index_scores",
-                                     "topk_blocks", "bf16_linear", "mhc_pre_norm"])
+@pytest.mark.parametrize("factory", targets.names())
 def test_kernel_targets_capture_clean(factory):
     """On CPU this is the emulation over the references; on a GPU, real capture of the kernels."""
     assert capture_test(getattr(targets, factory)(), steps=2) == []
@@ -330,13 +326,51 @@ def test_kernel_ab_stages_every_waiting_variant(tmp_path, monkeypatch):
 
 
 def test_only_the_e4m3_kernels_need_compute_capability_8_9():
-    """`available` asks 8.9 (Ada, Hopper) of the kernels that convert e4m3 and 8.0 of the others: the set must
-    follow the code, or an A100 loses kernels it could run (or gets one it cannot)."""
-    from dsv4_kernels._select import E4M3, KERNELS, min_capability
-    for name, (module, _, _) in KERNELS.items():
-        src = open(os.path.join(ROOT, "kernels", module, "triton_kernel.py")).read()
-        assert ("float8e4nv" in src) == (name in E4M3), name
-        assert min_capability(name) == ((8, 9) if name in E4M3 else (8, 0)), name
+    """`available` asks 8.9 (Ada, Hopper) of the kernels that convert e4m3 and 8.0 of the others: each record's
+    capability must follow its package's Triton code, or an A100 loses kernels it could run (or gets one it cannot)."""
+    from dsv4_kernels._select import PACKAGES, min_capability
+    for pkg, rec in PACKAGES.items():
+        src = open(os.path.join(ROOT, "kernels", pkg, "triton_kernel.py")).read()
+        assert rec.capability == ((8, 9) if "float8e4nv" in src else (8, 0)), pkg
+        for op in rec.ops:
+            assert min_capability(op.name) == rec.capability, op.name
+
+
+def test_every_kernel_record_is_complete():
+    """What a package's record names exists, so forgetting one of a kernel's parts fails here, not silently on the
+    GPU: every op has its capture target(s) in the package's target.py (each also served by dsv4_kernels.targets),
+    and GPU parity test(s) in this file, marked cuda; every capture target in the package's target.py is
+    named by the record (a target nobody captures is a check that never runs); an op the record says has a CuTeDSL
+    implementation has the package's cutedsl_kernel.py with its CompiledKernels, and a package with one says so."""
+    import ast
+    import glob
+    import importlib
+
+    from dsv4_kernels._select import PACKAGES
+    tests = {}      # this file's tests and the CuTeDSL ones (test_cutedsl.py): name -> decorators
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(__file__), "test_*.py"))):
+        tests.update({n.name: {ast.unparse(d) for d in n.decorator_list} for n in ast.parse(open(path).read()).body
+                      if isinstance(n, ast.FunctionDef)})
+    for pkg, rec in PACKAGES.items():
+        cute = os.path.join(ROOT, "kernels", pkg, "cutedsl_kernel.py")
+        has_cute = os.path.exists(cute) and "class CompiledKernels" in open(cute).read()
+        assert has_cute == any(op.cutedsl for op in rec.ops), \
+            f"{pkg}: cutedsl_kernel.py with CompiledKernels {'exists' if has_cute else 'is missing'}, but the record's " \
+            f"ops say cutedsl={[op.cutedsl for op in rec.ops]}"
+        named = {t for op in rec.ops for t in op.targets}
+        if os.path.exists(os.path.join(ROOT, "kernels", pkg, "target.py")):
+            mod = importlib.import_module(f"dsv4_kernels.{pkg}.target")
+            defined = {n for n, v in vars(mod).items() if callable(v) and getattr(v, "__module__", "") == mod.__name__
+                       and not n.startswith("_")}
+            assert defined <= named, f"{pkg}/target.py defines targets its record does not name: {defined - named}"
+        for op in rec.ops:
+            assert op.targets, f"{pkg}: op {op.name} names no capture target"
+            for t in op.targets:
+                assert callable(getattr(targets, t)), (pkg, t)
+            assert op.parity, f"{pkg}: op {op.name} names no parity test"
+            for name in op.parity:
+                assert name in tests, f"{pkg}: op {op.name} names parity test {name}, which is not in tests/kernels"
+                assert tests[name] & {"cuda", "pytest.mark.cuda"}, f"{pkg}: parity test {name} is not marked cuda"
 
 
 # ---------------------------------------------------------------------------------------------- GPU only
@@ -852,7 +886,9 @@ def test_bf16_weights_take_the_bf16_kernel(monkeypatch):
     F.linear. Checked on any machine by making the kernel look available on a "CUDA" input."""
     from dsv4_kernels import bf16_gemv, moe_gemv
     calls = []
-    monkeypatch.setattr(bf16_gemv, "available", lambda name: (True, "ok"))
+    import types
+    # the package asks its record whether its kernel runs here (the record is frozen: a stand-in that says yes)
+    monkeypatch.setattr(bf16_gemv, "KERNEL", types.SimpleNamespace(available=lambda: (True, "ok")))
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
     import dsv4_kernels.bf16_gemv.triton_kernel as tk
     monkeypatch.setattr(tk, "bf16_linear_triton", lambda x, w: calls.append(tuple(x.shape)) or x @ w.float().T)
@@ -1369,6 +1405,29 @@ def test_mhc_post_parity(dt, B, S, hc, d):
         post, comb = (torch.rand(B, S, hc, generator=g) * 2).cuda(), torch.rand(B, S, hc, hc, generator=g).cuda()
         _poison(X.numel() * 16)
         _assert_fp32_rounding(mhc_post(y, X, post, comb), mhc_post_ref(y, X, post, comb), dt, 4 * scale)
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("B,S,hc,d", MHC_CASES)
+def test_mhc_pre_norm_parity(dt, B, S, hc, d):
+    """The fused pre + Sinkhorn + RMSNorm launch against the reference composition on the GPU (the interpreter test
+    holds its logic; here the compiler's own reduction order): post and the Sinkhorn'd comb (fp32) to 1e-5, the
+    normed x within fp32 rounding in fp32 and two bf16 steps in bf16 (x is rounded before its norm, then the norm)."""
+    from dsv4_kernels.mhc import mhc_pre_norm, mhc_pre_norm_ref
+    g = torch.Generator().manual_seed(d + 3 * B)
+    for scale in (1e-3, 1.0, 300.0):
+        X, mix, sc, base = _mhc_inputs(B, S, hc, d, dt, scale, g)
+        w = (torch.rand(d, generator=g) + 0.5).cuda()
+        _poison(X.numel() * 16)
+        got = mhc_pre_norm(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+        want = mhc_pre_norm_ref(X, mix, sc, base, 1e-6, 1e-6, 20, w, 1e-6)
+        assert got[0].dtype == want[0].dtype == dt and torch.isfinite(got[0].float()).all()
+        torch.testing.assert_close(got[0].float(), want[0].float(), rtol=1e-5 if dt == torch.float32 else 1.6e-2,
+                                   atol=1e-5 if dt == torch.float32 else 1.6e-2)
+        for a, b in zip(got[1:], want[1:]):
+            assert a.dtype == torch.float32
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------- the sampler

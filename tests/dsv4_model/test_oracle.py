@@ -66,4 +66,9 @@ def test_decode_matches_the_independent_oracle(tmp_path, one_thread, fmt):
     assert ref.min_gap > 0, "an exact tie at the indexer's top-k boundary makes the selection implementation-defined"
     rel = ((got - want).abs().max() / want.abs().max()).item()
     agree = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
-    assert rel <= 1e-4 and agree >= 0.99, (rel, agree)
+    # plain weights: the structure, to fp32 rounding. Release formats: the FP8/FP4 simulations turn the fp32-ulp
+    # differences of op order (the official window key order, the fp32 rope table, the Hadamard scaled after its
+    # sums) into rounding flips at quantisation boundaries, so the spec oracle is held to the argmax and a loose
+    # bound; the release numerics themselves are pinned bit for bit against the official oracle (test_official.py)
+    tol = 1e-4 if fmt == "fp32" else 5e-2
+    assert rel <= tol and agree >= 0.99, (rel, agree)

@@ -57,6 +57,16 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("DSV4_CACHE_DIR", os.environ.get("DSV4_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "dsv4-cache")))
 
 
+def write_pkg(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A package `pkg/` under tmp_path holding `files` (name -> dedented source); returns tmp_path, its root."""
+    d = tmp_path / "pkg"
+    d.mkdir()
+    (d / "__init__.py").write_text("")
+    for name, src in files.items():
+        (d / name).write_text(textwrap.dedent(src))
+    return tmp_path
+
+
 def scan_source(tmp_path: Path, src: str, name: str = "mod.py", entry_points=None, **kw):
     from graphcheck.static.scanner import scan
     p = tmp_path / name

@@ -24,21 +24,27 @@ def tracked() -> list[str]:
             and p != "tests/test_docs.py"]
 
 
-def test_every_cited_document_exists():
-    missing = []
+def lines():
+    """(path, line number, line) of every tracked text file."""
     for rel in tracked():
         try:
             text = (ROOT / rel).read_text(encoding="utf-8")
         except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
             continue
         for n, line in enumerate(text.splitlines(), 1):
-            for m in CITE.finditer(line):
-                name = next(g for g in m.groups() if g)
-                if name in OUTPUTS or name.startswith("http"):
-                    continue
-                here = (ROOT / rel).parent
-                if not ((ROOT / name).exists() or (here / name).exists()):
-                    missing.append(f"{rel}:{n}: {name}")
+            yield rel, n, line
+
+
+def test_every_cited_document_exists():
+    missing = []
+    for rel, n, line in lines():
+        for m in CITE.finditer(line):
+            name = next(g for g in m.groups() if g)
+            if name in OUTPUTS or name.startswith("http"):
+                continue
+            here = (ROOT / rel).parent
+            if not ((ROOT / name).exists() or (here / name).exists()):
+                missing.append(f"{rel}:{n}: {name}")
     assert missing == [], "documents cited but not in the repository: " + "; ".join(missing)
 
 
@@ -61,14 +67,9 @@ def test_every_cited_path_exists():
     the tree (six session scripts were folded into benchmarks/h200.sh while BENCHMARKS.md still told readers to run
     them)."""
     missing = []
-    for rel in tracked():
-        try:
-            text = (ROOT / rel).read_text(encoding="utf-8")
-        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
-            continue
-        for n, line in enumerate(text.splitlines(), 1):
-            for m in PATH.finditer(line):
-                name = m.group(1).rstrip(".,")
-                if name not in TEMPLATES and not _exists(name, (ROOT / rel).parent):
-                    missing.append(f"{rel}:{n}: {name}")
+    for rel, n, line in lines():
+        for m in PATH.finditer(line):
+            name = m.group(1).rstrip(".,")
+            if name not in TEMPLATES and not _exists(name, (ROOT / rel).parent):
+                missing.append(f"{rel}:{n}: {name}")
     assert missing == [], "paths cited but not in the tree: " + "; ".join(missing)

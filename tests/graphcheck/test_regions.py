@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_graphcheck as gc
+from conftest import run_graphcheck as gc, write_pkg
 from graphcheck import baseline as bl
 from graphcheck.findings import Finding
 from graphcheck.inventory import SCHEMA_PATH, merge
@@ -116,13 +116,7 @@ RUNNER = '''
 '''
 
 
-def _pkg(tmp_path: Path, files: dict[str, str]) -> Path:
-    d = tmp_path / "pkg"
-    d.mkdir()
-    (d / "__init__.py").write_text("")
-    for name, src in files.items():
-        (d / name).write_text(textwrap.dedent(src))
-    return tmp_path
+_pkg = write_pkg
 
 
 def test_a_dispatch_to_more_implementations_than_the_limit_is_one_warning(tmp_path):

@@ -5,18 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import write_pkg
 from graphcheck.static.scanner import analyse_files, discover, scan
 
 FIXTURES = Path(__file__).with_name("fixtures")
 
 
-def _pkg(tmp_path: Path, files: dict[str, str]) -> Path:
-    d = tmp_path / "pkg"
-    d.mkdir()
-    (d / "__init__.py").write_text("")
-    for name, src in files.items():
-        (d / name).write_text(textwrap.dedent(src))
-    return tmp_path
+_pkg = write_pkg
 
 
 def test_deepseek_blocks_appended_in_a_loop_are_in_scope(tmp_path):

@@ -907,7 +907,9 @@ def test_bf16_weights_take_the_bf16_kernel(monkeypatch):
 def test_bf16_linear_parity(B, N, K):
     """The LM head as stored (bf16) at decode rows 1, 8 and 32, the compressors and the router (K split), odd shapes:
     within fp32 rounding of the exact product, and within 1e-6 (of the largest logit) of the fp32-weight product
-    (cuBLAS on the widened weight), deterministic, a wrong row visible."""
+    (cuBLAS on the widened weight) beyond cuBLAS's own distance from the exact product (on the H100, run 38, cuBLAS's
+    fp32 GEMM was 3.0e-6 from exact at B=32 K=4096 while the kernel was 1.2e-7), deterministic, a wrong row
+    visible."""
     from dsv4_kernels.bf16_gemv import bf16_linear
     assert kernels.available("bf16_linear")[0], kernels.available("bf16_linear")[1]
     g = torch.Generator(device="cuda").manual_seed(B * 7 + N + K)
@@ -920,7 +922,8 @@ def test_bf16_linear_parity(B, N, K):
     m = exact.abs().max().item()
     assert got.dtype == torch.float32 and got.shape == (B, N) and torch.isfinite(got).all()
     err, err32 = (got.double() - exact).abs().max().item() / m, (got - fp32).abs().max().item() / m
-    assert err <= 5e-7 and err32 <= 1e-6, (err, err32, (fp32.double() - exact).abs().max().item() / m)
+    cublas = (fp32.double() - exact).abs().max().item() / m
+    assert err <= 5e-7 and err32 <= cublas + 1e-6, (err, err32, cublas)
     assert torch.equal(bf16_linear(x, w), got)
     assert not torch.allclose(got, F.linear(x, w.roll(1, 0).float()), atol=1e-3)
 

@@ -1,4 +1,4 @@
-from .cli import main
+from .cli import entry
 
 if __name__ == "__main__":      # importing the module (the import test does) must not run the CLI
-    raise SystemExit(main())
+    entry()

@@ -139,6 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def entry() -> None:
+    """The console script and `python -m graphcheck`: main's exit code. After an interrupt the process ends at once:
+    a SIGINT that lands while the target's step runs in torch can leave a native thread that aborts the interpreter's
+    teardown (SIGABRT, "terminate called without an active exception") instead of exiting 130; by then every output
+    is written or left as it was (atomic writes), so nothing is lost by skipping the teardown."""
+    rc = main()
+    if rc == EXIT_INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    raise SystemExit(rc)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .baseline import BaselineError
     from .inventory import InventoryError

@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     from dsv4_model.indexer import Indexer
     from dsv4_model.compressor import Compressor
     from dsv4_model.mhc import HyperConnection, HyperHead
+    from dsv4_model.moe import Experts
     from dsv4_model.quant import act_sim
     from dsv4_model.synthetic import flash_layers
 
@@ -61,7 +62,9 @@ def main(argv=None) -> int:
 
     def setattrs(kind, value):
         for m in model.modules():
-            if kind == "gemv" and isinstance(m, Linear) and m.fmt in ("fp8", "mxfp4", "nvfp4"):
+            if kind == "experts" and isinstance(m, Experts):
+                m.compute = value
+            elif kind == "gemv" and isinstance(m, Linear) and m.fmt in ("fp8", "mxfp4", "nvfp4"):
                 m.gemv = value
             elif kind == "sinkhorn" and isinstance(m, HyperConnection):
                 m.sinkhorn = value
@@ -110,10 +113,7 @@ def main(argv=None) -> int:
         starts from the given state (one-step error, no carried drift)."""
         dec = GraphSafeDecoder(model, batch=a.batch, kernels=group is None)     # resets every module attribute
         for kind, value in group or []:
-            if kind == "experts":
-                dec.experts = value
-            else:
-                setattrs(kind, value)
+            setattrs(kind, value)
         dec.reset()
         outs, before = [], []
         for t in range(a.steps):

@@ -42,7 +42,7 @@ from .indexer import Indexer
 from .linear import Linear, RMSNorm
 from .mhc import HyperConnection, HyperHead
 from .model import Transformer
-from .moe import Gate, routed_experts
+from .moe import Experts, Gate, routed_experts
 from .quant import act_sim
 
 # shapes: B bucket rows, W window, D head_dim, m ratio, N compressed slots per sequence, V vocab, d dim
@@ -231,10 +231,12 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
     the one-launch Sinkhorn and mHC mixes (`HyperHead` its mix), and the
     modules that fake-quantise, normalise, rotate or pool (`Linear`, `RMSNorm`, `Attention`, `Indexer`, `Compressor`)
     the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, `Indexer` its one-launch scores and
-    top-k, and `Attention` the decode attention core (two launches), on CUDA; the references elsewhere or when kernels
-    are off.
+    top-k, `Attention` the decode attention core (two launches), and `Experts` the routed-expert compute
+    (`kernel_experts`: the reference dispatch and the graph-safe step both run it), on CUDA; the references elsewhere
+    or when kernels are off.
     Returns the log note."""
     on = use_kernels and torch.device(device).type == "cuda"
+    experts, experts_note = kernel_experts(device, use_kernels)
     gemv, sink, f32, f32_note = None, sinkhorn_ref, f32_linear_ref, "PyTorch"
     small = small_kernels(device, use_kernels)
     if on:
@@ -263,6 +265,8 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
             m.head_mix, m.matmul = small["mhc_head"], f32
         elif isinstance(m, Gate):
             m.matmul = f32
+        elif isinstance(m, Experts):
+            m.compute = experts
         elif isinstance(m, RMSNorm):
             m.kernel = small["rms"]
         elif isinstance(m, Attention):
@@ -272,25 +276,27 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         elif isinstance(m, Compressor):
             m.rope, m.reduce = small["rope"], small["reduce"]
     if not on:
-        return (f"projections: F.linear; mHC: PyTorch Sinkhorn; "
+        return (f"{experts_note}; projections: F.linear; mHC: PyTorch Sinkhorn; "
                 f"{', '.join(note for *_, note in SMALL_KERNELS.values())}: PyTorch")
     fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
-    return (f"projections: {n} (quantised, and fp32) through the stored-format GEMV; mHC and router products: "
-            f"{f32_note}; mHC: "
+    return (f"{experts_note}; projections: {n} (quantised, and fp32) through the stored-format GEMV; "
+            f"mHC and router products: {f32_note}; mHC: "
             f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; Triton: {', '.join(fused) or 'none'}")
 
 
-def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, experts=routed_experts) -> torch.Tensor:
-    """The reference MoE with a fixed-shape expert dispatch: x [n,1,d], ids [n,1]. `experts` is the routed-expert
-    compute chosen at load (`moe.routed_experts`, or the fused kernel on CUDA)."""
+def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The reference MoE with a fixed-shape expert dispatch: x [n,1,d], ids [n,1]. The experts run through
+    `moe.experts.compute` (`moe.routed_experts`, or the fused kernel set at load on CUDA), as the reference's do."""
     shape = x.shape
     x = x.reshape(-1, moe.dim)
     weights, idx = moe.gate(x, ids.reshape(-1))
     ex = moe.experts
+    # each row's picks in expert order, so their slot-order sum rounds as the reference's loop over the experts
+    idx, order = idx.sort(-1)
     # under tensor parallelism a pick of another rank's expert has index ex.n and weight 0 (parallel.ParallelGate):
     # clamped into the stack it adds exactly zero, at a fixed shape
-    y = experts(x, idx.clamp(max=ex.n - 1), weights, ex.w1.astuple(), ex.w3.astuple(), ex.w2.astuple(), moe.limit,
-                act=ex.act_sim)
+    y = ex.compute(x, idx.clamp(max=ex.n - 1), weights.gather(-1, order), ex.w1.astuple(), ex.w3.astuple(),
+                   ex.w2.astuple(), moe.limit, act=ex.act_sim)
     y = moe.reduce(y + moe.shared_experts(x))
     return y.to(x.dtype).view(shape)
 
@@ -308,8 +314,7 @@ class GraphSafeDecoder(nn.Module):
         args = model.args
         self.batch, self.capacity = batch, args.max_seq_len
         dev, dtype = model.embed.weight.device, model.dtype
-        self.experts, self.kernel_note = kernel_experts(dev, kernels)     # once, never per step
-        self.kernel_note += "; " + kernel_modules(model, dev, kernels)
+        self.kernel_note = kernel_modules(model, dev, kernels)           # once, never per step
         self.layers = nn.ModuleList(LayerState(layer.attn, batch, self.capacity, dtype) for layer in model.layers)
         self.register_buffer("tokens", torch.zeros(batch, dtype=torch.long), persistent=False)
         self.register_buffer("pos", torch.zeros(batch, dtype=torch.long), persistent=False)
@@ -347,7 +352,7 @@ class GraphSafeDecoder(nn.Module):
         x, post, comb = blk.hc_attn.pre(X)
         X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), ix, blk.compressed), X, post, comb)
         x, post, comb = blk.hc_ffn.pre(X)
-        return blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids, self.experts), X, post, comb)
+        return blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids), X, post, comb)
 
     @torch.inference_mode()
     def step(self, n: int | None = None) -> torch.Tensor:

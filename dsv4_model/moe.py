@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dsv4_kernels.fused_swiglu.reference import swiglu_ref
-from dsv4_kernels.moe_gemv.reference import f32_linear_ref
+from dsv4_kernels.moe_gemv.reference import f32_linear_ref, sum_pairs
 
 from .linear import Linear, get_qweight, init_qweight
 from .quant import QWeight, act_sim, dequant
@@ -49,6 +49,9 @@ class Experts(nn.Module):
         super().__init__()
         self.n, self.limit, self.dtype = n, limit, dtype
         self.act_sim = True
+        # the routed-expert compute `(x, idx, wts, w1, w3, w2, limit, act) -> y`: `routed_experts`, or the fused kernel
+        # set once at load on CUDA (decode.kernel_modules); the reference dispatch and the graph-safe step share it
+        self.compute = routed_experts
         for p, shape in (("w1", (n, inter, dim)), ("w3", (n, inter, dim)), ("w2", (n, dim, inter))):
             init_qweight(self, p, shape, dtype)
 
@@ -56,48 +59,41 @@ class Experts(nn.Module):
     w2 = property(lambda self: get_qweight(self, "w2"))
     w3 = property(lambda self: get_qweight(self, "w3"))
 
-    def _linear(self, x: torch.Tensor, qw: QWeight, e) -> torch.Tensor:
-        one = qw.select(e)
-        if self.act_sim:
-            x = act_sim(x, one.fmt, one.input_scale)
-        return F.linear(x.to(self.dtype), dequant(one, dtype=self.dtype))
-
-    def forward(self, x: torch.Tensor, e, weight: torch.Tensor | None = None) -> torch.Tensor:
-        """Expert e on rows x [N, dim] -> [N, dim] fp32; the routing weight multiplies before w2."""
-        h = swiglu(self._linear(x, self.w1, e), self._linear(x, self.w3, e), self.limit)
-        if weight is not None:
-            h = weight * h
-        return self._linear(h.to(x.dtype), self.w2, e).float()
+    def forward(self, x: torch.Tensor, e: int, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """Expert e on its rows x [R, dim], routing weights [R, 1] (None: 1) -> [R, dim] fp32, through `compute`:
+        the decode's routed-expert compute with every row's one pick being e, so the reference dispatch and the
+        graph-safe step run the same arithmetic (on a GPU, the same kernels at B = 1)."""
+        idx = torch.full((x.shape[0], 1), e, dtype=torch.long, device=x.device)
+        if weight is None:
+            weight = torch.ones(x.shape[0], 1, device=x.device)
+        return self.compute(x, idx, weight, self.w1.astuple(), self.w3.astuple(), self.w2.astuple(), self.limit,
+                            act=self.act_sim)
 
 
 def routed_experts(x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor, w1: tuple, w3: tuple, w2: tuple,
                    limit: float | None, act: bool = True) -> torch.Tensor:
-    """y [T,d] fp32 = sum_k w2[idx]( wts * swiglu(w1[idx] x, w3[idx] x, limit) ): fixed shapes, device expert ids.
+    """y [T,d] fp32 = sum_j w2[idx_j]( wts_j * swiglu(w1[idx_j] x, w3[idx_j] x, limit) ): fixed shapes, device ids.
 
     x [T,d], idx [T,k] device int, wts [T,k] fp32; each w a stack `(fmt, data, scale, scale2, input_scale)`
-    (QWeight.astuple). The PyTorch implementation, what CPU runs: gathered expert weights and a
-    batched matmul; the same math per expert as `Experts.forward`, including each stored format's activation
-    simulation before every projection (`act`, the experts' act_sim switch).
+    (QWeight.astuple). The PyTorch implementation, what CPU runs: per pick j, the T rows' experts gathered by device
+    index and one batched matvec, in the model dtype as the reference linears (bf16 products, fp32 accumulation),
+    each stored format's activation simulation before every projection (`act`); the picks summed in slot order
+    (`sum_pairs`: the callers sort each row's picks, so that is the reference dispatch's expert order). One pick per
+    call keeps the matvec shape [T, out, in] whatever k is: the reference's dispatch calls this with k = 1 per expert,
+    and at T = 1 a GPU then runs the very GEMM for both paths.
     """
-    idx, order = idx.sort(-1)                   # accumulate in expert order, as the per-expert dispatch does
-    wts = wts.gather(-1, order)
-
-    def linear(h: torch.Tensor, w: tuple) -> torch.Tensor:                            # h [T,k,in] -> [T,k,out]
+    def linear(h: torch.Tensor, w: tuple, e: torch.Tensor) -> torch.Tensor:            # h [T,in], e [T] -> [T,out]
         qw = QWeight(*w)
         if act:
-            s = None if qw.input_scale is None else qw.input_scale[idx].reshape(-1, *[1] * (h.dim() - 1))
-            h = act_sim(h.reshape(-1, *h.shape[2:]) if s is not None else h, qw.fmt, s).view(h.shape)
-        W = dequant(qw, index=idx, dtype=x.dtype)                                     # [T,k,out,in]
-        return (W @ h.to(x.dtype).unsqueeze(-1)).squeeze(-1)
+            h = act_sim(h, qw.fmt, None if qw.input_scale is None else qw.input_scale[e].reshape(-1, 1))
+        return torch.bmm(dequant(qw, index=e, dtype=x.dtype), h.to(x.dtype).unsqueeze(-1)).squeeze(-1)
 
-    xk = x.unsqueeze(1).expand(-1, idx.shape[1], -1)                                   # [T,k,d]
-    h = swiglu(linear(xk, w1), linear(xk, w3), limit)
-    h = wts.unsqueeze(-1) * h                                                           # the routing weight before w2
-    out = linear(h.to(x.dtype), w2).float()                                             # [T,k,d]
-    y = out[:, 0]
-    for j in range(1, out.shape[1]):            # k is fixed: a sequential sum, the rounding of y[rows] += ...
-        y = y + out[:, j]
-    return y
+    out = []
+    for j in range(idx.shape[1]):                   # k is fixed: a host-known loop
+        e = idx[:, j]
+        h = wts[:, j:j + 1] * swiglu(linear(x, w1, e), linear(x, w3, e), limit)       # the routing weight before w2
+        out.append(linear(h.to(x.dtype), w2, e).float())
+    return sum_pairs(torch.stack(out, 1))
 
 
 class Gate(nn.Module):

@@ -19,6 +19,15 @@ def attention_ref(q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, s
     rounds it to the model dtype, as the official kernel stores it)."""
     B, T, H, D = q.shape
     N = K.shape[2]
+    # every block a full 64 keys (the official list pads with masked -1): the same product shapes at every length, so a
+    # GPU takes the same GEMM for a block whether the caller passed n keys or a fixed capacity with the rest masked
+    # (the graph-safe decode); a block with no valid key then adds exactly nothing (alpha 1, P 0)
+    pad = -N % BLOCK
+    if pad or mask is None:
+        mask = torch.ones(1, T, N, dtype=torch.bool, device=K.device) if mask is None else mask
+        K = torch.nn.functional.pad(K, (0, 0, 0, pad))
+        mask = torch.nn.functional.pad(mask, (0, pad), value=False)
+        N += pad
     qf = q.float()
     m = torch.full((B, T, H), float("-inf"), device=q.device)
     l = torch.zeros(B, T, H, device=q.device)
@@ -26,8 +35,7 @@ def attention_ref(q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, s
     for j in range(0, N, BLOCK):                       # host-known N: a fixed op sequence per shape
         k = K[:, :, j:j + BLOCK]
         s = torch.einsum("bthd,btnd->bthn", qf, k.float()) * scale
-        if mask is not None:
-            s = s.masked_fill(~mask[:, :, j:j + BLOCK].unsqueeze(-2), float("-inf"))
+        s = s.masked_fill(~mask[:, :, j:j + BLOCK].unsqueeze(-2), float("-inf"))
         m_new = torch.maximum(m, s.amax(-1))
         # a row with no valid key yet keeps max -inf: exp(-inf - -inf) would be NaN where official reads a 0
         m_use = torch.where(m_new == float("-inf"), 0.0, m_new)

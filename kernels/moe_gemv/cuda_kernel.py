@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .reference import act_inputs, expert_rows
+from .reference import act_inputs, expert_rows, sum_pairs
 
 _FMT = {"mxfp4": 0, "nvfp4": 1, "fp8": 2}
 WIDTH = 8          # token columns a gemv program carries (1 when there is one row)
@@ -218,4 +218,4 @@ def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None, path: str 
         _experts_mma(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2)
     else:
         _rows(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2, 1)
-    return y2.view(T, k, dim).sum(1)
+    return sum_pairs(y2.view(T, k, dim))

@@ -131,6 +131,16 @@ def act_inputs(x: torch.Tensor, idx_flat: torch.Tensor, w, act_sim) -> torch.Ten
     return act_sim(x, w[0], s)
 
 
+def sum_pairs(y: torch.Tensor) -> torch.Tensor:
+    """y [T, k, dim] fp32, each token's k expert outputs -> [T, dim], summed one after another in slot order: the
+    rounding of the reference dispatch's `y[rows] += expert(x[rows])` over the experts in id order when the caller
+    sorted each token's picks. A reduction kernel (`.sum(1)`) pairs them in a tree instead, another rounding."""
+    out = y[:, 0]
+    for j in range(1, y.shape[1]):
+        out = out + y[:, j]
+    return out
+
+
 def routed_experts_ref(x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor, w1, w3, w2, limit: float | None,
                        act_sim=None) -> torch.Tensor:
     """y [T, dim] fp32 = sum_j w2[idx_j]( wts_j * swiglu(w1[idx_j] x, w3[idx_j] x) ), at fixed shape: gather the
@@ -146,7 +156,7 @@ def routed_experts_ref(x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor, w1
     u = rnd(torch.bmm(dequant(w3, flat), xr)[..., 0])
     h = act_inputs((wts.reshape(-1, 1).float() * swiglu(g, u, limit)).to(x.dtype), flat, w2, act_sim)
     y = rnd(torch.bmm(dequant(w2, flat), h.float().unsqueeze(-1))[..., 0])                  # [P, dim]
-    return y.view(T, k, -1).sum(1)
+    return sum_pairs(y.view(T, k, -1))
 
 
 def random_weight(fmt: str, n: int, k: int, experts: int | None = None, generator: torch.Generator | None = None,

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .reference import act_inputs, expert_rows
+from .reference import act_inputs, expert_rows, sum_pairs
 
 TP = 16          # token columns per program: the smallest tl.dot width; decode batches are at most 8
 
@@ -282,4 +282,4 @@ def routed_experts_triton(x, idx, wts, w1, w3, w2, limit, cfg_up=None, cfg_down=
     y2 = torch.empty(P, dim, dtype=torch.float32, device=x.device)
     _launch((P, triton.cdiv(dim, cd[0])), h, hdt_tl, idx_flat, wts_flat, y2, w2, None, P, 1, dim, inter, None, w2[0], 2, cd,
             rnd=rnd)
-    return y2.view(T, k, dim).sum(1)
+    return sum_pairs(y2.view(T, k, dim))

@@ -6,7 +6,8 @@ projections (wo_b, the shared expert's w2) sum two half-rows, and each MoE outpu
 then summed. That is fp32 reassociation, a few ulp of values of order 1: we allow 1e-5 absolute on logits of
 magnitude ~3 (measured: 2e-6 over 20 steps). With the simulation on, the same ulp-level difference can land on a
 rounding boundary of the FP8/FP4 grid and move one quantised value by a grid step; that is the quantiser, not
-the sharding, so we require most steps (>= 80%) within 1e-5 and every step's greedy token unchanged.
+the sharding, so we require most steps (>= 80%) within 1e-5 and every step's greedy token unchanged, each step
+started from the unsharded run's decode state (a flip's value would otherwise stay in the KV window for W steps).
 """
 import json
 import os
@@ -43,10 +44,26 @@ def _decode_both(steps: int, sim: bool) -> dict:
     def row(a, b):
         return (a - b).abs().max().item(), bool((a.argmax(-1) == b.argmax(-1)).all()), b
 
-    out = {"reference": [row(ref.decode_step(t), tp.decode_step(t)) for t in toks]}
+    def sync(a, b):
+        """With the simulation on, every step starts from the unsharded state: the decode state (KV window,
+        compressor rings and entries) is replicated, not sharded, so it copies over as it is. One rounding flip then
+        costs its own step only; free-running, it stays in the window for W steps and the per-step bound measured
+        the luck of the first flip instead of the flip rate."""
+        if sim:
+            theirs = dict(b.named_buffers())
+            for name, t in a.named_buffers():
+                if any(k in name for k in ("kv_window", "kv_state", "gate_state", "entries")):
+                    theirs[name].copy_(t)
+
+    rows = []
+    for t in toks:
+        sync(ref, tp)
+        rows.append(row(ref.decode_step(t), tp.decode_step(t)))
+    out = {"reference": rows}
     gr, gt = GraphSafeDecoder(ref, 2), GraphSafeDecoder(tp, 2)
     rows = []
     for t in toks:
+        sync(gr, gt)
         gr.tokens.copy_(t)
         gt.tokens.copy_(t)
         rows.append(row(gr.step(2).clone(), gt.step(2).clone()))

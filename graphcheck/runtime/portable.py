@@ -315,6 +315,10 @@ KERNEL_READBACKS = (
     KernelReadback("nonzero, masked_select, index.Tensor with a bool/uint8 index", "always",
                    "cuda/Nonzero.cu copies the number of nonzeros to the host to size the output; masked_select and "
                    "boolean indexing go through nonzero (TensorAdvancedIndexing.cpp expandTensors).", "net"),
+    KernelReadback("index.Tensor with an index tensor on the host", "an index of one or more dimensions on the CPU, "
+                   "the indexed tensor on the device",
+                   "TensorAdvancedIndexing.cpp make_info moves every index to the indexed tensor's device "
+                   "(`index.to(self.device())`): a blocking pageable host-to-device copy.", "args"),
     KernelReadback("index_put_ / index_put", "a 0-d CPU value into a device tensor, unless the index is one bool "
                    "mask on the device without accumulate",
                    "TensorAdvancedIndexing.cpp _index_put_impl_: canDispatchToMaskedFill takes the masked_fill_ path "
@@ -611,6 +615,10 @@ class PortableAudit:
             idx = args[1] if len(args) > 1 else []
             if any(_is_tensor(i) and i.dtype in (torch.bool, torch.uint8) for i in idx if i is not None):
                 return sig, {"call": "x[mask]"}
+            src = args[0] if args else None
+            if (_is_tensor(src) and not self.is_host(src)
+                    and any(_is_tensor(i) and i.dim() > 0 and self.is_host(i) for i in idx if i is not None)):
+                return _H2D, {"call": "x[idx] with an index tensor on the host (`index.to(self.device())`)"}
             return None
         if name == "repeat_interleave":
             return None if kwargs.get("output_size") is not None else (sig, {"call": name})

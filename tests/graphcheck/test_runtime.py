@@ -498,6 +498,8 @@ def _kernel_cases():
         ("nonzero", on(lambda x: torch.nonzero(x > 0)), True),
         ("masked_select", on(lambda x: torch.masked_select(x, x > 0)), True),
         ("boolean index", on(lambda x: x[x > 0]), True),
+        # HF's _speculative_sampling indexes device probabilities with `torch.arange(n)` made without a device
+        ("index by an index tensor on the host", on(lambda x: x[torch.tensor([0, 2])]), True),
         ("index_put_ of a CPU scalar by index", put(lambda y: (torch.tensor([0, 2], device=y.device),)), True),
         ("index_put_ of a CPU scalar by one device mask", put(lambda y: (y < 1,)), False),
         ("index_put_ of a CPU scalar by mask, accumulate", put(lambda y: (y < 1,), accumulate=True), True),

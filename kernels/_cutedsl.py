@@ -49,6 +49,14 @@ class _LazyDtypes(dict):
 CUTE_DTYPES = _LazyDtypes()
 
 
+def row_major(dtype: torch.dtype, shape: tuple[int, ...]):
+    """The compile-time stand-in of a contiguous torch tensor [shape] of `dtype`. CuTe's compact layout is
+    column-major unless told otherwise (`stride_order` (0, 1, ...): the first mode fastest), and a kernel compiled
+    on it indexes a torch tensor's rows as columns: the last mode must be the stride-1 one."""
+    from cutlass.cute.runtime import make_fake_compact_tensor
+    return make_fake_compact_tensor(CUTE_DTYPES[dtype], tuple(shape), stride_order=tuple(range(len(shape) - 1, -1, -1)))
+
+
 def current_stream():
     """torch's current stream as a CuTeDSL launch argument: under capture, the capturing stream."""
     import cuda.bindings.driver as cuda

@@ -39,7 +39,8 @@ def capture_test(target: Target, steps: int = STEPS, warmup: int = WARMUP, devic
         use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available() and _on_cuda(target))
         with jit, seeded():
             if use_cuda:     # one eager step (the state-identity check) before the side-stream warm-up
-                found = capture_cuda(armed_after(target, jit, 1 + max(n_warm, 1)), steps, warmup)
+                found = capture_cuda(armed_after(target, jit, 1 + max(n_warm, 1)), steps, warmup,
+                                     replay_safe=lambda: jit.compiles == 0)
             else:
                 found = emulate(armed_after(target, jit, n_warm), steps, warmup)
     except StepAborted as e:    # not a verdict on the capture: the target ended its own call
@@ -73,7 +74,10 @@ def _deterministic():
         torch.backends.cudnn.deterministic = prev_cudnn
 
 
-def capture_cuda(target: Target, steps: int, warmup: int) -> list[Finding]:
+def capture_cuda(target: Target, steps: int, warmup: int, replay_safe=lambda: True) -> list[Finding]:
+    """`replay_safe() -> bool`, asked after the capture: False (a kernel was compiled and loaded inside the captured
+    step) ends the check there: replaying that graph crashed the process on an H100 (run 40), and the compile is
+    the finding already."""
     warmup = max(target.warmup if target.warmup is not None else warmup, 1)
     found, _ = check_state_identity(target, 0)
     static_in = clone_tree(target.make_inputs(1))
@@ -101,6 +105,9 @@ def capture_cuda(target: Target, steps: int, warmup: int) -> list[Finding]:
         return found + [capture_failure(target, e, inputs_k=2)] + rest
     if any("empty" in str(w.message).lower() for w in caught):
         return found + [_finding("GC002", target, None, {"check": "capture", "detail": "; ".join(str(w.message) for w in caught)[:300]})]
+    if not replay_safe():
+        graph.reset()
+        return found
     with _deterministic():
         for k in range(2, steps + 2):
             copy_into(static_in, target.make_inputs(k))

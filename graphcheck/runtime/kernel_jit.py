@@ -74,6 +74,7 @@ class KernelJitAudit:
         self.thread = threading.get_ident()
         self.armed = True
         self.depth = 0
+        self.compiles = 0          # compiles while armed: the capture layer does not replay a graph made across one
         self._stack = contextlib.ExitStack()
 
     def _event(self, name: str, frame, breaks: bool, **fmt: str) -> None:
@@ -101,6 +102,7 @@ class KernelJitAudit:
         def compile_hook(orig):
             def _compile(self_, func, *args, **kwargs):
                 if audit._live():
+                    audit.compiles += 1
                     name = _func_name(func)
                     audit._event("cutlass.cute.compile", sys._getframe(1), False, op=f"cute.compile({name})",
                                  call=f"cute.compile({name})")

@@ -17,9 +17,9 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import torch
-from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+from cutlass.cute.runtime import make_fake_stream
 
-from .._cutedsl import CUTE_DTYPES, current_stream
+from .._cutedsl import current_stream, row_major
 
 MAX_THREADS = 128
 
@@ -64,9 +64,8 @@ class CompiledKernels:
             wd = _word(D * torch.empty((), dtype=dt).element_size())
             words = D * torch.empty((), dtype=dt).element_size() // torch.empty((), dtype=wd).element_size()
             self.compiled[key] = cute.compile(
-                _gather, make_fake_compact_tensor(CUTE_DTYPES[wd], (B, N, words)),
-                make_fake_compact_tensor(CUTE_DTYPES[torch.int64], (B, k)),
-                make_fake_compact_tensor(CUTE_DTYPES[wd], (B, k, words)), make_fake_stream())
+                _gather, row_major(wd, (B, N, words)), row_major(torch.int64, (B, k)), row_major(wd, (B, k, words)),
+                make_fake_stream())
         return self
 
     def __call__(self, ent: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
@@ -79,9 +78,9 @@ class CompiledKernels:
                            f"{sorted(self.compiled, key=str)} (prepare every bucket at load)")
         if sel.dtype != torch.int64:
             raise TypeError(f"gather_picks (CuTeDSL): expected int64 picks (the top-k's), found sel {sel.dtype}")
-        if not (ent.is_contiguous() and sel.is_contiguous()):
-            raise ValueError(f"gather_picks (CuTeDSL): expected contiguous ent and sel, found strides "
-                             f"{ent.stride()} and {sel.stride()}")
+        if not ent.is_contiguous():
+            raise ValueError(f"gather_picks (CuTeDSL): expected contiguous ent, found strides {ent.stride()}")
+        sel = sel.contiguous()        # the top-k's first k columns are a strided view: k indices per row, copied
         wd = _word(D * ent.element_size())
         out = torch.empty(B, k, D, device=ent.device, dtype=ent.dtype)
         fn(ent.view(wd), sel, out.view(wd), stream=current_stream())

@@ -21,9 +21,9 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import torch
-from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+from cutlass.cute.runtime import make_fake_stream
 
-from .._cutedsl import CUTE_DTYPES, current_stream
+from .._cutedsl import current_stream, row_major
 
 WARPS = 4                   # rows per CTA: one warp each
 WORD = 8                    # e2m1 codes per 32-bit word; K must be a multiple of it
@@ -116,10 +116,6 @@ def _down(hs: cute.Tensor, idx: cute.Tensor, d2: cute.Tensor, s2: cute.Tensor, y
         grid=[(dim + WARPS - 1) // WARPS, P, 1], block=[32 * WARPS, 1, 1], stream=stream)
 
 
-def _fake(dtype, shape):
-    return make_fake_compact_tensor(CUTE_DTYPES[dtype], shape)
-
-
 class CompiledKernels:
     """The routed experts of one MoE shape (E experts, dim, inter, top-k; MXFP4), compiled per (token bucket,
     activation dtype, activation simulation on/off, clamp on/off) by `prepare`, before capture."""
@@ -143,14 +139,15 @@ class CompiledKernels:
                             continue
                         rows = P if sim else T
                         up = cute.compile(
-                            _gate_up, _fake(dt, (rows, dim)), _fake(torch.int64, (T, k)), _fake(torch.float32, (T, k)),
-                            _fake(torch.int32, (E, inter, dim // WORD)), _fake(torch.uint8, (E, inter, dim // 32)),
-                            _fake(torch.int32, (E, inter, dim // WORD)), _fake(torch.uint8, (E, inter, dim // 32)),
-                            _fake(dt, (P, inter)), 1.0, make_fake_stream(), clamp, 1 if sim else k)
+                            _gate_up, row_major(dt, (rows, dim)), row_major(torch.int64, (T, k)),
+                            row_major(torch.float32, (T, k)),
+                            row_major(torch.int32, (E, inter, dim // WORD)), row_major(torch.uint8, (E, inter, dim // 32)),
+                            row_major(torch.int32, (E, inter, dim // WORD)), row_major(torch.uint8, (E, inter, dim // 32)),
+                            row_major(dt, (P, inter)), 1.0, make_fake_stream(), clamp, 1 if sim else k)
                         down = cute.compile(
-                            _down, _fake(dt, (P, inter)), _fake(torch.int64, (T, k)),
-                            _fake(torch.int32, (E, dim, inter // WORD)), _fake(torch.uint8, (E, dim, inter // 32)),
-                            _fake(dt, (P, dim)), make_fake_stream())
+                            _down, row_major(dt, (P, inter)), row_major(torch.int64, (T, k)),
+                            row_major(torch.int32, (E, dim, inter // WORD)), row_major(torch.uint8, (E, dim, inter // 32)),
+                            row_major(dt, (P, dim)), make_fake_stream())
                         self.compiled[key] = (up, down)
         return self
 
@@ -169,7 +166,7 @@ class CompiledKernels:
             raise KeyError(f"routed_experts (CuTeDSL): no kernel prepared for (tokens, dtype, act_sim, clamp) = {key}; "
                            f"prepared: {sorted(self.compiled, key=str)} (prepare every bucket at load)")
         up, down = fns
-        from .reference import act_inputs, expert_rows
+        from .reference import act_inputs, expert_rows, sum_pairs
         flat = idx.reshape(-1)
         xr, _ = expert_rows(x, flat, k, w1, act_sim)
         stream = current_stream()
@@ -179,7 +176,7 @@ class CompiledKernels:
         h = act_inputs(h, flat, w2, act_sim).contiguous()
         y = torch.empty(T * k, self.dim, device=x.device, dtype=x.dtype)
         down(h, idx.contiguous(), *_words(w2), y, stream=stream)
-        return y.float().view(T, k, self.dim).sum(1)
+        return sum_pairs(y.float().view(T, k, self.dim))
 
 
 def _words(w) -> tuple[torch.Tensor, torch.Tensor]:

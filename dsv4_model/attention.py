@@ -60,20 +60,20 @@ class Attention(nn.Module):
             if m is not None:
                 m.reset()
 
-    def _nope_fp8(self, kv: torch.Tensor) -> torch.Tensor:
+    def nope_fp8(self, kv: torch.Tensor) -> torch.Tensor:
         if not self.fp8_sim:
             return kv
         return torch.cat([self.fp8_quant(kv[..., :-self.rd], 64), kv[..., -self.rd:]], -1)
 
-    def _qkv(self, x: torch.Tensor, cs: torch.Tensor):
+    def qkv(self, x: torch.Tensor, cs: torch.Tensor):
         """q [B,T,H,D], kv [B,T,D] (rotated at the positions in cs [T, rd/2, 2]), qr [B,T,q_lora]."""
         qr = self.q_norm(self.wq_a(x))
         q = self.rms(self.wq_b(qr).unflatten(-1, (self.H, self.D)), self.eps)
         q = self.rope(q, cs.unsqueeze(-3), self.rd)
-        kv = self._nope_fp8(self.rope(self.kv_norm(self.wkv(x)), cs, self.rd))
+        kv = self.nope_fp8(self.rope(self.kv_norm(self.wkv(x)), cs, self.rd))
         return q, kv, qr
 
-    def _attend(self, q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, cs: torch.Tensor) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, cs: torch.Tensor) -> torch.Tensor:
         """q [B,T,H,D], K [B,T|1,N,D] (V = K), mask [B|1,T,N] -> projected output [B,T,dim]."""
         # official: the kernel stores o in bf16, the inverse RoPE computes in fp32 and writes back into it: two roundings
         o = self.core(q, K, mask, self.attn_sink, self.D ** -0.5).to(q.dtype)           # [B,T,H,D]
@@ -87,11 +87,11 @@ class Attention(nn.Module):
 
     # -- decode (reference order: window write, indexer, compressor, attention) -------------------------------
     def decode(self, x: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor:
-        q, kv, qr = self._qkv(x, cs[pos:pos + 1])
+        q, kv, qr = self.qkv(x, cs[pos:pos + 1])
         self.kv_window[:, pos % self.W] = kv[:, 0]
         sel = self.indexer.step(x, qr, pos, cs) if self.indexer is not None else None
         if self.compressor is not None:
-            self.compressor.step(x, pos, cs, self._nope_fp8)
+            self.compressor.step(x, pos, cs, self.nope_fp8)
         parts, valid = [self.window_keys(self.kv_window, pos)], [self.window_valid(pos)]
         n = (pos + 1) // self.ratio if self.ratio else 0
         if n and self.indexer is None:
@@ -101,7 +101,7 @@ class Attention(nn.Module):
             parts.append(torch.gather(ent, 1, sel.unsqueeze(-1).expand(-1, -1, self.D)))  # CSA: top-k
         K = torch.cat(parts, 1).unsqueeze(1)
         mask = torch.cat(valid + [torch.ones(1, K.shape[2] - self.W, dtype=torch.bool, device=K.device)], 1)
-        return self._attend(q, K, mask.unsqueeze(0), cs[pos:pos + 1])
+        return self.attend(q, K, mask.unsqueeze(0), cs[pos:pos + 1])
 
     def window_keys(self, window: torch.Tensor, pos: int) -> torch.Tensor:
         """The window ring [B, W, D] in the official key order (`get_window_topk_idxs`): oldest first. Until the ring
@@ -119,12 +119,12 @@ class Attention(nn.Module):
     def prefill(self, x: torch.Tensor, cs: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         cs = cs[:T]
-        q, kv, qr = self._qkv(x, cs)
+        q, kv, qr = self.qkv(x, cs)
         t = torch.arange(T, device=x.device)
         win = (t[None, :] <= t[:, None]) & (t[None, :] > t[:, None] - self.W)            # [T, T]
         keys, masks = [kv.unsqueeze(1).expand(B, T, T, self.D)], [win.expand(B, T, T)]
         if self.compressor is not None:
-            ent = self.compressor.compress_all(x, cs, self._nope_fp8)                    # [B, nb, D]
+            ent = self.compressor.compress_all(x, cs, self.nope_fp8)                    # [B, nb, D]
             nb = ent.shape[1]
             if nb:
                 visible = torch.arange(nb, device=x.device)[None, :] < ((t + 1) // self.ratio)[:, None]
@@ -135,4 +135,4 @@ class Attention(nn.Module):
                     visible = visible & picked[..., :nb]
                 keys.append(ent.unsqueeze(1).expand(B, T, nb, self.D))
                 masks.append(visible.expand(B, T, nb))
-        return self._attend(q, torch.cat(keys, 2), torch.cat(masks, 2), cs)
+        return self.attend(q, torch.cat(keys, 2), torch.cat(masks, 2), cs)

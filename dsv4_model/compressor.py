@@ -46,20 +46,20 @@ class Compressor(nn.Module):
         self.gate_state.fill_(float("-inf"))
         self.entries.zero_()
 
-    def _slot_bias(self) -> torch.Tensor:
+    def slot_bias(self) -> torch.Tensor:
         D = self.D
         if self.overlap:  # previous block's series a (first half), current block's series b (second half)
             return torch.cat([self.ape[:, :D], self.ape[:, D:]], 0)
         return self.ape
 
-    def _rows(self, kv: torch.Tensor, gate: torch.Tensor):
+    def pool_rows(self, kv: torch.Tensor, gate: torch.Tensor):
         """[.., 2m, 2D] state -> the 8 pooled rows [.., 2m, D] (CSA); HCA rows as they are."""
         if not self.overlap:
             return kv, gate
         m, D = self.m, self.D
         return (torch.cat([kv[..., :m, :D], kv[..., m:, D:]], -2), torch.cat([gate[..., :m, :D], gate[..., m:, D:]], -2))
 
-    def _finish(self, c: torch.Tensor, cs_start: torch.Tensor, post) -> torch.Tensor:
+    def finish(self, c: torch.Tensor, cs_start: torch.Tensor, post) -> torch.Tensor:
         """Pooled c [.., D] -> the entry: RMSNorm, RoPE by the rows cs_start of the table at each block's first
         position (cs[block_start]), then `post`."""
         c = self.norm(c.to(self.entries.dtype))
@@ -76,10 +76,10 @@ class Compressor(nn.Module):
         self.gate_state[:, slot] = Z
         if (pos + 1) % m:
             return
-        kv, gate = self._rows(self.kv_state, self.gate_state)
-        c = self.reduce(kv, gate, self._slot_bias())                             # [B, D] fp32
+        kv, gate = self.pool_rows(self.kv_state, self.gate_state)
+        c = self.reduce(kv, gate, self.slot_bias())                             # [B, D] fp32
         b = pos // m
-        self.entries[:, b] = self._finish(c, cs[b * m], post)
+        self.entries[:, b] = self.finish(c, cs[b * m], post)
         if self.overlap:  # the closed block becomes "previous"
             self.kv_state[:, :m] = self.kv_state[:, m:]
             self.gate_state[:, :m] = self.gate_state[:, m:]
@@ -97,7 +97,7 @@ class Compressor(nn.Module):
             prevC = torch.cat([C.new_zeros(B, 1, m, 2 * D), C[:, :-1]], 1)
             prevZ = torch.cat([Z.new_full((B, 1, m, 2 * D), float("-inf")), Z[:, :-1]], 1)
             C, Z = torch.cat([prevC, C], 2), torch.cat([prevZ, Z], 2)
-        kv, gate = self._rows(C, Z)
-        c = self.reduce(kv.flatten(0, 1), gate.flatten(0, 1), self._slot_bias()).view(B, nb, D)
+        kv, gate = self.pool_rows(C, Z)
+        c = self.reduce(kv.flatten(0, 1), gate.flatten(0, 1), self.slot_bias()).view(B, nb, D)
         starts = torch.arange(nb, device=x.device) * m
-        return self._finish(c, cs[starts], post)
+        return self.finish(c, cs[starts], post)

@@ -21,8 +21,8 @@ little memory at decode batches of at most 8, while a block table adds an indire
 With max-length rows each validity mask is one comparison against the position, and a sequence is one row (what a
 tensor-parallel split along heads leaves untouched).
 
-Layer math is not re-implemented: the step calls the reference modules' own functions (`Attention._qkv`,
-`Attention._attend`, `Compressor._rows/_finish`, `Indexer._q/_scores/select`, the gate, the shared expert,
+Layer math is not re-implemented: the step calls the reference modules' own functions (`Attention.qkv`,
+`Attention.attend`, `Compressor.pool_rows/finish`, `Indexer.query/scores/select`, the gate, the shared expert,
 mHC, head). Only state and control flow live here.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ import functools
 import torch
 from torch import nn
 
-from dsv4_kernels._select import KERNELS as KERNEL_OPS
+from dsv4_kernels import KERNELS as KERNEL_OPS
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
@@ -139,9 +139,9 @@ def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tens
     slot, b, closes, _, _ = ix.blocks(m, comp.overlap, entries.shape[1])
     kv_state.index_put_((rows, slot), comp.wkv(x).float()[:, 0])
     gate_state.index_put_((rows, slot), comp.wgate(x).float()[:, 0])
-    kv, gate = comp._rows(kv_state, gate_state)
-    c = comp.reduce(kv, gate, comp._slot_bias())                                    # [n, D] fp32, every step
-    c = comp._finish(c, ix.block_cs(compressed, m, comp.overlap, entries.shape[1]), post)
+    kv, gate = comp.pool_rows(kv_state, gate_state)
+    c = comp.reduce(kv, gate, comp.slot_bias())                                    # [n, D] fp32, every step
+    c = comp.finish(c, ix.block_cs(compressed, m, comp.overlap, entries.shape[1]), post)
     entries.index_put_((rows, b), torch.where(closes, c, entries[rows, b]))       # masked write
     if comp.overlap:  # a closed block becomes "previous" (only its rows are ever read again)
         closes = closes.unsqueeze(-1)
@@ -152,7 +152,7 @@ def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tens
 def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool) -> torch.Tensor:
     """x [n,1,d] -> [n,1,d]; the reference order: window write, indexer, compressor, attention."""
     cs = ix.cs(compressed)                                                           # [n,1,rd/2,2]
-    q, kv, qr = attn._qkv(x, cs)
+    q, kv, qr = attn.qkv(x, cs)
     window = st.kv_window[:n]
     slot, win_valid = ix.window(window.shape[1])
     window.index_put_((ix.rows, slot), kv[:, 0])
@@ -164,15 +164,15 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
     xf = x.float() if attn.compressor is not None else None     # one cast for the (up to) four fp32 projections
     if attn.indexer is not None:
         idx = attn.indexer
-        compressor_step(idx.compressor, st.icomp, n, xf, ix, compressed, idx._rotate)
+        compressor_step(idx.compressor, st.icomp, n, xf, ix, compressed, idx.rotate)
         ent = st.icomp.entries[:n]
         _, _, _, closed, valid = ix.blocks(idx.compressor.m, idx.compressor.overlap, ent.shape[1])
-        scores = idx._scores(x, idx._q(qr, cs.unsqueeze(-3)), ent)[:, 0]             # [n, N]
+        scores = idx.scores(x, idx.query(qr, cs.unsqueeze(-3)), ent)[:, 0]             # [n, N]
         sel = idx.select(scores.masked_fill(~valid, float("-inf")), min(idx.topk, ent.shape[1]))
         sel_valid = sel < closed[:, None]                                            # padded picks masked
     if attn.compressor is not None:
         comp = attn.compressor
-        compressor_step(comp, st.comp, n, xf, ix, compressed, attn._nope_fp8)
+        compressor_step(comp, st.comp, n, xf, ix, compressed, attn.nope_fp8)
         ent = st.comp.entries[:n]
         if sel is None:                                                              # HCA: every closed block
             keys.append(ent)
@@ -181,7 +181,7 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
             keys.append(torch.gather(ent, 1, sel.unsqueeze(-1).expand(-1, -1, ent.shape[-1])))
             masks.append(sel_valid)
     K = torch.cat(keys, 1).unsqueeze(1)                                              # [n,1,W+k,D]
-    return attn._attend(q, K, torch.cat(masks, 1).unsqueeze(1), cs)
+    return attn.attend(q, K, torch.cat(masks, 1).unsqueeze(1), cs)
 
 
 # the small-op kernels (one launch each; the attention core two): slot -> (dsv4_kernels name, reference, name in the
@@ -339,7 +339,7 @@ class GraphSafeDecoder(nn.Module):
         ix = self.index(pos, n)
         for i in range(len(self.layers)):
             X = self.block(i, X, ids, ix, n)
-        return model._logits(X)[:, -1]
+        return model.logits(X)[:, -1]
 
     def index(self, pos: torch.Tensor, n: int) -> StepIndex:
         """The step's position-derived tensors (made on first use, shared by every layer)."""

@@ -43,15 +43,15 @@ class Indexer(nn.Module):
     def init_state(self, device=None) -> None:
         self.register_buffer("hadamard", hadamard_matrix(self.Di).to(device), persistent=False)
 
-    def _rotate(self, t: torch.Tensor) -> torch.Tensor:
+    def rotate(self, t: torch.Tensor) -> torch.Tensor:
         t = ((t.float() @ self.hadamard) * self.Di ** -0.5).to(t.dtype)
         return self.fp4_quant(t, 32) if self.fp4_sim else t
 
-    def _q(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
+    def query(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
         q = self.wq_b(qr).unflatten(-1, (self.Hi, self.Di))
-        return self._rotate(self.rope(q, cs_q, self.rd))
+        return self.rotate(self.rope(q, cs_q, self.rd))
 
-    def _scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    def scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         # in the model dtype, as the official score chain (the product rounded); index_scores keeps that dtype
         w = self.weights_proj(x)
         w = (w.float() * (self.Di ** -0.5 * self.Hi ** -0.5)).to(w.dtype)              # [B,T,Hi]
@@ -59,23 +59,23 @@ class Indexer(nn.Module):
 
     def step(self, x: torch.Tensor, qr: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor | None:
         """Decode: run the private compressor, then top-k over the completed blocks; None when there are none."""
-        self.compressor.step(x, pos, cs, self._rotate)
+        self.compressor.step(x, pos, cs, self.rotate)
         n = (pos + 1) // 4
         if n == 0:
             return None
-        q = self._q(qr, cs[pos].view(1, 1, 1, -1, 2))
-        scores = self._scores(x, q, self.compressor.entries[:, :n])[:, 0]               # [B, n]
+        q = self.query(qr, cs[pos].view(1, 1, 1, -1, 2))
+        scores = self.scores(x, q, self.compressor.entries[:, :n])[:, 0]               # [B, n]
         return self.select(scores, min(self.topk, n))
 
     def prefill(self, x: torch.Tensor, qr: torch.Tensor, cs: torch.Tensor) -> torch.Tensor | None:
         """Top-k block indices per query [B,T,k]; picks of blocks not yet closed at t are -1."""
         B, T, _ = x.shape
-        k = self.compressor.compress_all(x, cs, self._rotate)
+        k = self.compressor.compress_all(x, cs, self.rotate)
         nb = k.shape[1]
         if nb == 0:
             return None
-        q = self._q(qr, cs[:T].view(1, T, 1, -1, 2))
-        scores = self._scores(x, q, k)
+        q = self.query(qr, cs[:T].view(1, T, 1, -1, 2))
+        scores = self.scores(x, q, k)
         t = torch.arange(T, device=x.device)
         visible = torch.arange(nb, device=x.device)[None, :] < ((t + 1) // 4)[:, None]  # [T, nb]
         scores = scores.masked_fill(~visible, float("-inf"))

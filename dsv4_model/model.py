@@ -85,7 +85,7 @@ class Transformer(nn.Module):
             X = layer(X, ids, cs, pos)
         return X
 
-    def _logits(self, X: torch.Tensor) -> torch.Tensor:
+    def logits(self, X: torch.Tensor) -> torch.Tensor:
         return self.head(self.norm(self.hc_head(X)).float()).float()
 
     @torch.inference_mode()
@@ -94,7 +94,7 @@ class Transformer(nn.Module):
         pos = int(self.pos)
         if pos >= self.args.max_seq_len:
             raise ValueError(f"decode position {pos} exceeds the cache capacity max_seq_len={self.args.max_seq_len}")
-        logits = self._logits(self._hidden(tokens.view(-1, 1), pos))[:, -1]
+        logits = self.logits(self._hidden(tokens.view(-1, 1), pos))[:, -1]
         self.pos += 1
         return logits
 
@@ -103,7 +103,7 @@ class Transformer(nn.Module):
         """Batched masked forward from position 0: tokens [B,T] -> fp32 logits [B,T,vocab] (no cache written)."""
         if tokens.shape[1] > self.args.max_seq_len:
             raise ValueError(f"prefill of {tokens.shape[1]} tokens exceeds max_seq_len={self.args.max_seq_len}")
-        return self._logits(self._hidden(tokens, None))
+        return self.logits(self._hidden(tokens, None))
 
     @torch.inference_mode()
     def score(self, tokens) -> torch.Tensor:

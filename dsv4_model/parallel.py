@@ -119,12 +119,12 @@ class ParallelIndexer(Indexer):
 
     group = None
 
-    def _q(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
+    def query(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
         q = self.wq_b(qr).unflatten(-1, (-1, self.Di))                    # [B,T,Hi/N,Di]: this rank's heads
-        return self._rotate(self.rope(q, cs_q, self.rd))
+        return self.rotate(self.rope(q, cs_q, self.rd))
 
-    def _scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        s = super()._scores(x, q, k)
+    def scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        s = super().scores(x, q, k)
         dist.all_reduce(s, group=self.group)
         return s
 

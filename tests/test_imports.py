@@ -214,3 +214,19 @@ def test_every_module_imports_on_its_own():
                        timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "BAD []" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_the_graph_safe_decode_uses_only_the_layers_public_interface():
+    """dsv4_model/decode.py reaches the reference modules through their public methods (qkv, attend, pool_rows,
+    finish, query, scores, logits, ...), never a private member of another object or module (issue 39): a private
+    name there is a contract nobody wrote down."""
+    tree = ast.parse(open(os.path.join(ROOT, "dsv4_model", "decode.py")).read())
+    private = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
+            private.append(f"line {node.lineno}: .{node.attr}")
+        if isinstance(node, ast.ImportFrom) and any(p.startswith("_") and not p.startswith("__")
+                                                    for p in (node.module or "").split(".")):
+            private.append(f"line {node.lineno}: from {node.module}")
+    assert private == [], private

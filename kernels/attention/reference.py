@@ -1,4 +1,4 @@
-"""PyTorch reference of the attention core (`dsv4_model.attention.Attention._attend` before the de-rotation), with the
+"""PyTorch reference of the attention core (`dsv4_model.attention.Attention.attend` before the de-rotation), with the
 official release's numerics: DeepSeek's `inference/kernel.py` `sparse_attn_kernel` (lines 276-352 at the commit the
 oracle cites) runs an online softmax over blocks of 64 gathered keys, in the given key order: per block the scores
 q . k (fp32 accumulation of the bf16 inputs) times the scale, the running max over the blocks so far, P = exp(s - max)

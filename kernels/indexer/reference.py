@@ -1,4 +1,4 @@
-"""PyTorch reference of the lightning indexer's scores (`dsv4_model.indexer.Indexer._scores` after its weight
+"""PyTorch reference of the lightning indexer's scores (`dsv4_model.indexer.Indexer.scores` after its weight
 projection), with the official release's numerics: DeepSeek's `inference/model.py` `Indexer.forward` (lines 418-421
 at the commit the oracle cites) holds the whole score chain in the model dtype (bf16): the per-head dots
 q_h . k_n (fp32 accumulation, rounded to bf16), the ReLU, the product with the bf16 head weight (rounded), and the

@@ -110,10 +110,10 @@ def test_compressor_module_pools_with_ape_on_the_score(ratio):
     else:
         rows_c, rows_z, ape = C[ratio:], Z[ratio:], comp.ape
     pooled = (torch.softmax(rows_z + ape, 0) * rows_c).sum(0)
-    expected = comp._finish(pooled.view(1, D), cs[b * ratio], lambda c: c)
+    expected = comp.finish(pooled.view(1, D), cs[b * ratio], lambda c: c)
     assert torch.allclose(comp.entries[0, b], expected[0], atol=1e-5)
     wrong = (torch.softmax(rows_z, 0) * (rows_c + ape)).sum(0)
-    assert not torch.allclose(comp.entries[0, b], comp._finish(wrong.view(1, D), cs[b * ratio], lambda c: c)[0], atol=1e-3)
+    assert not torch.allclose(comp.entries[0, b], comp.finish(wrong.view(1, D), cs[b * ratio], lambda c: c)[0], atol=1e-3)
 
 
 def test_swiglu_clamps_the_raw_gate_before_silu():
@@ -447,7 +447,7 @@ def test_mhc_post_and_head_formulas(model):
 
 
 def test_attention_sink_takes_mass_without_value(model):
-    """Attention._attend with a per-head sink vs the formula: p_j = e^s_j / (sum e^s + e^sink), o = sum p_j K_j,
+    """Attention.attend with a per-head sink vs the formula: p_j = e^s_j / (sum e^s + e^sink), o = sum p_j K_j,
     de-rotated, then the grouped output projection. A huge sink leaves (almost) nothing; a tiny one is plain softmax."""
     from dsv4_model.rope import rope_tail
     attn = model.layers[0].attn
@@ -464,7 +464,7 @@ def test_attention_sink_takes_mass_without_value(model):
             o = rope_tail(p @ K[0, 0], cs[0], rd, inverse=True).reshape(attn.G, -1)
             wa = dsv4_model.dequant(attn.wo_a.qweight).view(attn.G, attn.R, -1)
             want = attn.wo_b(torch.einsum("gi,gri->gr", o, wa).flatten().view(1, 1, -1))
-            got = attn._attend(q, K, None, cs)
+            got = attn.attend(q, K, None, cs)
             assert torch.allclose(got, want, atol=1e-5), sink
             if sink[0] > 50:                                   # the sink takes all the mass and adds no value
                 assert got.abs().max() < 1e-6

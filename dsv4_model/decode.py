@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from dsv4_kernels import KERNELS as KERNEL_OPS
+from dsv4_kernels.indexer.reference import gather_picks_ref
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
@@ -149,8 +150,10 @@ def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tens
             torch.where(closes, state[:, m:], state[:, :m], out=state[:, :m])
 
 
-def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool) -> torch.Tensor:
-    """x [n,1,d] -> [n,1,d]; the reference order: window write, indexer, compressor, attention."""
+def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool,
+                   gather=gather_picks_ref) -> torch.Tensor:
+    """x [n,1,d] -> [n,1,d]; the reference order: window write, indexer, compressor, attention. `gather`: the CSA
+    gather of the picked entries chosen at load (`csa_gather`)."""
     cs = ix.cs(compressed)                                                           # [n,1,rd/2,2]
     q, kv, qr = attn.qkv(x, cs)
     window = st.kv_window[:n]
@@ -178,7 +181,7 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
             keys.append(ent)
             masks.append(ix.blocks(comp.m, comp.overlap, ent.shape[1])[4])
         else:                                                                        # CSA: the fixed-k picks
-            keys.append(torch.gather(ent, 1, sel.unsqueeze(-1).expand(-1, -1, ent.shape[-1])))
+            keys.append(gather(ent, sel))
             masks.append(sel_valid)
     K = torch.cat(keys, 1).unsqueeze(1)                                              # [n,1,W+k,D]
     return attn.attend(q, K, torch.cat(masks, 1).unsqueeze(1), cs)
@@ -222,6 +225,22 @@ def kernel_experts(device: torch.device, use_kernels: bool = True):
         # the kernel is weight-only; the stored format's activation simulation runs around its launches
         return kernel(x, idx, wts, w1, w3, w2, limit, act_sim=sim if act else None)
     return run, "routed experts: fused Triton kernel"
+
+
+def csa_gather(device: torch.device, keys: list[tuple], use_kernels: bool = True):
+    """The CSA attention's gather of its picked compressed entries (`ent [n, N, D]`, `sel [n, k]` -> `[n, k, D]`),
+    decided once at load: the CuTeDSL kernel (`dsv4_kernels.compiled("gather_picks")`, a copy bit for bit torch's,
+    faster on the H100) compiled here for every key (n, N, k, D, dtype) the step will ask for, where CuTeDSL runs;
+    else torch's gather. No step compiles. Returns (function, note)."""
+    if not use_kernels or torch.device(device).type != "cuda" or not keys:
+        return gather_picks_ref, "CSA gather: torch.gather"
+    from dsv4_kernels import compiled
+    try:        # CuTeDSL where it runs (the record's default); compiled() says why it cannot
+        fn = compiled("gather_picks", device, prepare={"keys": keys})
+    except (RuntimeError, ImportError) as e:
+        return gather_picks_ref, f"CSA gather: torch.gather ({e})"
+    return fn, ("CSA gather: CuTeDSL" if fn is not gather_picks_ref and getattr(fn, "compiled", None) is not None
+                else "CSA gather: torch.gather")
 
 
 def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = True) -> str:
@@ -314,7 +333,14 @@ class GraphSafeDecoder(nn.Module):
         args = model.args
         self.batch, self.capacity = batch, args.max_seq_len
         dev, dtype = model.embed.weight.device, model.dtype
-        self.kernel_note = kernel_modules(model, dev, kernels)           # once, never per step
+        note = kernel_modules(model, dev, kernels)                       # once, never per step
+        # the CSA gather's shapes: every bucket of rows up to `batch`, over each CSA layer's fixed entry capacity
+        csa = [layer.attn for layer in model.layers if layer.attn.indexer is not None]
+        keys = sorted({(b, -(-self.capacity // a.compressor.m), min(a.indexer.topk, -(-self.capacity // a.compressor.m)),
+                        a.D, dtype) for a in csa for b in range(1, batch + 1)}, key=str)
+        self.gather, gather_note = csa_gather(dev, keys, kernels)
+        experts_note, _, rest = note.partition("; ")
+        self.kernel_note = f"{experts_note}; {gather_note}; {rest}"
         self.layers = nn.ModuleList(LayerState(layer.attn, batch, self.capacity, dtype) for layer in model.layers)
         self.register_buffer("tokens", torch.zeros(batch, dtype=torch.long), persistent=False)
         self.register_buffer("pos", torch.zeros(batch, dtype=torch.long), persistent=False)
@@ -350,7 +376,8 @@ class GraphSafeDecoder(nn.Module):
         captures it alone for the per-layer profile)."""
         blk, st = self.model.layers[i], self.layers[i]
         x, post, comb = blk.hc_attn.pre(X)
-        X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), ix, blk.compressed), X, post, comb)
+        X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), ix, blk.compressed, self.gather), X,
+                             post, comb)
         x, post, comb = blk.hc_ffn.pre(X)
         return blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids), X, post, comb)
 

@@ -116,6 +116,7 @@ class SpeculativeRunner(Runner):
         self.generators = (generator,) if generator is not None else ()
         B, dev, dtype, args = decoder.batch, decoder.tokens.device, model.dtype, model.args
         self.mtp_state = LayerState(model.mtp[0].attn, B, decoder.capacity, dtype).to(dev) if len(model.mtp) else None
+        self.mtp_bufs = list(self.mtp_state.buffers()) if self.mtp_state is not None else []   # what a chain snapshots
         self.hidden = torch.zeros(B, 1, args.hc_mult, args.dim, dtype=dtype, device=dev)   # main streams at pos-1
         self.out = torch.zeros(B, k + 1, dtype=torch.long, device=dev)
         self.count = torch.zeros(B, dtype=torch.long, device=dev)
@@ -165,7 +166,8 @@ class SpeculativeRunner(Runner):
         pos, tok = self.dec.pos[:n], self.dec.tokens[:n]
         sampled = self.sampler.temperature[:n] > 0
         logits, G = self._mtp(self.hidden[:n], tok, pos - 1, n, keep=pos >= 1)     # no position -1 at the start
-        snap = {name: buf[:n].clone() for name, buf in self.mtp_state.named_buffers()} if self.k > 1 else {}
+        bufs = self.mtp_bufs if self.k > 1 else []
+        snap = [buf[:n].clone() for buf in bufs]
         drafts, qs = [], []
         for i in range(self.k):
             if i:
@@ -174,9 +176,8 @@ class SpeculativeRunner(Runner):
             d = torch.where(sampled, draw(q, self.gen), greedy)
             drafts.append(d)
             qs.append(q)
-        for name, buf in self.mtp_state.named_buffers():
-            if name in snap:
-                buf[:n].copy_(snap[name])
+        for buf, old in zip(bufs, snap):
+            buf[:n].copy_(old)
         return torch.stack(drafts, 1), torch.stack(qs, 1)
 
     def _observe(self, tok: torch.Tensor, keep: torch.Tensor, n: int) -> None:

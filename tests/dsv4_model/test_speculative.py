@@ -36,11 +36,11 @@ def _runner(model, B, cls=Runner, **kw):
                log=lambda s: None, **kw)
 
 
-def _plain(model, prompts, n):
+def _plain(model, prompts, n, **sampling):
     """Plain greedy decoding: each row's stream (prompt, then what it generates), n tokens past the first."""
     r = _runner(model, len(prompts))
     for i, p in enumerate(prompts):
-        r.start(i, p)
+        r.start(i, p, **sampling)
     seqs = [p[:1] for p in prompts]
     for _ in range(n):
         r.step(len(prompts))
@@ -49,19 +49,19 @@ def _plain(model, prompts, n):
     return seqs
 
 
-def _speculative(model, prompts, n, k=2, **kw):
+def _speculative(model, prompts, n, k=2, sampling=None, runner=None, full=False, **kw):
     """The same streams from the speculative step; also every step's counts [steps, B]."""
     B = len(prompts)
-    r = _runner(model, B, SpeculativeRunner, k=k, **kw)
+    r = runner or _runner(model, B, SpeculativeRunner, k=k, **kw)
     for i, p in enumerate(prompts):
-        r.start(i, p)
+        r.start(i, p, **(sampling or {}))
     seqs, counts = [p[:1] for p in prompts], []
     while min(map(len, seqs)) <= n:
         out, count = r.step(B)
         counts.append(count.tolist())
         for i, (o, c) in enumerate(zip(out.tolist(), counts[-1])):
             seqs[i] = seqs[i] + o[:c]
-    return [s[: n + 1] for s in seqs], counts
+    return (seqs if full else [s[: n + 1] for s in seqs]), counts
 
 
 def _oracle(streams, k, right=lambda pos, i: True):
@@ -109,14 +109,36 @@ def test_forced_agree_draft_accepts_every_draft_and_equals_greedy_decoding(exact
     assert all(c == k + 1 for step in counts for c in step)        # every draft accepted, every step
 
 
-def test_partly_right_draft_equals_greedy_decoding(exact, plain4):
-    """Rows accept 0..k drafts, each its own number per step: positions and state advance by their own counts."""
+def test_partly_right_draft_equals_greedy_decoding(exact):
+    """Rows accept 0..k drafts, each its own number per step: positions, state and the repetition penalty's ring
+    advance by their own counts (a rejected draft never enters the ring)."""
     n, k = 80, 3
+    want = _plain(exact, PROMPTS, n + k, repetition_penalty=1.5)
     right = lambda pos, i: (pos * 7 + i * 3) % 5 != 0
-    got, counts = _speculative(exact, PROMPTS, n, k=k, draft=_oracle(plain4, k, right))
-    assert got == [s[: n + 1] for s in plain4]
+    got, counts = _speculative(exact, PROMPTS, n, k=k, draft=_oracle(want, k, right),
+                               sampling=dict(repetition_penalty=1.5))
+    assert got == [s[: n + 1] for s in want]
+    assert want != _plain(exact, PROMPTS, n + k)[:n + 1]             # the penalty decides tokens here
     seen = {c for step in counts[2:] for c in step}
     assert len(seen) >= 3, seen
+
+
+def test_mtp_cache_holds_the_committed_positions_only(exact):
+    """After speculative steps (mostly rejected MTP drafts), the MTP block's window is the reference block's after
+    decoding the committed stream position by position: the chained drafts' writes are undone and the committed
+    positions written with the main model's streams."""
+    r = _runner(exact, 1, SpeculativeRunner, k=3)
+    (got,), _ = _speculative(exact, PROMPTS[:1], 30, runner=r, full=True)
+    p = int(r.dec.pos[0])
+    ids = torch.tensor([got])
+    assert ids.shape[1] == p + 1 and p >= 30                      # positions 0..p-1 fed, token p next
+    exact.reset()
+    H = exact._hidden(ids[:, :p], None)
+    mtp = exact.mtp[0]
+    for j in range(p - 1):
+        mtp(H[:, j:j + 1], ids[:, j + 1:j + 2], exact.rope_main, j)
+    want, have = mtp.attn.kv_window[0].float(), r.mtp_state.kv_window[0].float()
+    assert float((want - have).abs().max()) < 1e-4 * float(want.abs().max())
 
 
 def test_a_stopped_row_leaves_a_verify_position_untouched(exact):
@@ -177,7 +199,8 @@ N, T, TOPK = 768, 2.0, 3
 
 def _exact_joint(model, prompt):
     """The plain sampler's exact distribution of the 3 tokens after `prompt` (temperature T, top-k TOPK, no
-    penalty): {(a, b, c): probability}, from plain graph-safe steps over every branch."""
+    penalty), from plain graph-safe steps over every branch: ({(a, b, c): probability}, {generated prefix: the
+    next token's distribution [V]})."""
     def dist(prefixes):
         B = len(prefixes)
         dec = GraphSafeDecoder(model, B)
@@ -185,16 +208,15 @@ def _exact_joint(model, prompt):
             dec.tokens.copy_(torch.tensor([p[i] for p in prefixes]))
             logits = dec.step(B)
         return filtered_probs(logits / T, torch.full((B,), TOPK), torch.ones(B)).double()
-    out = {}
     p1 = dist([prompt])[0]
+    cond = {(): p1}
     a_s = p1.nonzero()[:, 0].tolist()
-    p2 = dist([prompt + [a] for a in a_s])
-    ab = [(a, b) for i, a in enumerate(a_s) for b in p2[i].nonzero()[:, 0].tolist()]
-    p3 = dist([prompt + list(x) for x in ab])
-    for j, (a, b) in enumerate(ab):
-        for c in p3[j].nonzero()[:, 0].tolist():
-            out[(a, b, c)] = float(p1[a] * p2[a_s.index(a), b] * p3[j, c])
-    return out
+    cond.update({(a,): p for a, p in zip(a_s, dist([prompt + [a] for a in a_s]))})
+    ab = [(a, b) for a in a_s for b in cond[(a,)].nonzero()[:, 0].tolist()]
+    cond.update(zip(ab, dist([prompt + list(x) for x in ab])))
+    joint = {(a, b, c): float(p1[a] * cond[(a,)][b] * cond[(a, b)][c])
+             for a, b in ab for c in cond[(a, b)].nonzero()[:, 0].tolist()}
+    return joint, cond
 
 
 def _chi2(samples, probs):
@@ -241,33 +263,76 @@ def _sample_runs(runner, n_rows, steps):
 
 def test_plain_sampler_matches_the_exact_distribution(exact, joint):
     """Calibrates the statistical test: the plain sampler's (t3, t4, t5) against the exact joint."""
-    stat, crit = _chi2(_sample_runs(_runner(exact, N), N, 5), joint)
+    stat, crit = _chi2(_sample_runs(_runner(exact, N), N, 5), joint[0])
     assert stat < crit, (stat, crit)
 
 
-def _fixed_draft(joint, V, seed=0):
-    """A context-free draft over the joint's tokens, heavy-tailed weights: it overlaps the target distributions
-    unevenly, so both the acceptance ratio and the residual sample decide the output."""
-    support = sorted({t for key in joint for t in key})
-    w = torch.zeros(V)
-    w[support] = torch.randn(len(support), generator=torch.Generator().manual_seed(seed)).mul(1.5).exp()
-    q = w / w.sum()
-    gen = torch.Generator().manual_seed(seed + 1)
+def _contrary_draft(cond, V, seed=0):
+    """A draft from the exact target distributions, turned around: 0.8 on the target's least likely token, 0.2
+    over its others. It overlaps the target unevenly, so both the acceptance ratio and the residual sample
+    decide the output (the MTP block's drafts rarely overlap the random target: they test mostly the rejection
+    path). Reads each row's generated tokens from the sampler's ring on the host: a test-only draft."""
+    gen = torch.Generator().manual_seed(seed)
+    uniform = torch.full((V,), 1.0 / V, dtype=torch.float64)
 
     def draft(runner, n):
-        k = runner.k
-        qs = q.expand(n, k, V)
-        d = torch.multinomial(q, n * k, replacement=True, generator=gen).view(n, k)   # host: test-only draft
-        return d, qs
+        k, pos, tok = runner.k, runner.dec.pos[:n].tolist(), runner.dec.tokens[:n].tolist()
+        ring = runner.sampler.ring[:n].tolist()
+        d, q = torch.zeros(n, k, dtype=torch.long), torch.zeros(n, k, V)
+        for r in range(n):
+            hist = ring[r][: pos[r]] + [tok[r]]                 # the tokens at positions 0..p
+            for i in range(k):
+                p = cond.get(tuple(hist[3:]))
+                if p is None:
+                    qi = uniform
+                else:
+                    live = p > 0
+                    least = torch.where(live, p, 2.0).argmin()
+                    qi = torch.where(live, 0.2 / max(int(live.sum()) - 1, 1), 0.0).double()
+                    qi[least] = 0.8
+                    qi = qi / qi.sum()
+                di = int(torch.multinomial(qi, 1, generator=gen))
+                d[r, i], q[r, i] = di, qi.float()
+                hist.append(di)
+        return d, q
     return draft
 
 
-@pytest.mark.parametrize("which", ["mtp", "fixed"])
+@pytest.mark.parametrize("which", ["mtp", "contrary"])
 def test_speculative_sampler_matches_the_plain_distribution(exact, joint, which):
     """The rejection rule keeps the target distribution: (t3, t4, t5) of the speculative sampler (k = 2) against
-    the same exact joint, the MTP draft and a draft that overlaps the target, at significance 1e-3."""
+    the same exact joint, with the MTP draft and with a draft that overlaps the target, at significance 1e-3."""
     V = exact.args.vocab_size
-    draft = None if which == "mtp" else _fixed_draft(joint, V)
+    draft = None if which == "mtp" else _contrary_draft(joint[1], V)
     r = _runner(exact, N, SpeculativeRunner, k=2, generator=torch.Generator().manual_seed(11), draft=draft)
-    stat, crit = _chi2(_sample_runs(r, N, 4), joint)
+    stat, crit = _chi2(_sample_runs(r, N, 4), joint[0])
     assert stat < crit, (stat, crit)
+
+
+# -- graphcheck ------------------------------------------------------------------------------------------------
+def _rows(findings):
+    return sorted((f.rule, f.path.rsplit("/", 1)[-1], f.line) for f in findings)
+
+
+def test_graphcheck_finds_nothing_in_the_speculative_step():
+    """The speculative target (also gated in CI: graphcheck-graphsafe.toml, empty baseline): the portable audit and
+    the capture emulation, MTP drafts and sampling rows included, at zero findings."""
+    from graphcheck.runtime.audit import audit
+    from graphcheck.runtime.capture import capture_test
+    from dsv4_model.target import speculative_decode
+    assert audit(speculative_decode(device="cpu", batch=2, max_seq_len=64), steps=2) == []
+    assert capture_test(speculative_decode(device="cpu", batch=2, max_seq_len=64), steps=2, device="cpu") == []
+
+
+@pytest.mark.parametrize("factory,marker,rule", [("item_count", "item", "GC101"),
+                                                 ("loop_over_accepted", "loop", "GC105"),
+                                                 ("slice_by_count", "slice", "GC105")])
+def test_planted_host_reads_of_the_accepted_count_are_caught_at_their_line(factory, marker, rule):
+    """A host `.item()` of the count, a Python loop over the accepted tokens, a slice by the count: the audit
+    names each read at its line, and the capture fails there (GC001), nothing else reported."""
+    import spec_planted
+    from graphcheck.runtime.audit import audit
+    from graphcheck.runtime.capture import capture_test
+    line = spec_planted.line_of(marker)
+    assert _rows(audit(getattr(spec_planted, factory)(), steps=2)) == [(rule, "spec_planted.py", line)]
+    assert _rows(capture_test(getattr(spec_planted, factory)(), steps=2, device="cpu")) == [("GC001", "spec_planted.py", line)]

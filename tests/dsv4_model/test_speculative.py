@@ -336,3 +336,67 @@ def test_planted_host_reads_of_the_accepted_count_are_caught_at_their_line(facto
     line = spec_planted.line_of(marker)
     assert _rows(audit(getattr(spec_planted, factory)(), steps=2)) == [(rule, "spec_planted.py", line)]
     assert _rows(capture_test(getattr(spec_planted, factory)(), steps=2, device="cpu")) == [("GC001", "spec_planted.py", line)]
+
+
+# -- GPU ------------------------------------------------------------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.parametrize("draft", ["mtp", "forced"])
+def test_cuda_speculative_replay_bitwise(draft):
+    """The runner's captured speculative step (k = 2, a staggered batch of 4, greedy and sampling rows, its own
+    generator registered with the graph) replays equal to the eager step bit for bit over 300 steps: emitted
+    tokens, counts and every state tensor (every 50 steps); with the forced-agree draft every step accepts all."""
+    import importlib.util
+    import os
+    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("decode_bench", os.path.join(ROOT, "benchmarks", "decode.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    model = dsv4_model.load("tiny", device="cuda", max_seq_len=1024)
+    B, k, steps = 4, 2, STEPS
+    prompts = [[0, 3 + r, 4 + r][: 1 + r % 3] for r in range(B)]
+    settings = [dict(temperature=0.7, top_k=40, top_p=0.95, repetition_penalty=1.1, seed=r) if r % 2 and draft == "mtp"
+                else {} for r in range(B)]
+    table_draft = None
+    if draft == "forced":                      # each row's own greedy stream, from the plain (eager) step
+        plain = Runner(GraphSafeDecoder(model, B), Sampler(B, model.args.vocab_size, device="cuda"), buckets=(B,),
+                       graphs=False, log=lambda s: None)
+        for i, p in enumerate(prompts):
+            plain.start(i, p)
+        table = torch.zeros(B, (k + 1) * steps + 8, dtype=torch.long, device="cuda")
+        for t in range(1, table.shape[1]):
+            plain.step(B)
+            table[:, t] = plain.dec.tokens
+        table_draft = bench.table_draft(table, k)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    r = SpeculativeRunner(GraphSafeDecoder(model, B), Sampler(B, model.args.vocab_size, device="cuda"), k=k,
+                          generator=gen, draft=table_draft, buckets=(B,), log=lambda s: None)
+    for i, p in enumerate(prompts):
+        r.start(i, p, **settings[i])
+    r.step(B)                                  # captures the bucket's graph (state restored after), one replay
+    assert r.graphs[B] is not None
+    state = r.state()
+    start, g0 = {n: v.clone() for n, v in state.items()}, gen.get_state()
+    eager, snaps = [], []
+    for i in range(steps):
+        r.body(B)
+        eager.append((r.out[:B].clone(), r.count[:B].clone()))
+        if i % 50 == 49:
+            snaps.append({n: v.clone() for n, v in state.items()})
+    for n, v in state.items():
+        v.copy_(start[n])
+    gen.set_state(g0)
+    for i in range(steps):
+        out, count = r.step(B)
+        assert torch.equal(out, eager[i][0]) and torch.equal(count, eager[i][1]), f"step {i}"
+        if draft == "forced":
+            assert bool((count == k + 1).all()), f"step {i}: {count.tolist()}"
+        if i % 50 == 49:
+            for n, v in state.items():
+                assert torch.equal(v, snaps[i // 50][n]), f"state {n} differs at step {i}"
+
+
+@pytest.mark.cuda
+def test_cuda_capture_of_the_speculative_target_is_clean():
+    from graphcheck.runtime.capture import capture_test
+    from dsv4_model.target import speculative_decode
+    assert capture_test(speculative_decode(device="cuda", batch=4), steps=3, device="cuda") == []

@@ -26,6 +26,13 @@ dtype the model holds them in. The projected 43-layer step = rest + 43 x per lay
 floor. On CPU (`--device cpu`, tiny shapes) the same code runs eagerly, counting profiler ops instead of kernels:
 what CI runs to keep the script working; its times mean nothing.
 
+Speculative mode (issue 41), graph replay of the speculative step (speculative.py, the MTP block's drafts) against
+the plain step, per step and per emitted token, at acceptance 0, 0.5 and 1 (drafts from each row's own greedy
+stream, right for the first 0, k/2 or k of them) and with the MTP block's own drafts:
+
+    python benchmarks/decode.py --speculative 2 --configs tiny,flash --batches 1,8
+    python benchmarks/decode.py --speculative 2 --device cpu --configs tiny --batches 1 --steps 2   # CI crash test
+
 torch.compile runs in a child process per (config, batch): a compile that fails inside Inductor can leave the
 process's dispatcher state broken (torch 2.11 hit an internal assert on the next allocation), which must not take
 the other rows with it. The child compiles the step with the kernels the decoder selects; if that fails it says
@@ -457,6 +464,87 @@ def depth_mode(a) -> int:
     return 0
 
 
+def table_draft(table: torch.Tensor, right: int):
+    """A device-side draft at a set acceptance, for timing: each row's own greedy stream `table` [B, T] (token at
+    each position, what the main model emits), the first `right` of the k drafts taken from it and the others off
+    by one token id (never accepted); q one-hot (a deterministic draft). Fixed shapes, no host read: it captures."""
+    def draft(runner, n):
+        k, V = runner.k, runner.dec.model.args.vocab_size
+        pos = runner.dec.pos[:n]
+        j = torch.arange(k, device=pos.device)
+        d = table[:n].gather(1, (pos[:, None] + 1 + j).clamp(max=table.shape[1] - 1))
+        d = torch.where(j < right, d, (d + 1) % V)
+        return d, torch.zeros(n, k, V, device=d.device).scatter_(2, d[..., None], 1.0)
+    return draft
+
+
+def _spec_model(cfg: str, device: str):
+    import dsv4_model
+    from dsv4_model.synthetic import flash_args, random_model
+    if cfg == "tiny":
+        return dsv4_model.load("tiny", device=device, max_seq_len=512)
+    return random_model(flash_args(3), device=device, mtp=True)
+
+
+def speculative_rows(cfg: str, model, batch: int, k: int, steps: int, device: str) -> list[dict]:
+    """Plain and speculative graph steps (eager on CPU) from the same greedy prompts: ms per step, emitted tokens
+    per step (measured: the mean count over `steps` more steps) and ms per emitted token."""
+    from dsv4_model.decode import GraphSafeDecoder
+    from dsv4_model.runner import Runner
+    from dsv4_model.sampler import Sampler
+    from dsv4_model.speculative import SpeculativeRunner
+    V, graphs = model.args.vocab_size, device == "cuda"
+    prompts = [[0, 5 + r, 6 + r] for r in range(batch)]
+
+    def runner(cls=Runner, **kw):
+        r = cls(GraphSafeDecoder(model, batch=batch), Sampler(batch, V, device=device), buckets=(batch,), graphs=graphs,
+                log=lambda s: None, **kw)
+        for i, p in enumerate(prompts):
+            r.start(i, p)
+        return r
+    T = 2 * steps * (k + 1) + 16
+    plain = runner()
+    table = torch.zeros(batch, T + 1, dtype=torch.long, device=device)
+    table[:, 0] = 0
+    for t in range(1, T + 1):                        # each row's greedy stream: the tokens the draft will meet
+        plain.step(batch)
+        table[:, t] = plain.dec.tokens[:batch]
+    plain = runner()
+    rows = [{"draft": "plain", "ms": _ms(lambda: plain.step(batch), steps), "tokens": 1.0}]
+    del plain
+    drafts = [("acceptance 0", table_draft(table, 0)), ("acceptance 0.5", table_draft(table, k // 2)),
+              ("acceptance 1", table_draft(table, k)), ("MTP block", None)]
+    for name, draft in drafts:
+        spec = runner(SpeculativeRunner, k=k, generator=torch.Generator(device=device).manual_seed(0), draft=draft)
+        ms = _ms(lambda: spec.step(batch), steps)
+        counts = [spec.step(batch)[1].float().mean().item() for _ in range(steps)]   # host reads, untimed
+        rows.append({"draft": name, "ms": ms, "tokens": sum(counts) / len(counts)})
+        del spec
+    for r in rows:
+        r.update(config=cfg, batch=batch, k=k, per_token=r["ms"] / r["tokens"], speedup=rows[0]["ms"] / (r["ms"] / r["tokens"]))
+    return rows
+
+
+def speculative_mode(a) -> int:
+    device = a.device
+    if device == "cuda" and not torch.cuda.is_available():
+        print("benchmarks/decode.py: --device cuda and no CUDA GPU", file=sys.stderr)
+        return 2
+    rows = []
+    for cfg in a.configs.split(","):
+        model = _spec_model(cfg, device)
+        for b in (int(x) for x in a.batches.split(",")):
+            rows += speculative_rows(cfg, model, b, a.speculative, a.steps, device)
+        del model
+    print(f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU (eager; times mean nothing)'}, "
+          f"torch {torch.__version__}; speculative step, k = {a.speculative} drafts")
+    print(f"{'config':7} {'B':>2} {'draft':15} {'ms/step':>9} {'tokens/step':>11} {'ms/token':>9} {'vs plain':>8}")
+    for r in rows:
+        print(f"{r['config']:7} {r['batch']:>2} {r['draft']:15} {r['ms']:9.3f} {r['tokens']:11.2f} {r['per_token']:9.3f} "
+              f"{r['speedup']:8.2f}")
+    return 0
+
+
 def bench(name: str, model, batch: int, steps: int, compile_: bool, bw: float, profile_: bool = False,
           deadline: float = float("inf")) -> dict:
     dec, runner = _setup(model, batch)
@@ -510,7 +598,11 @@ def main(argv=None) -> int:
                     help="depth mode: these layers' kernels in launch order with their times, and fusion projections "
                          "(at the deeper depth)")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: depth mode only (a crash test)")
+    ap.add_argument("--speculative", type=int, default=0, metavar="K",
+                    help="time the speculative step with K drafts against the plain step (issue 41)")
     a = ap.parse_args(argv)
+    if a.speculative:
+        return speculative_mode(a)
     if a.depths:
         if a.device == "cuda" and not torch.cuda.is_available():
             print("benchmarks/decode.py: --device cuda and no CUDA GPU (--device cpu runs the depth mode's code on "

@@ -10,6 +10,7 @@ from .checkpoint import CheckpointError, Plan, module_key
 from .config import ModelArgs, load_args
 from .linear import set_qweight
 from .model import Transformer
+from .mtp import MTPBlock
 from .precision import component_of, parse_overrides, resolve
 from .quant import QWeight, act_sim, dequant, quantize
 from .tiny import tiny
@@ -60,7 +61,7 @@ def _read_as_stored(stored: torch.dtype, compute: torch.dtype) -> bool:
 
 def load(path: str | Path = "tiny", device: str | torch.device = "cpu", dtype: torch.dtype = torch.bfloat16,
          precision: dict[str, str] | list[str] | str | None = None, max_seq_len: int | None = None,
-         batch: int = 1) -> Transformer:
+         batch: int = 1, mtp: bool = True) -> Transformer:
     """Validate a checkpoint (from its headers, before any data is read) and load it into a Transformer.
 
     Weights stay in the format the checkpoint stores (QWeight) and move to `device` one at a time; the modules
@@ -69,7 +70,8 @@ def load(path: str | Path = "tiny", device: str | torch.device = "cpu", dtype: t
     compressor projections the reference declares fp32): that one stays as stored, and the product widens it.
     `precision`: a policy name and/or COMPONENT=FORMAT overrides (see precision.py); the default computes every
     projection as stored. `dtype`: the activation dtype, bf16 by default as the official release computes (float32
-    is a debugging deviation).
+    is a debugging deviation). `mtp`: build the checkpoint's MTP blocks (`model.mtp`, see mtp.py) when it holds
+    them; False ignores them (one warning).
     """
     dev = _device(device)
     if isinstance(precision, str):
@@ -77,11 +79,16 @@ def load(path: str | Path = "tiny", device: str | torch.device = "cpu", dtype: t
     policy = parse_overrides(precision) if isinstance(precision, list) or precision is None else resolve(precision)
     root = resolve_checkpoint(path)
     args = load_args(root / "config.json", max_seq_len)
-    plan = Plan(root, args)
-    if plan.mtp:
-        log.warning("%s: ignoring %d mtp.* tensor(s): the MTP draft module is not implemented", root, len(plan.mtp))
+    plan = Plan(root, args, mtp)
+    if plan.mtp and not plan.with_mtp:
+        why = "mtp=False" if not mtp else "the config sets num_nextn_predict_layers = 0"
+        log.warning("%s: ignoring %d mtp.* tensor(s) (%s)", root, len(plan.mtp), why)
     with torch.device("meta"):
         model = Transformer(args, dtype, batch)
+        if plan.with_mtp:
+            model.mtp.extend(MTPBlock(args, args.n_layers + i, dtype, batch) for i in range(args.n_mtp_layers))
+    for block in model.mtp:
+        block.attach(model)
     model.init_state(dev)
     model.policy = policy
     for name, val in plan.tensors(dev):

@@ -85,53 +85,76 @@ def module_key(native: str) -> str:
 # -- what a model of these args must contain -------------------------------------------------------------
 def expected_tensors(args: ModelArgs) -> dict[str, tuple[tuple[int, ...], str]]:
     """native name -> (shape, kind); kind: linear (a quantisable weight), float (kept fp32), int."""
-    d, H, D, hc = args.dim, args.n_heads, args.head_dim, args.hc_mult
-    mix = (2 + hc) * hc
+    d, hc = args.dim, args.hc_mult
     out: dict[str, tuple[tuple[int, ...], str]] = {
         "embed.weight": ((args.vocab_size, d), "float"), "head.weight": ((args.vocab_size, d), "linear"),
         "norm.weight": ((d,), "float"), "hc_head_fn": ((hc, hc * d), "float"), "hc_head_base": ((hc,), "float"),
         "hc_head_scale": ((1,), "float"),
     }
     for L in range(args.n_layers):
-        p = f"layers.{L}."
-        r = args.ratio(L)
-        out.update({
-            p + "attn_norm.weight": ((d,), "float"), p + "ffn_norm.weight": ((d,), "float"),
-            **{p + f"hc_{s}_fn": ((mix, hc * d), "float") for s in ("attn", "ffn")},
-            **{p + f"hc_{s}_base": ((mix,), "float") for s in ("attn", "ffn")},
-            **{p + f"hc_{s}_scale": ((3,), "float") for s in ("attn", "ffn")},
-            p + "attn.wq_a.weight": ((args.q_lora_rank, d), "linear"), p + "attn.q_norm.weight": ((args.q_lora_rank,), "float"),
-            p + "attn.wq_b.weight": ((H * D, args.q_lora_rank), "linear"), p + "attn.wkv.weight": ((D, d), "linear"),
-            p + "attn.kv_norm.weight": ((D,), "float"),
-            p + "attn.wo_a.weight": ((args.o_groups * args.o_lora_rank, H * D // args.o_groups), "linear"),
-            p + "attn.wo_b.weight": ((d, args.o_groups * args.o_lora_rank), "linear"),
-            p + "attn.attn_sink": ((H,), "float"),
-            p + "ffn.gate.weight": ((args.n_routed_experts, d), "linear"),
-        })
-        if r:
-            coff = 2 if r == 4 else 1
-            out.update({p + "attn.compressor.wkv.weight": ((coff * D, d), "linear"),
-                        p + "attn.compressor.wgate.weight": ((coff * D, d), "linear"),
-                        p + "attn.compressor.ape": ((r, coff * D), "float"), p + "attn.compressor.norm.weight": ((D,), "float")})
-        if r == 4:
-            Hi, Di = args.index_n_heads, args.index_head_dim
-            out.update({p + "attn.indexer.wq_b.weight": ((Hi * Di, args.q_lora_rank), "linear"),
-                        p + "attn.indexer.weights_proj.weight": ((Hi, d), "linear"),
-                        p + "attn.indexer.compressor.wkv.weight": ((2 * Di, d), "linear"),
-                        p + "attn.indexer.compressor.wgate.weight": ((2 * Di, d), "linear"),
-                        p + "attn.indexer.compressor.ape": ((4, 2 * Di), "float"),
-                        p + "attn.indexer.compressor.norm.weight": ((Di,), "float")})
-        if L < args.n_hash_layers:
-            out[p + "ffn.gate.tid2eid"] = ((args.vocab_size, args.n_activated_experts), "int")
-        else:
-            out[p + "ffn.gate.bias"] = ((args.n_routed_experts,), "float")
-        I = args.moe_inter_dim
-        for e in range(args.n_routed_experts):
-            out.update({p + f"ffn.experts.{e}.w1.weight": ((I, d), "linear"), p + f"ffn.experts.{e}.w3.weight": ((I, d), "linear"),
-                        p + f"ffn.experts.{e}.w2.weight": ((d, I), "linear")})
-        Is = I * args.n_shared_experts
-        out.update({p + "ffn.shared_experts.w1.weight": ((Is, d), "linear"), p + "ffn.shared_experts.w3.weight": ((Is, d), "linear"),
-                    p + "ffn.shared_experts.w2.weight": ((d, Is), "linear")})
+        out.update(_block_tensors(args, f"layers.{L}.", L))
+    return out
+
+
+def mtp_tensors(args: ModelArgs) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The multi-token-prediction blocks `mtp.{i}.*` (official `MTPBlock`): one block at layer id n_layers + i
+    (its compress_ratios entry, a gate with bias), the projections e_proj/h_proj that mix the next token's
+    embedding into the main model's streams, their norms, and its own hc head and final norm. Embedding and LM
+    head are the main model's (the official convert.py drops any mtp copy of them)."""
+    d, hc = args.dim, args.hc_mult
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
+    for i in range(args.n_mtp_layers):
+        p = f"mtp.{i}."
+        out.update(_block_tensors(args, p, args.n_layers + i))
+        out.update({p + "e_proj.weight": ((d, d), "linear"), p + "h_proj.weight": ((d, d), "linear"),
+                    **{p + f"{n}.weight": ((d,), "float") for n in ("enorm", "hnorm", "norm")},
+                    p + "hc_head_fn": ((hc, hc * d), "float"), p + "hc_head_base": ((hc,), "float"),
+                    p + "hc_head_scale": ((1,), "float")})
+    return out
+
+
+def _block_tensors(args: ModelArgs, p: str, L: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The tensors of one block named under prefix p, at layer id L (its attention type and routing)."""
+    d, H, D, hc = args.dim, args.n_heads, args.head_dim, args.hc_mult
+    mix = (2 + hc) * hc
+    r = args.ratio(L)
+    out = {
+        p + "attn_norm.weight": ((d,), "float"), p + "ffn_norm.weight": ((d,), "float"),
+        **{p + f"hc_{s}_fn": ((mix, hc * d), "float") for s in ("attn", "ffn")},
+        **{p + f"hc_{s}_base": ((mix,), "float") for s in ("attn", "ffn")},
+        **{p + f"hc_{s}_scale": ((3,), "float") for s in ("attn", "ffn")},
+        p + "attn.wq_a.weight": ((args.q_lora_rank, d), "linear"), p + "attn.q_norm.weight": ((args.q_lora_rank,), "float"),
+        p + "attn.wq_b.weight": ((H * D, args.q_lora_rank), "linear"), p + "attn.wkv.weight": ((D, d), "linear"),
+        p + "attn.kv_norm.weight": ((D,), "float"),
+        p + "attn.wo_a.weight": ((args.o_groups * args.o_lora_rank, H * D // args.o_groups), "linear"),
+        p + "attn.wo_b.weight": ((d, args.o_groups * args.o_lora_rank), "linear"),
+        p + "attn.attn_sink": ((H,), "float"),
+        p + "ffn.gate.weight": ((args.n_routed_experts, d), "linear"),
+    }
+    if r:
+        coff = 2 if r == 4 else 1
+        out.update({p + "attn.compressor.wkv.weight": ((coff * D, d), "linear"),
+                    p + "attn.compressor.wgate.weight": ((coff * D, d), "linear"),
+                    p + "attn.compressor.ape": ((r, coff * D), "float"), p + "attn.compressor.norm.weight": ((D,), "float")})
+    if r == 4:
+        Hi, Di = args.index_n_heads, args.index_head_dim
+        out.update({p + "attn.indexer.wq_b.weight": ((Hi * Di, args.q_lora_rank), "linear"),
+                    p + "attn.indexer.weights_proj.weight": ((Hi, d), "linear"),
+                    p + "attn.indexer.compressor.wkv.weight": ((2 * Di, d), "linear"),
+                    p + "attn.indexer.compressor.wgate.weight": ((2 * Di, d), "linear"),
+                    p + "attn.indexer.compressor.ape": ((4, 2 * Di), "float"),
+                    p + "attn.indexer.compressor.norm.weight": ((Di,), "float")})
+    if L < args.n_hash_layers:
+        out[p + "ffn.gate.tid2eid"] = ((args.vocab_size, args.n_activated_experts), "int")
+    else:
+        out[p + "ffn.gate.bias"] = ((args.n_routed_experts,), "float")
+    I = args.moe_inter_dim
+    for e in range(args.n_routed_experts):
+        out.update({p + f"ffn.experts.{e}.w1.weight": ((I, d), "linear"), p + f"ffn.experts.{e}.w3.weight": ((I, d), "linear"),
+                    p + f"ffn.experts.{e}.w2.weight": ((d, I), "linear")})
+    Is = I * args.n_shared_experts
+    out.update({p + "ffn.shared_experts.w1.weight": ((Is, d), "linear"), p + "ffn.shared_experts.w3.weight": ((Is, d), "linear"),
+                p + "ffn.shared_experts.w2.weight": ((d, Is), "linear")})
     return out
 
 
@@ -210,7 +233,7 @@ def _check_finite(name: str, t: torch.Tensor) -> None:
 
 
 _SUFFIXES = ("weight", "scale", "weight_scale_inv", "weight_scale", "weight_scale_2", "input_scale")
-_EXPERT = re.compile(r"^layers\.(\d+)\.ffn\.experts\.(\d+)\.(w[123])$")
+_EXPERT = re.compile(r"^((?:layers|mtp)\.\d+)\.ffn\.experts\.(\d+)\.(w[123])$")
 
 
 def _group(names: list[str]) -> tuple[dict[str, dict[str, str]], list[str], list[str]]:
@@ -219,11 +242,10 @@ def _group(names: list[str]) -> tuple[dict[str, dict[str, str]], list[str], list
     unknown, mtp = [], []
     for n in names:
         if n.startswith(("mtp.", "model.mtp.")):
-            mtp.append(n)
-            continue
+            mtp.append(n)          # native names inside (HF transformers has no MTP module to rename them for)
         if _FUSED.match(n):
             continue
-        native = hf_to_native(n) if n.startswith(("model.", "lm_head")) else n
+        native = n[len("model."):] if n.startswith("model.mtp.") else hf_to_native(n) if n.startswith(("model.", "lm_head")) else n
         if native is None:
             unknown.append(n)
             continue
@@ -310,21 +332,31 @@ def _read_linear(src: _Source, parts: dict[str, str], fmt: str) -> QWeight:
 
 
 class Plan:
-    """What a checkpoint holds for a model of `args`, validated from the headers before any data is read."""
+    """What a checkpoint holds for a model of `args`, validated from the headers before any data is read.
 
-    def __init__(self, root: Path, args: ModelArgs):
+    `mtp`: read the multi-token-prediction blocks (`mtp.*`) when the checkpoint holds them and the config asks
+    for them (`num_nextn_predict_layers`); then they must be complete and well formed like the rest. `self.mtp`
+    lists the stored mtp.* names, `self.with_mtp` says whether they are read (if not, they are ignored)."""
+
+    def __init__(self, root: Path, args: ModelArgs, mtp: bool = True):
         self.root, self.args = root, args
         self.src = src = _Source(root)
         groups, unknown, self.mtp = _group(list(src.where))
+        self.with_mtp = bool(mtp and self.mtp and args.n_mtp_layers)
+        expected = expected_tensors(args)
+        if self.with_mtp:
+            expected.update(mtp_tensors(args))
+        else:
+            groups = {b: parts for b, parts in groups.items() if not b.startswith("mtp.")}
         fused = {(int(m.group(1)), m.group(2)): n for n in src.where if (m := _FUSED.match(n))}
         self.items: list[tuple] = []
         E, I, d = args.n_routed_experts, args.moe_inter_dim, args.dim
-        for name, (shape, kind) in expected_tensors(args).items():
+        for name, (shape, kind) in expected.items():
             m = _EXPERT.match(name[: -len(".weight")]) if kind == "linear" else None
             if m:
-                L, e, proj = int(m.group(1)), int(m.group(2)), m.group(3)
+                block, e, proj = m.group(1), int(m.group(2)), m.group(3)
                 if e == 0:
-                    self.items.append(self._plan_experts(groups, fused, L, proj, E, shape))
+                    self.items.append(self._plan_experts(groups, fused, block, proj, E, shape))
                 continue
             if kind == "linear":
                 base = name[: -len(".weight")]
@@ -356,7 +388,9 @@ class Plan:
         self.largest = max(_nbytes(src, n) for n in src.where)
         self.total = sum(_nbytes(src, n) for n in src.where)
 
-    def _plan_experts(self, groups, fused, L: int, proj: str, E: int, shape) -> tuple:
+    def _plan_experts(self, groups, fused, block: str, proj: str, E: int, shape) -> tuple:
+        """block: "layers.L" or "mtp.i" (HF-fused stacks exist for the main layers only)."""
+        L = int(block.split(".")[1]) if block.startswith("layers.") else None
         key = (L, "gate_up_proj" if proj in ("w1", "w3") else "down_proj")
         if key in fused:
             name = fused[key]
@@ -372,7 +406,7 @@ class Plan:
             return ("fused", f"layers.{L}.ffn.experts.{proj}", name, proj, out)
         per, fmt = [], None
         for e in range(E):
-            base = f"layers.{L}.ffn.experts.{e}.{proj}"
+            base = f"{block}.ffn.experts.{e}.{proj}"
             parts = groups.pop(base, None)
             if parts is None:
                 raise CheckpointError(f"tensor {base}.weight (or its HF name {native_to_hf(base + '.weight')!r}): missing from {self.root}")
@@ -382,8 +416,8 @@ class Plan:
             fmt = f
             per.append(parts)
         if fmt == "nvfp4" and len({"input_scale" in p for p in per}) > 1:
-            raise CheckpointError(f"layer {L} {proj}: some experts carry an input_scale and some do not")
-        return ("experts", f"layers.{L}.ffn.experts.{proj}", per, fmt)
+            raise CheckpointError(f"{block} {proj}: some experts carry an input_scale and some do not")
+        return ("experts", f"{block}.ffn.experts.{proj}", per, fmt)
 
     def tensors(self, device: torch.device | str = "cpu"):
         """Yield (native name, Tensor or QWeight) one at a time, in stored format; expert stacks are filled in
@@ -435,7 +469,7 @@ def read_state(root: Path, args: ModelArgs) -> dict[str, torch.Tensor | QWeight]
 
 
 # -- writing --------------------------------------------------------------------------------------------
-_FP8_IN_RELEASE = re.compile(r"attn\.(wq_a|wq_b|wkv|wo_a|wo_b)$|attn\.indexer\.wq_b$|shared_experts\.w[123]$")
+_FP8_IN_RELEASE = re.compile(r"attn\.(wq_a|wq_b|wkv|wo_a|wo_b)$|attn\.indexer\.wq_b$|shared_experts\.w[123]$|[eh]_proj$")
 WRITE_FORMATS = ("fp32", "bf16", "release", "release-fp4x2", "modelopt", "nvfp4")
 
 
@@ -468,7 +502,9 @@ def write_checkpoint(root: Path, args: ModelArgs, state: dict[str, torch.Tensor]
     naming: native (DeepSeek names) | hf (transformers names; plain routed experts fused into gate_up_proj/down_proj).
     config: native (the reference's inference/config.json keys) | hf (the released config.json's key set).
     calib: NVFP4 activation amax per projection base (input_scale = amax / (6*448); 4.0 where absent).
-    extra: stored tensors written as they are (e.g. mtp.*).
+    extra: stored tensors written as they are.
+    The MTP blocks (`mtp_tensors`) are written when `state` holds them, under their native names in either naming
+    (HF transformers keeps no MTP module, so its checkpoints carry them as `mtp.*`).
     """
     from safetensors.torch import save_file
     if fmt == "native-fp8":
@@ -479,7 +515,14 @@ def write_checkpoint(root: Path, args: ModelArgs, state: dict[str, torch.Tensor]
     out: dict[str, torch.Tensor] = {}
     fused: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
     plain_dtype = torch.float32 if fmt == "fp32" else torch.bfloat16
-    for name, (shape, kind) in expected_tensors(args).items():
+    expected, mtp = expected_tensors(args), mtp_tensors(args)
+    held = [n for n in mtp if n in state]
+    if held and len(held) != len(mtp):
+        missing = next(n for n in mtp if n not in state)
+        raise ValueError(f"write_checkpoint: state holds {len(held)} of the {len(mtp)} MTP tensors; {missing!r} is missing")
+    if held:
+        expected.update(mtp)
+    for name, (shape, kind) in expected.items():
         t = state[name]
         base = name[: -len(".weight")] if kind == "linear" else name
         sf = stored_format(fmt, base) if kind == "linear" else None
@@ -507,7 +550,7 @@ def write_checkpoint(root: Path, args: ModelArgs, state: dict[str, torch.Tensor]
             if naming == "hf" and sf == "plain" and m:
                 fused.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = v
                 continue
-            out[native_to_hf(n) if naming == "hf" else n] = v.contiguous()
+            out[native_to_hf(n) if naming == "hf" and not n.startswith("mtp.") else n] = v.contiguous()
     for L, experts in fused.items():
         E = len(experts)
         out[f"model.layers.{L}.mlp.experts.gate_up_proj"] = torch.stack([torch.cat([experts[e]["w1"], experts[e]["w3"]], 0) for e in range(E)])
@@ -546,11 +589,12 @@ def write_checkpoint(root: Path, args: ModelArgs, state: dict[str, torch.Tensor]
     (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": wmap}, indent=1))
 
 
-def random_state(args: ModelArgs, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Deterministic synthetic weights with sane scales; tid2eid rows hold distinct experts."""
+def random_state(args: ModelArgs, seed: int = 0, mtp: bool = True) -> dict[str, torch.Tensor]:
+    """Deterministic synthetic weights with sane scales; tid2eid rows hold distinct experts. The MTP blocks
+    (`mtp`) are drawn after the main model's tensors, so those are the same with or without them."""
     g = torch.Generator().manual_seed(seed)
     state = {}
-    for name, (shape, kind) in expected_tensors(args).items():
+    for name, (shape, kind) in {**expected_tensors(args), **(mtp_tensors(args) if mtp else {})}.items():
         if kind == "int":
             state[name] = torch.stack([torch.randperm(args.n_routed_experts, generator=g)[: shape[1]] for _ in range(shape[0])])
         elif name.endswith("norm.weight"):

@@ -320,6 +320,16 @@ def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return y.to(x.dtype).view(shape)
 
 
+def block_step(blk, st: LayerState, X: torch.Tensor, ids: torch.Tensor, ix: StepIndex, n: int,
+               gather=gather_picks_ref) -> torch.Tensor:
+    """One block (a `model.Block`, or the MTP block) of the step over its state: X [n,1,hc,d] -> X. `gather`: the CSA
+    gather chosen at load (`csa_gather`)."""
+    x, post, comb = blk.hc_attn.pre(X)
+    X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), ix, blk.compressed, gather), X, post, comb)
+    x, post, comb = blk.hc_ffn.pre(X)
+    return blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids), X, post, comb)
+
+
 class GraphSafeDecoder(nn.Module):
     """Static decode state for up to `batch` sequences over a loaded `Transformer` (its modules and weights).
 
@@ -358,6 +368,11 @@ class GraphSafeDecoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """tokens [n], pos [n] (device) -> fp32 logits [n, V]; state rows [0, n) are updated in place."""
+        return self.model.logits(self.hidden(tokens, pos))[:, -1]
+
+    def hidden(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """`forward` up to the last block: the final streams [n,1,hc,d] before the hc head (what the MTP block
+        reads, speculative.py)."""
         model, n = self.model, tokens.shape[0]
         pos = pos.clamp(max=self.capacity - 1)        # rows past capacity (idle padding) never index out of range
         ids = tokens.view(n, 1)
@@ -365,7 +380,7 @@ class GraphSafeDecoder(nn.Module):
         ix = self.index(pos, n)
         for i in range(len(self.layers)):
             X = self.block(i, X, ids, ix, n)
-        return model.logits(X)[:, -1]
+        return X
 
     def index(self, pos: torch.Tensor, n: int) -> StepIndex:
         """The step's position-derived tensors (made on first use, shared by every layer)."""
@@ -374,12 +389,7 @@ class GraphSafeDecoder(nn.Module):
     def block(self, i: int, X: torch.Tensor, ids: torch.Tensor, ix: StepIndex, n: int) -> torch.Tensor:
         """Layer i of the step: X [n,1,hc,d] -> X; its state rows [0, n) updated in place (benchmarks/decode.py
         captures it alone for the per-layer profile)."""
-        blk, st = self.model.layers[i], self.layers[i]
-        x, post, comb = blk.hc_attn.pre(X)
-        X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), ix, blk.compressed, self.gather), X,
-                             post, comb)
-        x, post, comb = blk.hc_ffn.pre(X)
-        return blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids), X, post, comb)
+        return block_step(self.model.layers[i], self.layers[i], X, ids, ix, n, self.gather)
 
     @torch.inference_mode()
     def step(self, n: int | None = None) -> torch.Tensor:

@@ -50,6 +50,7 @@ class Transformer(nn.Module):
         self.hc_head = HyperHead(args.hc_mult, args.dim, args.hc_eps, args.norm_eps)
         self.norm = RMSNorm(args.dim, args.norm_eps)
         self.head = Linear(args.dim, args.vocab_size, torch.float32)     # the reference computes logits in fp32
+        self.mtp = nn.ModuleList()          # the MTP blocks (mtp.MTPBlock), filled by the loader when the checkpoint has them
         self._tables()
 
     def _tables(self, device=None) -> None:
@@ -68,7 +69,7 @@ class Transformer(nn.Module):
 
     def reset(self) -> None:
         self.pos.zero_()
-        for layer in self.layers:
+        for layer in (*self.layers, *self.mtp):
             layer.attn.reset()
 
     def set_simulation(self, enabled: bool) -> None:

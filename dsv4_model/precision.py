@@ -17,7 +17,7 @@ a quantised format on a projection stored otherwise simulates that deployment (a
 from __future__ import annotations
 
 COMPONENTS = ("lm_head", "router_gate", "compressor", "indexer_compressor", "indexer_weights_proj",
-              "indexer_q_b_proj", "routed_experts", "shared_experts", "attention")
+              "indexer_q_b_proj", "routed_experts", "shared_experts", "attention", "mtp_proj")
 TARGETS = ("stored", "plain", "bf16", "fp8", "mxfp4", "nvfp4")
 
 POLICIES: dict[str, dict[str, str]] = {
@@ -32,7 +32,7 @@ COMPONENT_OF = [
     ("head", "lm_head"), ("ffn.gate", "router_gate"), ("attn.indexer.compressor.", "indexer_compressor"),
     ("attn.indexer.weights_proj", "indexer_weights_proj"), ("attn.indexer.wq_b", "indexer_q_b_proj"),
     ("attn.compressor.", "compressor"), ("ffn.experts", "routed_experts"), ("ffn.shared_experts.", "shared_experts"),
-    ("attn.", "attention"),
+    ("attn.", "attention"), ("e_proj", "mtp_proj"), ("h_proj", "mtp_proj"),
 ]
 
 

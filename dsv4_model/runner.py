@@ -46,6 +46,7 @@ class Runner:
         self.out = torch.zeros(B, dtype=torch.long, device=dev)             # the sampled token of the last step
         self.graphs: dict[int, torch.cuda.CUDAGraph | None] = {}
         self.pool = None
+        self.generators: tuple[torch.Generator, ...] = ()      # non-default generators the body draws from
 
     # -- host side, outside any graph -------------------------------------------------------------------------
     @staticmethod
@@ -129,6 +130,8 @@ class Runner:
                 self.body(b)
         torch.cuda.current_stream().wait_stream(side)
         g = torch.cuda.CUDAGraph()
+        for gen in self.generators:           # a replay then advances its offset, as the default generator's
+            g.register_generator_state(gen)
         with torch.cuda.graph(g, pool=self.pool):
             self.body(b)
         self.pool = g.pool()

@@ -14,6 +14,7 @@ import torch
 from .config import ModelArgs, flash
 from .linear import set_qweight
 from .model import Transformer
+from .mtp import MTPBlock
 from .quant import QWeight, quantize
 
 
@@ -26,10 +27,17 @@ def flash_args(n_layers: int = 3, max_seq_len: int = 4096) -> ModelArgs:
 
 
 @torch.no_grad()
-def random_model(args: ModelArgs, device="cuda", dtype=torch.bfloat16, seed: int = 0, release: bool = True) -> Transformer:
+def random_model(args: ModelArgs, device="cuda", dtype=torch.bfloat16, seed: int = 0, release: bool = True,
+                 mtp: bool = False) -> Transformer:
+    """`mtp`: with the config's MTP blocks (`model.mtp`), in the release formats too (FP8 e_proj/h_proj); off by
+    default, as the plain decode benchmarks hold no draft (at Flash size the block is a layer's ~7 GB)."""
     torch.manual_seed(seed)
     with torch.device(device):
         model = Transformer(args, dtype=dtype)
+        if mtp:
+            model.mtp.extend(MTPBlock(args, args.n_layers + i, dtype, 1) for i in range(args.n_mtp_layers))
+    for block in model.mtp:
+        block.attach(model)
     for name, p in list(model.named_parameters()) + list(model.named_buffers()):
         if name.endswith("tid2eid"):
             p.copy_(torch.rand(p.shape[0], args.n_routed_experts, device=p.device).argsort(-1)[:, : p.shape[1]])
@@ -67,7 +75,7 @@ def random_model(args: ModelArgs, device="cuda", dtype=torch.bfloat16, seed: int
 def _release_format(module: str, prefix: str) -> str:
     if module.endswith("ffn.experts"):
         return "mxfp4"
-    if module.endswith(("attn.wq_a", "attn.wq_b", "attn.wkv", "attn.wo_b", "indexer.wq_b")) or ".shared_experts." in module:
+    if module.endswith(("attn.wq_a", "attn.wq_b", "attn.wkv", "attn.wo_b", "indexer.wq_b", "e_proj", "h_proj")) or ".shared_experts." in module:
         return "fp8"
     return "plain"
 

@@ -68,3 +68,38 @@ def graphsafe_decode(device: str | None = None, batch: int = 4, max_seq_len: int
 
     return Target(step=step, make_inputs=make_inputs, state=runner.state, name="dsv4 graph-safe decode",
                   device=device, warmup=1)
+
+
+def speculative_decode(device: str | None = None, batch: int = 4, max_seq_len: int = 256, k: int = 2,
+                       runner_cls=None) -> Target:
+    """The speculative step as the runner captures it (speculative.py: MTP drafts, verification, acceptance and
+    the per-row advance, all on the device), `batch` rows at different positions: half greedy, half sampling
+    (temperature, top-k, top-p, repetition penalty) from the device's default generator (what a CUDA graph
+    registers by itself and graphcheck's capture snapshots; a generator of one's own the runner registers with
+    its graphs, tests/dsv4_model/test_speculative.py replays that on the GPU). `runner_cls`: a
+    SpeculativeRunner subclass (the planted variants in tests/dsv4_model/spec_planted.py)."""
+    from . import load
+    from .decode import GraphSafeDecoder
+    from .sampler import Sampler
+    from .speculative import SpeculativeRunner
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = shard_if_distributed(load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len))
+    runner = (runner_cls or SpeculativeRunner)(GraphSafeDecoder(model, batch), Sampler(batch, model.args.vocab_size, device=device),
+                                               k=k, buckets=(batch,), graphs=False, log=lambda s: None)
+    for r in range(batch):                       # prompts of different lengths: the rows' positions differ
+        sampling = dict(temperature=0.8, top_k=50, top_p=0.9, repetition_penalty=1.1) if r % 2 else {}
+        runner.start(r, [0, 16 + r, 17 + r, 18 + r][: 1 + r], **sampling)
+        for _ in range(2):
+            runner.body(batch)
+    vocab = model.args.vocab_size
+
+    def make_inputs(i: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(3000 + i)
+        return torch.randint(16, vocab, (batch,), generator=g).to(device)
+
+    def step(tokens: torch.Tensor) -> torch.Tensor:
+        runner.dec.tokens.copy_(tokens)
+        return runner.body(batch)
+
+    return Target(step=step, make_inputs=make_inputs, state=runner.state, name="dsv4 speculative decode (MTP)",
+                  device=device, warmup=1)

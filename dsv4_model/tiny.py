@@ -15,7 +15,7 @@ from . import config
 from .checkpoint import random_state, write_checkpoint
 from .tokenizer import ByteTokenizer
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3     # 3: the MTP block (mtp.0.*)
 
 
 def cache_root() -> Path:

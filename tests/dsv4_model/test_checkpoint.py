@@ -115,12 +115,45 @@ def test_non_finite_weight_is_a_one_line_error_naming_it(tmp_path, fmt, name, po
     assert "\n" not in str(e.value)
 
 
-def test_mtp_tensors_are_reported_once_as_ignored(tmp_path, caplog):
-    root = _write(tmp_path, extra={"mtp.0.e_proj.weight": torch.zeros(4, 4), "mtp.0.norm.weight": torch.ones(4)})
+def test_malformed_mtp_tensors_are_named_or_ignored_on_request(tmp_path, caplog):
+    args = config.tiny()
+    write_checkpoint(tmp_path, args, random_state(args, seed=2, mtp=False), fmt="fp32", naming="native",
+                     extra={"mtp.0.e_proj.weight": torch.zeros(4, 4), "mtp.0.norm.weight": torch.ones(4)})
+    with pytest.raises(CheckpointError, match=r"mtp\.0\.") as e:      # read by default: an incomplete block is an error
+        dsv4_model.load(tmp_path)
+    assert "\n" not in str(e.value)
     with caplog.at_level(logging.WARNING, logger="dsv4_model"):
-        dsv4_model.load(root)
+        m = dsv4_model.load(tmp_path, mtp=False)
     msgs = [r.getMessage() for r in caplog.records if "mtp" in r.getMessage()]
-    assert len(msgs) == 1 and "2 mtp.* tensor(s)" in msgs[0]
+    assert len(msgs) == 1 and "2 mtp.* tensor(s)" in msgs[0] and len(m.mtp) == 0
+
+
+@pytest.mark.parametrize("fmt,naming", [("release", "hf"), ("modelopt", "native")])
+def test_mtp_block_loads_in_its_stored_formats(tmp_path, state, fmt, naming):
+    """The MTP block's tensors keep their native names in either naming, its projections the release formats
+    (e_proj/h_proj FP8 as DeepSeek ships them, routed experts MXFP4 or NVFP4), and its values are the ones written."""
+    args = config.tiny()
+    write_checkpoint(tmp_path, args, state, fmt=fmt, naming=naming)
+    from safetensors import safe_open
+    names = set(safe_open(str(tmp_path / "model.safetensors"), "pt").keys())
+    assert "mtp.0.e_proj.weight" in names and "mtp.0.hc_head_fn" in names and not any("model.mtp" in n for n in names)
+    m = dsv4_model.load(tmp_path, dtype=torch.float32)
+    (mtp,) = m.mtp
+    assert (mtp.e_proj.fmt, mtp.h_proj.fmt, mtp.ffn.experts.w1.fmt) == ("fp8", "fp8", EXPECT[fmt][0])
+    assert mtp.attn.compressor is None and mtp.ffn.gate.bias is not None        # SWA only, a gate with bias
+    assert torch.equal(mtp.hc_head.fn, state["mtp.0.hc_head_fn"]) and torch.equal(mtp.hnorm.weight, state["mtp.0.hnorm.weight"].bfloat16().float())
+    assert mtp.main is m
+
+
+def test_partial_mtp_block_is_refused_by_the_writer_and_the_loader(tmp_path, state):
+    args = config.tiny()
+    partial = {k: v for k, v in state.items() if k != "mtp.0.ffn.experts.3.w2.weight"}
+    with pytest.raises(ValueError, match=r"mtp\.0\.ffn\.experts\.3\.w2\.weight.*missing"):
+        write_checkpoint(tmp_path / "w", args, partial)
+    root = _write(tmp_path / "r")
+    _edit(root, lambda sd: sd.pop("mtp.0.enorm.weight"))
+    with pytest.raises(CheckpointError, match=r"mtp\.0\.enorm\.weight.*missing"):
+        dsv4_model.load(root)
 
 
 def test_mixed_expert_formats_and_bad_packed_shape_are_named(tmp_path):

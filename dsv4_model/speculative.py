@@ -1,0 +1,236 @@
+"""Speculative decoding with the checkpoint's MTP block, graph-safe: drafts, verification and acceptance all on the
+device, at fixed shapes, with no host read of how many drafts a row accepted.
+
+One step, for rows [0, n) each at its own position p feeding token t (the runner's `body`, captured per bucket):
+
+1. draft: the MTP block at p-1 reads the main model's final streams at p-1 (kept from the last step) and t, and
+   proposes d1; chained k-1 times on its own output streams (as the serving engines run one MTP layer for k
+   drafts) it proposes d2..dk. The chained positions' cache writes are speculative: the MTP state rows are
+   snapshotted before them and restored after, so only the committed position p-1 stays written.
+2. verify: the main model at positions p..p+k, one position at a time (`GraphSafeDecoder.hidden`, the plain step's
+   own function), feeding t, d1, ..., dk. A row keeps going while its drafts are accepted; a row that has rejected
+   one (or reached the capacity) takes no further state write: each verify position snapshots exactly the state
+   entries a one-position step writes and restores them with `torch.where` for the stopped rows (`_Masked`).
+   Why not one batched forward over the k+1 positions: the window ring, the compressors' partial blocks and the
+   indexer all take one position per step, and a position whose draft is rejected must leave no trace in any of
+   them; verifying position by position with the plain step's functions makes every accepted token's logits the
+   plain step's bit for bit (so greedy speculative decoding equals greedy decoding exactly), at the price of
+   k+1 weight reads per step (a batched multi-position forward is the speed-up this leaves open).
+3. accept: greedy rows accept the longest prefix of drafts equal to the main model's argmax and then emit the
+   argmax; sampling rows use the standard rejection rule (accept d with probability min(1, p(d)/q(d)), else
+   emit a sample of norm(max(p - q, 0)); a bonus sample of p after k acceptances), drawing from a
+   `torch.Generator` passed in. p and q are the plain sampler's distributions (penalty, temperature, top-k, top-p).
+   Prompt tokens are drafts forced to agree, so a prompt is read k+1 tokens a step.
+4. commit: each row's position advances by its own count (accepted + 1), its next token and streams are picked
+   by a gather at that count, and the MTP block is written at the newly committed positions with the main
+   model's streams (masked by the count).
+
+Outputs per row in device buffers: `out` [B, k+1] (the emitted tokens, valid up to `count`) and `count` [B],
+read by the host once per step, outside the graph.
+"""
+from __future__ import annotations
+
+import torch
+
+from dsv4_kernels.sampling.reference import row_cumsum
+
+from .decode import GraphSafeDecoder, LayerState, block_step
+from .runner import Runner
+from .sampler import Sampler
+
+# shapes: n bucket rows, B decoder rows, k drafts, V vocab, hc streams, d dim, W window
+
+
+def filtered_probs(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """scaled [n,V] (penalised logits / temperature) -> the plain sampler's distribution [n,V]: the same keep set
+    as its pick (`sample_pick_ref`: top-k, then the smallest prefix reaching top_p), normalised."""
+    srt, order = scaled.sort(dim=-1, descending=True, stable=True)
+    V = srt.shape[-1]
+    rank = torch.arange(V, device=srt.device)[None, :]
+    keep = rank < torch.where(top_k > 0, top_k, V)[:, None]
+    e = torch.exp(srt - srt[:, :1]).masked_fill(~keep, 0.0)
+    c = row_cumsum(e)
+    keep = keep & ((c - e < top_p[:, None] * c[:, -1:]) | (top_p[:, None] >= 1))
+    e = e.masked_fill(~keep, 0.0)
+    return torch.zeros_like(e).scatter_(1, order, e / e.sum(-1, keepdim=True))
+
+
+def draw(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+    """One sample per row of probs [n,V] (unnormalised is fine): the exponential race argmax p / Exp(1), at a fixed
+    shape and with no host read (torch.multinomial checks its input on the host)."""
+    expo = torch.empty_like(probs).exponential_(generator=gen).clamp_(min=1e-30)    # 0 would give 0/0 = NaN
+    return (probs / expo).argmax(-1)
+
+
+class _Masked:
+    """The state entries one graph-safe position writes, for rows [0, n) of the given (attention, layer state)
+    pairs: the window slot at the position (`attention_step`), each compressor's whole partial-block ring (small:
+    m or 2m slots; the overlap shift rewrites all of it) and the compressed entry of its open block
+    (`compressor_step`). `restore(keep)` puts the saved values back in the rows where keep [n] is False, so a
+    stopped row leaves the position bit for bit as it entered it (tests/dsv4_model/test_speculative.py checks
+    every state buffer, so a write added to the step without a snapshot here fails there)."""
+
+    def __init__(self, pairs, ix, n: int):
+        self.saved = []
+        for attn, st in pairs:
+            window = st.kv_window[:n]
+            at = (ix.rows, ix.window(window.shape[1])[0])
+            self.saved.append((window, at, window[at]))
+            comps = [(attn.compressor, st.comp), (attn.indexer.compressor if attn.indexer is not None else None, st.icomp)]
+            for comp, cs in comps:
+                if comp is None:
+                    continue
+                for buf in (cs.kv_state[:n], cs.gate_state[:n]):
+                    self.saved.append((buf, None, buf.clone()))
+                entries = cs.entries[:n]
+                at = (ix.rows, ix.blocks(comp.m, comp.overlap, entries.shape[1])[1])
+                self.saved.append((entries, at, entries[at]))
+
+    def restore(self, keep: torch.Tensor) -> None:
+        for buf, at, old in self.saved:
+            k = keep.view(-1, *[1] * (old.dim() - 1))
+            if at is None:
+                buf.copy_(torch.where(k, buf, old))
+            else:
+                buf.index_put_(at, torch.where(k, buf[at], old))
+
+
+class SpeculativeRunner(Runner):
+    """The runner (per-bucket CUDA graphs, prompt feeding, sampler settings) over the speculative step: `body(n)`
+    is what a bucket captures, `step(n)` returns (out [n, k+1], count [n]) as device tensors.
+
+    `draft`: what proposes the k drafts, `draft(runner, n) -> (tokens [n,k], their distributions q [n,k,V])`;
+    None is the model's MTP block (`propose`). `generator`: the device generator of the sampling rows' draws (the
+    draft samples, acceptance uniforms, residual and bonus samples); None is the device's default generator."""
+
+    def __init__(self, decoder: GraphSafeDecoder, sampler: Sampler, k: int = 2, generator: torch.Generator | None = None,
+                 draft=None, **kw):
+        super().__init__(decoder, sampler, **kw)
+        model = decoder.model
+        if k < 1:
+            raise ValueError(f"speculative decoding: expected k >= 1 drafts per step, found {k}")
+        if draft is None and not len(model.mtp):
+            raise ValueError("speculative decoding: the model has no MTP block (its checkpoint holds no mtp.* tensors, "
+                             "or it was loaded with mtp=False); pass a draft")
+        self.k, self.gen, self.draft = k, generator, draft
+        self.generators = (generator,) if generator is not None else ()
+        B, dev, dtype, args = decoder.batch, decoder.tokens.device, model.dtype, model.args
+        self.mtp_state = LayerState(model.mtp[0].attn, B, decoder.capacity, dtype).to(dev) if len(model.mtp) else None
+        self.mtp_bufs = list(self.mtp_state.buffers()) if self.mtp_state is not None else []   # what a chain snapshots
+        self.hidden = torch.zeros(B, 1, args.hc_mult, args.dim, dtype=dtype, device=dev)   # main streams at pos-1
+        self.out = torch.zeros(B, k + 1, dtype=torch.long, device=dev)
+        self.count = torch.zeros(B, dtype=torch.long, device=dev)
+
+    # -- host side, outside any graph -------------------------------------------------------------------------
+    def start(self, row: int, prompt: list[int], **sampling) -> None:
+        super().start(row, prompt, **sampling)
+        if self.mtp_state is not None:
+            self.mtp_state.reset_rows(slice(row, row + 1))
+        self.hidden[row] = 0
+        self.count[row] = 0
+
+    def state(self) -> dict[str, torch.Tensor]:
+        s = super().state()
+        if self.mtp_state is not None:
+            s.update({f"mtp.{k}": v for k, v in self.mtp_state.named_buffers()})
+        s.update(hidden=self.hidden, count=self.count)
+        return s
+
+    def step(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        super().step(n)
+        return self.out[:n], self.count[:n]
+
+    # -- the captured body ------------------------------------------------------------------------------------
+    def _mtp(self, H: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor, n: int, keep: torch.Tensor | None):
+        """The MTP block at positions pos [n] reading streams H [n,1,hc,d] and tokens tok [n] -> (fp32 logits
+        [n,V], its streams [n,1,hc,d]); its cache rows write only where keep [n] (all when None)."""
+        dec, mtp = self.dec, self.dec.model.mtp[0]
+        ix = dec.index(pos.clamp(min=0, max=dec.capacity - 1), n)
+        saved = None if keep is None else _Masked([(mtp.attn, self.mtp_state)], ix, n)
+        ids = tok.view(n, 1)
+        X = block_step(mtp, self.mtp_state, mtp.mix(H, ids), ids, ix, n, dec.gather)
+        if saved is not None:
+            saved.restore(keep)
+        return mtp.logits(X)[:, -1], X
+
+    def _dist(self, logits: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """fp32 logits [n,V] -> (the plain sampler's distribution [n,V], its greedy token [n])."""
+        s = self.sampler
+        scaled, greedy = s.penalize_scale(logits, s.ring[:n], s.penalty[:n], s.temperature[:n])
+        return filtered_probs(scaled, s.top_k[:n], s.top_p[:n]), greedy
+
+    def propose(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The MTP block's k drafts [n,k] and the distributions they were drawn from [n,k,V]. Its position p-1
+        (the main streams kept from the last step and the token now fed) is committed; the chained positions
+        after it are undone by restoring the block's state rows from a snapshot."""
+        pos, tok = self.dec.pos[:n], self.dec.tokens[:n]
+        sampled = self.sampler.temperature[:n] > 0
+        logits, G = self._mtp(self.hidden[:n], tok, pos - 1, n, keep=pos >= 1)     # no position -1 at the start
+        bufs = self.mtp_bufs if self.k > 1 else []
+        snap = [buf[:n].clone() for buf in bufs]
+        drafts, qs = [], []
+        for i in range(self.k):
+            if i:
+                logits, G = self._mtp(G, d, pos - 1 + i, n, keep=None)
+            q, greedy = self._dist(logits, n)
+            d = torch.where(sampled, draw(q, self.gen), greedy)
+            drafts.append(d)
+            qs.append(q)
+        for buf, old in zip(bufs, snap):
+            buf[:n].copy_(old)
+        return torch.stack(drafts, 1), torch.stack(qs, 1)
+
+    def _observe(self, tok: torch.Tensor, keep: torch.Tensor, n: int) -> None:
+        """Sampler.observe for the rows where keep [n]: a rejected draft never enters the penalty ring."""
+        ring, at = self.sampler.ring[:n], self.sampler.ring_pos[:n]
+        slot = (at % ring.shape[1])[:, None]
+        ring.scatter_(1, slot, torch.where(keep[:, None], tok[:, None], ring.gather(1, slot)))
+        at += keep.long()
+
+    @torch.inference_mode()
+    def body(self, n: int) -> torch.Tensor:
+        """One speculative step for rows [0, n): draft, verify, accept, commit. Writes out[:n], count[:n]."""
+        dec, model, k, cap = self.dec, self.dec.model, self.k, self.dec.capacity
+        pos, tok = dec.pos[:n], dec.tokens[:n]
+        at = pos[:, None] + 1 + torch.arange(k + 1, device=pos.device)             # [n,k+1] emitted tokens' positions
+        forced = at < self.prompt_len[:n, None]                                      # prompt tokens there
+        ptok = self.prompt[:n].gather(1, at.clamp(max=cap - 1))
+        drafts, q = self.propose(n) if self.draft is None else self.draft(self, n)   # [n,k], [n,k,V]
+        drafts = torch.where(forced[:, :k], ptok[:, :k], drafts)
+        sampled = self.sampler.temperature[:n] > 0
+        u = torch.rand(n, k, generator=self.gen, device=pos.device)
+        pairs = [(blk.attn, st) for blk, st in zip(model.layers, dec.layers)]
+        alive = torch.ones_like(forced[:, 0])
+        c, streams, emitted, accepted = tok, [], [], []
+        for i in range(k + 1):                          # verify position p+i, feeding c (t, then the drafts)
+            self._observe(c, alive, n)
+            saved = _Masked(pairs, dec.index((pos + i).clamp(max=cap - 1), n), n)
+            X = dec.hidden(c, pos + i)                                               # [n,1,hc,d]
+            saved.restore(alive)
+            p, greedy = self._dist(model.logits(X)[:, -1], n)
+            if i < k:                                   # the rejection rule; greedy rows: draft == argmax
+                d = drafts[:, i]
+                pd, qd = p.gather(1, d[:, None])[:, 0], q[:, i].gather(1, d[:, None])[:, 0]
+                resid = (p - q[:, i]).clamp(min=0)
+                resid = torch.where(resid.sum(-1, keepdim=True) > 0, resid, p)      # p == q: never rejected
+                ok = torch.where(sampled, u[:, i] * qd < pd, d == greedy)
+                y = torch.where(sampled, torch.where(ok, d, draw(resid, self.gen)), greedy)
+                alive = alive & (ok | forced[:, i]) & (pos + i + 1 < cap)
+                accepted.append(alive)
+                c = d
+            else:                                       # all k accepted: the bonus token
+                y = torch.where(sampled, draw(p, self.gen), greedy)
+            emitted.append(torch.where(forced[:, i], ptok[:, i], y))
+            streams.append(X)
+        n_acc = torch.stack(accepted, 1).sum(1)                                      # [n] accepted drafts
+        out = torch.stack(emitted, 1)                                                # [n,k+1]
+        H = torch.cat(streams, 1)                                                    # [n,k+1,hc,d]
+        if self.mtp_state is not None:                  # the MTP block at the committed positions p..p+n_acc-1
+            for i in range(k):
+                self._mtp(H[:, i:i + 1], out[:, i], pos + i, n, keep=i < n_acc)
+        self.hidden[:n] = H.gather(1, n_acc.view(n, 1, 1, 1).expand(-1, 1, *H.shape[2:]))
+        self.out[:n] = out
+        self.count[:n] = n_acc + 1
+        tok.copy_(out.gather(1, n_acc[:, None])[:, 0])
+        pos += n_acc + 1
+        return self.out[:n]

@@ -2,6 +2,8 @@
 skipped a layer may call stale, what a scan that reached nothing says, and the SARIF suppression's reason."""
 import json
 
+import pytest
+
 from conftest import STEP, run_graphcheck as gc
 
 
@@ -45,6 +47,7 @@ def test_no_runtime_leaves_runtime_rows_unexamined_not_stale(project):
     assert r.returncode == 0 and "0 stale" in r.stdout, r.stdout
 
 
+@pytest.mark.slow
 def test_sarif_suppression_carries_the_baseline_reason(project):
     _baseline(project)
     doc = json.loads(gc(project, "run", "--output-format", "sarif").stdout)

@@ -178,6 +178,7 @@ def test_binary_json_files_are_named(tmp_path, capsys, ck, name):
 
 
 # 9. Ctrl-C --------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_generate_ctrl_c_is_one_line_and_130(tmp_path):
     """A real SIGINT while generating (generate_batch stands in for a long decode, so the timing is deterministic)."""
     code = ("import sys, time, dsv4_model.generate as g\n"

@@ -58,6 +58,7 @@ def test_depth_mode_runs_on_cpu():
     assert "== layer 1 (HCA), B=1:" in out and "the small chain:" in out
 
 
+@pytest.mark.slow
 def test_depth_mode_rejects_bad_depths():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "decode.py"), "--device", "cpu", "--depths", "2"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)

@@ -172,6 +172,7 @@ def test_select_and_ignore_on_run(project):
     assert json.loads(none.stdout)["findings"] == [] and none.returncode == 0
 
 
+@pytest.mark.slow
 def test_a_formatter_does_not_churn_the_baseline(project):
     src = textwrap.dedent('''
         import torch

@@ -73,6 +73,7 @@ def test_output_never_overwrites_inputs(project):
     assert json.loads((project / "graphcheck-baseline.json").read_text()) == {"version": 1, "entries": []}
 
 
+@pytest.mark.slow
 def test_baseline_needs_a_reason_and_writes_atomically(project, monkeypatch):
     r = gc(project, "baseline")
     assert r.returncode == 2 and "--reason" in r.stderr
@@ -95,6 +96,7 @@ def test_bad_target_is_a_config_error(project):
     assert r.returncode == 2 and "demo.step:missing" in r.stderr
 
 
+@pytest.mark.slow
 def test_audit_and_capture_commands(project):
     a = gc(project, "audit", "--format", "json")
     assert a.returncode == 1
@@ -104,6 +106,7 @@ def test_audit_and_capture_commands(project):
     assert [(f["rule"], f["line"]) for f in json.loads(c.stdout)["findings"]] == [("GC001", 14)]
 
 
+@pytest.mark.slow
 def test_report_html_and_text(project):
     gc(project, "run", "--no-progress", "--output-format", "json", "-o", "inv.json")
     h = gc(project, "report", "inv.json", "--format", "html", "-o", "inv.html")

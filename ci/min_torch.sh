@@ -10,5 +10,6 @@ python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.8.0"
 python -m pip install -q -e '.[runtime,test]'
 python -c "import torch; assert torch.__version__.startswith('2.8.'), torch.__version__"
-python -m pytest -q tests/dsv4_model tests/graphcheck/test_runtime.py tests/graphcheck/test_gate.py
+# the slow ones included (an explicit -m overrides the default skip of `slow`)
+python -m pytest -q -m "slow or not slow" tests/dsv4_model tests/graphcheck/test_runtime.py tests/graphcheck/test_gate.py
 graphcheck run --no-progress --output-format concise

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from conftest import ROOT
 
 PACKAGES = {"graphcheck": "graphcheck", "dsv4_model": "dsv4_model", "dsv4_kernels": "kernels"}
@@ -206,6 +207,7 @@ ALONE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_every_module_imports_on_its_own():
     mods = modules()
     packages = sorted(m for m, path in mods.items() if path.endswith("__init__.py"))

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 COMMAND = ["graphcheck", "run", "--baseline", "empty.json", "--no-progress"]   # the README's own words
@@ -35,6 +37,7 @@ def normalise(text: str) -> str:
                      for ln in text.splitlines())
 
 
+@pytest.mark.slow
 def test_readme_sample_output_is_a_fresh_run():
     text = README.read_text(encoding="utf-8")
     a, b = sample_block(text)

@@ -178,6 +178,7 @@ def test_binary_json_files_are_named(tmp_path, capsys, ck, name):
 
 
 # 9. Ctrl-C --------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_generate_ctrl_c_is_one_line_and_130(tmp_path):
     """A real SIGINT while generating (generate_batch stands in for a long decode, so the timing is deterministic)."""
     code = ("import sys, time, dsv4_model.generate as g\n"
@@ -215,6 +216,7 @@ def test_score_ctrl_c_mid_write_keeps_the_old_out(tmp_path, capsys, monkeypatch)
 # 10. closed stdout ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv", [["generate", "--prompt", "hi", "--max-new-tokens", "3", "--temperature", "0"],
                                   ["score", "--tokens", "20", "--out", "l.pt"]])
+@pytest.mark.slow
 def test_closed_stdout_exits_quietly(tmp_path, argv):
     """`... | true`: the reader is gone before the first write. Buffered stdout (no PYTHONUNBUFFERED) too, where the
     last write would otherwise fail in the flush at exit."""
@@ -257,6 +259,7 @@ def test_score_out_with_a_trailing_slash_or_empty(tmp_path, capsys):
     assert old.read_bytes() == b"old logits" and [p.name for p in tmp_path.iterdir()] == ["l.pt"]
 
 
+@pytest.mark.slow
 def test_generate_escapes_control_bytes_and_says_the_tiny_text_is_noise():
     """The tiny model's random weights emit any byte: an ESC sequence or a bell went to the terminal raw (issue 40)."""
     from dsv4_model.__main__ import printable

@@ -42,6 +42,7 @@ def test_stored_floor_counts_what_the_release_stores(bench):
     assert 0.15e9 < l1 < l0 < 0.35e9, (l0, l1)
 
 
+@pytest.mark.slow
 def test_depth_mode_runs_on_cpu():
     """The depth mode end to end on the tiny preset (depths 1 and 2, one and two rows, layer 1 profiled): every
     part runs and prints its table; the bf16 head's logits are the fp32-weight product exactly on CPU."""
@@ -57,6 +58,7 @@ def test_depth_mode_runs_on_cpu():
     assert "== layer 1 (HCA), B=1:" in out and "the small chain:" in out
 
 
+@pytest.mark.slow
 def test_depth_mode_rejects_bad_depths():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "decode.py"), "--device", "cpu", "--depths", "2"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)

@@ -58,6 +58,7 @@ def test_presets_and_config_keys():
         config.args_from_config({k: v for k, v in cfg.items() if k != "compress_ratios"})
 
 
+@pytest.mark.slow
 def test_prefill_agrees_with_token_by_token_decode(model):
     """fp32, simulations off, index_topk >= #blocks (the indexer's zero ties make top-k order arbitrary)."""
     model.set_simulation(False)
@@ -405,6 +406,7 @@ def test_sampling():
     assert picks <= {1, 2} and len(picks) == 2
 
 
+@pytest.mark.slow
 def test_generate_and_score_cli(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     g = subprocess.run([sys.executable, "-m", "dsv4_model", "generate", "--prompt", "hi", "--max-new-tokens", "4",

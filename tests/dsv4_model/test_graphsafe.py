@@ -56,6 +56,7 @@ def _rel(a, b):
     return float((a - b).abs().max() / b.abs().max())
 
 
+@pytest.mark.slow
 def test_greedy_batch1_matches_reference(exact):
     ref_fed, ref_logits = _reference(exact, [0], STEPS)
     dec = GraphSafeDecoder(exact, batch=1)
@@ -72,6 +73,7 @@ def test_greedy_batch1_matches_reference(exact):
     assert int(dec.pos[0]) == len(ref_logits)
 
 
+@pytest.mark.slow
 def test_staggered_batch4_matches_reference(exact):
     """Four sequences started at different steps (so at different positions every step), different prompt lengths,
     through the runner's eager body: prompt feeding, greedy sampler, in-place next token."""
@@ -99,6 +101,7 @@ def test_staggered_batch4_matches_reference(exact):
         assert len(ref_logits) >= STEPS and worst < 1e-5, (r, worst)
 
 
+@pytest.mark.slow
 def test_greedy_tokens_match_with_simulation(model):
     """With the FP8/FP4 activation simulations on (the default), the greedy tokens still agree over 300 steps."""
     ref_fed, _ = _reference(model, [0], STEPS)
@@ -345,6 +348,7 @@ def test_runner_check_without_graphs_says_it_gives_no_verdict(model):
     assert lines == []
 
 
+@pytest.mark.slow
 def test_generate_several_prompts_cli():
     r = subprocess.run([sys.executable, "-m", "dsv4_model", "generate", "--prompt", "hi", "--prompt", "hello there",
                         "--max-new-tokens", "4", "--temperature", "0"], capture_output=True, text=True, cwd=ROOT,

@@ -47,6 +47,7 @@ def _checkpoint(root, fmt):
     return args
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["fp32", "release"])
 def test_decode_matches_the_independent_oracle(tmp_path, one_thread, fmt):
     args = _checkpoint(tmp_path, fmt)

@@ -83,12 +83,14 @@ def ranks():
 PATHS = ("reference", "graphsafe")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_sharded_equals_unsharded_without_simulation(ranks, path):
     diffs = [d for d, _, _ in ranks[0][False][path]]
     assert max(diffs) <= 1e-5, f"max |dlogit| per step: {diffs}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_sharded_matches_with_simulation(ranks, path):
     rows = ranks[0][True][path]
@@ -97,6 +99,7 @@ def test_sharded_matches_with_simulation(ranks, path):
     assert all(same for _, same, _ in rows), "a greedy token changed under sharding"
 
 
+@pytest.mark.slow
 def test_ranks_agree_bitwise(ranks):
     # every rank ends with the full logits (all-gather); they must be the same bits on every rank
     for sim in (False, True):
@@ -115,6 +118,7 @@ def test_world_size_must_divide():
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_graphcheck_run_over_both_ranks_is_clean():
     # the project's graph-safe gate (empty baseline), each runtime layer on 2 gloo ranks with the sharded step
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}

@@ -1,5 +1,6 @@
 """Every row of the README's bad-input table, one test each: the input, the one line it prints, the exit code.
 A last test checks that the README's table and this list are the same rows."""
+import copy
 import json
 import os
 import shutil
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROJECT, ROOT, STEP, run_graphcheck as gc
+from conftest import PROJECT, ROOT, STEP, graphcheck_env, run_graphcheck as gc
 
 
 def _targets(p: Path, body: str, spec: str = "demo.bad:make"):
@@ -240,16 +241,30 @@ def test_a_symlink_loop_given_as_the_path_is_reported_not_a_crash(project):
     assert "could not check demo/a.py: GC904" in r.stderr, r.stderr
 
 
+@pytest.fixture(scope="module")
+def demo_inventory(tmp_path_factory):
+    """One `run` of the demo project, shared: each case below edits its own copy (a run costs ~2 s of CPU)."""
+    p = tmp_path_factory.mktemp("demo-inventory")
+    (p / "pyproject.toml").write_text(PROJECT)
+    (p / "demo").mkdir()
+    (p / "demo" / "__init__.py").write_text("")
+    (p / "demo" / "step.py").write_text(STEP)
+    # module scope comes before the autouse per-test cache fixture: name the session's cache here
+    env = graphcheck_env(p, GRAPHCHECK_CACHE_DIR=str(tmp_path_factory.getbasetemp() / "gc-cache"))
+    r = gc(p, "run", "--output-format", "json", env=env)
+    doc = json.loads(r.stdout)
+    assert {"sync", "capture", "static"} <= set(doc["layers"]), r.stderr
+    return doc
+
+
 @pytest.mark.parametrize("edit,message", [
     (lambda d: d["layers"]["sync"].pop("targets"), "'layers.sync.targets' must be a non-negative integer, found None"),
     (lambda d: d["layers"]["capture"].update(findings="1"), "'layers.capture.findings' must be a non-negative integer, found '1'"),
     (lambda d: d["layers"]["static"].update(scope_warnings=None), "'layers.static.scope_warnings' must be a list of strings, found None"),
 ])
-def test_an_inventory_with_a_malformed_layer_is_one_line(project, edit, message):
+def test_an_inventory_with_a_malformed_layer_is_one_line(project, demo_inventory, edit, message):
     """The run table reads these fields: a hand-edited inventory missing one was a KeyError in `report`."""
-    r = gc(project, "run", "--output-format", "json")
-    doc = json.loads(r.stdout)
-    assert {"sync", "capture", "static"} <= set(doc["layers"]), r.stderr
+    doc = copy.deepcopy(demo_inventory)
     edit(doc)
     (project / "inv.json").write_text(json.dumps(doc))
     for fmt in ("full", "json"):

@@ -68,6 +68,7 @@ def test_rules_fit_the_terminal(project):
     assert max(len(ln) for ln in piped) == 160
 
 
+@pytest.mark.slow
 def test_run_and_baseline_in_a_pseudo_terminal(project):
     rc, out = in_terminal(project, "run")
     assert "Traceback" not in out and rc == 1, out
@@ -171,6 +172,7 @@ def test_select_and_ignore_on_run(project):
     assert json.loads(none.stdout)["findings"] == [] and none.returncode == 0
 
 
+@pytest.mark.slow
 def test_a_formatter_does_not_churn_the_baseline(project):
     src = textwrap.dedent('''
         import torch
@@ -291,6 +293,7 @@ def test_interrupt_signal_during_a_run(project):
     assert (project / "out.json").read_text() == "previous\n"
 
 
+@pytest.mark.slow
 def test_a_step_that_raises_is_never_a_pass(project):
     """GC006 rows are 'unchecked': exit 2 in run and in report, and a baseline entry for them accepts nothing."""
     (project / "demo" / "step.py").write_text(STEP.replace("        self.pos += 1", "        raise RuntimeError('cache not allocated')"))
@@ -345,6 +348,7 @@ def test_a_target_with_rich_markup_in_a_terminal(project):
     assert "cannot import module '[/]'" in out
 
 
+@pytest.mark.slow
 def test_a_target_that_prints_keeps_stdout_machine_readable(project):
     """A model that logs with print() while loading and stepping, and C-level code that writes to file descriptor 1
     (an extension's build, a C++ logger): its lines go to stderr, the JSON to stdout."""

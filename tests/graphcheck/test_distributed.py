@@ -61,23 +61,28 @@ def verdicts(request):
     return {job: merge_results([per_rank[0][i], per_rank[1][i]], job[0]) for i, job in enumerate(JOBS)}
 
 
+@pytest.mark.slow
 def test_clean_sharded_step_is_clean_on_every_rank(verdicts):
     assert verdicts[("sync", "clean")] == []
     assert verdicts[("capture", "clean")] == []      # the frozen replay includes (and waits for) the all-reduce
 
 
+@pytest.mark.slow
 def test_a_readback_on_one_rank_is_reported_with_that_rank(verdicts):
     assert rows(verdicts[("sync", "readback_on_rank1")]) == [("GC101", "tp_planted.py", tp_planted.line_of("rank1-item"), (1,))]
 
 
+@pytest.mark.slow
 def test_barrier_in_the_step_cannot_be_captured(verdicts):
     assert rows(verdicts[("sync", "barrier")]) == [("GC606", "tp_planted.py", tp_planted.line_of("barrier"), (0, 1))]
 
 
+@pytest.mark.slow
 def test_async_collective_never_waited(verdicts):
     assert rows(verdicts[("sync", "async_unwaited")]) == [("GC804", "tp_planted.py", tp_planted.line_of("async"), (0, 1))]
 
 
+@pytest.mark.slow
 def test_rank_divergent_collective_is_named_on_both_ranks(request):
     # rank 0 issues one extra all-reduce per step: its peers pair it with their next step's, then rank 0 waits
     # for a collective nobody issues. The comparison names the extra call on rank 0 and where rank 1 was.
@@ -87,6 +92,7 @@ def test_rank_divergent_collective_is_named_on_both_ranks(request):
     assert sorted(gc204) == sorted([(tp_planted.line_of("rank0-extra"), (0,)), (tp_planted.line_of("all-reduce"), (1,))])
 
 
+@pytest.mark.slow
 def test_a_failed_rank_is_an_error_naming_it():
     from graphcheck.runtime.distributed import DistributedError
     with pytest.raises(DistributedError, match="(?s)rank 1: .*ZeroDivisionError"):
@@ -105,6 +111,7 @@ def test_merge_results_attaches_divergence_to_the_rank():
     assert [(f.line, f.evidence["ranks"]) for f in found] == [(5, [1]), (6, [0])]
 
 
+@pytest.mark.slow
 def test_torchrun_form_merges_on_rank0(tmp_path):
     # `torchrun -m graphcheck.runtime.distributed`: every rank audits, rank 0 merges and writes the JSON
     import json

@@ -16,6 +16,7 @@ from graphcheck.findings import Finding, assign_fingerprints
 from graphcheck.inventory import SCHEMA_PATH, merge
 
 
+@pytest.mark.slow
 def test_run_links_static_and_runtime_and_gates(project):
     r = gc(project, "run", "--no-progress", "--output-format", "json", "-o", "inv.json")
     assert r.returncode == 1, r.stderr
@@ -72,6 +73,7 @@ def test_output_never_overwrites_inputs(project):
     assert json.loads((project / "graphcheck-baseline.json").read_text()) == {"version": 1, "entries": []}
 
 
+@pytest.mark.slow
 def test_baseline_needs_a_reason_and_writes_atomically(project, monkeypatch):
     r = gc(project, "baseline")
     assert r.returncode == 2 and "--reason" in r.stderr
@@ -94,6 +96,7 @@ def test_bad_target_is_a_config_error(project):
     assert r.returncode == 2 and "demo.step:missing" in r.stderr
 
 
+@pytest.mark.slow
 def test_audit_and_capture_commands(project):
     a = gc(project, "audit", "--format", "json")
     assert a.returncode == 1
@@ -103,6 +106,7 @@ def test_audit_and_capture_commands(project):
     assert [(f["rule"], f["line"]) for f in json.loads(c.stdout)["findings"]] == [("GC001", 14)]
 
 
+@pytest.mark.slow
 def test_report_html_and_text(project):
     gc(project, "run", "--no-progress", "--output-format", "json", "-o", "inv.json")
     h = gc(project, "report", "inv.json", "--format", "html", "-o", "inv.html")
@@ -207,6 +211,7 @@ def graphcheck_target():
 '''
 
 
+@pytest.mark.slow
 def test_pytest_plugin(pytester):
     pytester.makepyfile(PLUGIN_TEST)
     res = pytester.runpytest_subprocess()       # the plugin loads through its pytest11 entry point
@@ -265,6 +270,7 @@ def test_pre_commit_scan_hook_without_the_entry_module_staged(tmp_path):
     assert bad.returncode == 1 and "pkg/helpers.py:4:12: GC101" in bad.stdout, bad.stdout
 
 
+@pytest.mark.slow
 def test_pre_commit_builds_the_shipped_hook_without_torch(tmp_path):
     """pre-commit itself installs the hook from .pre-commit-hooks.yaml (a fresh env from this repository's HEAD);
     that env has no torch, and a commit that does not stage the entry module passes. Needs PyPI for rich."""
@@ -316,6 +322,7 @@ def test_two_identical_hazards_in_one_function_get_different_fingerprints(scan_s
     assert [f.fingerprint for f in again] == [f.fingerprint for f in rows]
 
 
+@pytest.mark.slow
 def test_rebaselining_keeps_the_reasons_already_written(project):
     """README: `graphcheck baseline` "keeps known reasons": a second run with another --reason gives that reason
     to the new findings only; the entries already accepted keep theirs, byte for byte."""

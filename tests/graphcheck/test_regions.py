@@ -307,6 +307,7 @@ def test_explain_regions_documents_every_region_and_key(tmp_path):
     assert gc(tmp_path, "explain", "fan-out").stdout == r.stdout
 
 
+@pytest.mark.slow
 def test_run_report_and_baseline_end_to_end_with_an_allow_block(project):
     """The demo step's `int(self.pos)` inside a declared allow-block. The scan places the line `allowed`: the static
     gate passes, the summary counts it, `report --show-all-regions` lists it, and `graphcheck baseline` needs no entry

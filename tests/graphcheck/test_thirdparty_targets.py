@@ -57,6 +57,7 @@ def test_cuda_verdict(name):
     assert got == tt.EXPECTED[name].verdict, [(f.rule, f.path, f.line, f.message) for f in fs]
 
 
+@pytest.mark.slow
 def test_cpu_capture_gives_the_same_json_in_every_process(tmp_path):
     """Three `graphcheck capture` runs of every target, in separate processes with different hash seeds (set and
     dict order of strings, GC timing and allocator addresses all differ between them): the same JSON, byte for byte

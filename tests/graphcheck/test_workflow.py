@@ -2,6 +2,8 @@
 skipped a layer may call stale, what a scan that reached nothing says, and the SARIF suppression's reason."""
 import json
 
+import pytest
+
 from conftest import STEP, run_graphcheck as gc
 
 
@@ -24,6 +26,7 @@ def test_scan_accepts_what_the_baseline_accepts(project):
     assert r.returncode == 1 and r.stdout.startswith("demo/step.py:16:13: GC101") and "GC104" not in r.stdout, r.stdout
 
 
+@pytest.mark.slow
 def test_scan_of_some_files_calls_no_entry_of_another_file_stale(project):
     _baseline(project)
     (project / "demo" / "other.py").write_text("x = 1\n")
@@ -31,6 +34,7 @@ def test_scan_of_some_files_calls_no_entry_of_another_file_stale(project):
     assert r.returncode == 0 and "0 stale, 1 not examined by this run" in r.stdout, r.stdout
 
 
+@pytest.mark.slow
 def test_no_runtime_leaves_runtime_rows_unexamined_not_stale(project):
     """A run without the runtime layers cannot have found their rows: not 'stale … fixed', not a --strict-baseline
     failure."""
@@ -45,6 +49,7 @@ def test_no_runtime_leaves_runtime_rows_unexamined_not_stale(project):
     assert r.returncode == 0 and "0 stale" in r.stdout, r.stdout
 
 
+@pytest.mark.slow
 def test_sarif_suppression_carries_the_baseline_reason(project):
     _baseline(project)
     doc = json.loads(gc(project, "run", "--output-format", "sarif").stdout)
@@ -123,6 +128,7 @@ def test_a_huge_stdin_is_refused_in_bounded_memory(project):
         "[tool.graphcheck] exclude)\n"), r.stderr
 
 
+@pytest.mark.slow
 def test_evidence_stacks_hold_no_launcher_frames(project):
     """The console script's absolute path ended every evidence stack (and runpy's under `python -m`)."""
     import subprocess

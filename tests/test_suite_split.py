@@ -1,0 +1,37 @@
+"""The README's test command and CI skip nothing between them (issue 40): the default run skips the tests marked
+`slow`, each counted with its reason at the end; any `-m` expression selects for itself; CI runs the README's
+command and then `-m slow`, and the README says so."""
+from types import SimpleNamespace
+
+import conftest
+import pytest
+from conftest import ROOT
+
+
+class _Item:
+    def __init__(self, *marks):
+        self.keywords, self.added = set(marks), []
+
+    def add_marker(self, mark):
+        self.added.append(mark)
+
+    def skip_reasons(self):
+        return [m.kwargs["reason"] for m in self.added if m.name == "skip"]
+
+
+@pytest.mark.parametrize("markexpr,skipped", [("", True), ("slow", False), ("not slow", False),
+                                              ("slow or not slow", False)])
+def test_slow_tests_are_skipped_with_a_reason_only_without_m(markexpr, skipped):
+    slow, plain = _Item("slow"), _Item()
+    conftest.pytest_collection_modifyitems(SimpleNamespace(option=SimpleNamespace(markexpr=markexpr)), [slow, plain])
+    assert (conftest._SLOW_SKIP in slow.skip_reasons()) == skipped, slow.skip_reasons()
+    assert conftest._SLOW_SKIP not in plain.skip_reasons()
+    assert "-m slow" in conftest._SLOW_SKIP          # the summary line says how to run them
+
+
+def test_ci_runs_the_readme_command_then_the_slow_tests():
+    runs = [ln.split("#")[0].strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+            if ln.startswith("python -m pytest")]
+    assert runs == ["python -m pytest -q", "python -m pytest -q -m slow"], runs
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "&& python -m pytest -q\n" in readme and "`python -m pytest -q -m slow`" in readme

@@ -254,23 +254,35 @@ class Program:
                     out += got
                     ext |= x
             return out, ext
+        if ">" in entry:
+            # `call:F>m` / `clsof:F>m`: what method m of what F gave returns (instances it constructs, or the
+            # classes it returns): `backend = get_backend(cfg); self.impl = backend.get_impl_cls()(...)`
+            head, _, meth = entry.rpartition(">")
+            holder = f"call:{head.partition(':')[2]}"
+            got, ext = self.instances(cls_ref, path, holder, depth + 1)
+            more, x = self.instances(cls_ref, path, f"clsof:{holder[5:]}", depth + 1)
+            out: list = []
+            for c in dict.fromkeys([*got, *more]):
+                for t in self._class_method(c, meth):
+                    if entry.startswith("clsof:"):
+                        got2, x2 = self._returned_classes(t)
+                    else:
+                        got2, x2 = [], False
+                        for e in self.s[t[0]]["functions"][t[1]].get("ret_ctors", []):
+                            g, x3 = self.instances(self._cls_of(t), t[0], e, depth + 1)
+                            got2 += g
+                            x2 |= x3
+                    out += [g for g in got2 if g not in out]
+                    ext |= x2
+            return out, ext or x
         if entry.startswith("clsof:"):     # an instance of a class that a factory function returns
             # a factory that is no def of the tree (`functools.partial(C, n)(...)`, `torch.compile(...)(fn)`,
             # `lru_cache()(f)`, a lambda) says nothing about what it returns, nor that it is outside the tree: the
             # attribute stays unresolved, as it was before factories were followed
             ref = self.resolve_symbol(path, entry[6:])
-            fn = self.s[ref[0]]["functions"].get(ref[1]) if ref is not None else None
-            if fn is None:
+            if ref is None or ref[1] not in self.s[ref[0]]["functions"]:
                 return [], False
-            out, ext = [], False
-            for sym in fn.get("ret_classes", []):
-                c = self.resolve_symbol(ref[0], sym)
-                if c and c[1] in self.s[c[0]]["classes"]:
-                    if c not in out:
-                        out.append(c)
-                elif c is None and self._external(ref[0], sym):
-                    ext = True       # `return nn.Linear`: a class outside the tree
-            return out, ext
+            return self._returned_classes(ref)
         sym = entry[5:] if entry.startswith("call:") else entry
         ref = self.resolve_symbol(path, sym)
         if ref is None:
@@ -287,6 +299,19 @@ class Program:
                 ext |= x
             return out, ext
         return [], False
+
+    def _returned_classes(self, ref: tuple[str, str]) -> tuple[list, bool]:
+        """The classes of the tree a def returns (`return FlashImpl`, `return A if fast else B`), and whether one
+        it returns is outside the tree (`return nn.Linear`)."""
+        out, ext = [], False
+        for sym in self.s[ref[0]]["functions"][ref[1]].get("ret_classes", []):
+            c = self.resolve_symbol(ref[0], sym)
+            if c and c[1] in self.s[c[0]]["classes"]:
+                if c not in out:
+                    out.append(c)
+            elif c is None and self._external(ref[0], sym):
+                ext = True
+        return out, ext
 
     def _cls_of(self, ref: tuple[str, str]) -> tuple[str, str] | None:
         cls = self.s[ref[0]]["functions"][ref[1]].get("cls")

@@ -1609,3 +1609,81 @@ def test_an_argument_reaches_the_parameter_python_binds_it_to(tmp_path, entry, e
     and `flag` took the tensor next to it: a host flag was reported (GC201) and a device flag was not. Where both
     bindings fit (`Gate.opt(obj, flag)`), a call through the class passes the object itself, as before."""
     assert _found(tmp_path, SHIFTS, f"pkg.m:Block.{entry}") == expected
+
+
+def test_a_backend_impl_picked_through_a_factory_method_is_followed(tmp_path):
+    """`backend = get_attn_backend(cfg); impl_cls = backend.get_impl_cls(); self.impl = impl_cls(...)` (a serving
+    engine's attention layer), the same chained in one expression, and an instance a backend object makes: the
+    attribute holds what the method of what the factory gave returns, so `self.impl.forward(...)` runs those
+    classes' forward, and only those (before: `self.impl.forward()` stayed unresolved and the hazard behind it
+    unseen)."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        class AttnImpl:
+            def forward(self, layer, q):
+                raise NotImplementedError
+
+        class FlashImpl(AttnImpl):
+            def forward(self, layer, q):
+                return q.sum().item()
+
+        class TritonImpl(AttnImpl):
+            def forward(self, layer, q):
+                return q.nonzero()
+
+        class UnusedImpl(AttnImpl):
+            def forward(self, layer, q):
+                return q.tolist()
+
+        class FlashBackend:
+            @staticmethod
+            def get_impl_cls():
+                return FlashImpl
+
+        class TritonBackend:
+            @staticmethod
+            def get_impl_cls():
+                return TritonImpl
+
+            def make_impl(self):
+                return TritonImpl()
+
+        def get_attn_backend(name):
+            if name == "flash":
+                return FlashBackend
+            return TritonBackend
+
+        class Attention(torch.nn.Module):
+            def __init__(self, name):
+                super().__init__()
+                backend = get_attn_backend(name)
+                impl_cls = backend.get_impl_cls()
+                self.impl = impl_cls()
+
+            def forward(self, q: torch.Tensor):
+                return self.impl.forward(self, q)
+
+        class Chained(torch.nn.Module):
+            def __init__(self, name):
+                super().__init__()
+                self.impl = get_attn_backend(name).get_impl_cls()()
+
+            def forward(self, q: torch.Tensor):
+                return self.impl.forward(self, q)
+
+        class Made(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                backend = TritonBackend()
+                self.impl = backend.make_impl()
+
+            def forward(self, q: torch.Tensor):
+                return self.impl.forward(self, q)
+    '''})
+    both = {("GC101", "FlashImpl.forward"), ("GC301", "TritonImpl.forward")}
+    for entry, want in (("Attention.forward", both), ("Chained.forward", both),
+                        ("Made.forward", {("GC301", "TritonImpl.forward")})):
+        res = scan([str(root / "pkg")], entry_points=[f"pkg.m:{entry}"], root=root, cache=False, jobs=1)
+        assert {(f.rule, f.function) for f in res.findings} == want, (entry, res.findings)
+        assert res.unresolved == [] and "pkg/m.py:UnusedImpl.forward" not in res.scope, (entry, res.unresolved)

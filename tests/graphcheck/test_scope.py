@@ -636,7 +636,8 @@ def test_self_calls_reach_subclass_overrides_and_submodules_of_submodules(tmp_pa
     res = scan([str(root / "pkg")], entry_points=["pkg.model:Model.forward"], root=root, cache=False, jobs=1)
     got = sorted((f.rule, f.function) for f in res.findings)
     assert got == [("GC305", "DenseExperts.compute"), ("GC602", "DenseExperts.wait")]
-    assert {"pkg/experts.py:ExpertsBase.compute", "pkg/experts.py:ExpertsBase.combine"} <= set(res.scope)
+    # the experts are a DenseExperts: the base's combine runs, its compute stub (overridden) does not
+    assert "pkg/experts.py:ExpertsBase.combine" in res.scope and "pkg/experts.py:ExpertsBase.compute" not in res.scope
     assert res.unresolved == []
 
 
@@ -1687,3 +1688,53 @@ def test_a_backend_impl_picked_through_a_factory_method_is_followed(tmp_path):
         res = scan([str(root / "pkg")], entry_points=[f"pkg.m:{entry}"], root=root, cache=False, jobs=1)
         assert {(f.rule, f.function) for f in res.findings} == want, (entry, res.findings)
         assert res.unresolved == [] and "pkg/m.py:UnusedImpl.forward" not in res.scope, (entry, res.unresolved)
+
+
+NARROW = '''
+    import torch
+
+    class Base(torch.nn.Module):
+        def forward(self, x):
+            return self.embed(x)
+
+        def embed(self, x):
+            raise NotImplementedError
+''' + "".join(f'''
+    class M{i}(Base):
+        def embed(self, x):
+            return x.sum().item()
+''' for i in range(9)) + '''
+    class Llama(Base):
+        def embed(self, x):
+            return x * 2
+
+    class CheckedLlama(Llama):
+        def embed(self, x):
+            torch.cuda.synchronize()
+            return x
+
+    class Runner:
+        def __init__(self):
+            self.model = Llama()
+
+        def step(self, x: torch.Tensor):
+            return self.model(x)
+'''
+
+
+@pytest.mark.parametrize("entry, found, fanouts", [
+    ("Llama.forward", {("GC601", "CheckedLlama.embed")}, 0),   # Llama or a subclass of it: not M0..M8
+    ("Runner.step", {("GC601", "CheckedLlama.embed")}, 0),     # the submodule's class, through its inherited forward
+    ("M3.forward", {("GC101", "M3.embed")}, 0),
+    ("Base.forward", set(), 1),                                # any subclass: the eleven overrides, one fan-out
+])
+def test_a_self_call_in_an_inherited_method_runs_the_receivers_override(tmp_path, entry, found, fanouts):
+    """Base.forward's `self.embed(x)` reached from Llama (an entry point on Llama, or a Llama held in an attribute)
+    runs Llama's embed or an override below it, not the nine siblings' (issue 35: 101 implementations behind one
+    `self.model.embed_multimodal()`); from Base itself, any subclass may run, so all of them stay (a fan-out)."""
+    root = _pkg(tmp_path, {"m.py": NARROW})
+    res = scan([str(root / "pkg")], entry_points=[f"pkg.m:{entry}"], root=root, cache=False, jobs=1, fanout_limit=8)
+    assert {(f.rule, f.function) for f in res.findings} == found, res.findings
+    assert len(res.fanouts) == fanouts and len(res.warnings) == fanouts, res.warnings
+    if fanouts == 0:      # the overridden stub and the siblings are out of scope
+        assert not {"pkg/m.py:Base.embed", "pkg/m.py:M0.embed", "pkg/m.py:M8.embed"} & set(res.scope), res.scope

@@ -65,6 +65,7 @@ class Program:
         self._accessors: set[str] | None = None
         self._attr_insts: dict[tuple, tuple[list, bool, bool]] = {}
         self._hops: dict[tuple, list] = {}
+        self._insts: dict[tuple, tuple[list, bool]] = {}
 
     # -- symbol resolution --------------------------------------------------------------------------
     def _import_target(self, path: str, alias: str) -> str:
@@ -224,9 +225,21 @@ class Program:
         return out
 
     def instances(self, cls_ref: tuple[str, str] | None, path: str, entry: str, depth: int = 0) -> tuple[list, bool]:
-        """Classes an attribute entry constructs, and whether any part of it lies outside the scanned tree."""
-        if depth > 8:
+        """Classes an attribute entry constructs, and whether any part of it lies outside the scanned tree.
+        Memoised: entries refer to each other (a factory's returns, a method of what it returns), and unmemoised
+        the chains of a large tree (torch's) multiply into hundreds of millions of calls. An entry met again
+        while it is being resolved (a cycle) is empty there. The list is shared: callers must not change it."""
+        key = (cls_ref, path, entry)
+        hit = self._insts.get(key)
+        if hit is not None:
+            return hit
+        if depth > 64:          # a bound on the recursion only: memoised, no real chain comes near it
             return [], False
+        self._insts[key] = ([], False)
+        hit = self._insts[key] = self._instances(cls_ref, path, entry, depth)
+        return hit
+
+    def _instances(self, cls_ref: tuple[str, str] | None, path: str, entry: str, depth: int) -> tuple[list, bool]:
         if entry.startswith("reg:"):
             out = []
             for sym in self.s[path].get("registries", {}).get(entry[4:], []):
@@ -247,12 +260,12 @@ class Program:
             for t in self._class_method(cls_ref, name):
                 for e in self.s[t[0]]["functions"][t[1]].get("ret_ctors", []):
                     got, x = self.instances(self._cls_of(t), t[0], e, depth + 1)
-                    out += got
+                    out += [g for g in got if g not in out]
                     ext |= x
             for cpath, cname in self._mro(cls_ref):
                 for sym in self.s[cpath]["classes"][cname].get("refs", {}).get(name, []):
                     got, x = self.instances(None, cpath, sym, depth + 1)
-                    out += got
+                    out += [g for g in got if g not in out]
                     ext |= x
             return out, ext
         if ">" in entry:
@@ -271,7 +284,7 @@ class Program:
                         got2, x2 = [], False
                         for e in self.s[t[0]]["functions"][t[1]].get("ret_ctors", []):
                             g, x3 = self.instances(self._cls_of(t), t[0], e, depth + 1)
-                            got2 += g
+                            got2 += [c2 for c2 in g if c2 not in got2]
                             x2 |= x3
                     out += [g for g in got2 if g not in out]
                     ext |= x2
@@ -296,7 +309,7 @@ class Program:
             out, ext = [], False
             for e in summ["functions"][q].get("ret_ctors", []):
                 got, x = self.instances(self._cls_of(ref), rpath, e, depth + 1)
-                out += got
+                out += [g for g in got if g not in out]
                 ext |= x
             return out, ext
         return [], False

@@ -268,10 +268,11 @@ class RegionMap:
                 r = max(r, RANK[kind])
         return r
 
-    def assign(self, program, cut: set[int], capture_roots: list, per_step_roots: list) -> None:
-        """Each function's region over the resolved call graph: the strongest over the paths that reach it, each
-        path as weak as its weakest step (a bottleneck shortest path: the region only ever weakens along a path).
-        `cut`: the call records not followed (fan-out)."""
+    def assign(self, reach, capture_roots: list, per_step_roots: list) -> None:
+        """Each function's region over the call graph the scope walked (`reach`: the calls it followed, to the
+        targets it followed them to; a fan-out it cut is not followed here either): the strongest over the paths
+        that reach it, each path as weak as its weakest step (a bottleneck shortest path: the region only ever
+        weakens along a path)."""
         heap = [(max(RANK[r], self.floor(*n)), n) for r, roots in (("captured", capture_roots),
                                                                    ("per-step", per_step_roots)) for n in roots]
         heapq.heapify(heap)
@@ -287,9 +288,7 @@ class RegionMap:
                 if other.startswith(q + ".") and "." not in other[len(q) + 1:] and (path, other) not in best:
                     heapq.heappush(heap, (max(r, self.floor(path, other)), (path, other)))
             for call in funcs[q]["calls"]:
-                if id(call) in cut:
-                    continue
-                targets = program.resolve_call(path, q, call)[0]
+                targets = reach.targets(call)
                 if not targets:
                     continue
                 line, col = _call_pos(call)

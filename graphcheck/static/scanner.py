@@ -486,7 +486,7 @@ def _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, sourc
     within = reach.functions if reach is not None else None
     rmap = RegionMap(by_path, modules, allowed=allowed, eager_only=eager_only, strict=not partial)
     if reach is not None:
-        rmap.assign(prog, reach.cut, [prog.entry(e) for e in entry_points or []] + capturable,
+        rmap.assign(reach, [prog.entry(e) for e in entry_points or []] + capturable,
                     [prog.entry(e) for e in per_step])
 
     suppressed = 0

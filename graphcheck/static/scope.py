@@ -6,7 +6,8 @@ in attributes (assigned directly, in ``nn.ModuleList``/``ModuleDict``/``Sequenti
 loop, by a comprehension, by a helper or factory that returns them, by a class variable such as ``model_cls``, or
 taken from a module-level registry), submodules of submodules (``self.block.experts(x)``), ``CustomOp``-style
 dispatch (``forward`` -> ``forward_cuda`` / ``forward_native``), ``super()``, ``self.method()`` to the method and
-its overrides in every subclass (the class ``self`` may be at run time), functions passed as arguments (by position
+its overrides in every subclass of the receiver (the class ``self`` may be at run time: the entry point's class, a
+submodule's, an override's: each function is walked once per receiver), functions passed as arguments (by position
 or keyword) and defs nested in an enclosing function. ``module(...)`` means ``forward``. Reading a property
 (``self.n``, ``self.cache.length``, resolved as ``self.n()`` / ``self.cache.length()`` would be) runs its getter, and
 assigning it (``self.n = v``) its setter; a read of a plain attribute resolves to nothing and stays quiet.
@@ -64,6 +65,7 @@ class Program:
         self._accessors: set[str] | None = None
         self._attr_insts: dict[tuple, tuple[list, bool, bool]] = {}
         self._hops: dict[tuple, list] = {}
+        self._insts: dict[tuple, tuple[list, bool]] = {}
 
     # -- symbol resolution --------------------------------------------------------------------------
     def _import_target(self, path: str, alias: str) -> str:
@@ -223,9 +225,21 @@ class Program:
         return out
 
     def instances(self, cls_ref: tuple[str, str] | None, path: str, entry: str, depth: int = 0) -> tuple[list, bool]:
-        """Classes an attribute entry constructs, and whether any part of it lies outside the scanned tree."""
-        if depth > 8:
+        """Classes an attribute entry constructs, and whether any part of it lies outside the scanned tree.
+        Memoised: entries refer to each other (a factory's returns, a method of what it returns), and unmemoised
+        the chains of a large tree (torch's) multiply into hundreds of millions of calls. An entry met again
+        while it is being resolved (a cycle) is empty there. The list is shared: callers must not change it."""
+        key = (cls_ref, path, entry)
+        hit = self._insts.get(key)
+        if hit is not None:
+            return hit
+        if depth > 64:          # a bound on the recursion only: memoised, no real chain comes near it
             return [], False
+        self._insts[key] = ([], False)
+        hit = self._insts[key] = self._instances(cls_ref, path, entry, depth)
+        return hit
+
+    def _instances(self, cls_ref: tuple[str, str] | None, path: str, entry: str, depth: int) -> tuple[list, bool]:
         if entry.startswith("reg:"):
             out = []
             for sym in self.s[path].get("registries", {}).get(entry[4:], []):
@@ -246,31 +260,43 @@ class Program:
             for t in self._class_method(cls_ref, name):
                 for e in self.s[t[0]]["functions"][t[1]].get("ret_ctors", []):
                     got, x = self.instances(self._cls_of(t), t[0], e, depth + 1)
-                    out += got
+                    out += [g for g in got if g not in out]
                     ext |= x
             for cpath, cname in self._mro(cls_ref):
                 for sym in self.s[cpath]["classes"][cname].get("refs", {}).get(name, []):
                     got, x = self.instances(None, cpath, sym, depth + 1)
-                    out += got
+                    out += [g for g in got if g not in out]
                     ext |= x
             return out, ext
+        if ">" in entry:
+            # `call:F>m` / `clsof:F>m`: what method m of what F gave returns (instances it constructs, or the
+            # classes it returns): `backend = get_backend(cfg); self.impl = backend.get_impl_cls()(...)`
+            head, _, meth = entry.rpartition(">")
+            holder = f"call:{head.partition(':')[2]}"
+            got, ext = self.instances(cls_ref, path, holder, depth + 1)
+            more, x = self.instances(cls_ref, path, f"clsof:{holder[5:]}", depth + 1)
+            out: list = []
+            for c in dict.fromkeys([*got, *more]):
+                for t in self._class_method(c, meth):
+                    if entry.startswith("clsof:"):
+                        got2, x2 = self._returned_classes(t)
+                    else:
+                        got2, x2 = [], False
+                        for e in self.s[t[0]]["functions"][t[1]].get("ret_ctors", []):
+                            g, x3 = self.instances(self._cls_of(t), t[0], e, depth + 1)
+                            got2 += [c2 for c2 in g if c2 not in got2]
+                            x2 |= x3
+                    out += [g for g in got2 if g not in out]
+                    ext |= x2
+            return out, ext or x
         if entry.startswith("clsof:"):     # an instance of a class that a factory function returns
             # a factory that is no def of the tree (`functools.partial(C, n)(...)`, `torch.compile(...)(fn)`,
             # `lru_cache()(f)`, a lambda) says nothing about what it returns, nor that it is outside the tree: the
             # attribute stays unresolved, as it was before factories were followed
             ref = self.resolve_symbol(path, entry[6:])
-            fn = self.s[ref[0]]["functions"].get(ref[1]) if ref is not None else None
-            if fn is None:
+            if ref is None or ref[1] not in self.s[ref[0]]["functions"]:
                 return [], False
-            out, ext = [], False
-            for sym in fn.get("ret_classes", []):
-                c = self.resolve_symbol(ref[0], sym)
-                if c and c[1] in self.s[c[0]]["classes"]:
-                    if c not in out:
-                        out.append(c)
-                elif c is None and self._external(ref[0], sym):
-                    ext = True       # `return nn.Linear`: a class outside the tree
-            return out, ext
+            return self._returned_classes(ref)
         sym = entry[5:] if entry.startswith("call:") else entry
         ref = self.resolve_symbol(path, sym)
         if ref is None:
@@ -283,10 +309,23 @@ class Program:
             out, ext = [], False
             for e in summ["functions"][q].get("ret_ctors", []):
                 got, x = self.instances(self._cls_of(ref), rpath, e, depth + 1)
-                out += got
+                out += [g for g in got if g not in out]
                 ext |= x
             return out, ext
         return [], False
+
+    def _returned_classes(self, ref: tuple[str, str]) -> tuple[list, bool]:
+        """The classes of the tree a def returns (`return FlashImpl`, `return A if fast else B`), and whether one
+        it returns is outside the tree (`return nn.Linear`)."""
+        out, ext = [], False
+        for sym in self.s[ref[0]]["functions"][ref[1]].get("ret_classes", []):
+            c = self.resolve_symbol(ref[0], sym)
+            if c and c[1] in self.s[c[0]]["classes"]:
+                if c not in out:
+                    out.append(c)
+            elif c is None and self._external(ref[0], sym):
+                ext = True
+        return out, ext
 
     def _cls_of(self, ref: tuple[str, str]) -> tuple[str, str] | None:
         cls = self.s[ref[0]]["functions"][ref[1]].get("cls")
@@ -358,19 +397,35 @@ class Program:
         return self._callees[key]
 
     def resolve_call(self, path: str, qname: str, call: list) -> tuple[list[tuple[str, str]], str]:
-        """Targets of one call record and its status: 'resolved', 'external' (outside the tree) or 'unresolved'."""
-        key = id(call)       # call records live as long as the program: their identity names the site
+        """Targets of one call record and its status: 'resolved', 'external' (outside the tree) or 'unresolved'.
+        `self` is whatever class the def is in, or any subclass (the call graph of every receiver at once)."""
+        pairs, status = self.dispatch(path, qname, call, None)
+        return list(dict.fromkeys(t for t, _ in pairs)), status
+
+    def dispatch(self, path: str, qname: str, call: list, recv: tuple[str, str] | None) -> tuple[list, str]:
+        """One call record's targets, each with the class its `self` is then known to be, or a subclass of it
+        (None: the target's own class), when `self` in qname is `recv` or a subclass of it (None: qname's own
+        class). A `self.m()` of a base class reached from a subclass runs that subclass's m or an override below
+        it, not a sibling's."""
+        own = self._cls_of((path, qname))
+        if recv == own:
+            recv = None
+        key = (id(call), recv)       # call records live as long as the program: their identity names the site
         hit = self._calls.get(key)
         if hit is None:
-            hit = self._resolve_call(path, qname, call)
-            if hit[0] and call[0] not in ("ref", "get", "set"):
+            pairs, status = self._resolve_call(path, qname, call, recv or own, own)
+            seen: dict = {}
+            for t, r in pairs:       # one receiver per target: the first found is the widest (R before R's subclasses)
+                seen.setdefault(t, r)
+            pairs = list(seen.items())
+            if pairs and call[0] not in ("ref", "get", "set"):
                 # a def whose signature cannot take these arguments is not what runs here: `self.method.apply(
                 # self, x, bias=b)` where `method` is annotated with a base class whose subclasses include
                 # unrelated `apply(self, layer, dispatch_output)`s (calling one of those would raise TypeError)
-                kept = [t for t in hit[0] if self._binds(t, call)]
-                if len(kept) != len(hit[0]):
-                    hit = (kept, hit[1] if kept else "unresolved")
-            self._calls[key] = hit
+                kept = [pr for pr in pairs if self._binds(pr[0], call)]
+                if len(kept) != len(pairs):
+                    pairs, status = kept, status if kept else "unresolved"
+            hit = self._calls[key] = (pairs, status)
         return hit
 
     def _binds(self, t: tuple[str, str], call: list) -> bool:
@@ -380,38 +435,39 @@ class Program:
         sig = fn.get("sig")
         return sig is None or any(_fits(sig, call, sh) for sh in _implicit(fn, t[1], call))
 
-    def _resolve_call(self, path: str, qname: str, call: list) -> tuple[list[tuple[str, str]], str]:
+    def _resolve_call(self, path: str, qname: str, call: list, cls_ref: tuple[str, str] | None,  # noqa: C901
+                      own: tuple[str, str] | None) -> tuple[list[tuple[tuple[str, str], tuple | None]], str]:
+        """(target, receiver) pairs of one call in def qname of class `own`, whose `self` is cls_ref (own or a
+        subclass of it) or a subclass of cls_ref."""
         summ = self.s[path]
-        fn = summ["functions"][qname]
-        cls = fn.get("cls")
-        cls_ref = (path, cls) if cls else None
         kind = call[0]
         if kind == "get" or kind == "set":
             # an attribute read or store: the getter or setter of a property of that name, resolved as a call of it
             # would be (the class's MRO, its subclasses' overrides, a submodule's class); else a plain attribute
             if self._call_key(call) not in self._accessor_names():
                 return [], "external"
-            t = [x for x in self._resolve_call(path, qname, call[1:])[0]
-                 if self.s[x[0]]["functions"][x[1]].get("prop") == kind]
+            t = [x for x in self._resolve_call(path, qname, call[1:], cls_ref, own)[0]
+                 if self.s[x[0][0]]["functions"][x[0][1]].get("prop") == kind]
             return t, "resolved" if t else "external"
         if kind == "ref":
             if call[1] == "self" and cls_ref is not None and not self._class_method(cls_ref, call[2]):
                 # `helper(self.norm)` hands over a submodule the callee may call (its forward), but it was
                 # constructed elsewhere: passing it never runs its __init__
                 insts, _, _ = self._attr_instances(cls_ref, call[2])
-                t = [m for c in insts for m in self._class_method(c, "__call__")]
+                t = [(m, c) for c in insts for m in self._class_method(c, "__call__")]
                 return t, "resolved" if t else "external"
-            t, st = self._resolve_call(path, qname, call[1:])
+            t, st = self._resolve_call(path, qname, call[1:], cls_ref, own)
             return t, st if t else "external"
         if kind == "name":
-            # a def nested in this function or in an enclosing one (a closure calling its sibling helper); a class
-            # body is not an enclosing scope: a method does not see its class's names
+            # a def nested in this function or in an enclosing one (a closure calling its sibling helper: its
+            # `self` is the enclosing one's); a class body is not an enclosing scope: a method does not see its
+            # class's names
             scope_q = qname
             while scope_q:
                 if scope_q in summ["functions"]:
                     nested = f"{scope_q}.{call[1]}"
                     if nested in summ["functions"]:
-                        return [(path, nested)], "resolved"
+                        return [((path, nested), cls_ref)], "resolved"
                 scope_q = scope_q.rpartition(".")[0]
             ref = self.resolve_symbol(path, call[1])
             if ref:
@@ -426,10 +482,10 @@ class Program:
                 # holds no class of the tree (a config, a tensor) leaves it outside, as before
                 *hops, meth = call[2].split(".")
                 insts = self._hop_instances(cls_ref, tuple(hops))
-                t = list(dict.fromkeys(m for c in insts for m in self._class_method(c, meth)))
+                t = [(m, c) for c in insts for m in self._class_method(c, meth)]
                 if not t:    # `self.block.experts(x)`: the last hop is a submodule too, and calling it runs forward
-                    t = list(dict.fromkeys(m for c in insts for i in self._attr_instances(c, meth)[0]
-                                           for m in self._class_method(i, "__call__")))
+                    t = [(m, i) for c in insts for i in self._attr_instances(c, meth)[0]
+                         for m in self._class_method(i, "__call__")]
                 return t, "resolved" if t else "external"
             ref = self.resolve_symbol(path, f"{call[1]}.{call[2]}")
             if ref:
@@ -439,45 +495,46 @@ class Program:
         if kind == "self":
             if cls_ref is None:
                 return [], "external"
-            t = self._class_method(cls_ref, call[1])
+            t = [(m, cls_ref) for m in self._class_method(cls_ref, call[1])]
             if t:
-                # `self.gemm()` in a base class runs whatever the instance's class defines: a subclass's override
-                # is as reachable as the base method (a template method whose base raises NotImplementedError)
-                return t + [o for o in self._overrides(cls_ref, call[1]) if o not in t], "resolved"
+                # `self.gemm()` in a base class runs whatever the instance's class defines: the method found from
+                # the receiver's class, or an override in a subclass of it (a template method whose base raises
+                # NotImplementedError), never a sibling's
+                return t + [(o, self._cls_of(o)) for o in self._overrides(cls_ref, call[1])], "resolved"
             insts, ext, known = self._attr_instances(cls_ref, call[1])
             for c in insts:      # `self.ffn(x)` runs a submodule's forward; `self.model_cls(cfg)` its __init__
-                t += self._class_method(c, "__call__") or self._class_method(c, "__init__")
+                t += [(m, c) for m in self._class_method(c, "__call__") or self._class_method(c, "__init__")]
             if not t and not known:
                 # a method only the subclasses define (a base without the stub): before "external" from an
                 # nn.Module base, which would pass the subclasses' code over in silence
-                t = self._overrides(cls_ref, call[1])
+                t = [(o, self._cls_of(o)) for o in self._overrides(cls_ref, call[1])]
             if t:
                 return t, "resolved"
             if ext or (not known and self._has_external_base(cls_ref)):
                 return [], "external"
             return [], "unresolved"
         if kind == "super":
-            if cls_ref is None:
+            if own is None:
                 return [], "external"
-            # the next class after this one in the MRO of the class `self` is: this one or any subclass (in
-            # D(B, C), B's super().m() runs C.m)
+            # the next class after this def's in the MRO of the class `self` is: the receiver or any subclass of
+            # it (in D(B, C), B's super().m() runs C.m)
             t = []
             for sub in [cls_ref, *self._subclasses(cls_ref)]:
                 mro = self._mro(sub)
-                for b in mro[mro.index(cls_ref) + 1:] if cls_ref in mro else ():
+                for b in mro[mro.index(own) + 1:] if own in mro else ():
                     hit = self._class_method(b, call[1])
                     if hit:
-                        t += [m for m in hit if m not in t]
+                        t += [(m, sub) for m in hit]
                         break
             return t, "resolved" if t else "external"
         if kind == "selfattr":
             if cls_ref is None:
                 return [], "external"
             insts, ext, known = self._attr_instances(cls_ref, call[1])
-            t = [m for c in insts for m in self._class_method(c, call[2])]
+            t = [(m, c) for c in insts for m in self._class_method(c, call[2])]
             if not t and call[2] != "__call__":   # `self.block.experts(x)`: a submodule's submodule, called
-                t = list(dict.fromkeys(m for c in insts for i in self._attr_instances(c, call[2])[0]
-                                       for m in self._class_method(i, "__call__")))
+                t = [(m, i) for c in insts for i in self._attr_instances(c, call[2])[0]
+                     for m in self._class_method(i, "__call__")]
             if t:
                 return t, "resolved"
             if any(call[1] in self.s[p]["classes"][c].get("tensors", ()) for p, c in self._mro(cls_ref)):
@@ -490,7 +547,7 @@ class Program:
             for e in call[1]:
                 insts, x = self.instances(cls_ref, path, e)
                 ext |= x
-                t += [m for c in insts for m in self._class_method(c, call[2])]
+                t += [(m, c) for c in insts for m in self._class_method(c, call[2])]
             return t, "resolved" if t else "external"
         if kind == "reg":
             t = []
@@ -498,8 +555,10 @@ class Program:
                 ref = self.resolve_symbol(path, sym)
                 if ref:
                     meth = "__init__" if call[2] == "__call__" else call[2]
-                    t += self._callable(ref) if meth == "__init__" and ref[1] in self.s[ref[0]]["functions"] else \
-                        self._class_method(ref, meth) if ref[1] in self.s[ref[0]]["classes"] else []
+                    if meth == "__init__" and ref[1] in self.s[ref[0]]["functions"]:
+                        t += self._callable(ref)
+                    elif ref[1] in self.s[ref[0]]["classes"]:
+                        t += [(m, ref) for m in self._class_method(ref, meth)]
             return t, "resolved" if t else "unresolved"
         return [], "external"
 
@@ -510,15 +569,16 @@ class Program:
             out.extend((t, call) for t in targets)
         return out
 
-    def _callable(self, ref: tuple[str, str] | None) -> list[tuple[str, str]]:
+    def _callable(self, ref: tuple[str, str] | None) -> list[tuple[tuple[str, str], tuple | None]]:
+        """(target, receiver) of calling what a symbol names: a def itself, or a class's __init__ (on that class)."""
         if not ref:
             return []
         path, q = ref
         summ = self.s[path]
         if q in summ["functions"]:
-            return [ref]
+            return [(ref, None)]
         if q in summ["classes"]:  # constructing a class runs its __init__
-            return self._class_method(ref, "__init__")
+            return [(m, ref) for m in self._class_method(ref, "__init__")]
         return []
 
     # -- reachability -------------------------------------------------------------------------------
@@ -548,46 +608,80 @@ class Program:
                 return hit[0]
         raise ScopeError(f"entry point {spec!r}: no function {qual!r} in {path}")
 
+    def receiver(self, spec: str) -> tuple[str, str] | None:
+        """The class an entry point names (`mod:Llama.forward`, `mod:Llama`): its `self` is that class or a subclass,
+        even where the method is inherited from a base that other classes share."""
+        mod, _, qual = spec.partition(":")
+        path = self.path_of.get(mod)
+        if path is None:
+            return None
+        classes = self.s[path]["classes"]
+        if qual in classes:
+            return (path, qual)
+        cls = qual.rpartition(".")[0]
+        return (path, cls) if cls in classes else None
+
     def reachable(self, entry_points: list[str], fanout_limit: int = 0) -> "Reach":
         """The functions reachable from the entry points (and every `@capturable` def). A call that resolves to more
         than `fanout_limit` implementations (classes, or functions; 0: no limit) is not followed: it becomes one
-        fan-out record (`Reach.fanouts`), and its record joins `Reach.cut`."""
+        fan-out record (`Reach.fanouts`), and its record joins `Reach.cut`. Each function is walked once per class
+        its `self` may be (the receiver: an entry point's class, a submodule's, an override's), so that a base
+        class's `self.m()` reached from one subclass does not run its siblings' overrides."""
         roots = [self.entry(e) for e in entry_points]
+        starts = [(r, self.receiver(e)) for r, e in zip(roots, entry_points)]
         for path, summ in self.s.items():
-            roots += [(path, q) for q, f in summ["functions"].items() if f.get("capturable")]
+            caps = [(path, q) for q, f in summ["functions"].items() if f.get("capturable")]
+            roots += caps
+            starts += [(c, None) for c in caps]
         self.roots = set(roots)
         parent: dict[tuple[str, str], tuple | None] = {r: None for r in roots}
         unresolved: list[dict] = []
         fanouts: dict[tuple, dict] = {}
         cut: set[int] = set()
-        todo = deque(roots)
+        edges: dict[int, list] = {}
+        noted: set[int] = set()
+        todo = deque(starts)
         seen: set[tuple[str, str]] = set()
+        walked: set[tuple] = set()
         while todo:
-            node = todo.popleft()
-            if node in seen:
-                continue
-            seen.add(node)
+            node, recv = todo.popleft()
             path, q = node
-            # nested functions of a reachable function are part of it
-            for other in self.s[path]["functions"]:
-                if other.startswith(q + ".") and "." not in other[len(q) + 1:] and (path, other) not in parent:
-                    parent[(path, other)] = (node, self.s[path]["functions"][other]["line"])
-                    todo.append((path, other))
-            for call in self.s[path]["functions"][q]["calls"]:
-                targets, status = self.resolve_call(path, q, call)
-                if status == "unresolved" and call[0] != "ref":
+            if recv is not None and recv == self._cls_of(node):
+                recv = None
+            if (node, recv) in walked:
+                continue
+            walked.add((node, recv))
+            seen.add(node)
+            funcs = self.s[path]["functions"]
+            # nested functions of a reachable function are part of it (a closure's self is the enclosing one's)
+            for other in funcs:
+                if other.startswith(q + ".") and "." not in other[len(q) + 1:]:
+                    if (path, other) not in parent:
+                        parent[(path, other)] = (node, funcs[other]["line"])
+                    todo.append(((path, other), recv))
+            for call in funcs[q]["calls"]:
+                pairs, status = self.dispatch(path, q, call, recv)
+                targets = list(dict.fromkeys(t for t, _ in pairs))
+                first = id(call) not in noted
+                noted.add(id(call))
+                if first and status == "unresolved" and call[0] != "ref":
                     unresolved.append({"path": path, "function": q, "line": _call_line(call), "call": _describe(call)})
                 if fanout_limit and len(targets) > fanout_limit and self._fans_out(targets, fanout_limit, fanouts,
-                                                                                   path, q, call):
+                                                                                   path, q, call, first):
                     cut.add(id(call))
                     continue
-                for t in targets:
+                got = edges.setdefault(id(call), [])
+                for t, r in pairs:
+                    if t not in got:
+                        got.append(t)
                     if t not in parent:
                         parent[t] = (node, _call_line(call))
-                        todo.append(t)
-        return Reach(seen, parent, unresolved, self._gaps(roots, seen, entry_points), list(fanouts.values()), cut)
+                    todo.append((t, r))
+        return Reach(seen, parent, unresolved, self._gaps(roots, seen, entry_points), list(fanouts.values()), cut,
+                     edges)
 
-    def _fans_out(self, targets: list, limit: int, fanouts: dict, path: str, q: str, call: list) -> bool:
+    def _fans_out(self, targets: list, limit: int, fanouts: dict, path: str, q: str, call: list,
+                  new_site: bool = True) -> bool:
         """Whether a call's targets are more implementations than the limit: distinct classes for methods (a
         CustomOp's forward and forward_cuda are one implementation), each function for itself. Records the call
         once per target set (the same dispatch from several sites is one fan-out, counting its sites)."""
@@ -600,7 +694,7 @@ class Program:
             fanouts[key] = {"path": path, "function": q, "line": _call_line(call), "call": key[0],
                             "implementations": len(targets), "classes": len(impls), "sites": 1,
                             "targets": [f"{p}:{t}" for p, t in key[1]]}
-        else:
+        elif new_site:       # the same site walked again for another receiver is not another site
             rec["sites"] += 1
         return True
 
@@ -838,16 +932,21 @@ class Reach:
     """The captured region: functions, how each was reached (for call chains), unresolved calls, scope gaps."""
 
     def __init__(self, functions: set, parent: dict, unresolved: list[dict], gaps: list[str],
-                 fanouts: list[dict] | None = None, cut: set[int] | None = None):
+                 fanouts: list[dict] | None = None, cut: set[int] | None = None, edges: dict | None = None):
         self.functions = functions
         self.parent = parent
         self.unresolved = unresolved
         self.gaps = gaps
         self.fanouts = fanouts or []     # dispatch calls not followed: more implementations than the limit
         self.cut = cut or set()          # their call records (id), which the region pass does not follow either
+        self.edges = edges or {}         # call record (id) -> the targets followed from it, over every receiver
 
     def __contains__(self, item) -> bool:
         return item in self.functions
+
+    def targets(self, call: list) -> list[tuple[str, str]]:
+        """What the walk followed from one call record (none where it was cut or never reached)."""
+        return self.edges.get(id(call), [])
 
     def __len__(self) -> int:
         return len(self.functions)

@@ -1,4 +1,5 @@
-"""Third-party serving code nobody here wrote (HF transformers 4.46.3, sglang 0.5.23; fetched by corpus/fetch.py):
+"""Third-party serving code nobody here wrote (HF transformers 4.46.3, sglang 0.5.23, flashinfer 0.7.4; fetched by
+corpus/fetch.py):
 the scan from natural entry points, against hand-triaged expectations, must keep precision and recall at or above
 0.9, per package and over all of them."""
 import sys
@@ -79,3 +80,13 @@ def test_scope_reaches_the_models_through_their_containers(results):
     for q in ("LogitsProcessor.compute_logprobs_for_multi_item_scoring", "ModelRunner.maybe_join_ep_ranks",
               "Sampler._sample_from_probs", "LlamaDecoderLayer.forward", "LlamaAttention.forward"):
         assert any(s.endswith(":" + q) for s in sgl), q
+
+
+def test_flashinfer_sampling_reaches_its_custom_ops_and_the_generator_state(results):
+    """The public sampling functions call `get_sampling_module().<op>(...)`: the ops are defs nested in that cached
+    builder, reached with it, and through them `get_seed_and_offset` (the GC503 rows); the CUDA-graph decode
+    wrapper's entry point is the `run` it inherits."""
+    scope = set(results["flashinfer"].scope)
+    for q in ("get_sampling_module.sampling_from_logits", "get_sampling_module.top_k_top_p_sampling_from_probs",
+              "get_seed_and_offset", "BatchDecodeWithPagedKVCacheWrapper.run", "_make_xqa_mtp_causal_mask"):
+        assert any(s.endswith(":" + q) for s in scope), q

@@ -390,3 +390,34 @@ def test_per_step_entry_points_alone_resolve_when_a_file_is_named(tmp_path):
                                          'per-step-entry-points = ["pkg.runner:Runner.prepare"]\n')
     r = gc(root, "scan", "pkg/helpers.py", "--output-format", "concise")
     assert r.returncode == 1 and "pkg/helpers.py:3:12: GC101" in r.stdout and "[per-step]" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_region_follows_only_the_calls_the_scope_followed(tmp_path):
+    """`count` runs from the per-step `Runner.prepare`, and from M1.embed, a sibling override that the captured
+    `Llama.forward` never runs (its `self.embed` is Llama's): the row is per-step. The region pass once walked every
+    implementation of each call, so the sibling's edge made it captured."""
+    root = _pkg(tmp_path, {"m.py": '''
+        import torch
+
+        def count(x):
+            return x.sum().item()
+
+        class Base(torch.nn.Module):
+            def forward(self, x):
+                return self.embed(x)
+
+        class Llama(Base):
+            def embed(self, x):
+                return x * 2
+
+        class M1(Base):
+            def embed(self, x):
+                return count(x)
+
+        class Runner:
+            def prepare(self, x: torch.Tensor):
+                return count(x)
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.m:Llama.forward"], per_step_entry_points=["pkg.m:Runner.prepare"],
+               root=root, cache=False, jobs=1)
+    assert [(f.rule, f.function, f.region) for f in res.findings] == [("GC101", "count", "per-step")]

@@ -124,6 +124,20 @@ def f(x: torch.Tensor):
     assert not any(r == "GC101" and ln in (4, 6) for r, ln in got)
 
 
+def test_other_tools_noqa_does_not_tokenize_the_file(monkeypatch):
+    """Only a line that could hold a suppression of ours (graphcheck, or noqa with a GC code) sends the file through
+    the tokenizer (which tells a real comment from a string): torch's thousands of `# noqa: F401` made the
+    suppression pass about an eighth of the analysis of its tree."""
+    from graphcheck.static import engine
+    calls = []
+    real = engine._comments
+    monkeypatch.setattr(engine, "_comments", lambda lines: calls.append(1) or real(lines))
+    other = "import os  # noqa: F401\nimport sys  # NOQA: E402, F401\n"
+    assert engine.parse_suppressions(other.splitlines()) == [] and calls == []
+    ours = other + "x = 1  # noqa: gc101 -- lower case is ours too\n"
+    assert [s["codes"] for s in engine.parse_suppressions(ours.splitlines())] == [["GC101"]] and calls == [1]
+
+
 def test_never_crashes_on_bad_files(tmp_path):
     (tmp_path / "ok.py").write_text("import torch\ndef f(x: torch.Tensor):\n    return x.item()\n")
     (tmp_path / "broken.py").write_text("def f(:\n")

@@ -5,10 +5,13 @@ natural entry points with the declarations a user of that code would write (`[to
 - sglang 0.5.23: the model runner's per-step `ModelRunner.forward`, the `Sampler`, the llama and qwen2 model files
   and the logits processor they reach (the rest of sglang is outside the scanned files: calls into it are not
   followed).
+- flashinfer 0.7.4: the public sampling functions and the paged decode wrapper's `run` (what flashinfer documents
+  as running under capture after `plan()`), with the utils module they call; the JIT kernel modules are outside.
 
 Every line graphcheck reports there, and every hazard a reader finds in the reached code, is listed with a
 verdict. TRUE: a real host sync / capture hazard on that line (found or not: recall counts them all). FALSE:
-reported by this or an earlier version of the scan but not a hazard (must stay unreported).
+reported by this or an earlier version of the scan, or a look-alike a reader checked, but not a hazard (must stay
+unreported).
 """
 from __future__ import annotations
 
@@ -108,10 +111,43 @@ SGL_FALSE = {
     ("GC702", LP, 801): "`for j, hidden in enumerate(aux_hidden_states)`: a Python list of tensors",
 }
 
+FS, FD = "flashinfer/sampling.py", "flashinfer/decode.py"
+FI_ENTRY_POINTS = [f"flashinfer.sampling:{f}" for f in (
+    "softmax", "sampling_from_logits", "sampling_from_probs", "top_p_sampling_from_probs", "top_k_sampling_from_probs",
+    "min_p_sampling_from_probs", "top_k_top_p_sampling_from_logits", "top_k_top_p_sampling_from_probs",
+    "top_p_renorm_probs", "top_k_renorm_probs", "top_k_mask_logits", "chain_speculative_sampling")] + [
+    # what flashinfer documents as running inside a captured graph after plan(); the CUDA-graph wrapper inherits run
+    "flashinfer.decode:BatchDecodeWithPagedKVCacheWrapper.run",
+    "flashinfer.decode:CUDAGraphBatchDecodeWithPagedKVCacheWrapper.run",
+]
+FI_TRUE = {
+    ("GC503", FS, 58): "get_seed_and_offset (every sampling op without an explicit seed) reads the CUDA generator's "
+                       "state on the host: a captured graph replays the seed and offset of capture",
+    ("GC503", FS, 62): "and writes the advanced state back with set_state, on the host",
+    ("GC604", FS, 1115): "check_nan=True: torch.any(torch.isnan(logits)) tested by `if` reads the flag back",
+    ("GC604", FS, 1220): "the same guard in sampling_from_probs",
+    ("GC604", FS, 1350): "the same guard in top_p_sampling_from_probs",
+    ("GC604", FS, 1481): "the same guard in top_k_sampling_from_probs",
+    ("GC604", FS, 1608): "the same guard in min_p_sampling_from_probs",
+    ("GC604", FS, 1904): "the same guard in top_k_top_p_sampling_from_logits (joint order)",
+    ("GC604", FS, 2086): "the same guard in top_k_top_p_sampling_from_probs",
+    ("GC406", FD, 3566): "XQA MTP decode: the causal mask is rebuilt and rebound in run() when the batch or q_len "
+                         "changes: a graph captured before keeps the old tensor",
+}
+# look-alikes in the reached code, read by hand: each stays unreported
+FI_FALSE = {
+    ("GC402", FD, 3479): "cuTile path: _kv_lens_device is made on self.device in plan(): .to(q.device) copies nothing",
+    ("GC402", FD, 3480): "the block table is built on self.device in plan() too",
+    ("GC104", FD, 3532): "float(v_scale): v_scale is documented Optional[float], a host scalar",
+    ("GC104", FS, 878): "float(temperature): the tensor case returned above, this is a Python Real",
+    ("GC101", FS, 59): "map(int, state.view(torch.int64)): the generator state get_state() returns is a CPU tensor",
+}
+
 CORPORA = [
     Corpus("transformers", HF_ENTRY_POINTS, HF_TRUE, HF_FALSE),
     Corpus("sglang", SGL_ENTRY_POINTS, SGL_TRUE, SGL_FALSE,
            host_resident=["multi_item_delimiter_indices", "token_indices_to_pool"],
            why_declared="LogitsProcessor's multi-item scoring documents both lists as CPU tensors "
                         "(`Pre-computed delimiter positions per request (CPU tensors)`); nothing in the code says so"),
+    Corpus("flashinfer", FI_ENTRY_POINTS, FI_TRUE, FI_FALSE),
 ]

@@ -38,6 +38,14 @@ PACKAGES = {
         "sglang/srt/models/qwen2.py",
         "sglang/srt/model_executor/model_runner.py",
     ]),
+    # FlashInfer's Python sampling functions and its paged decode wrapper (what runs under capture after plan()),
+    # with the helpers module both call; the kernels themselves are JIT modules outside these files
+    "flashinfer": ("flashinfer_python", "0.7.4", [], [
+        "flashinfer/__init__.py",
+        "flashinfer/sampling.py",
+        "flashinfer/decode.py",
+        "flashinfer/utils.py",
+    ]),
 }
 # One download may take this long (the sglang wheel is about 39 MB, transformers' about 10 MB).
 TIMEOUT_S = 600

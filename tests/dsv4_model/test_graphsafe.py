@@ -616,6 +616,7 @@ def test_cuda_official_numerics_flash_greedy():
         assert v["first_token_diff"] is None and v["bitwise"], (name, v["first_token_diff"], v["where"])
 
 
+@pytest.mark.slow
 def test_official_numerics_pairs_are_bitwise_on_cpu():
     """The GPU gate's script on CPU with a tiny bf16 model: both pairs equal bit for bit, and a planted change in the
     graph-safe step (its compressors fed a slightly scaled token) fails it and is located at the compressor's

@@ -105,12 +105,15 @@ def main() -> int:
     a = ap.parse_args()
     spec = importlib.util.find_spec("torch")          # where torch is installed, without importing it
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("scan_speed: torch is not installed in this interpreter (its package tree is the corpus)")
+        print("scan_speed: torch is not installed in this interpreter (its package tree is the corpus)", file=sys.stderr)
+        return 2
     trees = [("torch", Path(list(spec.submodule_search_locations)[0]), [])]
     if a.serving:
         top = Path(a.serving)
         if not top.is_dir():
-            raise SystemExit(f"scan_speed: --serving {a.serving}: not a directory")
+            print(f"scan_speed: --serving {a.serving}: expected a directory of Python sources, found none",
+                  file=sys.stderr)
+            return 2
         trees.append((f"serving tree {top.name}", top, ["--all-functions"]))
     lines = [
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; python benchmarks/scan_speed.py "

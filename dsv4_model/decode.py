@@ -235,12 +235,10 @@ def csa_gather(device: torch.device, keys: list[tuple], use_kernels: bool = True
     if not use_kernels or torch.device(device).type != "cuda" or not keys:
         return gather_picks_ref, "CSA gather: torch.gather"
     from dsv4_kernels import compiled
-    try:        # CuTeDSL where it runs (the record's default); compiled() says why it cannot
-        fn = compiled("gather_picks", device, prepare={"keys": keys})
-    except (RuntimeError, ImportError) as e:
-        return gather_picks_ref, f"CSA gather: torch.gather ({e})"
-    return fn, ("CSA gather: CuTeDSL" if fn is not gather_picks_ref and getattr(fn, "compiled", None) is not None
-                else "CSA gather: torch.gather")
+    fn = compiled("gather_picks", device, prepare={"keys": keys})   # CuTeDSL where it runs, else torch's gather
+    if getattr(fn, "compiled", None) is None:
+        return fn, "CSA gather: torch.gather (CuTeDSL cannot run here)"
+    return fn, "CSA gather: CuTeDSL"
 
 
 def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = True) -> str:

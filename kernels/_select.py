@@ -69,8 +69,14 @@ def compiled(name: str, device: torch.device | str, shape: tuple = (), prepare: 
              backend: str | None = None) -> Callable:
     """`select(name, device)`, or for backend "cutedsl" (default: whether `name` is in CUTEDSL_BY_DEFAULT) the
     CuTeDSL kernel `CompiledKernels(*shape).prepare(**prepare)`, compiled here for every bucket so that no step
-    compiles. Asking for CuTeDSL where it cannot run is an error that says why."""
+    compiles. Asking for CuTeDSL (backend="cutedsl") where it cannot run is an error that says why; a kernel that
+    is CuTeDSL by default falls back to `select` there."""
+    chosen = backend
     backend = backend or ("cutedsl" if name in CUTEDSL_BY_DEFAULT else "default")
+    if backend == "cutedsl" and chosen is None and name in CUTEDSL:
+        from ._cutedsl import available as cutedsl_available
+        if torch.device(device).type != "cuda" or not cutedsl_available()[0]:
+            backend = "default"          # CuTeDSL by default where it runs; the default kernel elsewhere
     if backend == "default":
         return select(name, device)
     if backend != "cutedsl":

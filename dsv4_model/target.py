@@ -25,49 +25,54 @@ def shard_if_distributed(model):
     return model
 
 
+def _checkpoint(device: str, max_seq_len: int, **kw):
+    """The embedded tiny checkpoint (or $DSV4_CHECKPOINT) on `device`, this rank's shard under a process group."""
+    from . import load
+    return shard_if_distributed(load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len,
+                                     **kw))
+
+
+def _tokens(batch: int, vocab: int, device: str, seed: int):
+    """make_inputs(k) -> a fresh token per row [batch], the same for the same k (ids from 16: past the control ids)."""
+    def make_inputs(k: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed + k)
+        return torch.randint(16, vocab, (batch,), generator=g).to(device)
+    return make_inputs
+
+
+def _runner_target(runner, batch: int, vocab: int, device: str, seed: int, name: str) -> Target:
+    """A runner's captured body as a target: each step feeds the rows new tokens through the decoder's static input."""
+    def step(tokens: torch.Tensor) -> torch.Tensor:
+        runner.dec.tokens.copy_(tokens)
+        return runner.body(batch)
+
+    return Target(step=step, make_inputs=_tokens(batch, vocab, device, seed), state=runner.state, name=name,
+                  device=device, warmup=1)
+
+
 def reference_decode(device: str | None = None, batch: int = 1, max_seq_len: int = 256) -> Target:
     """The reference decode step on the embedded tiny checkpoint (or $DSV4_CHECKPOINT)."""
-    from . import load
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = shard_if_distributed(load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len, batch=batch))
-    vocab = model.args.vocab_size
-
-    def make_inputs(k: int) -> torch.Tensor:
-        g = torch.Generator().manual_seed(1000 + k)
-        return torch.randint(16, vocab, (batch,), generator=g).to(device)
-
-    return Target(step=model.decode_step, make_inputs=make_inputs, state=lambda: decode_state(model),
-                  name="dsv4 reference decode", device=device, warmup=1)
+    model = _checkpoint(device, max_seq_len, batch=batch)
+    return Target(step=model.decode_step, make_inputs=_tokens(batch, model.args.vocab_size, device, 1000),
+                  state=lambda: decode_state(model), name="dsv4 reference decode", device=device, warmup=1)
 
 
 def graphsafe_decode(device: str | None = None, batch: int = 4, max_seq_len: int = 256) -> Target:
     """The graph-safe step as the runner captures it (decode + device sampler + next-token feed), `batch` rows at
     different positions, sampling with temperature, top-k, top-p and a repetition penalty."""
-    from . import load
     from .decode import GraphSafeDecoder
     from .runner import Runner
     from .sampler import Sampler
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = shard_if_distributed(load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len))
-    dec = GraphSafeDecoder(model, batch)
-    runner = Runner(dec, Sampler(batch, model.args.vocab_size, device=device), buckets=(batch,), graphs=False,
-                    log=lambda s: None)
+    model = _checkpoint(device, max_seq_len)
+    runner = Runner(GraphSafeDecoder(model, batch), Sampler(batch, model.args.vocab_size, device=device),
+                    buckets=(batch,), graphs=False, log=lambda s: None)
     for r in range(batch):                       # rows start at different steps, so their positions differ
         runner.start(r, [0, 16 + r, 17 + r], temperature=0.8, top_k=50, top_p=0.9, repetition_penalty=1.1, seed=r)
         for _ in range(3):
             runner.body(batch)
-    vocab = model.args.vocab_size
-
-    def make_inputs(k: int) -> torch.Tensor:
-        g = torch.Generator().manual_seed(2000 + k)
-        return torch.randint(16, vocab, (batch,), generator=g).to(device)
-
-    def step(tokens: torch.Tensor) -> torch.Tensor:
-        dec.tokens.copy_(tokens)
-        return runner.body(batch)
-
-    return Target(step=step, make_inputs=make_inputs, state=runner.state, name="dsv4 graph-safe decode",
-                  device=device, warmup=1)
+    return _runner_target(runner, batch, model.args.vocab_size, device, 2000, "dsv4 graph-safe decode")
 
 
 def speculative_decode(device: str | None = None, batch: int = 4, max_seq_len: int = 256, k: int = 2,
@@ -78,12 +83,11 @@ def speculative_decode(device: str | None = None, batch: int = 4, max_seq_len: i
     registers by itself and graphcheck's capture snapshots; a generator of one's own the runner registers with
     its graphs, tests/dsv4_model/test_speculative.py replays that on the GPU). `runner_cls`: a
     SpeculativeRunner subclass (the planted variants in tests/dsv4_model/spec_planted.py)."""
-    from . import load
     from .decode import GraphSafeDecoder
     from .sampler import Sampler
     from .speculative import SpeculativeRunner
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = shard_if_distributed(load(os.environ.get("DSV4_CHECKPOINT", "tiny"), device=device, max_seq_len=max_seq_len))
+    model = _checkpoint(device, max_seq_len)
     runner = (runner_cls or SpeculativeRunner)(GraphSafeDecoder(model, batch), Sampler(batch, model.args.vocab_size, device=device),
                                                k=k, buckets=(batch,), graphs=False, log=lambda s: None)
     for r in range(batch):                       # prompts of different lengths: the rows' positions differ
@@ -91,15 +95,4 @@ def speculative_decode(device: str | None = None, batch: int = 4, max_seq_len: i
         runner.start(r, [0, 16 + r, 17 + r, 18 + r][: 1 + r], **sampling)
         for _ in range(2):
             runner.body(batch)
-    vocab = model.args.vocab_size
-
-    def make_inputs(i: int) -> torch.Tensor:
-        g = torch.Generator().manual_seed(3000 + i)
-        return torch.randint(16, vocab, (batch,), generator=g).to(device)
-
-    def step(tokens: torch.Tensor) -> torch.Tensor:
-        runner.dec.tokens.copy_(tokens)
-        return runner.body(batch)
-
-    return Target(step=step, make_inputs=make_inputs, state=runner.state, name="dsv4 speculative decode (MTP)",
-                  device=device, warmup=1)
+    return _runner_target(runner, batch, model.args.vocab_size, device, 3000, "dsv4 speculative decode (MTP)")

@@ -29,6 +29,7 @@ def _decode_both(steps: int, sim: bool) -> dict:
     from dsv4_model import load
     from dsv4_model.decode import GraphSafeDecoder
     from dsv4_model.parallel import shard
+    from dsv4_model.target import decode_state
     # fp32 activations: a shard's partial sums are added by the all-reduce in another order than one GEMM adds them,
     # which bf16 activations (the default, as the official code's own tensor parallelism) round differently; the
     # sharding itself is what these tests pin, to 1e-5
@@ -50,10 +51,9 @@ def _decode_both(steps: int, sim: bool) -> dict:
         costs its own step only; free-running, it stays in the window for W steps and the per-step bound measured
         the luck of the first flip instead of the flip rate."""
         if sim:
-            theirs = dict(b.named_buffers())
-            for name, t in a.named_buffers():
-                if any(k in name for k in ("kv_window", "kv_state", "gate_state", "entries")):
-                    theirs[name].copy_(t)
+            theirs = decode_state(b)
+            for name, t in decode_state(a).items():
+                theirs[name].copy_(t)
 
     rows = []
     for t in toks:

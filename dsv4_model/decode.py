@@ -342,14 +342,16 @@ class GraphSafeDecoder(nn.Module):
         self.batch, self.capacity = batch, args.max_seq_len
         dev, dtype = model.embed.weight.device, model.dtype
         note = kernel_modules(model, dev, kernels)                       # once, never per step
-        # the CSA gather's shapes: every bucket of rows up to `batch`, over each CSA layer's fixed entry capacity
-        csa = [layer.attn for layer in model.layers if layer.attn.indexer is not None]
-        keys = sorted({(b, -(-self.capacity // a.compressor.m), min(a.indexer.topk, -(-self.capacity // a.compressor.m)),
-                        a.D, dtype) for a in csa for b in range(1, batch + 1)}, key=str)
+        self.layers = nn.ModuleList(LayerState(layer.attn, batch, self.capacity, dtype) for layer in model.layers)
+        # the CSA gather's shapes, read off the state attention_step gathers from: every bucket of rows up to
+        # `batch`, each CSA layer's entries [N, D] and its k = min(topk, the indexer's entry count)
+        keys = sorted({(b, st.comp.entries.shape[1], min(layer.attn.indexer.topk, st.icomp.entries.shape[1]),
+                        st.comp.entries.shape[2], dtype)
+                       for layer, st in zip(model.layers, self.layers) if st.icomp is not None
+                       for b in range(1, batch + 1)}, key=str)
         self.gather, gather_note = csa_gather(dev, keys, kernels)
         experts_note, _, rest = note.partition("; ")
         self.kernel_note = f"{experts_note}; {gather_note}; {rest}"
-        self.layers = nn.ModuleList(LayerState(layer.attn, batch, self.capacity, dtype) for layer in model.layers)
         self.register_buffer("tokens", torch.zeros(batch, dtype=torch.long), persistent=False)
         self.register_buffer("pos", torch.zeros(batch, dtype=torch.long), persistent=False)
         self.register_buffer("logits", torch.zeros(batch, args.vocab_size), persistent=False)

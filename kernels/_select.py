@@ -65,26 +65,29 @@ CUTEDSL: dict[str, str] = {name: PACKAGE_OF[name] for name, op in KERNELS.items(
 CUTEDSL_BY_DEFAULT: frozenset[str] = frozenset(name for name, op in KERNELS.items() if op.cutedsl_by_default)
 
 
+def _cutedsl_runs(device: torch.device | str) -> tuple[bool, str]:
+    """(whether CuTeDSL kernels run on `device`, why not)."""
+    if torch.device(device).type != "cuda":
+        return False, f"device {device!s} is not CUDA"
+    from ._cutedsl import available
+    return available()
+
+
 def compiled(name: str, device: torch.device | str, shape: tuple = (), prepare: dict | None = None,
              backend: str | None = None) -> Callable:
     """`select(name, device)`, or for backend "cutedsl" (default: whether `name` is in CUTEDSL_BY_DEFAULT) the
     CuTeDSL kernel `CompiledKernels(*shape).prepare(**prepare)`, compiled here for every bucket so that no step
     compiles. Asking for CuTeDSL (backend="cutedsl") where it cannot run is an error that says why; a kernel that
     is CuTeDSL by default falls back to `select` there."""
-    chosen = backend
-    backend = backend or ("cutedsl" if name in CUTEDSL_BY_DEFAULT else "default")
-    if backend == "cutedsl" and chosen is None and name in CUTEDSL:
-        from ._cutedsl import available as cutedsl_available
-        if torch.device(device).type != "cuda" or not cutedsl_available()[0]:
-            backend = "default"          # CuTeDSL by default where it runs; the default kernel elsewhere
+    if backend is None:        # CuTeDSL by default where it runs; the default kernel elsewhere
+        backend = "cutedsl" if name in CUTEDSL_BY_DEFAULT and _cutedsl_runs(device)[0] else "default"
     if backend == "default":
         return select(name, device)
     if backend != "cutedsl":
         raise ValueError(f"dsv4_kernels.compiled({name!r}): backend must be 'default' or 'cutedsl', found {backend!r}")
     if name not in CUTEDSL:
         raise KeyError(f"dsv4_kernels.compiled: {name!r} has no CuTeDSL kernel; those that do: {', '.join(CUTEDSL)}")
-    from ._cutedsl import available as cutedsl_available
-    ok, reason = cutedsl_available() if torch.device(device).type == "cuda" else (False, f"device {device!s} is not CUDA")
+    ok, reason = _cutedsl_runs(device)
     if not ok:
         raise RuntimeError(f"dsv4_kernels.compiled({name!r}, {device!s}, backend='cutedsl'): cannot run: {reason}")
     mod = importlib.import_module(f"{__package__}.{CUTEDSL[name]}.cutedsl_kernel")

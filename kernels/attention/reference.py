@@ -22,9 +22,10 @@ def attention_ref(q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, s
     # every block a full 64 keys (the official list pads with masked -1): the same product shapes at every length, so a
     # GPU takes the same GEMM for a block whether the caller passed n keys or a fixed capacity with the rest masked
     # (the graph-safe decode); a block with no valid key then adds exactly nothing (alpha 1, P 0)
+    if mask is None:
+        mask = torch.ones(1, T, N, dtype=torch.bool, device=K.device)
     pad = -N % BLOCK
-    if pad or mask is None:
-        mask = torch.ones(1, T, N, dtype=torch.bool, device=K.device) if mask is None else mask
+    if pad:
         K = torch.nn.functional.pad(K, (0, 0, 0, pad))
         mask = torch.nn.functional.pad(mask, (0, pad), value=False)
         N += pad

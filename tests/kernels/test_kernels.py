@@ -91,6 +91,17 @@ def _expert_loop(x, idx, wts, w1, w3, w2, limit, act_sim=None):
     return y
 
 
+def test_sum_pairs_adds_the_picks_one_after_another():
+    """A token's k expert outputs are summed as the reference dispatch's `y[rows] += expert(...)` over its picks: a
+    left fold in slot order. With 1 and five 2^-24 terms the fold stays at 1 (each step rounds the half-ulp away),
+    where a pairwise tree or the reverse order reaches 1 + 2^-22."""
+    from dsv4_kernels.moe_gemv.reference import sum_pairs
+    e = 2.0 ** -24
+    y = torch.tensor([1.0, e, e, e, e, e]).view(1, 6, 1).expand(2, 6, 3)
+    assert torch.equal(sum_pairs(y), torch.ones(2, 3))
+    assert not torch.equal(sum_pairs(y.flip(1)), torch.ones(2, 3))
+
+
 @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
 @pytest.mark.parametrize("limit", [None, 0.05])
 @pytest.mark.parametrize("act", [False, True])
@@ -1656,6 +1667,37 @@ def test_attention_reference_is_the_softmax_in_blocks():
         p = torch.softmax(torch.cat([s, sink.view(1, 1, H, 1).expand(*s.shape[:-1], 1)], -1), -1)[..., :-1]
         unrounded = torch.einsum("bthn,btnd->bthd", p, Kb.float())
         assert 1e-5 < (rounded - unrounded).abs().max() < 2 ** -7 * unrounded.abs().max()
+
+
+def test_attention_reference_runs_every_block_at_64_keys():
+    """Every product of `attention_ref` spans one full block of 64 keys, whatever N is (the short last block padded
+    with masked keys): a GPU picks its GEMM by shape, and the graph-safe decode (a fixed capacity, the rest masked)
+    must run the reference's very products on n keys. The padding changes no value: n keys and the same n keys in a
+    longer masked list give the same bits."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from dsv4_kernels.attention import attention_ref
+
+    class Widths(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.widths = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.bmm.default:     # q.K^T [.., D] x [D, n], P.V [.., n] x [n, D]: n keys
+                self.widths |= {s for s in (args[0].shape[-1], args[1].shape[-1]) if s != D}
+            return func(*args, **(kwargs or {}))
+    D = 32
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(1, 1, 4, D, generator=g).bfloat16()
+    K = torch.randn(1, 1, 150, D, generator=g).bfloat16()
+    sink = torch.randn(4, generator=g)
+    for n in (5, 64, 70, 150):
+        with Widths() as w:
+            short = attention_ref(q, K[:, :, :n], None, sink, D ** -0.5)
+        assert w.widths == {64}, (n, w.widths)
+        longer = attention_ref(q, K, torch.arange(150)[None, None, :] < n, sink, D ** -0.5)
+        assert _bit_equal(short, longer), n
 
 
 def test_attention_checks_name_the_culprit():

@@ -8,7 +8,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import torch
-from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_stream
 
 from graphcheck import Target
 from planted import marked_line
@@ -101,7 +101,9 @@ class Runner:
         return self.y
 
     def jit_direct(self, x):
-        axpb(x, self.y, 2.0, cuda.CUstream(torch.cuda.current_stream().cuda_stream))  # <- jit-direct
+        # a @cute.jit function takes cute tensors: torch tensors are wrapped through DLPack (passing them as they
+        # are fails its argument check before anything is traced)
+        axpb(from_dlpack(x), from_dlpack(self.y), 2.0, cuda.CUstream(torch.cuda.current_stream().cuda_stream))  # <- jit-direct
         return self.y
 
 

@@ -132,6 +132,19 @@ def test_host_read_while_packing_arguments(cp):
     assert ("GC104", "cute_planted.py", cp.line_of("pack-readback")) in rows(fs), rows(fs)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_capture_names_the_packing_read_that_breaks_it(cp, device):
+    """Under capture the host read while packing fails the whole capture (CUDA reports it at the end, or at the
+    read): the capture layer's GC001 sits on the read's line and names GC104 there as the first hazard."""
+    from graphcheck.runtime.capture import capture_test
+    if device == "cuda" and not __import__("torch").cuda.is_available():
+        pytest.skip("needs CUDA")
+    line = cp.line_of("pack-readback")
+    fs = [f for f in capture_test(cp.pack_readback(), device=device) if f.rule == "GC001"]
+    assert fs and fs[0].line == line, rows(fs)
+    assert fs[0].evidence["first_hazard"].split()[:2] == [f"tests/graphcheck/cute_planted.py:{line}", "GC104"], fs[0].evidence
+
+
 def test_read_inside_cutlass_packing_is_attributed_to_the_launch_line(cp):
     """A device scalar handed to a compiled function is read by CuTeDSL's own argument packing; the finding names
     the user's call, not a line inside the cutlass package."""

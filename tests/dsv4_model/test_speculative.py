@@ -298,7 +298,8 @@ def _contrary_draft(cond, V, seed=0):
     return draft
 
 
-@pytest.mark.parametrize("which", ["mtp", "contrary"])
+# the contrary draft's run (~17 s) goes to CI's slow pass: the MTP one keeps the rule checked in every run
+@pytest.mark.parametrize("which", ["mtp", pytest.param("contrary", marks=pytest.mark.slow)])
 def test_speculative_sampler_matches_the_plain_distribution(exact, joint, which):
     """The rejection rule keeps the target distribution: (t3, t4, t5) of the speculative sampler (k = 2) against
     the same exact joint, with the MTP draft and with a draft that overlaps the target, at significance 1e-3."""
@@ -324,9 +325,10 @@ def test_graphcheck_finds_nothing_in_the_speculative_step():
     assert capture_test(speculative_decode(device="cpu", batch=2, max_seq_len=64), steps=2, device="cpu") == []
 
 
+# each variant runs the audit and the capture emulation (~14 s): one in every run, the other two in CI's slow pass
 @pytest.mark.parametrize("factory,marker,rule", [("item_count", "item", "GC101"),
-                                                 ("loop_over_accepted", "loop", "GC105"),
-                                                 ("slice_by_count", "slice", "GC105")])
+                                                 pytest.param("loop_over_accepted", "loop", "GC105", marks=pytest.mark.slow),
+                                                 pytest.param("slice_by_count", "slice", "GC105", marks=pytest.mark.slow)])
 def test_planted_host_reads_of_the_accepted_count_are_caught_at_their_line(factory, marker, rule):
     """A host `.item()` of the count, a Python loop over the accepted tokens, a slice by the count: the audit
     names each read at its line, and the capture fails there (GC001), nothing else reported."""

@@ -21,9 +21,10 @@ little memory at decode batches of at most 8, while a block table adds an indire
 With max-length rows each validity mask is one comparison against the position, and a sequence is one row (what a
 tensor-parallel split along heads leaves untouched).
 
-Layer math is not re-implemented: the step calls the reference modules' own functions (`Attention.qkv`,
+Layer math is not re-implemented: each block runs its own composition (`Block.compose`, the one the reference
+runs) with this step's sublayers, which call the reference modules' own functions (`Attention.qkv`,
 `Attention.attend`, `Compressor.pool_rows/finish`, `Indexer.query/scores/select`, the gate, the shared expert,
-mHC, head). Only state and control flow live here.
+head): the layer interface written down in model.py's docstring. Only state and control flow live here.
 """
 from __future__ import annotations
 
@@ -320,12 +321,12 @@ def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 def block_step(blk, st: LayerState, X: torch.Tensor, ids: torch.Tensor, ix: StepIndex, n: int,
                gather=gather_picks_ref) -> torch.Tensor:
-    """One block (a `model.Block`, or the MTP block) of the step over its state: X [n,1,hc,d] -> X. `gather`: the CSA
-    gather chosen at load (`csa_gather`)."""
-    x, post, comb = blk.hc_attn.pre(X)
-    X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), ix, blk.compressed, gather), X, post, comb)
-    x, post, comb = blk.hc_ffn.pre(X)
-    return blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids), X, post, comb)
+    """One block (a `model.Block`, or the MTP block) of the step over its state: X [n,1,hc,d] -> X, through the
+    block's own composition (`Block.compose`) with the graph-safe sublayers. `gather`: the CSA gather chosen at load
+    (`csa_gather`)."""
+    def attn(h):
+        return attention_step(blk.attn, st, n, h, ix, blk.compressed, gather)
+    return blk.compose(X, attn, lambda h: moe_step(blk.ffn, h, ids))
 
 
 class GraphSafeDecoder(nn.Module):

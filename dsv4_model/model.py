@@ -3,8 +3,29 @@
 This is the reference path, written for clarity: the readable oracle, and the "before" picture that graphcheck
 inventories (a host position read back per step, growing attention extents, host branches on block closes,
 per-expert counts read back in the MoE).
+
+The layer interface: what the two decodes (this reference, and the graph-safe step in `decode.py`) share, by
+public name. The graph-safe step keeps its own state and control flow and calls these for all of the math:
+
+- `Block.compose(X, attn, ffn)`: the layer, written once. X [B,S,hc,d] -> X: mHC pre -> norm -> attention ->
+  mHC post, then mHC pre -> norm -> FFN -> mHC post (the official `Block.forward`). `attn` and `ffn` take
+  the normed mix h [B,S,d] to y [B,S,d]: the reference gives `Attention.decode`/`prefill` and `MoE.forward`
+  (`Block.forward`), the graph-safe step `decode.attention_step` and `decode.moe_step` over its state
+  (`decode.block_step`). The MTP block (`mtp.MTPBlock`) is a Block and runs the same composition.
+- `HyperConnection.pre(X) -> (x, post, comb)` and `.post(y, X, post, comb) -> X`; `HyperHead(X) -> x [B,S,d]`.
+- `Attention.qkv(x, cs) -> (q [B,T,H,D], kv [B,T,D], qr [B,T,q_lora])`, `.attend(q, K, mask, cs) -> [B,T,d]`,
+  `.nope_fp8(kv)`; `Compressor.wkv/.wgate/.pool_rows/.reduce/.slot_bias/.finish`; `Indexer.query/.scores/
+  .select/.rotate`; `MoE.gate(x, ids) -> (weights, idx)`, `.experts.compute(...)`, `.shared_experts(x)`,
+  `.reduce(y)` (the tensor-parallel sum).
+- `Transformer.embed`, `.layers`, `.mtp`, `.rope_main`/`.rope_compress` (rope rows by position), `.logits(X)`.
+
+A new layer kind: its module here (reference math as public methods with shape comments), its decode state in
+`decode.py` (a `LayerState` part, reset by row) and its sublayer entry in `Block.compose` with the two calls the
+decodes pass it (CONTRIBUTING.md, "A model layer").
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -29,14 +50,21 @@ class Block(nn.Module):
         self.hc_attn = HyperConnection(*hc)
         self.hc_ffn = HyperConnection(*hc)
 
-    def forward(self, X: torch.Tensor, ids: torch.Tensor, cs: torch.Tensor, pos: int | None) -> torch.Tensor:
-        """X [B,S,hc,d]; pos is the decode position, or None for a masked prefill from 0."""
-        x, post, comb = self.hc_attn.pre(X)
-        h = self.attn_norm(x)
-        y = self.attn.prefill(h, cs) if pos is None else self.attn.decode(h, pos, cs)
-        X = self.hc_attn.post(y, X, post, comb)
+    def compose(self, X: torch.Tensor, attn: Callable[[torch.Tensor], torch.Tensor],
+                ffn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """The layer, written once for both decodes: X [B,S,hc,d] -> X [B,S,hc,d]. Each sublayer reads the mHC mix
+        of the streams, normed, and writes back through mHC: `attn`, then `ffn`, each h [B,S,d] -> y [B,S,d] as the
+        caller runs them (the reference's own calls, or the graph-safe step's over its state)."""
+        x, post, comb = self.hc_attn.pre(X)                     # x [B,S,d], post [B,S,hc], comb [B,S,hc,hc]
+        X = self.hc_attn.post(attn(self.attn_norm(x)), X, post, comb)
         x, post, comb = self.hc_ffn.pre(X)
-        return self.hc_ffn.post(self.ffn(self.ffn_norm(x), ids), X, post, comb)
+        return self.hc_ffn.post(ffn(self.ffn_norm(x)), X, post, comb)
+
+    def forward(self, X: torch.Tensor, ids: torch.Tensor, cs: torch.Tensor, pos: int | None) -> torch.Tensor:
+        """X [B,S,hc,d], ids [B,S]; pos is the decode position, or None for a masked prefill from 0."""
+        def attn(h):
+            return self.attn.prefill(h, cs) if pos is None else self.attn.decode(h, pos, cs)
+        return self.compose(X, attn, lambda h: self.ffn(h, ids))
 
 
 class Transformer(nn.Module):

@@ -4,6 +4,7 @@ and every module importable on its own, in an interpreter that has imported noth
 (`import graphcheck.static.inference` alone raised ImportError through rules -> gc308 -> inference -> rules while
 every test passed, because some other module had always been imported first)."""
 import ast
+import glob
 import os
 import subprocess
 import sys
@@ -232,3 +233,23 @@ def test_the_graph_safe_decode_uses_only_the_layers_public_interface():
                                                     for p in (node.module or "").split(".")):
             private.append(f"line {node.lineno}: from {node.module}")
     assert private == [], private
+
+
+def test_the_block_composition_is_written_once():
+    """The layer's composition (mHC pre -> norm -> attention -> mHC post, then the same around the FFN) lives in
+    `Block.compose` alone: both decodes drive it with their own sublayer calls (issue 39). The block's mHC and norm
+    modules are read nowhere else in dsv4_model, so a second copy of the composition (the graph-safe step's own, as
+    before) fails here."""
+    parts = {"hc_attn", "hc_ffn", "attn_norm", "ffn_norm"}
+    elsewhere = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "dsv4_model", "*.py"))):
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        allowed = set()
+        for cls in ast.walk(tree):
+            if isinstance(cls, ast.ClassDef) and cls.name == "Block":
+                for fn in cls.body:
+                    if isinstance(fn, ast.FunctionDef) and fn.name in ("__init__", "compose"):
+                        allowed.update(id(n) for n in ast.walk(fn))
+        elsewhere += [f"{os.path.basename(path)}:{node.lineno} .{node.attr}" for node in ast.walk(tree)
+                      if isinstance(node, ast.Attribute) and node.attr in parts and id(node) not in allowed]
+    assert elsewhere == [], elsewhere

@@ -150,6 +150,26 @@ def test_position_indices_are_made_once_per_step(exact):
     assert rems == sorted(mods), rems
 
 
+def test_both_decodes_run_the_blocks_one_composition(exact, monkeypatch):
+    """The reference step (`Block.forward`) and the graph-safe step (`decode.block_step`) both run each layer through
+    `Block.compose`, once per layer and step: the composition exists once, the two decodes only pass their own
+    sublayer calls (tests/test_imports.py checks that no other code reads the block's mHC and norms)."""
+    from dsv4_model.model import Block
+    calls = []
+    real = Block.compose
+
+    def spy(self, X, attn, ffn):
+        calls.append(self)
+        return real(self, X, attn, ffn)
+    monkeypatch.setattr(Block, "compose", spy)
+    dec = GraphSafeDecoder(exact, batch=1)
+    exact.reset()
+    for step in (lambda: exact.decode_step(torch.tensor([3])), lambda: dec.step(1)):
+        calls.clear()
+        step()
+        assert calls == list(exact.layers), len(calls)
+
+
 @pytest.mark.parametrize("fmt", ["plain", "mxfp4", "nvfp4"])
 def test_routed_experts_equals_the_per_expert_dispatch(fmt):
     """The fixed-shape dispatch (gathered stacks, batched matmul) against the reference's loop over the experts hit,

@@ -68,8 +68,10 @@ def main(argv=None) -> int:
                 m.gemv = value
             elif kind == "sinkhorn" and isinstance(m, HyperConnection):
                 m.sinkhorn = value
-            elif kind == "rms" and isinstance(m, (RMSNorm, Attention)):
-                setattr(m, "kernel" if isinstance(m, RMSNorm) else "rms", value)
+            elif kind == "rms" and isinstance(m, RMSNorm):
+                m.kernel = value
+            elif kind == "q_norm_rope" and isinstance(m, Attention):
+                m.q_norm_rope = value
             elif kind == "fp8" and isinstance(m, (Linear, Attention)):
                 m.fp8_quant = value
             elif kind == "fp4" and isinstance(m, Indexer):
@@ -100,6 +102,7 @@ def main(argv=None) -> int:
         "fp4 fake quant": [("fp4", small["fp4"])],
         "rms_norm": [("rms", small["rms"])],
         "rope": [("rope", small["rope"])],
+        "q norm + rope": [("q_norm_rope", small["q_norm_rope"])],
         "mhc mixes": [("mhc", small)],
         "compressor pooling": [("reduce", small["reduce"])],
         "attention core": [("attend", small["attend"])],

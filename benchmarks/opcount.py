@@ -72,7 +72,7 @@ def main():
             elif isinstance(m, RMSNorm):
                 m.kernel = one_op
             elif isinstance(m, Attention):
-                m.rms, m.fp8_quant, m.rope = one_op, one_op, one_op
+                m.q_norm_rope, m.fp8_quant, m.rope = one_op, one_op, one_op
             elif isinstance(m, Indexer):
                 m.fp4_quant, m.rope = one_op, one_op
             elif isinstance(m, Compressor):

@@ -466,7 +466,7 @@ def _small_kernels_of(model):
     from dsv4_model.moe import Gate
     seen = {}
     for m in model.modules():
-        for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("rms", "fp8_quant", "rope", "core")),
+        for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("q_norm_rope", "fp8_quant", "rope", "core")),
                             (Indexer, ("fp4_quant", "rope", "score", "select")), (Compressor, ("rope", "reduce")),
                             (HyperConnection, ("pre_mix", "post_mix", "matmul")), (HyperHead, ("head_mix", "matmul")),
                             (Gate, ("matmul",))):
@@ -485,10 +485,10 @@ def test_small_kernels_stay_references_on_cpu(model):
         listed = dec.kernel_note.rpartition("mHC: PyTorch Sinkhorn; ")[2]
         assert listed.endswith(": PyTorch"), dec.kernel_note
         assert set(listed.removesuffix(": PyTorch").split(", ")) == {
-            "FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "mHC pre", "mHC post", "mHC head",
+            "FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post", "mHC head",
             "compressor pooling", "attention core", "indexer scores", "indexer top-k"}, dec.kernel_note
         seen = _small_kernels_of(model)
-        assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "rms"),
+        assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "q_norm_rope"),
                              ("Attention", "fp8_quant"), ("Indexer", "fp4_quant"), ("Attention", "rope"), ("Attention", "core"),
                              ("Indexer", "score"), ("Indexer", "select"),
                              ("Indexer", "rope"), ("Compressor", "rope"), ("Compressor", "reduce"),
@@ -505,13 +505,13 @@ def test_cuda_small_kernels_chosen_once_at_load():
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
     dec = GraphSafeDecoder(model, batch=1)
     listed = set(dec.kernel_note.rpartition("Triton: ")[2].split(", "))
-    assert listed == {"FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "mHC pre", "mHC post", "mHC head",
-                      "compressor pooling", "attention core", "indexer scores", "indexer top-k"}, dec.kernel_note
+    assert listed == {"FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post",
+                      "mHC head", "compressor pooling", "attention core", "indexer scores", "indexer top-k"}, dec.kernel_note
     assert dec.kernel_note.startswith("routed experts: fused Triton kernel"), dec.kernel_note
     seen = _small_kernels_of(model)
     assert seen[("Linear", "fp8_quant")] == seen[("Attention", "fp8_quant")] == {"fp8_fake_quant"}
-    # the per-head q norm stays the reference: its per-op bf16 rounding (official) is not the one-launch kernel's
-    assert seen[("RMSNorm", "kernel")] == {"rms_norm"} and seen[("Attention", "rms")] == {"head_rms_ref"}
+    # the per-head q norm (its per-op bf16 rounding, official) and q's RoPE: one launch
+    assert seen[("RMSNorm", "kernel")] == {"rms_norm"} and seen[("Attention", "q_norm_rope")] == {"head_norm_rope"}
     assert seen[("Indexer", "fp4_quant")] == {"fp4_fake_quant"}
     assert seen[("Attention", "rope")] == seen[("Indexer", "rope")] == seen[("Compressor", "rope")] == {"rope_tail"}
     assert seen[("Attention", "core")] == {"decode_attention"} and seen[("Indexer", "score")] == {"index_scores"}

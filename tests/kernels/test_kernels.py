@@ -1384,6 +1384,76 @@ def test_rope_tail_inverse_undoes_the_rotation():
     torch.testing.assert_close(rope_tail(y, cs, 64, inverse=True), x, rtol=1e-5, atol=1e-5)
 
 
+# ---------------------------------------------------------------------------------------------- q norm + RoPE
+def test_head_norm_rope_reference_and_errors():
+    """The reference is the two calls Attention.qkv made (the official per-head norm, then the RoPE), bit for bit;
+    CPU selects it; a table that does not broadcast is a clear error."""
+    from dsv4_kernels.head_norm_rope import head_norm_rope, head_norm_rope_ref
+    from dsv4_kernels.rms_norm.reference import head_rms_ref
+    from dsv4_kernels.rope.reference import rope_tail_ref
+    g = torch.Generator().manual_seed(11)
+    for dt in (torch.bfloat16, torch.float32):
+        x = (torch.randn(3, 1, 4, 96, generator=g) * 3).to(dt)
+        cs = _cs(3, 1, 1, 16, generator=g)
+        want = rope_tail_ref(head_rms_ref(x, 1e-6), cs, 32)
+        assert torch.equal(head_norm_rope(x, cs, 1e-6, 32), want) and torch.equal(head_norm_rope_ref(x, cs, 1e-6, 32), want)
+    assert kernels.select("head_norm_rope", "cpu") is head_norm_rope_ref
+    with pytest.raises(ValueError, match=r"rope_tail: cs's leading dims \(2, 1, 1\) do not broadcast to x's \(3, 1, 4\)"):
+        head_norm_rope(x, _cs(2, 1, 1, 16, generator=g), 1e-6, 32)
+
+
+HEAD_NORM_ROPE_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.head_norm_rope.triton_kernel import head_norm_rope_triton
+    from dsv4_kernels.head_norm_rope.reference import head_norm_rope_ref
+    g = torch.Generator().manual_seed(12)
+    def close(a, b):
+        return a.shape == b.shape and (a - b).abs().max().item() <= 2e-6 * (1 + b.abs().max().item())
+    bad = []
+    # fp32 only: the interpreter converts fp32 to bf16 by truncation (bf16 rounding is checked on the GPU)
+    for shape, lead, rd, scale in (((3, 1, 4, 96), (3, 1, 1), 32, 3.0), ((2, 1, 64, 512), (2, 1, 1), 64, 3.0),
+                                   ((5, 40), (5,), 8, 3.0), ((2, 3, 24), (1, 1), 24, 3.0),
+                                   ((2, 5, 3, 96), (5, 1), 32, 3.0), ((3, 1, 4, 96), (3, 1, 1), 32, 1e-4)):
+        x = torch.randn(*shape, generator=g) * scale             # 1e-4: mean(x^2) ~ eps, which must be there
+        ang = torch.rand(*lead, rd // 2, generator=g) * 200
+        cs = torch.stack([ang.cos(), ang.sin()], -1)
+        got, want = head_norm_rope_triton(x, cs, 1e-6, rd), head_norm_rope_ref(x, cs, 1e-6, rd)
+        bad += [] if close(got, want) else [f"{shape} {lead} {rd} {scale}: {(got - want).abs().max().item()}"]
+    x = torch.randn(4, 1, 160, generator=g)[..., 32:]                   # a strided row
+    cs = torch.stack([torch.ones(4, 1, 16), torch.zeros(4, 1, 16)], -1)
+    bad += [] if close(head_norm_rope_triton(x, cs, 1e-6, 32), head_norm_rope_ref(x, cs, 1e-6, 32)) else ["strided"]
+    print("BAD", bad)
+""")
+
+
+@pytest.mark.slow
+def test_head_norm_rope_under_the_interpreter():
+    """The fused q norm + RoPE's logic on CPU in fp32 (TRITON_INTERPRET=1 in a subprocess): within fp32 rounding of
+    the reference, odd sizes, a broadcast table, a strided row, a norm at the eps floor."""
+    _under_interpreter(HEAD_NORM_ROPE_INTERPRET, timeout=600)
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape,lead,rd", ROPE_CASES)
+def test_head_norm_rope_parity(dt, shape, lead, rd):
+    """The one-launch q norm + RoPE against the reference (head_rms_ref then rope_tail_ref) on CUDA, outputs
+    poisoned first: within one bf16 step (fp32 rounding in fp32), and in bf16 at least 99% of the elements bit for
+    bit (the per-op rounding of the official norm kept: without it about half the elements move), deterministic."""
+    from dsv4_kernels.head_norm_rope import head_norm_rope, head_norm_rope_ref
+    g = torch.Generator().manual_seed(shape[-1] + 5 * len(lead))
+    for scale in (1e-3, 1.0, 300.0):
+        x = (torch.randn(*shape, generator=g) * scale).to("cuda", dt)
+        cs = _cs(*lead, rd // 2, generator=g, device="cuda")
+        _poison(x.numel() * 8)
+        got, want = head_norm_rope(x, cs, 1e-6, rd), head_norm_rope_ref(x, cs, 1e-6, rd)
+        _assert_fp32_rounding(got, want, dt, 1.0)
+        if dt == torch.bfloat16:
+            same = (got.view(torch.int16) == want.view(torch.int16)).float().mean().item()
+            assert same >= 0.99, same
+        assert torch.equal(head_norm_rope(x, cs, 1e-6, rd), got)
+
+
 def _mhc_inputs(B, S, hc, d, dt, scale, g):
     W = (2 + hc) * hc
     X = (torch.randn(B, S, hc, d, generator=g) * scale).to("cuda", dt)

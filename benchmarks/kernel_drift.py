@@ -79,7 +79,7 @@ def main(argv=None) -> int:
             elif kind == "rope" and isinstance(m, (Attention, Indexer, Compressor)):
                 m.rope = value
             elif kind == "mhc" and isinstance(m, HyperConnection):
-                m.pre_mix, m.post_mix = value["mhc_pre"], value["mhc_post"]
+                m.pre_mix, m.post_mix, m.pre_norm = value["mhc_pre"], value["mhc_post"], value["mhc_pre_norm"]
             elif kind == "mhc" and isinstance(m, HyperHead):
                 m.head_mix = value["mhc_head"]
             elif kind == "reduce" and isinstance(m, Compressor):

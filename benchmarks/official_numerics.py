@@ -47,7 +47,8 @@ class Recorder:
     part."""
 
     FUNCS = ("core", "score", "select", "reduce", "compute", "q_norm_rope", "rope", "kernel", "fp8_quant", "fp4_quant",
-             "gemv", "matmul", "sinkhorn", "pre_mix", "post_mix", "head_mix")
+             "gemv", "matmul", "sinkhorn", "pre_mix", "post_mix",
+             "pre_norm", "head_mix")
 
     def __init__(self, model):
         self.model, self.log, self.handles, self.saved = model, [], [], []

@@ -194,7 +194,7 @@ SMALL_KERNELS = {op.decode[0]: (op.name, op.reference, op.decode[1]) for op in K
 
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
     """The kernels of the small ops, decided once at load: each key of SMALL_KERNELS ("fp8", "fp4", "rms", "rope",
-    "q_norm_rope", "mhc_pre", "mhc_post", "mhc_head", "reduce", "attend", "score", "select") -> the function, the
+    "q_norm_rope", "mhc_pre", "mhc_post", "mhc_head", "mhc_pre_norm", "reduce", "attend", "score", "select") -> the function, the
     Triton kernel where the device is CUDA and it is usable, else its PyTorch reference."""
     chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
     if use_kernels and torch.device(device).type == "cuda":
@@ -278,6 +278,7 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
             n += m.gemv is not None
         elif isinstance(m, HyperConnection):
             m.sinkhorn, m.pre_mix, m.post_mix, m.matmul = sink, small["mhc_pre"], small["mhc_post"], f32
+            m.pre_norm = small["mhc_pre_norm"]
         elif isinstance(m, HyperHead):
             m.head_mix, m.matmul = small["mhc_head"], f32
         elif isinstance(m, Gate):
@@ -323,10 +324,10 @@ def block_step(blk, st: LayerState, X: torch.Tensor, ids: torch.Tensor, ix: Step
                gather=gather_picks_ref) -> torch.Tensor:
     """One block (a `model.Block`, or the MTP block) of the step over its state: X [n,1,hc,d] -> X. `gather`: the CSA
     gather chosen at load (`csa_gather`)."""
-    x, post, comb = blk.hc_attn.pre(X)
-    X = blk.hc_attn.post(attention_step(blk.attn, st, n, blk.attn_norm(x), ix, blk.compressed, gather), X, post, comb)
-    x, post, comb = blk.hc_ffn.pre(X)
-    return blk.hc_ffn.post(moe_step(blk.ffn, blk.ffn_norm(x), ids), X, post, comb)
+    h, post, comb = blk.hc_attn.pre_normed(X, blk.attn_norm)
+    X = blk.hc_attn.post(attention_step(blk.attn, st, n, h, ix, blk.compressed, gather), X, post, comb)
+    h, post, comb = blk.hc_ffn.pre_normed(X, blk.ffn_norm)
+    return blk.hc_ffn.post(moe_step(blk.ffn, h, ids), X, post, comb)
 
 
 class GraphSafeDecoder(nn.Module):

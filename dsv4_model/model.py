@@ -31,12 +31,11 @@ class Block(nn.Module):
 
     def forward(self, X: torch.Tensor, ids: torch.Tensor, cs: torch.Tensor, pos: int | None) -> torch.Tensor:
         """X [B,S,hc,d]; pos is the decode position, or None for a masked prefill from 0."""
-        x, post, comb = self.hc_attn.pre(X)
-        h = self.attn_norm(x)
+        h, post, comb = self.hc_attn.pre_normed(X, self.attn_norm)
         y = self.attn.prefill(h, cs) if pos is None else self.attn.decode(h, pos, cs)
         X = self.hc_attn.post(y, X, post, comb)
-        x, post, comb = self.hc_ffn.pre(X)
-        return self.hc_ffn.post(self.ffn(self.ffn_norm(x), ids), X, post, comb)
+        h, post, comb = self.hc_ffn.pre_normed(X, self.ffn_norm)
+        return self.hc_ffn.post(self.ffn(h, ids), X, post, comb)
 
 
 class Transformer(nn.Module):

@@ -84,11 +84,11 @@ def main():
             elif isinstance(m, RMSNorm):
                 m.kernel = one_op
             elif isinstance(m, Attention):
-                m.q_norm_rope, m.fp8_quant, m.rope = one_op, one_op, one_op
+                m.q_norm_rope, m.norm_rope, m.fp8_nope, m.rope = one_op, one_op, one_op, one_op
             elif isinstance(m, Indexer):
                 m.fp4_quant, m.rope = one_op, one_op
             elif isinstance(m, Compressor):
-                m.rope = one_op
+                m.norm_rope = lambda x, w, eps, cs, rd, dtype=None, block=0: x.to(dtype or x.dtype, copy=True)
             elif isinstance(m, HyperHead):
                 m.head_mix = lambda X, *a: X.select(-2, 0).clone()
             if isinstance(m, HyperConnection):

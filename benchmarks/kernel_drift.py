@@ -68,16 +68,22 @@ def main(argv=None) -> int:
                 m.gemv = value
             elif kind == "sinkhorn" and isinstance(m, HyperConnection):
                 m.sinkhorn = value
-            elif kind == "rms" and isinstance(m, (RMSNorm, Attention)):
-                setattr(m, "kernel" if isinstance(m, RMSNorm) else "rms", value)
-            elif kind == "fp8" and isinstance(m, (Linear, Attention)):
+            elif kind == "rms" and isinstance(m, RMSNorm):
+                m.kernel = value
+            elif kind == "q_norm_rope" and isinstance(m, Attention):
+                m.q_norm_rope = value
+            elif kind == "fp8" and isinstance(m, Linear):
                 m.fp8_quant = value
+            elif kind == "norm_rope_fp8" and isinstance(m, (Attention, Compressor)):
+                m.norm_rope = value
+            elif kind == "fp8_nope" and isinstance(m, Attention):
+                m.fp8_nope = value
             elif kind == "fp4" and isinstance(m, Indexer):
                 m.fp4_quant = value
-            elif kind == "rope" and isinstance(m, (Attention, Indexer, Compressor)):
+            elif kind == "rope" and isinstance(m, (Attention, Indexer)):
                 m.rope = value
             elif kind == "mhc" and isinstance(m, HyperConnection):
-                m.pre_mix, m.post_mix = value["mhc_pre"], value["mhc_post"]
+                m.pre_mix, m.post_mix, m.pre_norm = value["mhc_pre"], value["mhc_post"], value["mhc_pre_norm"]
             elif kind == "mhc" and isinstance(m, HyperHead):
                 m.head_mix = value["mhc_head"]
             elif kind == "reduce" and isinstance(m, Compressor):
@@ -100,6 +106,9 @@ def main(argv=None) -> int:
         "fp4 fake quant": [("fp4", small["fp4"])],
         "rms_norm": [("rms", small["rms"])],
         "rope": [("rope", small["rope"])],
+        "q norm + rope": [("q_norm_rope", small["q_norm_rope"])],
+        "norm + rope + fp8": [("norm_rope_fp8", small["norm_rope_fp8"])],
+        "fp8 nope": [("fp8_nope", small["fp8_nope"])],
         "mhc mixes": [("mhc", small)],
         "compressor pooling": [("reduce", small["reduce"])],
         "attention core": [("attend", small["attend"])],

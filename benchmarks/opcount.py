@@ -1,8 +1,8 @@
 """ATen ops per source function in one runner step of the graph-safe decode at Flash structure (3 layers, 16
 experts), on CPU: a proxy for the number of small CUDA kernels per step. The GPU kernels that already exist
 (stored-format GEMVs, Sinkhorn, routed experts, compressor pooling) are emulated as one op each; `--fused` also emulates the one-launch
-fake quants, RMSNorm, RoPE and mHC mixes (dsv4_kernels.act_quant, .rms_norm, .rope, .mhc) as one op each, and the
-sampler's penalty and pick (dsv4_kernels.sampling), the attention core (dsv4_kernels.attention) and the indexer's
+fake quants, RMSNorm, RoPE, the q path's norm + RoPE, mHC mixes and a block's mHC pre + Sinkhorn + RMSNorm
+(dsv4_kernels.act_quant, .rms_norm, .rope, .head_norm_rope, .mhc) as one op each, and the sampler's penalty and pick (dsv4_kernels.sampling), the attention core (dsv4_kernels.attention) and the indexer's
 scores and top-k (dsv4_kernels.indexer) as their launches plus their torch glue.
 
     python benchmarks/opcount.py [B] [--fused] [--by-function]      (with the dsv4_kernels mapping on PYTHONPATH; ~2 min)
@@ -12,6 +12,8 @@ import sys
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from dsv4_kernels.rms_norm.reference import rms_norm_ref
 
 from dsv4_model.attention import Attention
 from dsv4_model.compressor import Compressor
@@ -42,6 +44,15 @@ def one_pre(X, mix, *args):
     return X.select(-2, 0).clone(), mix[..., hc:2 * hc], mix[..., 2 * hc:].unflatten(-1, (hc, hc))
 
 
+def unfused_pre_norm(hc: HyperConnection):
+    """A block's pre, Sinkhorn and RMSNorm as the module's own three functions (the Sinkhorn the one launch it is
+    on CUDA), what the reference composition `mhc_pre_norm_ref` runs without the fused kernel."""
+    def run(X, mix, scale, base, eps, norm_eps, iters, weight, rms_eps):
+        x, post, logits = hc.pre_mix(X, mix, scale, base, eps, norm_eps)
+        return rms_norm_ref(x, weight, rms_eps), post, hc.sinkhorn(logits, iters, eps)
+    return run
+
+
 class OneLaunch:
     """A Triton kernel launched as one op: `kernel[grid](*args)` zeroes the output argument at index `out`."""
 
@@ -64,6 +75,7 @@ def main():
             m.gemv = lambda x, w: torch.zeros(x.shape[0], w[1].shape[0], dtype=x.dtype)
         if isinstance(m, HyperConnection):
             m.sinkhorn = lambda c, it, eps: c.clone()
+            m.pre_norm = unfused_pre_norm(m)
         if isinstance(m, Compressor):      # the pooling: one Triton launch on CUDA
             m.reduce = lambda kv, gate, bias: kv[:, 0].clone()
         if fused:
@@ -72,15 +84,16 @@ def main():
             elif isinstance(m, RMSNorm):
                 m.kernel = one_op
             elif isinstance(m, Attention):
-                m.rms, m.fp8_quant, m.rope = one_op, one_op, one_op
+                m.q_norm_rope, m.norm_rope, m.fp8_nope, m.rope = one_op, one_op, one_op, one_op
             elif isinstance(m, Indexer):
                 m.fp4_quant, m.rope = one_op, one_op
             elif isinstance(m, Compressor):
-                m.rope = one_op
+                m.norm_rope = lambda x, w, eps, cs, rd, dtype=None, block=0: x.to(dtype or x.dtype, copy=True)
             elif isinstance(m, HyperHead):
                 m.head_mix = lambda X, *a: X.select(-2, 0).clone()
             if isinstance(m, HyperConnection):
                 m.pre_mix, m.post_mix = one_pre, lambda y, X, post, comb: X.clone()
+                m.pre_norm = lambda X, mix, *args: one_pre(X, mix)     # pre + Sinkhorn + RMSNorm: one launch
     for m in model.modules():
         if isinstance(m, Experts):
             m.compute = lambda x, idx, wts, w1, w3, w2, limit, act=True: torch.zeros_like(x)

@@ -3,8 +3,8 @@
 per-head sink logit, de-rotation of the output, and the grouped low-rank output projection.
 
 Numerics are the official release's (DeepSeek `inference/model.py` Attention.forward, `inference/kernel.py`
-sparse_attn): the per-head q norm in the model dtype's own arithmetic (`head_rms_ref`); the core's online softmax
-over blocks of 64 keys laid out as the official index list (the window oldest first, padded with masked slots to
+sparse_attn): the per-head q norm in the model dtype's own arithmetic (`head_rms_ref`, with q's RoPE
+`head_norm_rope_ref`); the core's online softmax over blocks of 64 keys laid out as the official index list (the window oldest first, padded with masked slots to
 its W entries, then the compressed picks in their order), P rounded to the model dtype before P . V; the core's
 output rounded to the model dtype before the inverse RoPE, and again after it."""
 from __future__ import annotations
@@ -13,12 +13,13 @@ import torch
 from torch import nn
 
 from dsv4_kernels.attention.reference import attention_ref
-from dsv4_kernels.rms_norm.reference import head_rms_ref
+from dsv4_kernels.head_norm_rope.reference import head_norm_rope_ref
+from dsv4_kernels.norm_rope_fp8.reference import fp8_nope_ref, norm_rope_fp8_ref
 
 from .compressor import Compressor
 from .indexer import Indexer
 from .linear import Linear, RMSNorm
-from .quant import dequant, fp8_fake_quant
+from .quant import dequant
 from .rope import rope_tail
 
 # shapes: B batch, T tokens, H heads, D head_dim, W window, n compressed entries, G groups, R o_lora_rank
@@ -43,10 +44,11 @@ class Attention(nn.Module):
                                      batch, args.max_seq_len) if self.ratio else None
         self.indexer = Indexer(args, dtype, batch) if self.ratio == 4 else None
         self.fp8_sim = True
-        # the KV FP8 sim, the RoPE and the attention core (scores, sink softmax, weighted keys): the references, or
-        # kernels set once at load on CUDA (decode.kernel_modules); the per-head q norm stays the reference, whose
-        # per-op bf16 rounding (official) the one-launch RMSNorm kernel does not make
-        self.rms, self.fp8_quant, self.rope, self.core = head_rms_ref, fp8_fake_quant, rope_tail, attention_ref
+        # the KV FP8 sim of the unrotated dims, the RoPE, the q path's per-head norm (in the model dtype's per-op
+        # rounding, official) with its RoPE, the kv path's norm, RoPE and FP8 sim, and the attention core (scores,
+        # sink softmax, weighted keys): the references, or kernels set once at load on CUDA (decode.kernel_modules)
+        self.fp8_nope, self.rope, self.core = fp8_nope_ref, rope_tail, attention_ref
+        self.q_norm_rope, self.norm_rope = head_norm_rope_ref, norm_rope_fp8_ref
         self.init_state()
 
     def init_state(self, device=None) -> None:
@@ -63,14 +65,15 @@ class Attention(nn.Module):
     def nope_fp8(self, kv: torch.Tensor) -> torch.Tensor:
         if not self.fp8_sim:
             return kv
-        return torch.cat([self.fp8_quant(kv[..., :-self.rd], 64), kv[..., -self.rd:]], -1)
+        return self.fp8_nope(kv, self.rd, 64)
 
     def qkv(self, x: torch.Tensor, cs: torch.Tensor):
         """q [B,T,H,D], kv [B,T,D] (rotated at the positions in cs [T, rd/2, 2]), qr [B,T,q_lora]."""
         qr = self.q_norm(self.wq_a(x))
-        q = self.rms(self.wq_b(qr).unflatten(-1, (self.H, self.D)), self.eps)
-        q = self.rope(q, cs.unsqueeze(-3), self.rd)
-        kv = self.nope_fp8(self.rope(self.kv_norm(self.wkv(x)), cs, self.rd))
+        q = self.q_norm_rope(self.wq_b(qr).unflatten(-1, (self.H, self.D)), cs.unsqueeze(-3), self.eps, self.rd)
+        # kv_norm, the RoPE and nope_fp8 as one op
+        kv = self.norm_rope(self.wkv(x), self.kv_norm.weight, self.kv_norm.eps, cs, self.rd, None,
+                            64 if self.fp8_sim else 0)
         return q, kv, qr
 
     def attend(self, q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, cs: torch.Tensor) -> torch.Tensor:

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
+from dsv4_kernels.norm_rope_fp8.reference import norm_rope_fp8_ref
 
 from .linear import Linear, RMSNorm
-from .rope import rope_tail
 
 # shapes: B batch, T tokens, m ratio, D output width, coff 2 (CSA) or 1 (HCA)
 
@@ -28,8 +28,9 @@ class Compressor(nn.Module):
         self.wgate = Linear(dim, coff * width, torch.float32)
         self.ape = nn.Parameter(torch.zeros(ratio, coff * width), requires_grad=False)
         self.norm = RMSNorm(width, eps)
-        self.rope = rope_tail              # or its one-launch kernel, set once at load on CUDA (decode.kernel_modules)
-        self.reduce = compressor_reduce_ref   # the pooling: likewise
+        # the pooling and an entry's cast, norm and RoPE (`finish`): the references, or one-launch kernels set once at
+        # load on CUDA (decode.kernel_modules)
+        self.reduce, self.norm_rope = compressor_reduce_ref, norm_rope_fp8_ref
         self.dtype, self.batch, self.capacity, self.coff = dtype, batch, capacity, coff
         self.init_state()
 
@@ -62,9 +63,7 @@ class Compressor(nn.Module):
     def finish(self, c: torch.Tensor, cs_start: torch.Tensor, post) -> torch.Tensor:
         """Pooled c [.., D] -> the entry: RMSNorm, RoPE by the rows cs_start of the table at each block's first
         position (cs[block_start]), then `post`."""
-        c = self.norm(c.to(self.entries.dtype))
-        c = self.rope(c, cs_start, self.rd)
-        return post(c)
+        return post(self.norm_rope(c, self.norm.weight, self.norm.eps, cs_start, self.rd, self.entries.dtype))
 
     def step(self, x: torch.Tensor, pos: int, cs: torch.Tensor, post) -> None:
         """Decode: fold token `pos` into the partial block; emit an entry when the block closes."""

@@ -195,8 +195,9 @@ SMALL_KERNELS = {op.decode[0]: (op.name, op.reference, op.decode[1]) for op in K
 
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
     """The kernels of the small ops, decided once at load: each key of SMALL_KERNELS ("fp8", "fp4", "rms", "rope",
-    "mhc_pre", "mhc_post", "mhc_head", "reduce", "attend", "score", "select") -> the function, the Triton kernel where
-    the device is CUDA and it is usable, else its PyTorch reference."""
+    "q_norm_rope", "mhc_pre", "mhc_post", "mhc_head", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "reduce",
+    "attend", "score", "select") -> the function, the Triton kernel where the device is CUDA and it is usable, else
+    its PyTorch reference."""
     chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
     if use_kernels and torch.device(device).type == "cuda":
         from dsv4_kernels import available, select
@@ -279,6 +280,7 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
             n += m.gemv is not None
         elif isinstance(m, HyperConnection):
             m.sinkhorn, m.pre_mix, m.post_mix, m.matmul = sink, small["mhc_pre"], small["mhc_post"], f32
+            m.pre_norm = small["mhc_pre_norm"]
         elif isinstance(m, HyperHead):
             m.head_mix, m.matmul = small["mhc_head"], f32
         elif isinstance(m, Gate):
@@ -288,11 +290,12 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         elif isinstance(m, RMSNorm):
             m.kernel = small["rms"]
         elif isinstance(m, Attention):
-            m.fp8_quant, m.rope, m.core = small["fp8"], small["rope"], small["attend"]
+            m.fp8_nope, m.rope, m.core = small["fp8_nope"], small["rope"], small["attend"]
+            m.q_norm_rope, m.norm_rope = small["q_norm_rope"], small["norm_rope_fp8"]
         elif isinstance(m, Indexer):
             m.fp4_quant, m.rope, m.score, m.select = small["fp4"], small["rope"], small["score"], small["select"]
         elif isinstance(m, Compressor):
-            m.rope, m.reduce = small["rope"], small["reduce"]
+            m.reduce, m.norm_rope = small["reduce"], small["norm_rope_fp8"]
     if not on:
         return (f"{experts_note}; projections: F.linear; mHC: PyTorch Sinkhorn; "
                 f"{', '.join(note for *_, note in SMALL_KERNELS.values())}: PyTorch")

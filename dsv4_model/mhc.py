@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_ref
+from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_norm_ref, mhc_pre_ref
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
@@ -26,6 +26,9 @@ class HyperConnection(nn.Module):
         # one-launch kernels set once at load on CUDA (decode.kernel_modules)
         self.sinkhorn, self.pre_mix, self.post_mix = sinkhorn_ref, mhc_pre_ref, mhc_post_ref
         self.matmul = f32_linear_ref
+        # `pre`, its Sinkhorn and the sublayer's RMSNorm as one op (`pre_normed`, what the blocks call): the
+        # reference composition, or its one-launch kernel set once at load on CUDA
+        self.pre_norm = mhc_pre_norm_ref
 
     def pre(self, X: torch.Tensor):
         """X [B,S,hc,d] -> (x [B,S,d], post [B,S,hc], comb [B,S,hc,hc])."""
@@ -33,6 +36,12 @@ class HyperConnection(nn.Module):
         x, post, comb = self.pre_mix(X, mix, self.scale, self.base, self.eps, self.norm_eps)
         comb = self.sinkhorn(comb, self.iters, self.eps)     # fixed count: no host convergence check
         return x, post, comb
+
+    def pre_normed(self, X: torch.Tensor, norm) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`pre`, then the sublayer's RMSNorm `norm` (a `linear.RMSNorm`) of its x, the only reader of x:
+        X [B,S,hc,d] -> (norm(x) [B,S,d], post [B,S,hc], comb [B,S,hc,hc])."""
+        mix = self.matmul(X.flatten(-2).float(), self.fn)                          # [B,S,24], before the norm
+        return self.pre_norm(X, mix, self.scale, self.base, self.eps, self.norm_eps, self.iters, norm.weight, norm.eps)
 
     def post(self, y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
         # X'_k = post_k * y + sum_j comb[j, k] * X_j   (comb used transposed)

@@ -55,10 +55,10 @@ class Block(nn.Module):
         """The layer, written once for both decodes: X [B,S,hc,d] -> X [B,S,hc,d]. Each sublayer reads the mHC mix
         of the streams, normed, and writes back through mHC: `attn`, then `ffn`, each h [B,S,d] -> y [B,S,d] as the
         caller runs them (the reference's own calls, or the graph-safe step's over its state)."""
-        x, post, comb = self.hc_attn.pre(X)                     # x [B,S,d], post [B,S,hc], comb [B,S,hc,hc]
-        X = self.hc_attn.post(attn(self.attn_norm(x)), X, post, comb)
-        x, post, comb = self.hc_ffn.pre(X)
-        return self.hc_ffn.post(ffn(self.ffn_norm(x)), X, post, comb)
+        h, post, comb = self.hc_attn.pre_normed(X, self.attn_norm)  # h [B,S,d], post [B,S,hc], comb [B,S,hc,hc]
+        X = self.hc_attn.post(attn(h), X, post, comb)
+        h, post, comb = self.hc_ffn.pre_normed(X, self.ffn_norm)
+        return self.hc_ffn.post(ffn(h), X, post, comb)
 
     def forward(self, X: torch.Tensor, ids: torch.Tensor, cs: torch.Tensor, pos: int | None) -> torch.Tensor:
         """X [B,S,hc,d], ids [B,S]; pos is the decode position, or None for a masked prefill from 0."""

@@ -9,7 +9,7 @@ logits (FULL; not for the head), and writes x = sum_j pre_j X_j.
 `post` (`_mhc_post_kernel`): program (row, column block) holds X [HP, BD] and y [BD] and writes, for each of the
 hc output streams k (a static loop), post_k * y + sum_j comb[j, k] X_j.
 
-`pre` + Sinkhorn + RMSNorm (`_mhc_pre_norm_kernel`, a prototype for issue 37, not wired into the decode yet): the
+`pre` + Sinkhorn + RMSNorm (`_mhc_pre_norm_kernel`, issue 37; the decode's `HyperConnection.pre_normed`): the
 three kernels' operations in one program per row, so a block's `pre` and its sublayer norm are one launch, not
 three.
 

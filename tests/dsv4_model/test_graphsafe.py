@@ -486,9 +486,9 @@ def _small_kernels_of(model):
     from dsv4_model.moe import Gate
     seen = {}
     for m in model.modules():
-        for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("rms", "fp8_quant", "rope", "core")),
-                            (Indexer, ("fp4_quant", "rope", "score", "select")), (Compressor, ("rope", "reduce")),
-                            (HyperConnection, ("pre_mix", "post_mix", "matmul")), (HyperHead, ("head_mix", "matmul")),
+        for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("q_norm_rope", "norm_rope", "fp8_nope", "rope", "core")),
+                            (Indexer, ("fp4_quant", "rope", "score", "select")), (Compressor, ("norm_rope", "reduce")),
+                            (HyperConnection, ("pre_mix", "post_mix", "pre_norm", "matmul")), (HyperHead, ("head_mix", "matmul")),
                             (Gate, ("matmul",))):
             if isinstance(m, kind):
                 for a in attrs:
@@ -505,14 +505,16 @@ def test_small_kernels_stay_references_on_cpu(model):
         listed = dec.kernel_note.rpartition("mHC: PyTorch Sinkhorn; ")[2]
         assert listed.endswith(": PyTorch"), dec.kernel_note
         assert set(listed.removesuffix(": PyTorch").split(", ")) == {
-            "FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "mHC pre", "mHC post", "mHC head",
-            "compressor pooling", "attention core", "indexer scores", "indexer top-k"}, dec.kernel_note
+            "FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post", "mHC head",
+            "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope", "compressor pooling", "attention core",
+            "indexer scores", "indexer top-k"}, dec.kernel_note
         seen = _small_kernels_of(model)
-        assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "rms"),
-                             ("Attention", "fp8_quant"), ("Indexer", "fp4_quant"), ("Attention", "rope"), ("Attention", "core"),
+        assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "q_norm_rope"),
+                             ("Attention", "norm_rope"), ("Attention", "fp8_nope"), ("Indexer", "fp4_quant"),
+                             ("Attention", "rope"), ("Attention", "core"),
                              ("Indexer", "score"), ("Indexer", "select"),
-                             ("Indexer", "rope"), ("Compressor", "rope"), ("Compressor", "reduce"),
-                             ("HyperConnection", "pre_mix"),
+                             ("Indexer", "rope"), ("Compressor", "norm_rope"), ("Compressor", "reduce"),
+                             ("HyperConnection", "pre_mix"), ("HyperConnection", "pre_norm"),
                              ("HyperConnection", "post_mix"), ("HyperHead", "head_mix"), ("HyperConnection", "matmul"),
                              ("HyperHead", "matmul"), ("Gate", "matmul")}
         assert all(len(v) == 1 and next(iter(v)).endswith("_ref") for v in seen.values()), seen
@@ -525,18 +527,21 @@ def test_cuda_small_kernels_chosen_once_at_load():
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
     dec = GraphSafeDecoder(model, batch=1)
     listed = set(dec.kernel_note.rpartition("Triton: ")[2].split(", "))
-    assert listed == {"FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "mHC pre", "mHC post", "mHC head",
+    assert listed == {"FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post",
+                      "mHC head", "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope",
                       "compressor pooling", "attention core", "indexer scores", "indexer top-k"}, dec.kernel_note
     assert dec.kernel_note.startswith("routed experts: fused Triton kernel"), dec.kernel_note
     seen = _small_kernels_of(model)
-    assert seen[("Linear", "fp8_quant")] == seen[("Attention", "fp8_quant")] == {"fp8_fake_quant"}
-    # the per-head q norm stays the reference: its per-op bf16 rounding (official) is not the one-launch kernel's
-    assert seen[("RMSNorm", "kernel")] == {"rms_norm"} and seen[("Attention", "rms")] == {"head_rms_ref"}
+    assert seen[("Linear", "fp8_quant")] == {"fp8_fake_quant"} and seen[("Attention", "fp8_nope")] == {"fp8_nope"}
+    assert seen[("Attention", "norm_rope")] == seen[("Compressor", "norm_rope")] == {"norm_rope_fp8"}
+    # the per-head q norm (its per-op bf16 rounding, official) and q's RoPE: one launch
+    assert seen[("RMSNorm", "kernel")] == {"rms_norm"} and seen[("Attention", "q_norm_rope")] == {"head_norm_rope"}
     assert seen[("Indexer", "fp4_quant")] == {"fp4_fake_quant"}
-    assert seen[("Attention", "rope")] == seen[("Indexer", "rope")] == seen[("Compressor", "rope")] == {"rope_tail"}
+    assert seen[("Attention", "rope")] == seen[("Indexer", "rope")] == {"rope_tail"}
     assert seen[("Attention", "core")] == {"decode_attention"} and seen[("Indexer", "score")] == {"index_scores"}
     assert seen[("Indexer", "select")] == {"topk_blocks"}
     assert seen[("HyperConnection", "pre_mix")] == {"mhc_pre"} and seen[("HyperConnection", "post_mix")] == {"mhc_post"}
+    assert seen[("HyperConnection", "pre_norm")] == {"mhc_pre_norm"}
     assert seen[("HyperHead", "head_mix")] == {"mhc_head"} and seen[("Compressor", "reduce")] == {"compressor_reduce_kernel"}
     assert seen[("HyperConnection", "matmul")] == seen[("HyperHead", "matmul")] == seen[("Gate", "matmul")] == {"f32_linear"}
     assert "mHC and router products: the fp32 GEMV" in dec.kernel_note, dec.kernel_note

@@ -107,10 +107,12 @@ def cases(g: torch.Generator):
     from dsv4_kernels.bf16_gemv.triton_kernel import bf16_linear_triton
     from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
     from dsv4_kernels.fused_swiglu.triton_kernel import fused_swiglu_triton
+    from dsv4_kernels.head_norm_rope.triton_kernel import head_norm_rope_triton
     from dsv4_kernels.indexer.triton_kernel import index_scores_triton, topk_blocks_triton
     from dsv4_kernels.mhc.triton_kernel import mhc_head_triton, mhc_post_triton, mhc_pre_norm_triton, mhc_pre_triton
     from dsv4_kernels.moe_gemv import triton_kernel as moe
     from dsv4_kernels.moe_gemv.reference import random_weight
+    from dsv4_kernels.norm_rope_fp8.triton_kernel import fp8_nope_triton, norm_rope_fp8_triton
     from dsv4_kernels.nvfp4_kvcache.triton_kernel import dequantize_nvfp4_kvcache_triton
     from dsv4_kernels.rms_norm.triton_kernel import rms_norm_triton
     from dsv4_kernels.rope.triton_kernel import rope_tail_triton
@@ -136,6 +138,18 @@ def cases(g: torch.Generator):
                 out.append((f"rope_tail {n} {shape} inverse={inv}",
                             lambda s=shape, ld=lead, inv=inv, dt=dt: rope_tail_triton(
                                 _t(*s, dtype=dt, g=g), _t(*ld, 32, 2, dtype=torch.float32, g=g), 64, inv)))
+        for shape, lead in (((8, 1, 64, 512), (8, 1, 1)), ((1, 1, 64, 512), (1, 1, 1)), ((1, 1, 2, 128), (1, 1, 1))):
+            out.append((f"head_norm_rope {n} {shape}", lambda s=shape, ld=lead, dt=dt: head_norm_rope_triton(
+                _t(*s, dtype=dt, g=g), _t(*ld, 32, 2, dtype=torch.float32, g=g), 1e-6, 64)))
+        for shape, lead, block, into in (((8, 1, 512), (8, 1), 64, None), ((1, 1, 512), (1, 1), 64, None),
+                                         ((8, 512), (8,), 0, torch.bfloat16), ((8, 1, 128), (8, 1), 64, None)):
+            # the kv path (FP8 sim of the unrotated dims), an entry (the pooled fp32 c cast in the launch)
+            out.append((f"norm_rope_fp8 {n} {shape} block={block}", lambda s=shape, ld=lead, b=block, o=into, dt=dt:
+                        norm_rope_fp8_triton(_t(*s, dtype=dt if o is None else torch.float32, g=g),
+                                             _t(s[-1], dtype=torch.float32, g=g), 1e-6,
+                                             _t(*ld, 32, 2, dtype=torch.float32, g=g), 64, o, b)))
+        for shape in ((8, 1, 512), (1, 1, 512)):
+            out.append((f"fp8_nope {n} {shape}", lambda s=shape, dt=dt: fp8_nope_triton(_t(*s, dtype=dt, g=g), 64, 64)))
         for B, hc, d in ((1, 4, 4096), (8, 4, 4096), (8, 4, 128)):
             X, W = _t(B, 1, hc, d, dtype=dt, g=g), (2 + hc) * hc
             mix, sc, base = _t(B, 1, W, dtype=torch.float32, g=g), _t(3, dtype=torch.float32, g=g), _t(W, dtype=torch.float32, g=g)

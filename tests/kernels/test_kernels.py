@@ -1384,6 +1384,219 @@ def test_rope_tail_inverse_undoes_the_rotation():
     torch.testing.assert_close(rope_tail(y, cs, 64, inverse=True), x, rtol=1e-5, atol=1e-5)
 
 
+# ---------------------------------------------------------------------------------------------- q norm + RoPE
+def test_head_norm_rope_reference_and_errors():
+    """The reference is the two calls Attention.qkv made (the official per-head norm, then the RoPE), bit for bit;
+    CPU selects it; a table that does not broadcast is a clear error."""
+    from dsv4_kernels.head_norm_rope import head_norm_rope, head_norm_rope_ref
+    from dsv4_kernels.rms_norm.reference import head_rms_ref
+    from dsv4_kernels.rope.reference import rope_tail_ref
+    g = torch.Generator().manual_seed(11)
+    for dt in (torch.bfloat16, torch.float32):
+        x = (torch.randn(3, 1, 4, 96, generator=g) * 3).to(dt)
+        cs = _cs(3, 1, 1, 16, generator=g)
+        want = rope_tail_ref(head_rms_ref(x, 1e-6), cs, 32)
+        assert torch.equal(head_norm_rope(x, cs, 1e-6, 32), want) and torch.equal(head_norm_rope_ref(x, cs, 1e-6, 32), want)
+    assert kernels.select("head_norm_rope", "cpu") is head_norm_rope_ref
+    with pytest.raises(ValueError, match=r"rope_tail: cs's leading dims \(2, 1, 1\) do not broadcast to x's \(3, 1, 4\)"):
+        head_norm_rope(x, _cs(2, 1, 1, 16, generator=g), 1e-6, 32)
+
+
+HEAD_NORM_ROPE_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.head_norm_rope.triton_kernel import head_norm_rope_triton
+    from dsv4_kernels.head_norm_rope.reference import head_norm_rope_ref
+    g = torch.Generator().manual_seed(12)
+    def close(a, b):
+        return a.shape == b.shape and (a - b).abs().max().item() <= 2e-6 * (1 + b.abs().max().item())
+    bad = []
+    # fp32 only: the interpreter converts fp32 to bf16 by truncation (bf16 rounding is checked on the GPU)
+    for shape, lead, rd, scale in (((3, 1, 4, 96), (3, 1, 1), 32, 3.0), ((2, 1, 64, 512), (2, 1, 1), 64, 3.0),
+                                   ((5, 40), (5,), 8, 3.0), ((2, 3, 24), (1, 1), 24, 3.0),
+                                   ((2, 5, 3, 96), (5, 1), 32, 3.0), ((3, 1, 4, 96), (3, 1, 1), 32, 1e-4)):
+        x = torch.randn(*shape, generator=g) * scale             # 1e-4: mean(x^2) ~ eps, which must be there
+        ang = torch.rand(*lead, rd // 2, generator=g) * 200
+        cs = torch.stack([ang.cos(), ang.sin()], -1)
+        got, want = head_norm_rope_triton(x, cs, 1e-6, rd), head_norm_rope_ref(x, cs, 1e-6, rd)
+        bad += [] if close(got, want) else [f"{shape} {lead} {rd} {scale}: {(got - want).abs().max().item()}"]
+    x = torch.randn(4, 1, 160, generator=g)[..., 32:]                   # a strided row
+    cs = torch.stack([torch.ones(4, 1, 16), torch.zeros(4, 1, 16)], -1)
+    bad += [] if close(head_norm_rope_triton(x, cs, 1e-6, 32), head_norm_rope_ref(x, cs, 1e-6, 32)) else ["strided"]
+    print("BAD", bad)
+""")
+
+
+@pytest.mark.slow
+def test_head_norm_rope_under_the_interpreter():
+    """The fused q norm + RoPE's logic on CPU in fp32 (TRITON_INTERPRET=1 in a subprocess): within fp32 rounding of
+    the reference, odd sizes, a broadcast table, a strided row, a norm at the eps floor."""
+    _under_interpreter(HEAD_NORM_ROPE_INTERPRET, timeout=600)
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape,lead,rd", ROPE_CASES)
+def test_head_norm_rope_parity(dt, shape, lead, rd):
+    """The one-launch q norm + RoPE against the reference (head_rms_ref then rope_tail_ref) on CUDA, outputs
+    poisoned first: within one bf16 step (fp32 rounding in fp32), and in bf16 at least 99% of the elements bit for
+    bit (the per-op rounding of the official norm kept: without it about half the elements move), deterministic."""
+    from dsv4_kernels.head_norm_rope import head_norm_rope, head_norm_rope_ref
+    g = torch.Generator().manual_seed(shape[-1] + 5 * len(lead))
+    for scale in (1e-3, 1.0, 300.0):
+        x = (torch.randn(*shape, generator=g) * scale).to("cuda", dt)
+        cs = _cs(*lead, rd // 2, generator=g, device="cuda")
+        _poison(x.numel() * 8)
+        got, want = head_norm_rope(x, cs, 1e-6, rd), head_norm_rope_ref(x, cs, 1e-6, rd)
+        _assert_fp32_rounding(got, want, dt, 1.0)
+        if dt == torch.bfloat16:
+            same = (got.view(torch.int16) == want.view(torch.int16)).float().mean().item()
+            assert same >= 0.99, same
+        assert torch.equal(head_norm_rope(x, cs, 1e-6, rd), got)
+
+
+# ---------------------------------------------------------------------------------------------- kv norm + RoPE + FP8
+def test_norm_rope_fp8_reference_and_errors():
+    """The references are the calls the modules made (the kv path: kv_norm, RoPE, the FP8 sim of the unrotated dims
+    sliced and concatenated; an entry: cast, norm, RoPE), bit for bit; CPU selects them; bad blocks and weights are
+    clear errors."""
+    from dsv4_kernels.act_quant.reference import fp8_fake_quant_ref
+    from dsv4_kernels.norm_rope_fp8 import fp8_nope, fp8_nope_ref, norm_rope_fp8, norm_rope_fp8_ref
+    from dsv4_kernels.rms_norm.reference import rms_norm_ref
+    from dsv4_kernels.rope.reference import rope_tail_ref
+    g = torch.Generator().manual_seed(13)
+    x, w, cs = torch.randn(3, 1, 96, generator=g).bfloat16(), torch.rand(96, generator=g) + 0.5, _cs(3, 1, 16, generator=g)
+    y = rope_tail_ref(rms_norm_ref(x, w, 1e-6), cs, 32)
+    want = torch.cat([fp8_fake_quant_ref(y[..., :-32], 16), y[..., -32:]], -1)
+    assert torch.equal(norm_rope_fp8(x, w, 1e-6, cs, 32, None, 16), want)
+    assert torch.equal(norm_rope_fp8(x, w, 1e-6, cs, 32), y) and torch.equal(fp8_nope(y, 32, 16), want)
+    c = torch.randn(3, 96, generator=g)
+    entry = norm_rope_fp8(c, w, 1e-6, cs[:, 0], 32, torch.bfloat16)
+    assert entry.dtype == torch.bfloat16 and torch.equal(entry, rope_tail_ref(rms_norm_ref(c.bfloat16(), w, 1e-6), cs[:, 0], 32))
+    assert kernels.select("norm_rope_fp8", "cpu") is norm_rope_fp8_ref and kernels.select("fp8_nope", "cpu") is fp8_nope_ref
+    with pytest.raises(ValueError, match=r"norm_rope_fp8: block 48 must divide the 64 unrotated dims"):
+        norm_rope_fp8(x, w, 1e-6, cs, 32, None, 48)
+    with pytest.raises(ValueError, match=r"norm_rope_fp8: weight has shape \(95,\), expected \(96,\)"):
+        norm_rope_fp8(x, w[:95], 1e-6, cs, 32)
+    with pytest.raises(ValueError, match=r"fp8_nope: block 48 must divide the 64 unrotated dims"):
+        fp8_nope(x, 32, 48)
+
+
+NORM_ROPE_FP8_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.act_quant.triton_kernel import fp8_fake_quant_triton
+    from dsv4_kernels.norm_rope_fp8.reference import fp8_nope_ref, norm_rope_fp8_ref
+    from dsv4_kernels.norm_rope_fp8.triton_kernel import fp8_nope_triton, norm_rope_fp8_triton
+    from dsv4_kernels.rms_norm.triton_kernel import rms_norm_triton
+    from dsv4_kernels.rope.triton_kernel import rope_tail_triton
+    g = torch.Generator().manual_seed(14)
+    def close(a, b):
+        return a.shape == b.shape and (a - b).abs().max().item() <= 2e-6 * (1 + b.abs().max().item())
+    def chain(x, w, cs, rd, block):          # the kernels it replaces, chained as the modules called them
+        y = rope_tail_triton(rms_norm_triton(x, w, 1e-6), cs, rd)
+        return torch.cat([fp8_fake_quant_triton(y[..., :-rd], block), y[..., -rd:]], -1) if block else y
+    bad = []
+    # (x shape, cs leading dims, rd, block): the kv path at Flash's and the tiny preset's dims, the reference
+    # decode's one row for all, an entry [n, D], odd sizes
+    cases = (((3, 1, 512), (3, 1), 64, 64), ((3, 1, 512), (1,), 64, 64), ((4, 512), (4,), 64, 0),
+             ((3, 1, 128), (3, 1), 64, 64), ((5, 96), (5,), 32, 16), ((2, 3, 40), (1, 3), 8, 0), ((2, 4, 24), (), 24, 0))
+    for shape, lead, rd, block in cases:
+        w = torch.rand(shape[-1], generator=g) + 0.5
+        ang = torch.rand(*lead, rd // 2, generator=g) * 200
+        cs = torch.stack([ang.cos(), ang.sin()], -1)
+        x = torch.randn(*shape, generator=g) * 3
+        got = norm_rope_fp8_triton(x, w, 1e-6, cs, rd, None, block)
+        # fp32: bit for bit the chained kernels (the FP8 steps and the norm's reduction theirs)
+        bad += [] if torch.equal(got, chain(x, w, cs, rd, block)) else [f"chain {shape} {rd} {block}"]
+        if not block:                        # the interpreter's e4m3 conversion is not the reference's rounding
+            bad += [] if close(got, norm_rope_fp8_ref(x, w, 1e-6, cs, rd)) else [f"ref {shape} {rd}"]
+        # bf16 in: the same (both sides convert through the interpreter)
+        xb = x.bfloat16()
+        got = norm_rope_fp8_triton(xb, w, 1e-6, cs, rd, None, block)
+        bad += [] if got.dtype == torch.bfloat16 and torch.equal(got, chain(xb, w, cs, rd, block)) else [f"bf16 {shape}"]
+    # an entry: fp32 in, cast to bf16 in the launch (values bf16 holds exactly: the interpreter truncates), then the
+    # chain on the cast; a norm at the eps floor
+    c, w = torch.randn(4, 512, generator=g).bfloat16().float(), torch.rand(512, generator=g) + 0.5
+    cs = torch.stack([torch.ones(4, 32), torch.zeros(4, 32)], -1)
+    got = norm_rope_fp8_triton(c, w, 1e-6, cs, 64, torch.bfloat16)
+    bad += [] if got.dtype == torch.bfloat16 and torch.equal(got, chain(c.bfloat16(), w, cs, 64, 0)) else ["entry cast"]
+    c = torch.randn(4, 512, generator=g) * 1e-4
+    bad += [] if close(norm_rope_fp8_triton(c, w, 1e-6, cs, 64, torch.float32), norm_rope_fp8_ref(c, w, 1e-6, cs, 64)) else ["eps"]
+    x = torch.randn(4, 1, 640, generator=g)[..., 128:]                   # a strided row
+    bad += [] if torch.equal(norm_rope_fp8_triton(x, w, 1e-6, cs[:, None], 64, None, 64),
+                             chain(x.contiguous(), w, cs[:, None], 64, 64)) else ["strided"]
+    # fp8_nope on e4m3 values times a power of two (the interpreter's conversion then rounds nothing): the bits
+    e4m3 = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    x = e4m3[torch.randint(0, 127, (4, 1, 512), generator=g)] * (torch.rand(4, 1, 512, generator=g) < 0.5).float().mul(-2).add(1)
+    for k in (-3, 0, 5):
+        bad += [] if torch.equal(fp8_nope_triton(x * 2.0 ** k, 64, 64), fp8_nope_ref(x * 2.0 ** k, 64, 64)) else [f"nope {k}"]
+    print("BAD", bad)
+""")
+
+
+@pytest.mark.slow
+def test_norm_rope_fp8_under_the_interpreter():
+    """The fused kv norm + RoPE + FP8 and the FP8 of the unrotated dims, on CPU (TRITON_INTERPRET=1 in a subprocess):
+    bit for bit the kernels they replace chained (fp32 and bf16 in), within fp32 rounding of the reference without
+    the FP8 sim (the interpreter's e4m3 conversion is not round-to-nearest-even), the FP8 bits on e4m3 grid values."""
+    _under_interpreter(NORM_ROPE_FP8_INTERPRET, timeout=600)
+
+
+# (x shape, cs leading dims, rd, block, dtype out or None): Flash's kv [n,1,512] at B 1 and 8 with the FP8 sim, the
+# reference decode's one row for all, an entry (fp32 pooled c -> bf16) at B 1 and 8, the tiny preset's kv, odd sizes
+NORM_ROPE_CASES = [((1, 1, 512), (1, 1), 64, 64, None), ((8, 1, 512), (8, 1), 64, 64, None),
+                   ((8, 1, 512), (1,), 64, 64, None), ((1, 512), (1,), 64, 0, torch.bfloat16),
+                   ((8, 512), (8,), 64, 0, torch.bfloat16), ((8, 1, 128), (8, 1), 64, 64, None),
+                   ((5, 96), (5,), 32, 16, None), ((37, 1, 40), (37, 1), 8, 0, None)]
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape,lead,rd,block,out", NORM_ROPE_CASES)
+def test_norm_rope_fp8_parity(dt, shape, lead, rd, block, out):
+    """The one-launch kv norm + RoPE + FP8 (and an entry's cast + norm + RoPE) on CUDA, outputs poisoned first: bit
+    for bit the kernels it replaces, chained as the modules called them (rms_norm, rope_tail, fp8_fake_quant of the
+    unrotated dims), deterministic; and near the PyTorch reference (the norm's order of sums is the kernel's: with the
+    FP8 sim an element may move by one e4m3 step)."""
+    from dsv4_kernels.act_quant import fp8_fake_quant
+    from dsv4_kernels.norm_rope_fp8 import norm_rope_fp8, norm_rope_fp8_ref
+    from dsv4_kernels.rms_norm import rms_norm
+    from dsv4_kernels.rope import rope_tail
+    g = torch.Generator().manual_seed(shape[-1] + 7 * len(lead) + block)
+    out = None if out is None or dt == torch.float32 else out
+    for scale in (1e-3, 1.0, 300.0):
+        x = (torch.randn(*shape, generator=g) * scale).to("cuda", torch.float32 if out is not None else dt)
+        w = (torch.rand(shape[-1], generator=g) + 0.5).cuda()
+        cs = _cs(*lead, rd // 2, generator=g, device="cuda")
+        _poison(x.numel() * 8)
+        got = norm_rope_fp8(x, w, 1e-6, cs, rd, out, block)
+        y = rope_tail(rms_norm(x if out is None else x.to(out), w, 1e-6), cs, rd)
+        chain = torch.cat([fp8_fake_quant(y[..., :-rd], block), y[..., -rd:]], -1) if block else y
+        assert got.dtype == (out or dt) and torch.equal(got, chain), (got.float() - chain.float()).abs().max()
+        assert torch.equal(norm_rope_fp8(x, w, 1e-6, cs, rd, out, block), got)
+        want = norm_rope_fp8_ref(x, w, 1e-6, cs, rd, out, block)
+        if block:
+            near = (got.float() - want.float()).abs() <= 0.07 * want.float().abs().amax()
+            assert near.all() and (got == want).float().mean() >= 0.95
+        else:
+            _assert_fp32_rounding(got, want, out or dt, 1.0)
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape,rd,block", [((1, 1, 512), 64, 64), ((8, 1, 512), 64, 64), ((8, 1, 128), 64, 64),
+                                            ((5, 96), 32, 16), ((3, 2, 520), 8, 128)])
+def test_fp8_nope_parity(dt, shape, rd, block):
+    """The FP8 sim of the unrotated dims in one launch against the reference's slice, quant and cat on CUDA, outputs
+    poisoned first: bit for bit (the FP8 kernel's steps are torch's on CUDA), the rotated dims copied."""
+    from dsv4_kernels.norm_rope_fp8 import fp8_nope, fp8_nope_ref
+    g = torch.Generator().manual_seed(shape[-1] + block)
+    for scale in (1e-6, 1.0, 300.0):
+        x = (torch.randn(*shape, generator=g) * scale).to("cuda", dt)
+        _poison(x.numel() * 8)
+        got = fp8_nope(x, rd, block)
+        assert torch.equal(got, fp8_nope_ref(x, rd, block)) and torch.equal(got[..., -rd:], x[..., -rd:])
+
+
 def _mhc_inputs(B, S, hc, d, dt, scale, g):
     W = (2 + hc) * hc
     X = (torch.randn(B, S, hc, d, generator=g) * scale).to("cuda", dt)

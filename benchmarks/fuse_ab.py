@@ -13,7 +13,9 @@ loaded model (what the decode ran before them, every link the kernel the decode 
 - mhc_pre_norm (`dsv4_kernels.mhc`): mHC pre + Sinkhorn + RMSNorm;
 - norm_rope_fp8 (`dsv4_kernels.norm_rope_fp8`), the kv path: RMSNorm + RoPE + FP8 of the unrotated dims + cat; an
   entry: cast + RMSNorm + RoPE;
-- fp8_nope: FP8 of the unrotated dims + cat.
+- fp8_nope: FP8 of the unrotated dims + cat;
+- ring_write, close_block (`dsv4_kernels.compressor_ring`): the graph-safe step's compressor state writes (two
+  index_puts; an index, a where and an index_put, and a where per CSA ring).
 Parity: fresh inputs, outputs poisoned (freed memory filled with NaN first), the Flash shapes at each batch and odd
 shapes: bit for bit against the chain where the kernel is built to be (norm_rope_fp8, fp8_nope), else the share of
 equal elements and the largest difference; each fused op twice on the same inputs (deterministic). A/B: each op
@@ -40,6 +42,7 @@ def unfused_ops(device) -> dict:
     from dsv4_kernels.rms_norm.reference import head_rms_ref
     rms, rope, fp8 = select("rms_norm", device), select("rope_tail", device), select("fp8_fake_quant", device)
     pre, sink = select("mhc_pre", device), select("sinkhorn", device)
+    from dsv4_kernels.compressor_ring.reference import close_block_ref, ring_write_ref
 
     def q_norm_rope(x, cs, eps, rd):
         return rope(head_rms_ref(x, eps), cs, rd)
@@ -56,14 +59,15 @@ def unfused_ops(device) -> dict:
         return rms(x, weight, rms_eps), post, sink(logits, iters, eps)
 
     return {"q_norm_rope": q_norm_rope, "mhc_pre_norm": mhc_pre_norm, "norm_rope_fp8": norm_rope_fp8,
-            "fp8_nope": fp8_nope}
+            "fp8_nope": fp8_nope, "ring_write": ring_write_ref, "close_block": close_block_ref}
 
 
 def fused_ops(device) -> dict:
     """The fused ops as the decode selects them on `device`."""
     from dsv4_model.decode import small_kernels
     small = small_kernels(torch.device(device))
-    return {k: small[k] for k in ("q_norm_rope", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope")}
+    return {k: small[k] for k in ("q_norm_rope", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "ring_write",
+                                  "close_block")}
 
 
 def unfuse(model) -> None:
@@ -77,7 +81,7 @@ def unfuse(model) -> None:
         if isinstance(m, Attention):
             m.q_norm_rope, m.norm_rope, m.fp8_nope = ops["q_norm_rope"], ops["norm_rope_fp8"], ops["fp8_nope"]
         elif isinstance(m, Compressor):
-            m.norm_rope = ops["norm_rope_fp8"]
+            m.norm_rope, m.ring_write, m.close_block = ops["norm_rope_fp8"], ops["ring_write"], ops["close_block"]
         elif isinstance(m, HyperConnection):
             m.pre_norm = ops["mhc_pre_norm"]
 
@@ -198,6 +202,50 @@ def ab(batches: list[int], dev: str, reps: int) -> None:
             print(f"{label:22} {slot:14} {t_chain:9.2f} {t_fused:9.2f} {t_chain / t_fused:8.2f}", flush=True)
 
 
+def ring_state(B: int, overlap: bool, dev: str, g: torch.Generator):
+    """A Flash compressor's decode state for B rows (CSA: 2 x 4 slots of 1024; HCA: 128 slots of 512; 1025 entries)
+    and one step's writes (half the rows closing)."""
+    m, D = (4, 512) if overlap else (128, 512)
+    S, W = (2 * m, 2 * D) if overlap else (m, D)
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32
+    st = [torch.randn(B, S, W, generator=g).to(dev), torch.randn(B, S, W, generator=g).to(dev),
+          torch.randn(B, 1025, D, generator=g).to(dev, dt)]
+    step = (torch.randn(B, W, generator=g).to(dev), torch.randn(B, W, generator=g).to(dev),
+            torch.randint(m if overlap else 0, S, (B,), generator=g).to(dev), torch.randint(0, 1025, (B,), generator=g).to(dev),
+            (torch.arange(B)[:, None] % 2 == 0).to(dev), torch.randn(B, D, generator=g).to(dev, dt))
+    return m, st, step
+
+
+def ring(batches: list[int], dev: str, reps: int) -> int:
+    """The compressor's state writes (ring write + block close), fused against the torch ops they replaced: the
+    state after one step bit for bit, then the A/B. Returns the failures."""
+    fused, chain = fused_ops(dev), unfused_ops(dev)
+    g = torch.Generator().manual_seed(39)
+    bad = 0
+    print(f"{'case':22} {'bits = chain':>12} {'chain us':>9} {'fused us':>9} {'speedup':>8}")
+    for B in batches:
+        for overlap in (True, False):
+            m, st, (C, Z, slot, b, closes, c) = ring_state(B, overlap, dev, g)
+            rows = torch.arange(B, device=dev)
+            runs = {}
+            for name, ops in (("fused", fused), ("chain", chain)):
+                s = [t.clone() for t in st]
+
+                def step(s=s, ops=ops):
+                    ops["ring_write"](s[0], s[1], C, Z, rows, slot)
+                    ops["close_block"](s[2], rows, b, closes, c, s[0], s[1], m, overlap)
+                step()
+                runs[name] = ([t.clone() for t in s], step)
+            same = all(torch.equal(x, y) for x, y in zip(runs["fused"][0], runs["chain"][0]))
+            bad += not same
+            with torch.inference_mode():
+                t_chain, t_fused = _graph_us(runs["chain"][1], reps), _graph_us(runs["fused"][1], reps)
+            label = f"{'CSA' if overlap else 'HCA'} ring {B} rows"
+            print(f"{label:22} {str(same):>12} {t_chain:9.2f} {t_fused:9.2f} {t_chain / t_fused:8.2f}"
+                  f"{'' if same else '  FAIL'}", flush=True)
+    return bad
+
+
 ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s")
 
 
@@ -249,6 +297,8 @@ def main(argv=None) -> int:
         bad = parity(batches, a.device)
         print(f"== A/B: microseconds per call, {CALLS} calls per CUDA graph, {a.reps} replays", flush=True)
         ab(batches, a.device, a.reps)
+        print("== the compressor's state writes: parity (one step's state) and A/B", flush=True)
+        bad += ring(batches, a.device, a.reps)
     if a.depth or a.depth_only:
         print("== per layer, fused ops on and off", flush=True)
         depth(a.depth_args.split(), a.depth_timeout)

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
+from dsv4_kernels.compressor_ring.reference import close_block_ref, ring_write_ref
 from dsv4_kernels.norm_rope_fp8.reference import norm_rope_fp8_ref
 
 from .linear import Linear, RMSNorm
@@ -31,6 +32,9 @@ class Compressor(nn.Module):
         # the pooling and an entry's cast, norm and RoPE (`finish`): the references, or one-launch kernels set once at
         # load on CUDA (decode.kernel_modules)
         self.reduce, self.norm_rope = compressor_reduce_ref, norm_rope_fp8_ref
+        # the graph-safe step's writes of its per-row state (decode.compressor_step; the reference path writes its
+        # own under host branches): likewise
+        self.ring_write, self.close_block = ring_write_ref, close_block_ref
         self.dtype, self.batch, self.capacity, self.coff = dtype, batch, capacity, coff
         self.init_state()
 

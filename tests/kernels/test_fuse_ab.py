@@ -67,6 +67,21 @@ def test_parity_fails_a_wrong_kernel(fuse_ab, monkeypatch):
     assert fuse_ab.parity([1], "cpu") == 4
 
 
+def test_ring_check_fails_a_wrong_write(fuse_ab, monkeypatch):
+    """The compressor state writes' check compares the whole state after a step: a ring write that drops the gate
+    fails it at every case (CSA and HCA)."""
+    assert fuse_ab.ring([2], "cpu", 1) == 0
+    good = fuse_ab.fused_ops
+
+    def wrong(dev):
+        ops = dict(good(dev))
+        write = ops["ring_write"]
+        ops["ring_write"] = lambda kv, gate, C, Z, rows, slot: write(kv, gate.clone(), C, Z, rows, slot)
+        return ops
+    monkeypatch.setattr(fuse_ab, "fused_ops", wrong)
+    assert fuse_ab.ring([2], "cpu", 1) == 2
+
+
 @pytest.mark.slow
 def test_fuse_ab_runs_on_cpu():
     r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "fuse_ab.py"), "--device", "cpu", "--batches",

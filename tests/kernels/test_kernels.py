@@ -1597,6 +1597,100 @@ def test_fp8_nope_parity(dt, shape, rd, block):
         assert torch.equal(got, fp8_nope_ref(x, rd, block)) and torch.equal(got[..., -rd:], x[..., -rd:])
 
 
+# ---------------------------------------------------------------------------------------------- compressor state writes
+def _ring_case(n, m, D, N, overlap, dt, g, dev="cpu"):
+    """A compressor's decode state (rings of 2m or m slots of 2D or D, entries [n, N, D]) with random contents, and a
+    step's token, slots, block indices, closes (half the rows) and entry c."""
+    S, W = (2 * m, 2 * D) if overlap else (m, D)
+    st = dict(kv=torch.randn(n, S, W, generator=g), gate=torch.randn(n, S, W, generator=g),
+              entries=torch.randn(n, N, D, generator=g).to(dt))
+    step = dict(C=torch.randn(n, W, generator=g), Z=torch.randn(n, W, generator=g),
+                slot=torch.randint(m if overlap else 0, S, (n,), generator=g), b=torch.randint(0, N, (n,), generator=g),
+                closes=torch.arange(n)[:, None] % 2 == 0, c=torch.randn(n, D, generator=g).to(dt))
+    return {k: v.to(dev) for k, v in st.items()}, {k: v.to(dev) for k, v in step.items()}
+
+
+def _ring_step(write, close, st, a, m, overlap):
+    rows = torch.arange(st["kv"].shape[0], device=st["kv"].device)
+    write(st["kv"], st["gate"], a["C"], a["Z"], rows, a["slot"])
+    close(st["entries"], rows, a["b"], a["closes"], a["c"], st["kv"], st["gate"], m, overlap)
+
+
+def test_compressor_ring_reference_and_errors():
+    """The references are the graph-safe step's old ops (index_put, the masked where-write, the shift), written out
+    here by hand: the token lands at its slot, closing rows get their entry and (CSA) their current block moved to
+    "previous", the other rows keep theirs; bad shapes are clear errors."""
+    from dsv4_kernels.compressor_ring import close_block, close_block_ref, ring_write, ring_write_ref
+    g = torch.Generator().manual_seed(15)
+    for overlap, m in ((True, 4), (False, 8)):
+        st, a = _ring_case(4, m, 16, 5, overlap, torch.bfloat16, g)
+        old = {k: v.clone() for k, v in st.items()}
+        _ring_step(ring_write, close_block, st, a, m, overlap)
+        want = {k: v.clone() for k, v in old.items()}
+        for r in range(4):
+            want["kv"][r, a["slot"][r]], want["gate"][r, a["slot"][r]] = a["C"][r], a["Z"][r]
+            if a["closes"][r, 0]:
+                want["entries"][r, a["b"][r]] = a["c"][r]
+                if overlap:
+                    want["kv"][r, :m], want["gate"][r, :m] = want["kv"][r, m:].clone(), want["gate"][r, m:].clone()
+        assert all(torch.equal(st[k], want[k]) for k in st), overlap
+    assert kernels.select("ring_write", "cpu") is ring_write_ref and kernels.select("close_block", "cpu") is close_block_ref
+    with pytest.raises(ValueError, match=r"ring_write: kv_state \(4, 8, 16\).*expected states \[n, S, W\]"):
+        ring_write(st["kv"], st["gate"], a["C"][:3], a["Z"], torch.arange(4), a["slot"])
+    with pytest.raises(ValueError, match=r"close_block: .*closes \(4, 1\) torch.int64"):
+        close_block(st["entries"], torch.arange(4), a["b"], a["closes"].long(), a["c"], st["kv"], st["gate"], m, False)
+
+
+COMPRESSOR_RING_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.compressor_ring.reference import close_block_ref, ring_write_ref
+    from dsv4_kernels.compressor_ring.triton_kernel import close_block_triton, ring_write_triton
+    import sys
+    sys.path.insert(0, "tests/kernels")
+    from test_kernels import _ring_case, _ring_step
+    g = torch.Generator().manual_seed(16)
+    bad = []
+    # CSA (overlap, 2m slots of 2D) and HCA (m slots of D) at the tiny preset's and Flash's widths; rows of a wider
+    # state (the decode's [:n] slices of a [batch, ...] buffer)
+    for n, m, D, N, overlap in ((3, 4, 64, 9, True), (2, 128, 64, 3, False), (4, 4, 512, 17, True), (1, 8, 40, 2, False)):
+        for dt in (torch.float32, torch.bfloat16):
+            st, a = _ring_case(n + 2, m, D, N, overlap, dt, g)
+            st2 = {k: v.clone() for k, v in st.items()}
+            a = {k: v[:n] for k, v in a.items()}
+            sl = lambda s: {k: v[:n] for k, v in s.items()}
+            _ring_step(ring_write_triton, close_block_triton, sl(st), a, m, overlap)
+            _ring_step(ring_write_ref, close_block_ref, sl(st2), a, m, overlap)
+            bad += [] if all(torch.equal(st[k], st2[k]) for k in st) else [f"{n, m, D, N, overlap, dt}"]
+    print("BAD", bad)
+""")
+
+
+@pytest.mark.slow
+def test_compressor_ring_under_the_interpreter():
+    """The ring write and block close on CPU (TRITON_INTERPRET=1 in a subprocess): the references' state bit for bit
+    (copies), CSA and HCA, the rows past n untouched."""
+    _under_interpreter(COMPRESSOR_RING_INTERPRET, timeout=600)
+
+
+@cuda
+@pytest.mark.parametrize("n,m,D,N,overlap", [(1, 4, 512, 1025, True), (8, 4, 512, 1025, True), (1, 128, 512, 33, False),
+                                             (8, 128, 512, 33, False), (3, 4, 128, 9, True), (5, 8, 40, 2, False)])
+def test_compressor_ring_parity(n, m, D, N, overlap):
+    """The ring write and block close on CUDA against the references, over five steps of a state with rows past n:
+    every state tensor bit for bit (copies), deterministic."""
+    from dsv4_kernels.compressor_ring import close_block, ring_write
+    from dsv4_kernels.compressor_ring.reference import close_block_ref, ring_write_ref
+    g = torch.Generator().manual_seed(n * 1000 + m)
+    st, _ = _ring_case(n + 3, m, D, N, overlap, torch.bfloat16, g, "cuda")
+    st2 = {k: v.clone() for k, v in st.items()}
+    for _ in range(5):
+        _, a = _ring_case(n, m, D, N, overlap, torch.bfloat16, g, "cuda")
+        a["closes"] = torch.rand(n, 1, generator=g).cuda() < 0.5
+        _ring_step(ring_write, close_block, {k: v[:n] for k, v in st.items()}, a, m, overlap)
+        _ring_step(ring_write_ref, close_block_ref, {k: v[:n] for k, v in st2.items()}, a, m, overlap)
+        assert all(torch.equal(st[k], st2[k]) for k in st)
+
+
 def _mhc_inputs(B, S, hc, d, dt, scale, g):
     W = (2 + hc) * hc
     X = (torch.randn(B, S, hc, d, generator=g) * scale).to("cuda", dt)

@@ -14,6 +14,7 @@ loaded model (what the decode ran before them, every link the kernel the decode 
 - norm_rope_fp8 (`dsv4_kernels.norm_rope_fp8`), the kv path: RMSNorm + RoPE + FP8 of the unrotated dims + cat; an
   entry: cast + RMSNorm + RoPE;
 - fp8_nope: FP8 of the unrotated dims + cat;
+- pool (`dsv4_kernels.compressor_pool`): the cats of the pooled rows and the bias (CSA) + the reduction;
 - ring_write, close_block (`dsv4_kernels.compressor_ring`): the graph-safe step's compressor state writes (two
   index_puts; an index, a where and an index_put, and a where per CSA ring).
 Parity: fresh inputs, outputs poisoned (freed memory filled with NaN first), the Flash shapes at each batch and odd
@@ -42,7 +43,12 @@ def unfused_ops(device) -> dict:
     from dsv4_kernels.rms_norm.reference import head_rms_ref
     rms, rope, fp8 = select("rms_norm", device), select("rope_tail", device), select("fp8_fake_quant", device)
     pre, sink = select("mhc_pre", device), select("sinkhorn", device)
+    from dsv4_kernels.compressor_pool.reference import pool_rows_ref
     from dsv4_kernels.compressor_ring.reference import close_block_ref, ring_write_ref
+    reduce = select("compressor_reduce", device)
+
+    def pool(kv, gate, ape, m, overlap):
+        return reduce(*pool_rows_ref(kv, gate, ape, m, overlap))
 
     def q_norm_rope(x, cs, eps, rd):
         return rope(head_rms_ref(x, eps), cs, rd)
@@ -59,7 +65,7 @@ def unfused_ops(device) -> dict:
         return rms(x, weight, rms_eps), post, sink(logits, iters, eps)
 
     return {"q_norm_rope": q_norm_rope, "mhc_pre_norm": mhc_pre_norm, "norm_rope_fp8": norm_rope_fp8,
-            "fp8_nope": fp8_nope, "ring_write": ring_write_ref, "close_block": close_block_ref}
+            "fp8_nope": fp8_nope, "ring_write": ring_write_ref, "close_block": close_block_ref, "pool": pool}
 
 
 def fused_ops(device) -> dict:
@@ -67,7 +73,7 @@ def fused_ops(device) -> dict:
     from dsv4_model.decode import small_kernels
     small = small_kernels(torch.device(device))
     return {k: small[k] for k in ("q_norm_rope", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "ring_write",
-                                  "close_block")}
+                                  "close_block", "pool")}
 
 
 def unfuse(model) -> None:
@@ -82,6 +88,7 @@ def unfuse(model) -> None:
             m.q_norm_rope, m.norm_rope, m.fp8_nope = ops["q_norm_rope"], ops["norm_rope_fp8"], ops["fp8_nope"]
         elif isinstance(m, Compressor):
             m.norm_rope, m.ring_write, m.close_block = ops["norm_rope_fp8"], ops["ring_write"], ops["close_block"]
+            m.pool_reduce = ops["pool"]
         elif isinstance(m, HyperConnection):
             m.pre_norm = ops["mhc_pre_norm"]
 
@@ -107,7 +114,8 @@ def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple
                                                         64, None, 64)),
                 (f"kv {B}x96/32 b16", "norm_rope_fp8", (r(B, 96), w(96), 1e-6, _table(g, B, rd=32, dev=dev), 32, None,
                                                          16)),
-                (f"nope {B}x1x520/8", "fp8_nope", (r(B, 1, 520), 8, 128))]
+                (f"nope {B}x1x520/8", "fp8_nope", (r(B, 1, 520), 8, 128)),
+                (f"pool CSA {B}x8x80", "pool", (f(B, 8, 80), f(B, 8, 80) * 3, f(4, 80), 4, True))]
     X = r(B, 1, 4, 4096)
     return [(f"q {B}x1x64x512", "q_norm_rope", (r(B, 1, 64, 512), _table(g, B, 1, 1, rd=64, dev=dev), 1e-6, 64)),
             (f"mhc {B}x4x4096", "mhc_pre_norm", (X, X.flatten(-2).float() @ (f(24, 16384) * 0.01).T, w(3), f(24),
@@ -115,11 +123,13 @@ def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple
             (f"kv {B}x1x512", "norm_rope_fp8", (r(B, 1, 512), w(512), 1e-6, _table(g, B, 1, rd=64, dev=dev), 64, None,
                                                  64)),
             (f"entry {B}x512", "norm_rope_fp8", (f(B, 512) * 2, w(512), 1e-6, _table(g, B, rd=64, dev=dev), 64, dt, 0)),
-            (f"nope {B}x1x512", "fp8_nope", (r(B, 1, 512), 64, 64))]
+            (f"nope {B}x1x512", "fp8_nope", (r(B, 1, 512), 64, 64)),
+            (f"pool CSA {B}x8x1024", "pool", (f(B, 8, 1024), f(B, 8, 1024) * 3, f(4, 1024), 4, True)),
+            (f"pool HCA {B}x128x512", "pool", (f(B, 128, 512), f(B, 128, 512) * 3, f(128, 512), 128, False))]
 
 
 # built to give the chain's bits (the same steps at the same rounding points); the others are within a rounding
-BITWISE = {"norm_rope_fp8", "fp8_nope"}
+BITWISE = {"norm_rope_fp8", "fp8_nope", "pool"}
 
 
 def _outs(y):

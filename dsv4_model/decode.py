@@ -22,7 +22,7 @@ With max-length rows each validity mask is one comparison against the position, 
 tensor-parallel split along heads leaves untouched).
 
 Layer math is not re-implemented: the step calls the reference modules' own functions (`Attention.qkv`,
-`Attention.attend`, `Compressor.pool_rows/finish`, `Indexer.query/scores/select`, the gate, the shared expert,
+`Attention.attend`, `Compressor.pool/finish`, `Indexer.query/scores/select`, the gate, the shared expert,
 mHC, head). Only state and control flow live here.
 """
 from __future__ import annotations
@@ -139,8 +139,7 @@ def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tens
     kv_state, gate_state, entries = st.kv_state[:n], st.gate_state[:n], st.entries[:n]
     slot, b, closes, _, _ = ix.blocks(m, comp.overlap, entries.shape[1])
     comp.ring_write(kv_state, gate_state, comp.wkv(x).float()[:, 0], comp.wgate(x).float()[:, 0], rows, slot)
-    kv, gate = comp.pool_rows(kv_state, gate_state)
-    c = comp.reduce(kv, gate, comp.slot_bias())                                    # [n, D] fp32, every step
+    c = comp.pool(kv_state, gate_state)                                            # [n, D] fp32, every step
     c = comp.finish(c, ix.block_cs(compressed, m, comp.overlap, entries.shape[1]), post)
     # the masked entry write and (CSA) a closed block becoming "previous", the only rows read again
     comp.close_block(entries, rows, b, closes, c, kv_state, gate_state, m, comp.overlap)
@@ -190,7 +189,7 @@ SMALL_KERNELS = {op.decode[0]: (op.name, op.reference, op.decode[1]) for op in K
 
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
     """The kernels of the small ops, decided once at load: each key of SMALL_KERNELS ("fp8", "fp4", "rms", "rope",
-    "q_norm_rope", "mhc_pre", "mhc_post", "mhc_head", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "reduce",
+    "q_norm_rope", "mhc_pre", "mhc_post", "mhc_head", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "pool",
     "ring_write", "close_block", "attend", "score", "select") -> the function, the Triton kernel where the device is
     CUDA and it is usable, else its PyTorch reference."""
     chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
@@ -290,7 +289,7 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         elif isinstance(m, Indexer):
             m.fp4_quant, m.rope, m.score, m.select = small["fp4"], small["rope"], small["score"], small["select"]
         elif isinstance(m, Compressor):
-            m.reduce, m.norm_rope = small["reduce"], small["norm_rope_fp8"]
+            m.pool_reduce, m.norm_rope = small["pool"], small["norm_rope_fp8"]
             m.ring_write, m.close_block = small["ring_write"], small["close_block"]
     if not on:
         return (f"{experts_note}; projections: F.linear; mHC: PyTorch Sinkhorn; "

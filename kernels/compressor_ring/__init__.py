@@ -18,11 +18,15 @@ from .._record import Kernel, Op
 from .reference import close_block_ref, ring_write_ref  # noqa: F401
 
 
-def _contiguous_rows(name: str, **ts: torch.Tensor) -> None:
-    for k, t in ts.items():
-        if t.shape[0] and not t[0].is_contiguous():
-            raise ValueError(f"{name}: {k} {tuple(t.shape)} strides {t.stride()}: each row's trailing dims must be "
-                             "contiguous")
+def _row_contiguous(t: torch.Tensor) -> bool:
+    return t.shape[0] == 0 or t[0].is_contiguous()
+
+
+def _contiguous_rows(name: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None) -> None:
+    if not (_row_contiguous(a) and _row_contiguous(b) and (c is None or _row_contiguous(c))):
+        raise ValueError(f"{name}: the state tensors {tuple(a.shape)}, {tuple(b.shape)}"
+                         f"{'' if c is None else ', ' + str(tuple(c.shape))}: each row's trailing dims must be "
+                         "contiguous (a slice of rows of a contiguous buffer)")
 
 
 def ring_write(kv_state: torch.Tensor, gate_state: torch.Tensor, C: torch.Tensor, Z: torch.Tensor, rows: torch.Tensor,
@@ -33,7 +37,7 @@ def ring_write(kv_state: torch.Tensor, gate_state: torch.Tensor, C: torch.Tensor
         raise ValueError(f"ring_write: kv_state {tuple(kv_state.shape)}, gate_state {tuple(gate_state.shape)}, C "
                          f"{tuple(C.shape)}, Z {tuple(Z.shape)}, rows {tuple(rows.shape)}, slot {tuple(slot.shape)}: "
                          "expected states [n, S, W], C and Z [n, W], rows and slot [n]")
-    _contiguous_rows("ring_write", kv_state=kv_state, gate_state=gate_state)
+    _contiguous_rows("ring_write", kv_state, gate_state)
     if kv_state.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import ring_write_triton
         return ring_write_triton(kv_state, gate_state, C, Z, rows, slot)
@@ -50,7 +54,7 @@ def close_block(entries: torch.Tensor, rows: torch.Tensor, b: torch.Tensor, clos
                          f"{tuple(closes.shape)} {closes.dtype}, c {tuple(c.shape)}, states {tuple(kv_state.shape)} / "
                          f"{tuple(gate_state.shape)}, m {m}: expected b [n], closes [n, 1] bool, c [n, D] and with "
                          "overlap states [n, 2m, W]")
-    _contiguous_rows("close_block", entries=entries, kv_state=kv_state, gate_state=gate_state)
+    _contiguous_rows("close_block", kv_state, gate_state, entries)
     if entries.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import close_block_triton
         return close_block_triton(entries, rows, b, closes.contiguous(), c, kv_state, gate_state, m, overlap)

@@ -467,7 +467,7 @@ def _small_kernels_of(model):
     seen = {}
     for m in model.modules():
         for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("q_norm_rope", "norm_rope", "fp8_nope", "rope", "core")),
-                            (Indexer, ("fp4_quant", "rope", "score", "select")), (Compressor, ("norm_rope", "reduce", "ring_write", "close_block")),
+                            (Indexer, ("fp4_quant", "rope", "score", "select")), (Compressor, ("norm_rope", "pool_reduce", "ring_write", "close_block")),
                             (HyperConnection, ("pre_mix", "post_mix", "pre_norm", "matmul")), (HyperHead, ("head_mix", "matmul")),
                             (Gate, ("matmul",))):
             if isinstance(m, kind):
@@ -493,7 +493,7 @@ def test_small_kernels_stay_references_on_cpu(model):
                              ("Attention", "norm_rope"), ("Attention", "fp8_nope"), ("Indexer", "fp4_quant"),
                              ("Attention", "rope"), ("Attention", "core"),
                              ("Indexer", "score"), ("Indexer", "select"),
-                             ("Indexer", "rope"), ("Compressor", "norm_rope"), ("Compressor", "reduce"),
+                             ("Indexer", "rope"), ("Compressor", "norm_rope"), ("Compressor", "pool_reduce"),
                              ("Compressor", "ring_write"), ("Compressor", "close_block"),
                              ("HyperConnection", "pre_mix"), ("HyperConnection", "pre_norm"),
                              ("HyperConnection", "post_mix"), ("HyperHead", "head_mix"), ("HyperConnection", "matmul"),
@@ -524,7 +524,7 @@ def test_cuda_small_kernels_chosen_once_at_load():
     assert seen[("Indexer", "select")] == {"topk_blocks"}
     assert seen[("HyperConnection", "pre_mix")] == {"mhc_pre"} and seen[("HyperConnection", "post_mix")] == {"mhc_post"}
     assert seen[("HyperConnection", "pre_norm")] == {"mhc_pre_norm"}
-    assert seen[("HyperHead", "head_mix")] == {"mhc_head"} and seen[("Compressor", "reduce")] == {"compressor_reduce_kernel"}
+    assert seen[("HyperHead", "head_mix")] == {"mhc_head"} and seen[("Compressor", "pool_reduce")] == {"compressor_pool"}
     assert seen[("HyperConnection", "matmul")] == seen[("HyperHead", "matmul")] == seen[("Gate", "matmul")] == {"f32_linear"}
     assert "mHC and router products: the fp32 GEMV" in dec.kernel_note, dec.kernel_note
     GraphSafeDecoder(model, batch=1, kernels=False)

@@ -105,6 +105,7 @@ def cases(g: torch.Generator):
     from dsv4_kernels.act_quant.triton_kernel import fp4_fake_quant_triton, fp8_fake_quant_triton
     from dsv4_kernels.attention.triton_kernel import attention_triton
     from dsv4_kernels.bf16_gemv.triton_kernel import bf16_linear_triton
+    from dsv4_kernels.compressor_pool.triton_kernel import compressor_pool_triton
     from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
     from dsv4_kernels.compressor_ring.triton_kernel import close_block_triton, ring_write_triton
     from dsv4_kernels.fused_swiglu.triton_kernel import fused_swiglu_triton
@@ -202,6 +203,9 @@ def cases(g: torch.Generator):
             _t(8, S, D, dtype=torch.float32, g=g), _t(8, S, D, dtype=torch.float32, g=g), _t(S, D, dtype=torch.float32, g=g))))
     for n, m, D, overlap in ((8, 4, 512, True), (1, 4, 512, True), (8, 128, 512, False), (1, 128, 512, False)):
         S, W = (2 * m, 2 * D) if overlap else (m, D)            # Flash's CSA and HCA compressor state, bf16 entries
+        out.append((f"compressor_pool n={n} m={m}", lambda n=n, S=S, W=W, m=m, o=overlap: compressor_pool_triton(
+            _t(n, S, W, dtype=torch.float32, g=g), _t(n, S, W, dtype=torch.float32, g=g), _t(m, W, dtype=torch.float32, g=g),
+            m, o)))
         out.append((f"ring_write n={n} m={m}", lambda n=n, S=S, W=W, m=m: ring_write_triton(
             _t(n, S, W, dtype=torch.float32, g=g), _t(n, S, W, dtype=torch.float32, g=g), _t(n, W, dtype=torch.float32, g=g),
             _t(n, W, dtype=torch.float32, g=g), torch.arange(n).as_subclass(_Cuda), torch.zeros(n, dtype=torch.long).as_subclass(_Cuda))))

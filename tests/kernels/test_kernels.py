@@ -1691,6 +1691,81 @@ def test_compressor_ring_parity(n, m, D, N, overlap):
         assert all(torch.equal(st[k], st2[k]) for k in st)
 
 
+# ---------------------------------------------------------------------------------------------- compressor pooling from the rings
+def _pool_case(N, m, D, overlap, g, dev="cpu"):
+    S, W = (2 * m, 2 * D) if overlap else (m, D)
+    kv, gate = torch.randn(N, S, W, generator=g), torch.randn(N, S, W, generator=g) * 3
+    gate[0, :2, :3] = float("-inf")                                 # unwritten slots (the ring's initial -inf)
+    return kv.to(dev), gate.to(dev), torch.randn(m, W, generator=g).to(dev)
+
+
+def test_compressor_pool_reference_and_errors():
+    """The reference is what the model ran (CSA: the previous block's first halves and the current block's second
+    halves of kv, gate and the bias gathered, then the reduction), written out here; HCA the rings as they are; bad
+    shapes are clear errors."""
+    from dsv4_kernels.compressor_pool import compressor_pool, compressor_pool_ref
+    g = torch.Generator().manual_seed(17)
+    kv, gate, ape = _pool_case(3, 4, 16, True, g)
+    rows = lambda t: torch.cat([t[:, :4, :16], t[:, 4:, 16:]], 1)             # noqa: E731
+    want = compressor_reduce_ref(rows(kv), rows(gate), torch.cat([ape[:, :16], ape[:, 16:]], 0))
+    assert torch.equal(compressor_pool(kv, gate, ape, 4, True), want)
+    kv, gate, ape = _pool_case(3, 8, 16, False, g)
+    assert torch.equal(compressor_pool(kv, gate, ape, 8, False), compressor_reduce_ref(kv, gate, ape))
+    assert kernels.select("compressor_pool", "cpu") is compressor_pool_ref
+    with pytest.raises(ValueError, match=r"compressor_pool: kv \(3, 8, 16\).*expected kv and gate \[N, 4, 16\] and ape \[4, 16\]"):
+        compressor_pool(kv, gate, ape[:4], 4, False)
+
+
+COMPRESSOR_POOL_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.compressor_pool.reference import compressor_pool_ref, pool_rows_ref
+    from dsv4_kernels.compressor_pool.triton_kernel import compressor_pool_triton
+    from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
+    import sys
+    sys.path.insert(0, "tests/kernels")
+    from test_kernels import _pool_case
+    g = torch.Generator().manual_seed(18)
+    bad = []
+    # CSA and HCA at the tiny preset's and Flash-like widths, rows of a wider ring (the decode's [:n] slices)
+    for N, m, D, overlap in ((3, 4, 64, True), (2, 128, 64, False), (9, 4, 40, True), (1, 8, 24, False), (2, 4, 512, True)):
+        kv, gate, ape = _pool_case(N + 2, m, D, overlap, g)
+        kv, gate = kv[:N], gate[:N]
+        got = compressor_pool_triton(kv, gate, ape, m, overlap)
+        # bit for bit the reduction kernel on the gathered copy (the same program), within fp32 rounding of the reference
+        chain = compressor_reduce_triton(*pool_rows_ref(kv, gate, ape, m, overlap))
+        want = compressor_pool_ref(kv, gate, ape, m, overlap)
+        if not torch.equal(got, chain) or (got - want).abs().max().item() > 1e-5 * (1 + want.abs().max().item()):
+            bad.append(f"{N, m, D, overlap}")
+    print("BAD", bad)
+""")
+
+
+@pytest.mark.slow
+def test_compressor_pool_under_the_interpreter():
+    """The pooling from the rings on CPU (TRITON_INTERPRET=1 in a subprocess): bit for bit the reduction kernel on
+    the gathered rows, within fp32 rounding of the reference, CSA and HCA, unwritten (-inf) slots, strided rows."""
+    _under_interpreter(COMPRESSOR_POOL_INTERPRET, timeout=600)
+
+
+@cuda
+@pytest.mark.parametrize("N,m,D,overlap", [(1, 4, 512, True), (8, 4, 512, True), (32, 4, 512, True),
+                                           (1, 128, 512, False), (8, 128, 512, False), (3, 4, 128, True),
+                                           (5, 8, 40, False)])
+def test_compressor_pool_parity(N, m, D, overlap):
+    """The pooling from the rings on CUDA, output poisoned first: bit for bit the reduction kernel on the gathered
+    rows (what the decode ran: the same program), within fp32 rounding of the reference, deterministic."""
+    from dsv4_kernels.compressor_pool import compressor_pool, compressor_pool_ref, pool_rows_ref
+    from dsv4_kernels.compressor_reduce import compressor_reduce
+    g = torch.Generator().manual_seed(N * 1000 + m + D)
+    kv, gate, ape = _pool_case(N + 1, m, D, overlap, g, "cuda")
+    kv, gate = kv[:N], gate[:N]
+    _poison(N * D * 64)
+    got = compressor_pool(kv, gate, ape, m, overlap)
+    assert torch.equal(got, compressor_reduce(*pool_rows_ref(kv, gate, ape, m, overlap)))
+    torch.testing.assert_close(got, compressor_pool_ref(kv, gate, ape, m, overlap), rtol=1e-5, atol=1e-5)
+    assert torch.equal(compressor_pool(kv, gate, ape, m, overlap), got)
+
+
 def _mhc_inputs(B, S, hc, d, dt, scale, g):
     W = (2 + hc) * hc
     X = (torch.randn(B, S, hc, d, generator=g) * scale).to("cuda", dt)

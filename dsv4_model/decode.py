@@ -22,7 +22,7 @@ With max-length rows each validity mask is one comparison against the position, 
 tensor-parallel split along heads leaves untouched).
 
 Layer math is not re-implemented: the step calls the reference modules' own functions (`Attention.qkv`,
-`Attention.attend`, `Compressor.pool/finish`, `Indexer.query/scores/select`, the gate, the shared expert,
+`Attention.attend`, `Compressor.pool_rows/finish`, `Indexer.query/scores/select`, the gate, the shared expert,
 mHC, head). Only state and control flow live here.
 """
 from __future__ import annotations

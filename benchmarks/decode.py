@@ -15,6 +15,7 @@ Depth mode (issue 37), the layers counted honestly, with no compile:
     python benchmarks/decode.py --depths 2,8 --batches 1,8,32      # Flash layers at depths 2 and 8
     python benchmarks/decode.py --depths 2,8 --layer-profile 1 --batches 1,8   # plus layer 1's kernels, timed
     python benchmarks/decode.py --device cpu --configs tiny --depths 2,4 --batches 1,2 --layer-profile 1  # CI
+    python benchmarks/decode.py --depths 2,8 --batches 1,8 --unfused    # the fused small-chain ops off (an A/B)
 
 The same random model at each depth (layer 0 hashed, then CSA and HCA alternating), graph replay of the runner's
 step: per layer = the difference of two depths over the layers between them (time, kernels per replay, graph nodes,
@@ -379,7 +380,7 @@ def head_check(model, batch: int) -> str:
 
 
 def depth_point(cfg: str, layers: int, batches: list[int], steps: int, device: str, experts: int | None,
-                profile: list[int], bw: float) -> dict:
+                profile: list[int], bw: float, unfused: bool = False) -> dict:
     """Every measurement of one depth: per batch the step's time (graph replay on CUDA, eager on CPU), kernels per
     step, graph nodes, the stored floor (rest and per layer) and the held bytes the old floor counted."""
     from dsv4_model.synthetic import random_model
@@ -390,7 +391,8 @@ def depth_point(cfg: str, layers: int, batches: list[int], steps: int, device: s
     out = {}
     for b in batches:
         try:
-            out[b] = _depth_batch(cfg, layers, model, args, b, steps, cuda, profile, bw, head=b == batches[0])
+            out[b] = _depth_batch(cfg, layers, model, args, b, steps, cuda, profile, bw, head=b == batches[0],
+                                  unfused=unfused)
         except Exception as e:  # noqa: BLE001 - one batch that fails (memory, a kernel's limit) must not lose the rest
             why = str(e).splitlines()[0][:300] if str(e) else ""
             print(f"  {cfg} depth {layers} B={b}: FAILED {type(e).__name__}: {why}", flush=True)
@@ -400,9 +402,13 @@ def depth_point(cfg: str, layers: int, batches: list[int], steps: int, device: s
 
 
 def _depth_batch(cfg: str, layers: int, model, args, b: int, steps: int, cuda: bool, profile: list[int], bw: float,
-                 head: bool) -> dict:
-    """One batch of `depth_point` (`head`: also check the LM head's bytes and logits)."""
+                 head: bool, unfused: bool = False) -> dict:
+    """One batch of `depth_point` (`head`: also check the LM head's bytes and logits; `unfused`: the fused small-chain
+    ops replaced by the launches they fused, `fuse_ab.unfuse`, before the capture)."""
     dec, runner = _setup(model, b)
+    if unfused:
+        from fuse_ab import unfuse
+        unfuse(model)
     runner.step(b)                                          # captures the bucket's graph (CUDA)
     ms = _ms(lambda: runner.step(b), steps)
     kern = kernels_per_step(lambda: runner.step(b), cuda, reps=5 if cuda else 1)
@@ -458,8 +464,8 @@ def depth_mode(a) -> int:
     print(f"{name}, torch {torch.__version__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
     for cfg in a.configs.split(","):
         prof = [int(x) for x in a.layer_profile.split(",") if x]
-        points = {L: depth_point(cfg, L, batches, a.steps, a.device, a.experts, prof if L == depths[1] else [], bw)
-                  for L in depths}
+        points = {L: depth_point(cfg, L, batches, a.steps, a.device, a.experts, prof if L == depths[1] else [], bw,
+                                 a.unfused) for L in depths}
         depth_table(cfg, depths[0], depths[1], points[depths[0]], points[depths[1]], bw)
     return 0
 
@@ -598,6 +604,8 @@ def main(argv=None) -> int:
                     help="depth mode: these layers' kernels in launch order with their times, and fusion projections "
                          "(at the deeper depth)")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: depth mode only (a crash test)")
+    ap.add_argument("--unfused", action="store_true", help="depth mode: the fused small-chain ops (issue 37) replaced "
+                    "by the launches they fused (benchmarks/fuse_ab.py), for the A/B")
     ap.add_argument("--speculative", type=int, default=0, metavar="K",
                     help="time the speculative step with K drafts against the plain step (issue 41)")
     a = ap.parse_args(argv)

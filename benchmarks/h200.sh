@@ -19,6 +19,11 @@
 #                                      (CSA) profiled kernel by kernel at B=1 and 8, the bf16 head kernel's tests and
 #                                      its A/B against the fp32 rows kernel (benchmarks/kernels.py --only bf16)
 #                                      (FLOOR_ARGS: more decode.py options, e.g. "--experts 64")
+#   bash benchmarks/h200.sh fuse       issue 37's fused small-chain ops (benchmarks/fuse_ab.py): their GPU parity tests and
+#                                      `graphcheck capture` of their targets (side by side, while the extension builds),
+#                                      then alone on the GPU: fused vs the launches they replaced (parity on poisoned
+#                                      outputs, A/B at B=1,8,32), then decode.py --depths 2,8 --batches 1,8 --experts 64
+#                                      with the fused ops on and off (FUSE_ONLY: some of tests,ab,depth; default all)
 #   bash benchmarks/h200.sh drift      benchmarks/kernel_drift.py: where kernels and references part over steps
 #                                      (DRIFT_ARGS, e.g. "--no-sim")
 #   bash benchmarks/h200.sh thirdparty the third-party verdict table on CUDA
@@ -139,6 +144,26 @@ for stage in "${@:-check}"; do
     if [[ $only == *,profile,* ]]; then
       run floor-profile.txt 150 python benchmarks/decode.py --depths 2,3 --batches 1,8 --steps 10 --layer-profile 1,2 ${FLOOR_ARGS:-}
       grep -E "^== layer|weight-streaming|projected|Error|^exit" "$OUT/floor-profile.txt"; fi ;;
+  fuse)
+    only=",${FUSE_ONLY:-tests,ab,depth},"
+    run fuse-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())" &
+    if [[ $only == *,tests,* ]]; then
+      run fuse-tests.txt 200 python -m pytest -q -rfE -p no:cacheprovider -m cuda tests/kernels/test_kernels.py \
+        -k "head_norm_rope or norm_rope_fp8 or fp8_nope or mhc_pre_norm or compressor_ring or compressor_pool or record" &
+      for t in head_norm_rope norm_rope_fp8_kv norm_rope_fp8_entry fp8_nope mhc_pre_norm ring_write close_block compressor_pool_csa compressor_pool_hca; do
+        echo "== capture dsv4_kernels.targets:$t"
+        timeout 90 python -m graphcheck capture "dsv4_kernels.targets:$t" --device cuda 2>&1 | grep -E "GC0|clean|passed|Error" | cut -c1-220
+      done > "$OUT/fuse-capture.txt" 2>&1
+    fi
+    wait
+    grep -E "build|exit" "$OUT/fuse-build.txt"
+    [[ $only == *,tests,* ]] && { summary fuse-tests.txt; cat "$OUT/fuse-capture.txt"; }
+    if [[ $only == *,ab,* ]]; then
+      run fuse-ab.txt 120 python benchmarks/fuse_ab.py
+      grep -vE "^\s*$|Warning|warn" "$OUT/fuse-ab.txt" | tail -50; fi
+    if [[ $only == *,depth,* ]]; then
+      run fuse-depth.txt 470 python benchmarks/fuse_ab.py --depth-only --depth-timeout 230
+      grep -A4 -E "^ *B +layer ms fused" "$OUT/fuse-depth.txt"; grep -E "^  flash depth|^exit|Error" "$OUT/fuse-depth.txt"; fi ;;
   drift)
     run drift.txt 300 python benchmarks/kernel_drift.py ${DRIFT_ARGS:-}; tail -30 "$OUT/drift.txt" ;;
   thirdparty)
@@ -168,7 +193,7 @@ for stage in "${@:-check}"; do
     run cutedsl-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
     run cutedsl-bench.txt 380 python benchmarks/cutedsl.py --out "$OUT" --only ${CUTEDSL_ONLY:-capture,ab}
     grep -E "^==|clean|FINDINGS|^\|" "$OUT/cutedsl-bench.txt" ;;
-  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, floor, drift, thirdparty, ncu, ab, cutedsl or cutedsl-bench" >&2; exit 2 ;;
+  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, floor, fuse, drift, thirdparty, ncu, ab, cutedsl or cutedsl-bench" >&2; exit 2 ;;
   esac
 done
 if [ -s "$OUT/.failed" ]; then echo "h200.sh: non-zero exit in: $(tr '\n' ' ' < "$OUT/.failed")" >&2; exit 1; fi

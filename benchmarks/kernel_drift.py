@@ -87,7 +87,7 @@ def main(argv=None) -> int:
             elif kind == "mhc" and isinstance(m, HyperHead):
                 m.head_mix = value["mhc_head"]
             elif kind == "reduce" and isinstance(m, Compressor):
-                m.reduce = value
+                m.pool_reduce = value
             elif kind == "attend" and isinstance(m, Attention):
                 m.core = value
             elif kind == "score" and isinstance(m, Indexer):

@@ -77,7 +77,7 @@ def main():
             m.sinkhorn = lambda c, it, eps: c.clone()
             m.pre_norm = unfused_pre_norm(m)
         if isinstance(m, Compressor):      # the pooling: one Triton launch on CUDA
-            m.reduce = lambda kv, gate, bias: kv[:, 0].clone()
+            m.pool_reduce = lambda kv, gate, ape, m_, overlap: kv[:, 0, :ape.shape[-1] // (1 + overlap)].clone()
         if fused:
             if isinstance(m, Linear):
                 m.fp8_quant = one_op
@@ -89,6 +89,8 @@ def main():
                 m.fp4_quant, m.rope = one_op, one_op
             elif isinstance(m, Compressor):
                 m.norm_rope = lambda x, w, eps, cs, rd, dtype=None, block=0: x.to(dtype or x.dtype, copy=True)
+                m.ring_write = lambda kv, gate, C, Z, rows, slot: kv.select(1, 0).copy_(C)
+                m.close_block = lambda entries, rows, b, closes, c, *a: entries.select(1, 0).copy_(c)
             elif isinstance(m, HyperHead):
                 m.head_mix = lambda X, *a: X.select(-2, 0).clone()
             if isinstance(m, HyperConnection):
@@ -115,6 +117,16 @@ def main():
         runner.start(r, [0, 5 + r, 6 + r], temperature=0.8, top_k=50, top_p=0.95, seed=r)
     runner.body(B)
     where, ops, pairs = collections.Counter(), collections.Counter(), collections.Counter()
+    layer, per_layer = ["rest of the step"], collections.Counter()
+    kinds = {4: "CSA", 128: "HCA", 0: "SWA"}
+
+    def block(i, *args, _block=dec.block):          # which layer the ops run in (the decoder's per-layer entry)
+        layer[0] = f"layer {i} ({kinds[a.ratio(i)]}{', hashed' if i < a.n_hash_layers else ''})"
+        try:
+            return _block(i, *args)
+        finally:
+            layer[0] = "rest of the step"
+    dec.block = block
 
     class Count(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -131,13 +143,15 @@ def main():
                         break
                     f = f.f_back
                 where[key] += 1
+                per_layer[layer[0]] += 1
                 pairs[key, name] += 1
                 ops[name] += 1
             return out
 
     with Count():
         runner.body(B)
-    print(f"B={B} fused={fused} total {sum(where.values())}")
+    print(f"B={B} fused={fused} total {sum(where.values())}; per layer: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(per_layer.items())))
     for k, v in where.most_common(40):
         print(f"{v:5d} {k}")
     print()

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dsv4_kernels.compressor_reduce.reference import compressor_reduce_ref
+from dsv4_kernels.compressor_pool.reference import compressor_pool_ref
+from dsv4_kernels.compressor_ring.reference import close_block_ref, ring_write_ref
 from dsv4_kernels.norm_rope_fp8.reference import norm_rope_fp8_ref
 
 from .linear import Linear, RMSNorm
@@ -28,9 +29,12 @@ class Compressor(nn.Module):
         self.wgate = Linear(dim, coff * width, torch.float32)
         self.ape = nn.Parameter(torch.zeros(ratio, coff * width), requires_grad=False)
         self.norm = RMSNorm(width, eps)
-        # the pooling and an entry's cast, norm and RoPE (`finish`): the references, or one-launch kernels set once at
-        # load on CUDA (decode.kernel_modules)
-        self.reduce, self.norm_rope = compressor_reduce_ref, norm_rope_fp8_ref
+        # the pooling from the rings (`pool`) and an entry's cast, norm and RoPE (`finish`): the references, or
+        # one-launch kernels set once at load on CUDA (decode.kernel_modules)
+        self.pool_reduce, self.norm_rope = compressor_pool_ref, norm_rope_fp8_ref
+        # the graph-safe step's writes of its per-row state (decode.compressor_step; the reference path writes its
+        # own under host branches): likewise
+        self.ring_write, self.close_block = ring_write_ref, close_block_ref
         self.dtype, self.batch, self.capacity, self.coff = dtype, batch, capacity, coff
         self.init_state()
 
@@ -47,18 +51,14 @@ class Compressor(nn.Module):
         self.gate_state.fill_(float("-inf"))
         self.entries.zero_()
 
-    def slot_bias(self) -> torch.Tensor:
-        D = self.D
-        if self.overlap:  # previous block's series a (first half), current block's series b (second half)
-            return torch.cat([self.ape[:, :D], self.ape[:, D:]], 0)
-        return self.ape
-
-    def pool_rows(self, kv: torch.Tensor, gate: torch.Tensor):
-        """[.., 2m, 2D] state -> the 8 pooled rows [.., 2m, D] (CSA); HCA rows as they are."""
-        if not self.overlap:
-            return kv, gate
-        m, D = self.m, self.D
-        return (torch.cat([kv[..., :m, :D], kv[..., m:, D:]], -2), torch.cat([gate[..., :m, :D], gate[..., m:, D:]], -2))
+    def pool(self, kv: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """The rings [.., S, W] -> the pooled c [.., D] fp32: the open block's rows (CSA: the previous block's series
+        a, the current block's series b; HCA: the rows as they are) softmax-weighted per feature with the position
+        bias (ape, on the logits only)."""
+        lead = kv.shape[:-2]
+        c = self.pool_reduce(kv.reshape(-1, *kv.shape[-2:]), gate.reshape(-1, *gate.shape[-2:]), self.ape, self.m,
+                             self.overlap)
+        return c.view(*lead, self.D)
 
     def finish(self, c: torch.Tensor, cs_start: torch.Tensor, post) -> torch.Tensor:
         """Pooled c [.., D] -> the entry: RMSNorm, RoPE by the rows cs_start of the table at each block's first
@@ -75,8 +75,7 @@ class Compressor(nn.Module):
         self.gate_state[:, slot] = Z
         if (pos + 1) % m:
             return
-        kv, gate = self.pool_rows(self.kv_state, self.gate_state)
-        c = self.reduce(kv, gate, self.slot_bias())                             # [B, D] fp32
+        c = self.pool(self.kv_state, self.gate_state)                            # [B, D] fp32
         b = pos // m
         self.entries[:, b] = self.finish(c, cs[b * m], post)
         if self.overlap:  # the closed block becomes "previous"
@@ -96,7 +95,6 @@ class Compressor(nn.Module):
             prevC = torch.cat([C.new_zeros(B, 1, m, 2 * D), C[:, :-1]], 1)
             prevZ = torch.cat([Z.new_full((B, 1, m, 2 * D), float("-inf")), Z[:, :-1]], 1)
             C, Z = torch.cat([prevC, C], 2), torch.cat([prevZ, Z], 2)
-        kv, gate = self.pool_rows(C, Z)
-        c = self.reduce(kv.flatten(0, 1), gate.flatten(0, 1), self.slot_bias()).view(B, nb, D)
+        c = self.pool(C, Z)                                                     # [B, nb, D]
         starts = torch.arange(nb, device=x.device) * m
         return self.finish(c, cs[starts], post)

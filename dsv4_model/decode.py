@@ -139,16 +139,11 @@ def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tens
     m, rows = comp.m, ix.rows
     kv_state, gate_state, entries = st.kv_state[:n], st.gate_state[:n], st.entries[:n]
     slot, b, closes, _, _ = ix.blocks(m, comp.overlap, entries.shape[1])
-    kv_state.index_put_((rows, slot), comp.wkv(x).float()[:, 0])
-    gate_state.index_put_((rows, slot), comp.wgate(x).float()[:, 0])
-    kv, gate = comp.pool_rows(kv_state, gate_state)
-    c = comp.reduce(kv, gate, comp.slot_bias())                                    # [n, D] fp32, every step
+    comp.ring_write(kv_state, gate_state, comp.wkv(x).float()[:, 0], comp.wgate(x).float()[:, 0], rows, slot)
+    c = comp.pool(kv_state, gate_state)                                            # [n, D] fp32, every step
     c = comp.finish(c, ix.block_cs(compressed, m, comp.overlap, entries.shape[1]), post)
-    entries.index_put_((rows, b), torch.where(closes, c, entries[rows, b]))       # masked write
-    if comp.overlap:  # a closed block becomes "previous" (only its rows are ever read again)
-        closes = closes.unsqueeze(-1)
-        for state in (kv_state, gate_state):    # in place (out= the slice it keeps): one kernel, not a where and a copy
-            torch.where(closes, state[:, m:], state[:, :m], out=state[:, :m])
+    # the masked entry write and (CSA) a closed block becoming "previous", the only rows read again
+    comp.close_block(entries, rows, b, closes, c, kv_state, gate_state, m, comp.overlap)
 
 
 def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool,
@@ -195,9 +190,9 @@ SMALL_KERNELS = {op.decode[0]: (op.name, op.reference, op.decode[1]) for op in K
 
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
     """The kernels of the small ops, decided once at load: each key of SMALL_KERNELS ("fp8", "fp4", "rms", "rope",
-    "q_norm_rope", "mhc_pre", "mhc_post", "mhc_head", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "reduce",
-    "attend", "score", "select") -> the function, the Triton kernel where the device is CUDA and it is usable, else
-    its PyTorch reference."""
+    "q_norm_rope", "mhc_pre", "mhc_post", "mhc_head", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "pool",
+    "ring_write", "close_block", "attend", "score", "select") -> the function, the Triton kernel where the device is
+    CUDA and it is usable, else its PyTorch reference."""
     chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
     if use_kernels and torch.device(device).type == "cuda":
         from dsv4_kernels import available, select
@@ -295,7 +290,8 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
         elif isinstance(m, Indexer):
             m.fp4_quant, m.rope, m.score, m.select = small["fp4"], small["rope"], small["score"], small["select"]
         elif isinstance(m, Compressor):
-            m.reduce, m.norm_rope = small["reduce"], small["norm_rope_fp8"]
+            m.pool_reduce, m.norm_rope = small["pool"], small["norm_rope_fp8"]
+            m.ring_write, m.close_block = small["ring_write"], small["close_block"]
     if not on:
         return (f"{experts_note}; projections: F.linear; mHC: PyTorch Sinkhorn; "
                 f"{', '.join(note for *_, note in SMALL_KERNELS.values())}: PyTorch")

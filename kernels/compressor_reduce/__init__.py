@@ -33,6 +33,6 @@ def compressor_reduce(kv: torch.Tensor, gate: torch.Tensor, bias: torch.Tensor) 
 
 KERNEL = Kernel(ops=(
     Op("compressor_reduce", compressor_reduce_kernel, compressor_reduce_ref, entry=compressor_reduce,
-       targets=("compressor_reduce_csa", "compressor_reduce_hca"), parity=("test_compressor_reduce_parity",),
-       decode=("reduce", "compressor pooling")),
+       # no decode slot: the decode pools with dsv4_kernels.compressor_pool (this program on the rings' own layout)
+       targets=("compressor_reduce_csa", "compressor_reduce_hca"), parity=("test_compressor_reduce_parity",)),
 ))

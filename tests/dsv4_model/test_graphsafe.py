@@ -487,7 +487,7 @@ def _small_kernels_of(model):
     seen = {}
     for m in model.modules():
         for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("q_norm_rope", "norm_rope", "fp8_nope", "rope", "core")),
-                            (Indexer, ("fp4_quant", "rope", "score", "select")), (Compressor, ("norm_rope", "reduce")),
+                            (Indexer, ("fp4_quant", "rope", "score", "select")), (Compressor, ("norm_rope", "pool_reduce", "ring_write", "close_block")),
                             (HyperConnection, ("pre_mix", "post_mix", "pre_norm", "matmul")), (HyperHead, ("head_mix", "matmul")),
                             (Gate, ("matmul",))):
             if isinstance(m, kind):
@@ -507,13 +507,14 @@ def test_small_kernels_stay_references_on_cpu(model):
         assert set(listed.removesuffix(": PyTorch").split(", ")) == {
             "FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post", "mHC head",
             "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope", "compressor pooling", "attention core",
-            "indexer scores", "indexer top-k"}, dec.kernel_note
+            "indexer scores", "indexer top-k", "compressor ring write", "compressor block close"}, dec.kernel_note
         seen = _small_kernels_of(model)
         assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "q_norm_rope"),
                              ("Attention", "norm_rope"), ("Attention", "fp8_nope"), ("Indexer", "fp4_quant"),
                              ("Attention", "rope"), ("Attention", "core"),
                              ("Indexer", "score"), ("Indexer", "select"),
-                             ("Indexer", "rope"), ("Compressor", "norm_rope"), ("Compressor", "reduce"),
+                             ("Indexer", "rope"), ("Compressor", "norm_rope"), ("Compressor", "pool_reduce"),
+                             ("Compressor", "ring_write"), ("Compressor", "close_block"),
                              ("HyperConnection", "pre_mix"), ("HyperConnection", "pre_norm"),
                              ("HyperConnection", "post_mix"), ("HyperHead", "head_mix"), ("HyperConnection", "matmul"),
                              ("HyperHead", "matmul"), ("Gate", "matmul")}
@@ -529,11 +530,12 @@ def test_cuda_small_kernels_chosen_once_at_load():
     listed = set(dec.kernel_note.rpartition("Triton: ")[2].split(", "))
     assert listed == {"FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post",
                       "mHC head", "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope",
-                      "compressor pooling", "attention core", "indexer scores", "indexer top-k"}, dec.kernel_note
+                      "compressor pooling", "compressor ring write", "compressor block close", "attention core", "indexer scores", "indexer top-k"}, dec.kernel_note
     assert dec.kernel_note.startswith("routed experts: fused Triton kernel"), dec.kernel_note
     seen = _small_kernels_of(model)
     assert seen[("Linear", "fp8_quant")] == {"fp8_fake_quant"} and seen[("Attention", "fp8_nope")] == {"fp8_nope"}
     assert seen[("Attention", "norm_rope")] == seen[("Compressor", "norm_rope")] == {"norm_rope_fp8"}
+    assert seen[("Compressor", "ring_write")] == {"ring_write"} and seen[("Compressor", "close_block")] == {"close_block"}
     # the per-head q norm (its per-op bf16 rounding, official) and q's RoPE: one launch
     assert seen[("RMSNorm", "kernel")] == {"rms_norm"} and seen[("Attention", "q_norm_rope")] == {"head_norm_rope"}
     assert seen[("Indexer", "fp4_quant")] == {"fp4_fake_quant"}
@@ -542,7 +544,7 @@ def test_cuda_small_kernels_chosen_once_at_load():
     assert seen[("Indexer", "select")] == {"topk_blocks"}
     assert seen[("HyperConnection", "pre_mix")] == {"mhc_pre"} and seen[("HyperConnection", "post_mix")] == {"mhc_post"}
     assert seen[("HyperConnection", "pre_norm")] == {"mhc_pre_norm"}
-    assert seen[("HyperHead", "head_mix")] == {"mhc_head"} and seen[("Compressor", "reduce")] == {"compressor_reduce_kernel"}
+    assert seen[("HyperHead", "head_mix")] == {"mhc_head"} and seen[("Compressor", "pool_reduce")] == {"compressor_pool"}
     assert seen[("HyperConnection", "matmul")] == seen[("HyperHead", "matmul")] == seen[("Gate", "matmul")] == {"f32_linear"}
     assert "mHC and router products: the fp32 GEMV" in dec.kernel_note, dec.kernel_note
     GraphSafeDecoder(model, batch=1, kernels=False)

@@ -105,7 +105,9 @@ def cases(g: torch.Generator):
     from dsv4_kernels.act_quant.triton_kernel import fp4_fake_quant_triton, fp8_fake_quant_triton
     from dsv4_kernels.attention.triton_kernel import attention_triton
     from dsv4_kernels.bf16_gemv.triton_kernel import bf16_linear_triton
+    from dsv4_kernels.compressor_pool.triton_kernel import compressor_pool_triton
     from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
+    from dsv4_kernels.compressor_ring.triton_kernel import close_block_triton, ring_write_triton
     from dsv4_kernels.fused_swiglu.triton_kernel import fused_swiglu_triton
     from dsv4_kernels.head_norm_rope.triton_kernel import head_norm_rope_triton
     from dsv4_kernels.indexer.triton_kernel import index_scores_triton, topk_blocks_triton
@@ -199,6 +201,18 @@ def cases(g: torch.Generator):
     for S, D in ((4, 512), (128, 512), (4, 128)):
         out.append((f"compressor_reduce S={S} D={D}", lambda S=S, D=D: compressor_reduce_triton(
             _t(8, S, D, dtype=torch.float32, g=g), _t(8, S, D, dtype=torch.float32, g=g), _t(S, D, dtype=torch.float32, g=g))))
+    for n, m, D, overlap in ((8, 4, 512, True), (1, 4, 512, True), (8, 128, 512, False), (1, 128, 512, False)):
+        S, W = (2 * m, 2 * D) if overlap else (m, D)            # Flash's CSA and HCA compressor state, bf16 entries
+        out.append((f"compressor_pool n={n} m={m}", lambda n=n, S=S, W=W, m=m, o=overlap: compressor_pool_triton(
+            _t(n, S, W, dtype=torch.float32, g=g), _t(n, S, W, dtype=torch.float32, g=g), _t(m, W, dtype=torch.float32, g=g),
+            m, o)))
+        out.append((f"ring_write n={n} m={m}", lambda n=n, S=S, W=W, m=m: ring_write_triton(
+            _t(n, S, W, dtype=torch.float32, g=g), _t(n, S, W, dtype=torch.float32, g=g), _t(n, W, dtype=torch.float32, g=g),
+            _t(n, W, dtype=torch.float32, g=g), torch.arange(n).as_subclass(_Cuda), torch.zeros(n, dtype=torch.long).as_subclass(_Cuda))))
+        out.append((f"close_block n={n} m={m}", lambda n=n, S=S, W=W, m=m, D=D, o=overlap: close_block_triton(
+            _t(n, 1025, D, g=g), torch.arange(n).as_subclass(_Cuda), torch.zeros(n, dtype=torch.long).as_subclass(_Cuda),
+            torch.ones(n, 1, dtype=torch.bool).as_subclass(_Cuda), _t(n, D, g=g), _t(n, S, W, dtype=torch.float32, g=g),
+            _t(n, S, W, dtype=torch.float32, g=g), m, o)))
     for dt in (torch.bfloat16, torch.float32):
         q = torch.randint(0, 256, (64, 256), dtype=torch.uint8, generator=g).as_subclass(_Cuda)
         sf = torch.rand(64, 32, generator=g).to(torch.float8_e4m3fn).as_subclass(_Cuda)

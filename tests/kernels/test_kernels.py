@@ -1597,6 +1597,175 @@ def test_fp8_nope_parity(dt, shape, rd, block):
         assert torch.equal(got, fp8_nope_ref(x, rd, block)) and torch.equal(got[..., -rd:], x[..., -rd:])
 
 
+# ---------------------------------------------------------------------------------------------- compressor state writes
+def _ring_case(n, m, D, N, overlap, dt, g, dev="cpu"):
+    """A compressor's decode state (rings of 2m or m slots of 2D or D, entries [n, N, D]) with random contents, and a
+    step's token, slots, block indices, closes (half the rows) and entry c."""
+    S, W = (2 * m, 2 * D) if overlap else (m, D)
+    st = dict(kv=torch.randn(n, S, W, generator=g), gate=torch.randn(n, S, W, generator=g),
+              entries=torch.randn(n, N, D, generator=g).to(dt))
+    step = dict(C=torch.randn(n, W, generator=g), Z=torch.randn(n, W, generator=g),
+                slot=torch.randint(m if overlap else 0, S, (n,), generator=g), b=torch.randint(0, N, (n,), generator=g),
+                closes=torch.arange(n)[:, None] % 2 == 0, c=torch.randn(n, D, generator=g).to(dt))
+    return {k: v.to(dev) for k, v in st.items()}, {k: v.to(dev) for k, v in step.items()}
+
+
+def _ring_step(write, close, st, a, m, overlap):
+    rows = torch.arange(st["kv"].shape[0], device=st["kv"].device)
+    write(st["kv"], st["gate"], a["C"], a["Z"], rows, a["slot"])
+    close(st["entries"], rows, a["b"], a["closes"], a["c"], st["kv"], st["gate"], m, overlap)
+
+
+def test_compressor_ring_reference_and_errors():
+    """The references are the graph-safe step's old ops (index_put, the masked where-write, the shift), written out
+    here by hand: the token lands at its slot, closing rows get their entry and (CSA) their current block moved to
+    "previous", the other rows keep theirs; bad shapes are clear errors."""
+    from dsv4_kernels.compressor_ring import close_block, close_block_ref, ring_write, ring_write_ref
+    g = torch.Generator().manual_seed(15)
+    for overlap, m in ((True, 4), (False, 8)):
+        st, a = _ring_case(4, m, 16, 5, overlap, torch.bfloat16, g)
+        old = {k: v.clone() for k, v in st.items()}
+        _ring_step(ring_write, close_block, st, a, m, overlap)
+        want = {k: v.clone() for k, v in old.items()}
+        for r in range(4):
+            want["kv"][r, a["slot"][r]], want["gate"][r, a["slot"][r]] = a["C"][r], a["Z"][r]
+            if a["closes"][r, 0]:
+                want["entries"][r, a["b"][r]] = a["c"][r]
+                if overlap:
+                    want["kv"][r, :m], want["gate"][r, :m] = want["kv"][r, m:].clone(), want["gate"][r, m:].clone()
+        assert all(torch.equal(st[k], want[k]) for k in st), overlap
+    assert kernels.select("ring_write", "cpu") is ring_write_ref and kernels.select("close_block", "cpu") is close_block_ref
+    with pytest.raises(ValueError, match=r"ring_write: kv_state \(4, 8, 16\).*expected states \[n, S, W\]"):
+        ring_write(st["kv"], st["gate"], a["C"][:3], a["Z"], torch.arange(4), a["slot"])
+    with pytest.raises(ValueError, match=r"close_block: .*closes \(4, 1\) torch.int64"):
+        close_block(st["entries"], torch.arange(4), a["b"], a["closes"].long(), a["c"], st["kv"], st["gate"], m, False)
+
+
+COMPRESSOR_RING_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.compressor_ring.reference import close_block_ref, ring_write_ref
+    from dsv4_kernels.compressor_ring.triton_kernel import close_block_triton, ring_write_triton
+    import sys
+    sys.path.insert(0, "tests/kernels")
+    from test_kernels import _ring_case, _ring_step
+    g = torch.Generator().manual_seed(16)
+    bad = []
+    # CSA (overlap, 2m slots of 2D) and HCA (m slots of D) at the tiny preset's and Flash's widths; rows of a wider
+    # state (the decode's [:n] slices of a [batch, ...] buffer)
+    for n, m, D, N, overlap in ((3, 4, 64, 9, True), (2, 128, 64, 3, False), (4, 4, 512, 17, True), (1, 8, 40, 2, False)):
+        for dt in (torch.float32, torch.bfloat16):
+            st, a = _ring_case(n + 2, m, D, N, overlap, dt, g)
+            st2 = {k: v.clone() for k, v in st.items()}
+            a = {k: v[:n] for k, v in a.items()}
+            sl = lambda s: {k: v[:n] for k, v in s.items()}
+            _ring_step(ring_write_triton, close_block_triton, sl(st), a, m, overlap)
+            _ring_step(ring_write_ref, close_block_ref, sl(st2), a, m, overlap)
+            bad += [] if all(torch.equal(st[k], st2[k]) for k in st) else [f"{n, m, D, N, overlap, dt}"]
+    print("BAD", bad)
+""")
+
+
+@pytest.mark.slow
+def test_compressor_ring_under_the_interpreter():
+    """The ring write and block close on CPU (TRITON_INTERPRET=1 in a subprocess): the references' state bit for bit
+    (copies), CSA and HCA, the rows past n untouched."""
+    _under_interpreter(COMPRESSOR_RING_INTERPRET, timeout=600)
+
+
+@cuda
+@pytest.mark.parametrize("n,m,D,N,overlap", [(1, 4, 512, 1025, True), (8, 4, 512, 1025, True), (1, 128, 512, 33, False),
+                                             (8, 128, 512, 33, False), (3, 4, 128, 9, True), (5, 8, 40, 2, False)])
+def test_compressor_ring_parity(n, m, D, N, overlap):
+    """The ring write and block close on CUDA against the references, over five steps of a state with rows past n:
+    every state tensor bit for bit (copies), deterministic."""
+    from dsv4_kernels.compressor_ring import close_block, ring_write
+    from dsv4_kernels.compressor_ring.reference import close_block_ref, ring_write_ref
+    g = torch.Generator().manual_seed(n * 1000 + m)
+    st, _ = _ring_case(n + 3, m, D, N, overlap, torch.bfloat16, g, "cuda")
+    st2 = {k: v.clone() for k, v in st.items()}
+    for _ in range(5):
+        _, a = _ring_case(n, m, D, N, overlap, torch.bfloat16, g, "cuda")
+        a["closes"] = torch.rand(n, 1, generator=g).cuda() < 0.5
+        _ring_step(ring_write, close_block, {k: v[:n] for k, v in st.items()}, a, m, overlap)
+        _ring_step(ring_write_ref, close_block_ref, {k: v[:n] for k, v in st2.items()}, a, m, overlap)
+        assert all(torch.equal(st[k], st2[k]) for k in st)
+
+
+# ---------------------------------------------------------------------------------------------- compressor pooling from the rings
+def _pool_case(N, m, D, overlap, g, dev="cpu"):
+    S, W = (2 * m, 2 * D) if overlap else (m, D)
+    kv, gate = torch.randn(N, S, W, generator=g), torch.randn(N, S, W, generator=g) * 3
+    gate[0, :2, :3] = float("-inf")                                 # unwritten slots (the ring's initial -inf)
+    return kv.to(dev), gate.to(dev), torch.randn(m, W, generator=g).to(dev)
+
+
+def test_compressor_pool_reference_and_errors():
+    """The reference is what the model ran (CSA: the previous block's first halves and the current block's second
+    halves of kv, gate and the bias gathered, then the reduction), written out here; HCA the rings as they are; bad
+    shapes are clear errors."""
+    from dsv4_kernels.compressor_pool import compressor_pool, compressor_pool_ref
+    g = torch.Generator().manual_seed(17)
+    kv, gate, ape = _pool_case(3, 4, 16, True, g)
+    rows = lambda t: torch.cat([t[:, :4, :16], t[:, 4:, 16:]], 1)             # noqa: E731
+    want = compressor_reduce_ref(rows(kv), rows(gate), torch.cat([ape[:, :16], ape[:, 16:]], 0))
+    assert torch.equal(compressor_pool(kv, gate, ape, 4, True), want)
+    kv, gate, ape = _pool_case(3, 8, 16, False, g)
+    assert torch.equal(compressor_pool(kv, gate, ape, 8, False), compressor_reduce_ref(kv, gate, ape))
+    assert kernels.select("compressor_pool", "cpu") is compressor_pool_ref
+    with pytest.raises(ValueError, match=r"compressor_pool: kv \(3, 8, 16\).*expected kv and gate \[N, 4, 16\] and ape \[4, 16\]"):
+        compressor_pool(kv, gate, ape[:4], 4, False)
+
+
+COMPRESSOR_POOL_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.compressor_pool.reference import compressor_pool_ref, pool_rows_ref
+    from dsv4_kernels.compressor_pool.triton_kernel import compressor_pool_triton
+    from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
+    import sys
+    sys.path.insert(0, "tests/kernels")
+    from test_kernels import _pool_case
+    g = torch.Generator().manual_seed(18)
+    bad = []
+    # CSA and HCA at the tiny preset's and Flash-like widths, rows of a wider ring (the decode's [:n] slices)
+    for N, m, D, overlap in ((3, 4, 64, True), (2, 128, 64, False), (9, 4, 40, True), (1, 8, 24, False), (2, 4, 512, True)):
+        kv, gate, ape = _pool_case(N + 2, m, D, overlap, g)
+        kv, gate = kv[:N], gate[:N]
+        got = compressor_pool_triton(kv, gate, ape, m, overlap)
+        # bit for bit the reduction kernel on the gathered copy (the same program), within fp32 rounding of the reference
+        chain = compressor_reduce_triton(*pool_rows_ref(kv, gate, ape, m, overlap))
+        want = compressor_pool_ref(kv, gate, ape, m, overlap)
+        if not torch.equal(got, chain) or (got - want).abs().max().item() > 1e-5 * (1 + want.abs().max().item()):
+            bad.append(f"{N, m, D, overlap}")
+    print("BAD", bad)
+""")
+
+
+@pytest.mark.slow
+def test_compressor_pool_under_the_interpreter():
+    """The pooling from the rings on CPU (TRITON_INTERPRET=1 in a subprocess): bit for bit the reduction kernel on
+    the gathered rows, within fp32 rounding of the reference, CSA and HCA, unwritten (-inf) slots, strided rows."""
+    _under_interpreter(COMPRESSOR_POOL_INTERPRET, timeout=600)
+
+
+@cuda
+@pytest.mark.parametrize("N,m,D,overlap", [(1, 4, 512, True), (8, 4, 512, True), (32, 4, 512, True),
+                                           (1, 128, 512, False), (8, 128, 512, False), (3, 4, 128, True),
+                                           (5, 8, 40, False)])
+def test_compressor_pool_parity(N, m, D, overlap):
+    """The pooling from the rings on CUDA, output poisoned first: bit for bit the reduction kernel on the gathered
+    rows (what the decode ran: the same program), within fp32 rounding of the reference, deterministic."""
+    from dsv4_kernels.compressor_pool import compressor_pool, compressor_pool_ref, pool_rows_ref
+    from dsv4_kernels.compressor_reduce import compressor_reduce
+    g = torch.Generator().manual_seed(N * 1000 + m + D)
+    kv, gate, ape = _pool_case(N + 1, m, D, overlap, g, "cuda")
+    kv, gate = kv[:N], gate[:N]
+    _poison(N * D * 64)
+    got = compressor_pool(kv, gate, ape, m, overlap)
+    assert torch.equal(got, compressor_reduce(*pool_rows_ref(kv, gate, ape, m, overlap)))
+    torch.testing.assert_close(got, compressor_pool_ref(kv, gate, ape, m, overlap), rtol=1e-5, atol=1e-5)
+    assert torch.equal(compressor_pool(kv, gate, ape, m, overlap), got)
+
+
 def _mhc_inputs(B, S, hc, d, dt, scale, g):
     W = (2 + hc) * hc
     X = (torch.randn(B, S, hc, d, generator=g) * scale).to("cuda", dt)

@@ -44,10 +44,15 @@ class Attention(nn.Module):
         self.indexer = Indexer(args, dtype, batch) if self.ratio == 4 else None
         self.fp8_sim = True
         # the KV FP8 sim, the RoPE and the attention core (scores, sink softmax, weighted keys): the references, or
-        # kernels set once at load on CUDA (decode.kernel_modules); the per-head q norm stays the reference, whose
-        # per-op bf16 rounding (official) the one-launch RMSNorm kernel does not make
+        # kernels (`use_kernels`); the per-head q norm stays the reference, whose per-op bf16 rounding (official)
+        # the one-launch RMSNorm kernel does not make
         self.rms, self.fp8_quant, self.rope, self.core = head_rms_ref, fp8_fake_quant, rope_tail, attention_ref
         self.init_state()
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slots from a kernel table (`decode.KernelTable`); its projections, norms,
+        compressor and indexer take their own."""
+        self.fp8_quant, self.rope, self.core = table["fp8"], table["rope"], table["attend"]
 
     def init_state(self, device=None) -> None:
         """(Re)allocate the decode state (the loader builds modules on the meta device, then calls this)."""

@@ -28,10 +28,14 @@ class Compressor(nn.Module):
         self.wgate = Linear(dim, coff * width, torch.float32)
         self.ape = nn.Parameter(torch.zeros(ratio, coff * width), requires_grad=False)
         self.norm = RMSNorm(width, eps)
-        self.rope = rope_tail              # or its one-launch kernel, set once at load on CUDA (decode.kernel_modules)
+        self.rope = rope_tail              # or its one-launch kernel (`use_kernels`)
         self.reduce = compressor_reduce_ref   # the pooling: likewise
         self.dtype, self.batch, self.capacity, self.coff = dtype, batch, capacity, coff
         self.init_state()
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slots from a kernel table (`decode.KernelTable`)."""
+        self.rope, self.reduce = table["rope"], table["reduce"]
 
     def init_state(self, device=None) -> None:
         slots, w = (2 * self.m if self.overlap else self.m), self.coff * self.D

@@ -18,10 +18,16 @@ public name. The graph-safe step keeps its own state and control flow and calls 
   .select/.rotate`; `MoE.gate(x, ids) -> (weights, idx)`, `.experts.compute(...)`, `.shared_experts(x)`,
   `.reduce(y)` (the tensor-parallel sum).
 - `Transformer.embed`, `.layers`, `.mtp`, `.rope_main`/`.rope_compress` (rope rows by position), `.logits(X)`.
+- Kernel slots: a module that calls a swappable op (fake quants, RMSNorm, RoPE, mHC mixes and Sinkhorn, pooling,
+  index scores and top-k, the attention core, the GEMVs, the routed experts) holds it as an attribute, the PyTorch
+  reference from its constructor. Its class's `use_kernels(table)` sets its own slots from a kernel table
+  (`decode.KernelTable`, built by `decode.decode_kernels(device)`); `Transformer.use_kernels(table)` gives the
+  table to every module, and `Transformer.kernels` says which table they hold. Only the model's holder attaches
+  one (a graph-safe decoder does when built with `kernels=True`/`False`): both decodes then run the same kernels.
 
-A new layer kind: its module here (reference math as public methods with shape comments), its decode state in
-`decode.py` (a `LayerState` part, reset by row) and its sublayer entry in `Block.compose` with the two calls the
-decodes pass it (CONTRIBUTING.md, "A model layer").
+A new layer kind: its module here (reference math as public methods with shape comments, its kernel slots in its
+own `use_kernels`), its decode state in `decode.py` (a `LayerState` part, reset by row) and its sublayer entry in
+`Block.compose` with the two calls the decodes pass it (CONTRIBUTING.md, "A model layer").
 """
 from __future__ import annotations
 
@@ -79,6 +85,7 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(args.dim, args.norm_eps)
         self.head = Linear(args.dim, args.vocab_size, torch.float32)     # the reference computes logits in fp32
         self.mtp = nn.ModuleList()          # the MTP blocks (mtp.MTPBlock), filled by the loader when the checkpoint has them
+        self.kernels = None                 # the kernel table `use_kernels` last gave the modules; None: their references
         self._tables()
 
     def _tables(self, device=None) -> None:
@@ -94,6 +101,16 @@ class Transformer(nn.Module):
         for m in self.modules():
             if m is not self and hasattr(m, "init_state"):
                 m.init_state(device)
+
+    def use_kernels(self, table) -> None:
+        """Put a kernel table (`decode.decode_kernels`) on every module: each module class takes its own slots
+        (`use_kernels` of Linear, RMSNorm, Attention, Indexer, Compressor, HyperConnection, HyperHead, Gate,
+        Experts). A change to this model, made on purpose by its holder: its reference decode and every graph-safe
+        decoder over it run `table` from now on (the same kernels in both, so they stay equal bit for bit)."""
+        for m in self.modules():
+            if m is not self and hasattr(m, "use_kernels"):
+                m.use_kernels(table)
+        self.kernels = table
 
     def reset(self) -> None:
         self.pos.zero_()

@@ -1790,8 +1790,8 @@ ATTENTION_WIRING_INTERPRET = textwrap.dedent("""
     # free-running steps amplify (the bf16 kernel math: test_attention_under_the_interpreter, index_scores')
     model = dsv4_model.load("tiny", max_seq_len=128, dtype=torch.float32)
     feed = torch.randint(0, model.args.vocab_size, (40, 4), generator=torch.Generator().manual_seed(3))
-    # what kernel_modules gives Attention and Indexer on CUDA: the kernels for one query token, the references for
-    # prefill
+    # what the decode's kernel table (decode_kernels) gives Attention and Indexer on CUDA: the kernels for one
+    # query token, the references for prefill
     core = lambda q, K, mask, sink, scale: (attention_triton if q.shape[1] == 1 else attention_ref)(q, K, mask, sink, scale)
     score = lambda q, k, w: (index_scores_triton if q.shape[1] == 1 else index_scores_ref)(q, k, w)
     from dsv4_kernels.indexer.reference import topk_blocks_ref

@@ -721,6 +721,9 @@ def test_cuda_official_numerics_flash_greedy():
     for name in ("pytorch", "kernels"):
         v = r[name]
         assert v["first_token_diff"] is None and v["bitwise"], (name, v["first_token_diff"], v["where"])
+    # the kernels pair ran the decode kernels (the table the script puts on the model), the other the references
+    assert r["kernels"]["note"].startswith("routed experts: fused Triton kernel"), r["kernels"]["note"]
+    assert "switched off" in r["pytorch"]["note"], r["pytorch"]["note"]
 
 
 @pytest.mark.slow
@@ -740,6 +743,9 @@ def test_official_numerics_pairs_are_bitwise_on_cpu():
     model = random_model(dataclasses.replace(tiny(), max_seq_len=40), device="cpu")
     r = official_numerics.run(steps=24, dev="cpu", model=model)
     assert all(r[k]["bitwise"] and r[k]["first_token_diff"] is None for k in ("pytorch", "kernels")), r
+    # each pair ran a kernel table the script put on the model for both decodes (on CPU: the references, chosen
+    # for want of a CUDA device in the kernels pair)
+    assert "switched off" in r["pytorch"]["note"] and "no CUDA device" in r["kernels"]["note"], r["kernels"]["note"]
     assert all("equal" in line for line in r["probes"]), r["probes"]
     orig = decode.compressor_step
     try:

@@ -545,7 +545,7 @@ def _counting_table(model):
 def test_building_a_decoder_leaves_the_model_as_its_holder_set_it():
     """Building a GraphSafeDecoder without `kernels=` changes nothing in the model it is given (issue 39): every
     kernel slot keeps what the model's holder put there, and the eager decode keeps running it with the same
-    outputs. Asked (`kernels=False`/`True`), the decoder puts a table on the model, and says so in its note."""
+    outputs. Asked (`kernels=False`/`True`), the decoder puts a table on the model."""
     from dsv4_model.config import tiny
     from dsv4_model.synthetic import random_model
     model = random_model(dataclasses.replace(tiny(), max_seq_len=32), device="cpu")

@@ -380,7 +380,7 @@ class GraphSafeDecoder(nn.Module):
         model, n = self.model, tokens.shape[0]
         pos = pos.clamp(max=self.capacity - 1)        # rows past capacity (idle padding) never index out of range
         ids = tokens.view(n, 1)
-        X = model.embed(ids).unsqueeze(2).repeat(1, 1, model.args.hc_mult, 1)         # [n,1,hc,d]
+        X = model.streams(ids)                                                         # [n,1,hc,d]
         ix = self.index(pos, n)
         for i in range(len(self.layers)):
             X = self.block(i, X, ids, ix, n)

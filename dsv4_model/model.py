@@ -17,7 +17,8 @@ public name. The graph-safe step keeps its own state and control flow and calls 
   `.nope_fp8(kv)`; `Compressor.wkv/.wgate/.pool_rows/.reduce/.slot_bias/.finish`; `Indexer.query/.scores/
   .select/.rotate`; `MoE.gate(x, ids) -> (weights, idx)`, `.experts.compute(...)`, `.shared_experts(x)`,
   `.reduce(y)` (the tensor-parallel sum).
-- `Transformer.embed`, `.layers`, `.mtp`, `.rope_main`/`.rope_compress` (rope rows by position), `.logits(X)`.
+- `Transformer.streams(ids) -> X [B,S,hc,d]` (the embedding as hc streams), `.layers`, `.mtp`, `.embed`,
+  `.rope_main`/`.rope_compress` (rope rows by position), `.logits(X)` (hc head, norm, LM head: fp32 [B,S,V]).
 - Kernel slots: a module that calls a swappable op (fake quants, RMSNorm, RoPE, mHC mixes and Sinkhorn, pooling,
   index scores and top-k, the attention core, the GEMVs, the routed experts) holds it as an attribute, the PyTorch
   reference from its constructor. Its class's `use_kernels(table)` sets its own slots from a kernel table
@@ -124,8 +125,12 @@ class Transformer(nn.Module):
                 if hasattr(m, flag):
                     setattr(m, flag, enabled)
 
+    def streams(self, ids: torch.Tensor) -> torch.Tensor:
+        """The hc residual streams the first block reads: ids [B,S] -> the embedding copied hc times [B,S,hc,d]."""
+        return self.embed(ids).unsqueeze(2).repeat(1, 1, self.args.hc_mult, 1)
+
     def _hidden(self, ids: torch.Tensor, pos: int | None) -> torch.Tensor:
-        X = self.embed(ids).unsqueeze(2).repeat(1, 1, self.args.hc_mult, 1)            # [B,S,hc,d]
+        X = self.streams(ids)                                                           # [B,S,hc,d]
         for layer in self.layers:
             cs = self.rope_compress if layer.compressed else self.rope_main
             X = layer(X, ids, cs, pos)

@@ -503,8 +503,8 @@ def speculative_rows(cfg: str, model, batch: int, k: int, steps: int, device: st
     prompts = [[0, 5 + r, 6 + r] for r in range(batch)]
 
     def runner(cls=Runner, **kw):
-        r = cls(GraphSafeDecoder(model, batch=batch), Sampler(batch, V, device=device), buckets=(batch,), graphs=graphs,
-                log=lambda s: None, **kw)
+        r = cls(GraphSafeDecoder(model, batch=batch, kernels=True), Sampler(batch, V, device=device), buckets=(batch,),
+                graphs=graphs, log=lambda s: None, **kw)
         for i, p in enumerate(prompts):
             r.start(i, p)
         return r

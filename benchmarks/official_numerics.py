@@ -6,10 +6,11 @@ activations, issue 36), at Flash layer dimensions in the release formats (random
 The graph-safe step changes state and control flow, never the layer math, so on one device it must give the
 reference's bits. Two pairs, each free-running greedy from token 0 for `--steps`, then teacher-forced on the
 reference's tokens:
-  pytorch  the reference decode (`Transformer.decode_step`, PyTorch references) and the graph-safe decode with kernels
-           switched off;
-  kernels  both with the decode kernels (`kernel_modules` gives the shared modules the Triton/CUDA kernels; the
-           reference dispatch then runs them too, as the official code runs its own kernels).
+  pytorch  the reference decode (`Transformer.decode_step`) and the graph-safe decode, both with the PyTorch references
+           (`model.use_kernels(decode_kernels(dev, use_kernels=False))`);
+  kernels  both with the decode kernels: the script puts one table on the model (`model.use_kernels(
+           decode_kernels(dev))`), so the reference dispatch and the graph-safe decoder built over the same modules
+           run the same Triton/CUDA kernels, as the official code runs its own kernels.
 Gate (exit 1): within each pair the same greedy tokens at every step and teacher-forced logits bit for bit. Measured,
 not gated: the kernels against the PyTorch references (another accumulation order on the tensor cores), as the
 first greedy step where they part and the per-step relative logit error. Where a pair differs, the first step and
@@ -187,13 +188,17 @@ def pair(model, dec, steps: int, diagnose: bool, dev: str = "cuda") -> dict:
 
 def run(steps: int = 320, layers: int = 3, diagnose: bool = True, dev: str = "cuda", model=None) -> dict:
     """`model`: another bf16 model on `dev` than Flash-dimension layers (the CPU test gives a tiny one)."""
-    from dsv4_model.decode import GraphSafeDecoder
+    from dsv4_model.decode import GraphSafeDecoder, decode_kernels
     from dsv4_model.synthetic import flash_layers
     model = model or flash_layers(device=dev, n_layers=layers, max_seq_len=steps + 8)
     assert model.dtype == torch.bfloat16
     out = {"probes": probes(model, dev)}
-    out["pytorch"] = pair(model, GraphSafeDecoder(model, batch=1, kernels=False), steps, diagnose, dev)
-    out["kernels"] = pair(model, GraphSafeDecoder(model, batch=1, kernels=True), steps, diagnose, dev)
+    # each pair: one kernel table on the model, which both decodes then run (the decoder is built over its modules
+    # as they are, kernels=None)
+    model.use_kernels(decode_kernels(dev, use_kernels=False))
+    out["pytorch"] = pair(model, GraphSafeDecoder(model, batch=1), steps, diagnose, dev)
+    model.use_kernels(decode_kernels(dev))
+    out["kernels"] = pair(model, GraphSafeDecoder(model, batch=1), steps, diagnose, dev)
     ref_t, ref_l = out["pytorch"]["ref_t"], out["pytorch"]["ref_l"]
     diff = (out["kernels"]["ref_t"] != ref_t).nonzero()
     model.reset()                                   # the reference with kernels, fed the PyTorch reference's tokens

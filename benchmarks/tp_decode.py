@@ -44,7 +44,7 @@ def rank_main(preset: str, layers: int, batch: int, steps: int, time_steps: int,
     model = build(preset, layers, max_seq_len)
     if dist.is_initialized() and dist.get_world_size() > 1:
         shard(model)
-    dec = GraphSafeDecoder(model, batch)
+    dec = GraphSafeDecoder(model, batch, kernels=True)
     vocab = model.args.vocab_size
 
     def make_inputs(k: int) -> torch.Tensor:

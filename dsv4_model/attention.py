@@ -46,10 +46,16 @@ class Attention(nn.Module):
         self.fp8_sim = True
         # the KV FP8 sim of the unrotated dims, the RoPE, the q path's per-head norm (in the model dtype's per-op
         # rounding, official) with its RoPE, the kv path's norm, RoPE and FP8 sim, and the attention core (scores,
-        # sink softmax, weighted keys): the references, or kernels set once at load on CUDA (decode.kernel_modules)
+        # sink softmax, weighted keys): the references, or kernels (`use_kernels`)
         self.fp8_nope, self.rope, self.core = fp8_nope_ref, rope_tail, attention_ref
         self.q_norm_rope, self.norm_rope = head_norm_rope_ref, norm_rope_fp8_ref
         self.init_state()
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slots from a kernel table (`decode.KernelTable`); its projections, norms,
+        compressor and indexer take their own."""
+        self.fp8_nope, self.rope, self.core = table["fp8_nope"], table["rope"], table["attend"]
+        self.q_norm_rope, self.norm_rope = table["q_norm_rope"], table["norm_rope_fp8"]
 
     def init_state(self, device=None) -> None:
         """(Re)allocate the decode state (the loader builds modules on the meta device, then calls this)."""

@@ -30,13 +30,18 @@ class Compressor(nn.Module):
         self.ape = nn.Parameter(torch.zeros(ratio, coff * width), requires_grad=False)
         self.norm = RMSNorm(width, eps)
         # the pooling from the rings (`pool`) and an entry's cast, norm and RoPE (`finish`): the references, or
-        # one-launch kernels set once at load on CUDA (decode.kernel_modules)
+        # one-launch kernels (`use_kernels`)
         self.pool_reduce, self.norm_rope = compressor_pool_ref, norm_rope_fp8_ref
         # the graph-safe step's writes of its per-row state (decode.compressor_step; the reference path writes its
         # own under host branches): likewise
         self.ring_write, self.close_block = ring_write_ref, close_block_ref
         self.dtype, self.batch, self.capacity, self.coff = dtype, batch, capacity, coff
         self.init_state()
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slots from a kernel table (`decode.KernelTable`)."""
+        self.pool_reduce, self.norm_rope = table["pool"], table["norm_rope_fp8"]
+        self.ring_write, self.close_block = table["ring_write"], table["close_block"]
 
     def init_state(self, device=None) -> None:
         slots, w = (2 * self.m if self.overlap else self.m), self.coff * self.D

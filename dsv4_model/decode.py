@@ -29,6 +29,9 @@ head): the layer interface written down in model.py's docstring. Only state and 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import torch
 from torch import nn
@@ -40,11 +43,8 @@ from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
 from .attention import Attention
 from .compressor import Compressor
-from .indexer import Indexer
-from .linear import Linear, RMSNorm
-from .mhc import HyperConnection, HyperHead
 from .model import Transformer
-from .moe import Experts, Gate, routed_experts
+from .moe import routed_experts
 from .quant import act_sim
 
 # shapes: B bucket rows, W window, D head_dim, m ratio, N compressed slots per sequence, V vocab, d dim
@@ -238,17 +238,29 @@ def csa_gather(device: torch.device, keys: list[tuple], use_kernels: bool = True
     return fn, "CSA gather: CuTeDSL"
 
 
-def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = True) -> str:
-    """Give the model's modules their decode kernels, decided once at load: every quantised or fp32 `Linear` the
+@dataclass(frozen=True)
+class KernelTable:
+    """The functions behind the modules' kernel slots, decided once at load (`decode_kernels`): slot -> function.
+    The slots: each key of SMALL_KERNELS, "gemv" (the stored-format GEMV, or None: F.linear), "f32" (the fp32
+    products of mHC and the router), "sinkhorn" and "experts" (the routed-expert compute). Each module class takes
+    its own slots in its `use_kernels(table)`; `Transformer.use_kernels(table)` gives the table to every module."""
+
+    fns: Mapping[str, Callable | None] = field(repr=False)
+    cuda: bool              # the CUDA kernels, chosen for a CUDA device with kernels on (the CSA gather follows)
+    note: str               # which ran and why, for the runner's log line
+
+    def __getitem__(self, slot: str) -> Callable | None:
+        return self.fns[slot]
+
+
+def decode_kernels(device: torch.device, use_kernels: bool = True) -> KernelTable:
+    """The decode's kernel table for `device`, decided once at load: the quantised and fp32 projections through the
     stored-format GEMV (`dsv4_kernels.moe_gemv.weight_gemv`: FP8 and FP4 weights read as stored, no dequantised
-    copy per step), the fp32 products of mHC and the router the fp32 GEMV (`f32_linear`), every `HyperConnection`
-    the one-launch Sinkhorn and mHC mixes (`HyperHead` its mix), and the
-    modules that fake-quantise, normalise, rotate or pool (`Linear`, `RMSNorm`, `Attention`, `Indexer`, `Compressor`)
-    the one-launch FP8/FP4 fake quants, RMSNorm, RoPE and compressor pooling, `Indexer` its one-launch scores and
-    top-k, `Attention` the decode attention core (two launches), and `Experts` the routed-expert compute
-    (`kernel_experts`: the reference dispatch and the graph-safe step both run it), on CUDA; the references elsewhere
-    or when kernels are off.
-    Returns the log note."""
+    copy per step), the fp32 products of mHC and the router through the fp32 GEMV (`f32_linear`), the one-launch
+    Sinkhorn, the routed-expert compute (`kernel_experts`: the reference dispatch and the graph-safe step both run
+    it) and the small ops (`small_kernels`: fake quants, RMSNorm, RoPE, mHC mixes, compressor pooling, the indexer's
+    scores and top-k, the attention core), on CUDA; the PyTorch references elsewhere or when kernels are off.
+    Building the table changes no model: `Transformer.use_kernels(table)` puts it on one."""
     on = use_kernels and torch.device(device).type == "cuda"
     experts, experts_note = kernel_experts(device, use_kernels)
     gemv, sink, f32, f32_note = None, sinkhorn_ref, f32_linear_ref, "PyTorch"
@@ -265,40 +277,15 @@ def kernel_modules(model: nn.Module, device: torch.device, use_kernels: bool = T
             f32_note = f"PyTorch ({why})"
         if available("sinkhorn")[0]:
             from dsv4_kernels.sinkhorn import sinkhorn as sink
-    n = 0
-    for m in model.modules():
-        if isinstance(m, Linear):
-            # quantised projections, and the fp32 ones (LM head, compressor): cuBLAS ran them at half the bandwidth
-            # or less for 8 rows
-            m.gemv = gemv if m.fmt in ("fp8", "mxfp4", "nvfp4") or m.fmt == "plain" and m.dtype == torch.float32 else None
-            m.fp8_quant = small["fp8"]
-            n += m.gemv is not None
-        elif isinstance(m, HyperConnection):
-            m.sinkhorn, m.pre_mix, m.post_mix, m.matmul = sink, small["mhc_pre"], small["mhc_post"], f32
-            m.pre_norm = small["mhc_pre_norm"]
-        elif isinstance(m, HyperHead):
-            m.head_mix, m.matmul = small["mhc_head"], f32
-        elif isinstance(m, Gate):
-            m.matmul = f32
-        elif isinstance(m, Experts):
-            m.compute = experts
-        elif isinstance(m, RMSNorm):
-            m.kernel = small["rms"]
-        elif isinstance(m, Attention):
-            m.fp8_nope, m.rope, m.core = small["fp8_nope"], small["rope"], small["attend"]
-            m.q_norm_rope, m.norm_rope = small["q_norm_rope"], small["norm_rope_fp8"]
-        elif isinstance(m, Indexer):
-            m.fp4_quant, m.rope, m.score, m.select = small["fp4"], small["rope"], small["score"], small["select"]
-        elif isinstance(m, Compressor):
-            m.pool_reduce, m.norm_rope = small["pool"], small["norm_rope_fp8"]
-            m.ring_write, m.close_block = small["ring_write"], small["close_block"]
+    fns = MappingProxyType({**small, "gemv": gemv, "f32": f32, "sinkhorn": sink, "experts": experts})
     if not on:
-        return (f"{experts_note}; projections: F.linear; mHC: PyTorch Sinkhorn; "
-                f"{', '.join(note for *_, note in SMALL_KERNELS.values())}: PyTorch")
+        return KernelTable(fns, False, f"{experts_note}; projections: F.linear; mHC: PyTorch Sinkhorn; "
+                                       f"{', '.join(note for *_, note in SMALL_KERNELS.values())}: PyTorch")
     fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
-    return (f"{experts_note}; projections: {n} (quantised, and fp32) through the stored-format GEMV; "
-            f"mHC and router products: {f32_note}; mHC: "
-            f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; Triton: {', '.join(fused) or 'none'}")
+    return KernelTable(fns, True, f"{experts_note}; projections: quantised and fp32 through the stored-format GEMV; "
+                                  f"mHC and router products: {f32_note}; mHC: "
+                                  f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; "
+                                  f"Triton: {', '.join(fused) or 'none'}")
 
 
 def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -333,15 +320,24 @@ class GraphSafeDecoder(nn.Module):
 
     Static I/O: `tokens` [batch] (the token each row feeds next), `pos` [batch] (its position), `logits`
     [batch, V] fp32. `step(n)` runs rows [0, n) (n a bucket size, a host integer) and advances their positions.
+
+    The step runs the model's own modules with the kernels they hold. `kernels=None` (the default) changes nothing
+    in the model: its modules run as their holder set them (`Transformer.use_kernels`; the PyTorch references on a
+    freshly loaded model). `kernels=True` / `False` asks the decoder to put the decode kernels for the model's
+    device / the PyTorch references on the model first (`model.use_kernels(decode_kernels(device, kernels))`): a
+    change to the model, which its reference decode then runs too (the same kernels in both decodes, so on one GPU
+    they stay equal bit for bit, issue 36).
     """
 
-    def __init__(self, model: Transformer, batch: int = 8, kernels: bool = True):
+    def __init__(self, model: Transformer, batch: int = 8, kernels: bool | None = None):
         super().__init__()
         self.__dict__["model"] = model              # not a submodule: the decoder owns state, not weights
         args = model.args
         self.batch, self.capacity = batch, args.max_seq_len
         dev, dtype = model.embed.weight.device, model.dtype
-        note = kernel_modules(model, dev, kernels)                       # once, never per step
+        if kernels is not None:
+            model.use_kernels(decode_kernels(dev, kernels))              # asked for: once, never per step
+        table = model.kernels
         self.layers = nn.ModuleList(LayerState(layer.attn, batch, self.capacity, dtype) for layer in model.layers)
         # the CSA gather's shapes, read off the state attention_step gathers from: every bucket of rows up to
         # `batch`, each CSA layer's entries [N, D] and its k = min(topk, the indexer's entry count)
@@ -349,9 +345,13 @@ class GraphSafeDecoder(nn.Module):
                         st.comp.entries.shape[2], dtype)
                        for layer, st in zip(model.layers, self.layers) if st.icomp is not None
                        for b in range(1, batch + 1)}, key=str)
-        self.gather, gather_note = csa_gather(dev, keys, kernels)
-        experts_note, _, rest = note.partition("; ")
-        self.kernel_note = f"{experts_note}; {gather_note}; {rest}"
+        self.gather, gather_note = csa_gather(dev, keys, table is not None and table.cuda)
+        if table is None:
+            self.kernel_note = (f"no kernel table on the model: its modules' PyTorch references throughout "
+                                f"(model.use_kernels or kernels=True gives them the decode kernels); {gather_note}")
+        else:
+            experts_note, _, rest = table.note.partition("; ")
+            self.kernel_note = f"{experts_note}; {gather_note}; {rest}"
         self.register_buffer("tokens", torch.zeros(batch, dtype=torch.long), persistent=False)
         self.register_buffer("pos", torch.zeros(batch, dtype=torch.long), persistent=False)
         self.register_buffer("logits", torch.zeros(batch, args.vocab_size), persistent=False)
@@ -376,7 +376,7 @@ class GraphSafeDecoder(nn.Module):
         model, n = self.model, tokens.shape[0]
         pos = pos.clamp(max=self.capacity - 1)        # rows past capacity (idle padding) never index out of range
         ids = tokens.view(n, 1)
-        X = model.embed(ids).unsqueeze(2).repeat(1, 1, model.args.hc_mult, 1)         # [n,1,hc,d]
+        X = model.streams(ids)                                                         # [n,1,hc,d]
         ix = self.index(pos, n)
         for i in range(len(self.layers)):
             X = self.block(i, X, ids, ix, n)

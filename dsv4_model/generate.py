@@ -74,8 +74,9 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int = 32, te
 
     Rows run at their own positions; the device feeds each prompt token by token and then the sampled tokens.
     The host loop only reads the sampled tokens of each step for the stop check and streaming (on_token(row, tok)).
-    Returns the new tokens of each prompt (each stops at EOS or max_new_tokens). `kernels=False`: the PyTorch
-    references instead of the CUDA kernels (chosen once, when the decoder is built).
+    Returns the new tokens of each prompt (each stops at EOS or max_new_tokens). `kernels`: the decode kernels
+    (True) or the PyTorch references (False), put on `model` once, when the decoder is built
+    (`GraphSafeDecoder(model, kernels=...)`): the model keeps them, and its reference decode runs them too.
     """
     from .decode import GraphSafeDecoder
     from .runner import BUCKETS, Runner

@@ -35,10 +35,13 @@ class Indexer(nn.Module):
         self.compressor = Compressor(args.dim, self.Di, 4, self.rd, args.norm_eps, dtype, batch, args.max_seq_len)
         self.fp4_sim = True
         # the FP4 sim, the RoPE, the scores and their top-k (`select`: ties to the lower index, section 10.10, so every
-        # path picks the same blocks): the references, or one-launch kernels set once at load on CUDA
-        # (decode.kernel_modules)
+        # path picks the same blocks): the references, or one-launch kernels (`use_kernels`)
         self.fp4_quant, self.rope, self.score, self.select = fp4_fake_quant, rope_tail, index_scores_ref, topk_blocks_ref
         self.init_state()
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slots from a kernel table (`decode.KernelTable`)."""
+        self.fp4_quant, self.rope, self.score, self.select = table["fp4"], table["rope"], table["score"], table["select"]
 
     def init_state(self, device=None) -> None:
         self.register_buffer("hadamard", hadamard_matrix(self.Di).to(device), persistent=False)

@@ -11,14 +11,17 @@ from .quant import QWeight, act_sim, dequant, fp8_fake_quant
 
 
 class RMSNorm(nn.Module):
-    """`kernel`: `(x, weight, eps) -> y`, the reference formula, or the one-launch kernel set once at load on CUDA
-    (decode.kernel_modules)."""
+    """`kernel`: `(x, weight, eps) -> y`, the reference formula, or the one-launch kernel (`use_kernels`)."""
 
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)  # fp32, as the reference keeps it
         self.kernel = rms_norm_ref
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slot from a kernel table (`decode.KernelTable`)."""
+        self.kernel = table["rms"]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.kernel(x, self.weight, self.eps)
@@ -61,9 +64,9 @@ class Linear(nn.Module):
     """y = act_sim(x) @ dequant(W)^T with W in the format the checkpoint stores (see quant.py).
 
     `act_sim = False` switches the activation simulation off for A/B runs. `gemv`: a weight-only kernel
-    `(x [B, K], weight tuple) -> y [B, N]` for decode-sized inputs (at most 8 rows), set once at load by the
-    graph-safe decoder on CUDA (`decode.kernel_modules`); None computes the dequantised F.linear. `fp8_quant`:
-    the FP8 activation fake quant `(x, block) -> x`, the reference or its one-launch kernel (set the same way).
+    `(x [B, K], weight tuple) -> y [B, N]` for decode-sized inputs (at most 8 rows), or None: the dequantised
+    F.linear. `fp8_quant`: the FP8 activation fake quant `(x, block) -> x`, the reference or its one-launch kernel.
+    Both are kernel slots (`use_kernels`).
     """
 
     def __init__(self, in_features: int, out_features: int, dtype=torch.float32):
@@ -81,6 +84,14 @@ class Linear(nn.Module):
     @property
     def qweight(self) -> QWeight:
         return get_qweight(self, "")
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slots from a kernel table (`decode.KernelTable`): the stored-format GEMV for the
+        quantised projections and the fp32 ones (LM head, compressor; cuBLAS ran them at half the bandwidth or less
+        for 8 rows), F.linear for the rest; the FP8 fake quant."""
+        gemv = self.fmt in ("fp8", "mxfp4", "nvfp4") or self.fmt == "plain" and self.dtype == torch.float32
+        self.gemv = table["gemv"] if gemv else None
+        self.fp8_quant = table["fp8"]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         qw = self.qweight

@@ -3,7 +3,7 @@ sigmoid-weighted mix and writes back through a Sinkhorn-normalised hc x hc matri
 
 The `f @ fn.T` matmul is `f32_linear_ref` (fp32, as the reference) or the fp32 decode GEMV; what surrounds it (the
 rsqrt norm, sigmoids, scale/base, the weighted sums) is `dsv4_kernels.mhc`'s reference, or its one-launch kernel:
-each set once at load on CUDA (decode.kernel_modules)."""
+kernel slots, set by `use_kernels`."""
 from __future__ import annotations
 
 import torch
@@ -23,12 +23,18 @@ class HyperConnection(nn.Module):
         self.base = nn.Parameter(torch.zeros(mix), requires_grad=False)
         self.scale = nn.Parameter(torch.ones(3), requires_grad=False)
         # the softmax + Sinkhorn of `pre` and the mixes around its matmul and of `post`: the references, or their
-        # one-launch kernels set once at load on CUDA (decode.kernel_modules)
+        # one-launch kernels (`use_kernels`)
         self.sinkhorn, self.pre_mix, self.post_mix = sinkhorn_ref, mhc_pre_ref, mhc_post_ref
         self.matmul = f32_linear_ref
         # `pre`, its Sinkhorn and the sublayer's RMSNorm as one op (`pre_normed`, what the blocks call): the
         # reference composition, or its one-launch kernel set once at load on CUDA
         self.pre_norm = mhc_pre_norm_ref
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slots from a kernel table (`decode.KernelTable`)."""
+        self.sinkhorn, self.pre_mix, self.post_mix, self.matmul = (table["sinkhorn"], table["mhc_pre"],
+                                                                    table["mhc_post"], table["f32"])
+        self.pre_norm = table["mhc_pre_norm"]
 
     def pre(self, X: torch.Tensor):
         """X [B,S,hc,d] -> (x [B,S,d], post [B,S,hc], comb [B,S,hc,hc])."""
@@ -55,8 +61,12 @@ class HyperHead(nn.Module):
         self.fn = nn.Parameter(torch.zeros(hc, hc * dim), requires_grad=False)
         self.base = nn.Parameter(torch.zeros(hc), requires_grad=False)
         self.scale = nn.Parameter(torch.ones(1), requires_grad=False)
-        self.head_mix = mhc_head_ref    # or its one-launch kernel, set once at load on CUDA (decode.kernel_modules)
+        self.head_mix = mhc_head_ref    # or its one-launch kernel (`use_kernels`)
         self.matmul = f32_linear_ref    # likewise
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slots from a kernel table (`decode.KernelTable`)."""
+        self.head_mix, self.matmul = table["mhc_head"], table["f32"]
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         mix = self.matmul(X.flatten(-2).float(), self.fn)                          # [B,S,hc], before the norm

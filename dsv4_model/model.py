@@ -17,11 +17,18 @@ public name. The graph-safe step keeps its own state and control flow and calls 
   `.nope_fp8(kv)`; `Compressor.wkv/.wgate/.pool_rows/.reduce/.slot_bias/.finish`; `Indexer.query/.scores/
   .select/.rotate`; `MoE.gate(x, ids) -> (weights, idx)`, `.experts.compute(...)`, `.shared_experts(x)`,
   `.reduce(y)` (the tensor-parallel sum).
-- `Transformer.embed`, `.layers`, `.mtp`, `.rope_main`/`.rope_compress` (rope rows by position), `.logits(X)`.
+- `Transformer.streams(ids) -> X [B,S,hc,d]` (the embedding as hc streams), `.layers`, `.mtp`, `.embed`,
+  `.rope_main`/`.rope_compress` (rope rows by position), `.logits(X)` (hc head, norm, LM head: fp32 [B,S,V]).
+- Kernel slots: a module that calls a swappable op (fake quants, RMSNorm, RoPE, mHC mixes and Sinkhorn, pooling,
+  index scores and top-k, the attention core, the GEMVs, the routed experts) holds it as an attribute, the PyTorch
+  reference from its constructor. Its class's `use_kernels(table)` sets its own slots from a kernel table
+  (`decode.KernelTable`, built by `decode.decode_kernels(device)`); `Transformer.use_kernels(table)` gives the
+  table to every module, and `Transformer.kernels` says which table they hold. Only the model's holder attaches
+  one (a graph-safe decoder does when built with `kernels=True`/`False`): both decodes then run the same kernels.
 
-A new layer kind: its module here (reference math as public methods with shape comments), its decode state in
-`decode.py` (a `LayerState` part, reset by row) and its sublayer entry in `Block.compose` with the two calls the
-decodes pass it (CONTRIBUTING.md, "A model layer").
+A new layer kind: its module here (reference math as public methods with shape comments, its kernel slots in its
+own `use_kernels`), its decode state in `decode.py` (a `LayerState` part, reset by row) and its sublayer entry in
+`Block.compose` with the two calls the decodes pass it (CONTRIBUTING.md, "A model layer").
 """
 from __future__ import annotations
 
@@ -79,6 +86,7 @@ class Transformer(nn.Module):
         self.norm = RMSNorm(args.dim, args.norm_eps)
         self.head = Linear(args.dim, args.vocab_size, torch.float32)     # the reference computes logits in fp32
         self.mtp = nn.ModuleList()          # the MTP blocks (mtp.MTPBlock), filled by the loader when the checkpoint has them
+        self.kernels = None                 # the kernel table `use_kernels` last gave the modules; None: their references
         self._tables()
 
     def _tables(self, device=None) -> None:
@@ -95,6 +103,16 @@ class Transformer(nn.Module):
             if m is not self and hasattr(m, "init_state"):
                 m.init_state(device)
 
+    def use_kernels(self, table) -> None:
+        """Put a kernel table (`decode.decode_kernels`) on every module: each module class takes its own slots
+        (`use_kernels` of Linear, RMSNorm, Attention, Indexer, Compressor, HyperConnection, HyperHead, Gate,
+        Experts). A change to this model, made on purpose by its holder: its reference decode and every graph-safe
+        decoder over it run `table` from now on (the same kernels in both, so they stay equal bit for bit)."""
+        for m in self.modules():
+            if m is not self and hasattr(m, "use_kernels"):
+                m.use_kernels(table)
+        self.kernels = table
+
     def reset(self) -> None:
         self.pos.zero_()
         for layer in (*self.layers, *self.mtp):
@@ -107,8 +125,12 @@ class Transformer(nn.Module):
                 if hasattr(m, flag):
                     setattr(m, flag, enabled)
 
+    def streams(self, ids: torch.Tensor) -> torch.Tensor:
+        """The hc residual streams the first block reads: ids [B,S] -> the embedding copied hc times [B,S,hc,d]."""
+        return self.embed(ids).unsqueeze(2).repeat(1, 1, self.args.hc_mult, 1)
+
     def _hidden(self, ids: torch.Tensor, pos: int | None) -> torch.Tensor:
-        X = self.embed(ids).unsqueeze(2).repeat(1, 1, self.args.hc_mult, 1)            # [B,S,hc,d]
+        X = self.streams(ids)                                                           # [B,S,hc,d]
         for layer in self.layers:
             cs = self.rope_compress if layer.compressed else self.rope_main
             X = layer(X, ids, cs, pos)

@@ -50,10 +50,14 @@ class Experts(nn.Module):
         self.n, self.limit, self.dtype = n, limit, dtype
         self.act_sim = True
         # the routed-expert compute `(x, idx, wts, w1, w3, w2, limit, act) -> y`: `routed_experts`, or the fused kernel
-        # set once at load on CUDA (decode.kernel_modules); the reference dispatch and the graph-safe step share it
+        # (`use_kernels`); the reference dispatch and the graph-safe step share it
         self.compute = routed_experts
         for p, shape in (("w1", (n, inter, dim)), ("w3", (n, inter, dim)), ("w2", (n, dim, inter))):
             init_qweight(self, p, shape, dtype)
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slot from a kernel table (`decode.KernelTable`)."""
+        self.compute = table["experts"]
 
     w1 = property(lambda self: get_qweight(self, "w1"))
     w2 = property(lambda self: get_qweight(self, "w2"))
@@ -104,7 +108,7 @@ class Gate(nn.Module):
             raise ValueError(f"score_func {self.score_func!r} is not supported; expected one of {', '.join(SCORE_FUNCS)}")
         self.hash = layer < args.n_hash_layers
         self.dtype = torch.float32          # the reference computes the router in fp32 (the weight stays as stored)
-        self.matmul = f32_linear_ref        # or the fp32 decode GEMV, set once at load on CUDA (decode.kernel_modules)
+        self.matmul = f32_linear_ref        # or the fp32 decode GEMV (`use_kernels`)
         init_qweight(self, "", (args.n_routed_experts, args.dim), self.dtype)
         if self.hash:
             self.register_buffer("tid2eid", torch.zeros(args.vocab_size, self.k, dtype=torch.int64))
@@ -114,6 +118,10 @@ class Gate(nn.Module):
     @property
     def fmt(self) -> str:
         return self.fmts[""]
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slot from a kernel table (`decode.KernelTable`)."""
+        self.matmul = table["f32"]
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [N, d], ids [N] -> (weights [N, k] fp32, expert indices [N, k]). The reference computes in fp32."""

@@ -66,7 +66,7 @@ def graphsafe_decode(device: str | None = None, batch: int = 4, max_seq_len: int
     from .sampler import Sampler
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = _checkpoint(device, max_seq_len)
-    runner = Runner(GraphSafeDecoder(model, batch), Sampler(batch, model.args.vocab_size, device=device),
+    runner = Runner(GraphSafeDecoder(model, batch, kernels=True), Sampler(batch, model.args.vocab_size, device=device),
                     buckets=(batch,), graphs=False, log=lambda s: None)
     for r in range(batch):                       # rows start at different steps, so their positions differ
         runner.start(r, [0, 16 + r, 17 + r], temperature=0.8, top_k=50, top_p=0.9, repetition_penalty=1.1, seed=r)
@@ -88,7 +88,8 @@ def speculative_decode(device: str | None = None, batch: int = 4, max_seq_len: i
     from .speculative import SpeculativeRunner
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = _checkpoint(device, max_seq_len)
-    runner = (runner_cls or SpeculativeRunner)(GraphSafeDecoder(model, batch), Sampler(batch, model.args.vocab_size, device=device),
+    runner = (runner_cls or SpeculativeRunner)(GraphSafeDecoder(model, batch, kernels=True),
+                                               Sampler(batch, model.args.vocab_size, device=device),
                                                k=k, buckets=(batch,), graphs=False, log=lambda s: None)
     for r in range(batch):                       # prompts of different lengths: the rows' positions differ
         sampling = dict(temperature=0.8, top_k=50, top_p=0.9, repetition_penalty=1.1) if r % 2 else {}

@@ -4,6 +4,7 @@ CPU: the graph-safe step gives the reference path's greedy tokens and logits ove
 staggered batch of 4; the sampler's settings and noise; the runner's buckets and fallback; graphcheck finds nothing
 in the graph-safe path. GPU (`cuda`): capture is clean and replay equals eager bit for bit, outputs and state.
 """
+import dataclasses
 import subprocess
 import sys
 
@@ -417,7 +418,7 @@ def test_capture_emulation_of_the_graphsafe_target_is_clean(monkeypatch):
 
 # -- GPU ------------------------------------------------------------------------------------------------------
 def _replay_equals_eager(model, batch: int, steps: int):
-    dec = GraphSafeDecoder(model, batch=batch)
+    dec = GraphSafeDecoder(model, batch=batch, kernels=True)
     runner = Runner(dec, Sampler(batch, model.args.vocab_size, device="cuda"), buckets=(batch,), log=lambda s: None)
     for r in range(batch):
         runner.start(r, [0, 3 + r, 4 + r][: 1 + r % 3], temperature=0.7, top_k=40, top_p=0.95,
@@ -465,7 +466,7 @@ def test_cuda_replay_bitwise_flash_dims():
 def test_kernel_choice_is_made_once_at_load(model):
     """CPU always gets the PyTorch experts; switching kernels off is one argument, and the note says which ran."""
     from dsv4_model.moe import routed_experts
-    dec = GraphSafeDecoder(model, batch=1)
+    dec = GraphSafeDecoder(model, batch=1, kernels=True)
     assert all(layer.ffn.experts.compute is routed_experts for layer in model.layers)
     assert "routed experts: PyTorch reference (no CUDA device)" in dec.kernel_note
     assert "switched off" in GraphSafeDecoder(model, batch=1, kernels=False).kernel_note
@@ -521,12 +522,84 @@ def test_small_kernels_stay_references_on_cpu(model):
         assert all(len(v) == 1 and next(iter(v)).endswith("_ref") for v in seen.values()), seen
 
 
+def _slots(model):
+    """{(module name, attribute): the callable or None it holds} for every attribute a kernel table can set."""
+    names = {"gemv", "fp8_quant", "fp4_quant", "kernel", "rope", "core", "score", "select", "reduce", "sinkhorn",
+             "pre_mix", "post_mix", "head_mix", "matmul", "compute", "fp8_nope", "q_norm_rope", "norm_rope", "pre_norm",
+             "pool_reduce", "ring_write", "close_block"}
+    return {(name, a): m.__dict__[a] for name, m in model.named_modules() for a in names if a in m.__dict__}
+
+
+def _counting_table(model):
+    """A kernel table of the PyTorch references, each wrapped to count its calls: the same math as the references,
+    other functions than the ones a decoder would choose."""
+    from dsv4_model.decode import decode_kernels
+    ref = decode_kernels(model.embed.weight.device, use_kernels=False)
+    calls = {}
+
+    def counted(slot, fn):
+        def run(*a, **k):
+            calls[slot] = calls.get(slot, 0) + 1
+            return fn(*a, **k)
+        return run
+    fns = {slot: None if fn is None else counted(slot, fn) for slot, fn in ref.fns.items()}
+    return dataclasses.replace(ref, fns=fns, note="counting references"), calls
+
+
+def test_building_a_decoder_leaves_the_model_as_its_holder_set_it():
+    """Building a GraphSafeDecoder without `kernels=` changes nothing in the model it is given (issue 39): every
+    kernel slot keeps what the model's holder put there, and the eager decode keeps running it with the same
+    outputs. Asked (`kernels=False`/`True`), the decoder puts a table on the model."""
+    from dsv4_model.config import tiny
+    from dsv4_model.synthetic import random_model
+    model = random_model(dataclasses.replace(tiny(), max_seq_len=32), device="cpu")
+    table, calls = _counting_table(model)
+    model.use_kernels(table)
+    before = _slots(model)
+    model.reset()
+    want = torch.stack([model.decode_step(torch.tensor([t])) for t in (3, 5, 7)])
+    dec = GraphSafeDecoder(model, batch=2)
+    changed = {k for k, v in _slots(model).items() if v is not before[k]}
+    assert not changed, sorted(changed)
+    assert model.kernels is table
+    calls.clear()
+    model.reset()
+    got = torch.stack([model.decode_step(torch.tensor([t])) for t in (3, 5, 7)])
+    assert torch.equal(got, want)
+    assert {"fp8", "rms", "rope", "attend", "mhc_pre_norm", "mhc_post", "q_norm_rope", "norm_rope_fp8", "experts",
+            "f32"} <= set(calls), calls
+    assert dec.kernel_note.startswith("counting references; CSA gather: torch.gather"), dec.kernel_note
+    dec.step(2)                                     # the decoder runs the model's table too
+    assert calls["attend"] > 3 * len(model.layers), calls
+    GraphSafeDecoder(model, batch=2, kernels=False)               # asked: the references go on the model
+    assert model.kernels is not table and not model.kernels.cuda
+    assert all(v is not before[k] for k, v in _slots(model).items() if v is not None)
+
+
+def test_use_kernels_reaches_every_kernel_slot():
+    """Each module class sets its own slots from the table (`use_kernels`), and `Transformer.use_kernels` reaches
+    every module: after a table of wrapped references, no module still holds a bare reference of any slot, and a
+    fresh model's modules hold exactly the references the table lists (a module that gains a kernel slot without
+    taking it in its `use_kernels` fails here)."""
+    from dsv4_model.config import tiny
+    from dsv4_model.decode import decode_kernels
+    from dsv4_model.synthetic import random_model
+    model = random_model(dataclasses.replace(tiny(), max_seq_len=32), device="cpu")
+    refs = {fn for fn in decode_kernels("cpu", use_kernels=False).fns.values() if fn is not None}
+    fresh = {v for v in _slots(model).values() if v is not None}
+    assert fresh == refs, (fresh ^ refs)
+    model.use_kernels(_counting_table(model)[0])
+    left = {k for k, v in _slots(model).items() if v in refs}
+    assert not left, sorted(left)
+
+
 @pytest.mark.cuda
 def test_cuda_small_kernels_chosen_once_at_load():
-    """On CUDA kernel_modules gives the modules the one-launch fake quants, RMSNorm, RoPE, mHC mixes and compressor
-    pooling, the indexer's one-launch scores and top-k and the two-launch attention core; kernels=False puts the references back."""
+    """On CUDA the decode's kernel table (decode_kernels, put on the model by kernels=True) gives the modules the
+    one-launch fake quants, RMSNorm, RoPE, mHC mixes and compressor pooling, the indexer's one-launch scores and top-k
+    and the two-launch attention core; kernels=False puts the references back."""
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
-    dec = GraphSafeDecoder(model, batch=1)
+    dec = GraphSafeDecoder(model, batch=1, kernels=True)
     listed = set(dec.kernel_note.rpartition("Triton: ")[2].split(", "))
     assert listed == {"FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post",
                       "mHC head", "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope",
@@ -553,6 +626,22 @@ def test_cuda_small_kernels_chosen_once_at_load():
     assert s.pick.__name__ == "sample_pick" and s.penalize_scale.__name__ == "penalize_scale", s.kernel_note
     assert "Triton penalty" in s.kernel_note, s.kernel_note
     assert Sampler(2, model.args.vocab_size, device="cuda", kernels=False).pick is sample_pick_ref
+
+
+@pytest.mark.cuda
+def test_cuda_decoder_puts_kernels_on_the_model_only_when_asked():
+    """On CUDA a decoder built without `kernels=` leaves the model's PyTorch references in place (the decoder of
+    before put its kernels on every module it was given); `kernels=True` puts the decode kernels on the model, so
+    the model's own reference decode runs them as well."""
+    model = dsv4_model.load("tiny", device="cuda", max_seq_len=128)
+    dec = GraphSafeDecoder(model, batch=1)
+    assert model.kernels is None and "no kernel table" in dec.kernel_note, dec.kernel_note
+    assert all(next(iter(v)).endswith("_ref") for v in _small_kernels_of(model).values()), _small_kernels_of(model)
+    assert all(layer.ffn.experts.compute.__name__ == "routed_experts" for layer in model.layers)
+    dec = GraphSafeDecoder(model, batch=1, kernels=True)
+    assert model.kernels.cuda and dec.kernel_note.startswith("routed experts: fused Triton kernel"), dec.kernel_note
+    fused = {k for k, v in _small_kernels_of(model).items() if not next(iter(v)).endswith("_ref")}
+    assert fused == set(_small_kernels_of(model)) - {("Attention", "rms")}, fused
 
 
 @pytest.mark.cuda
@@ -641,6 +730,9 @@ def test_cuda_official_numerics_flash_greedy():
     for name in ("pytorch", "kernels"):
         v = r[name]
         assert v["first_token_diff"] is None and v["bitwise"], (name, v["first_token_diff"], v["where"])
+    # the kernels pair ran the decode kernels (the table the script puts on the model), the other the references
+    assert r["kernels"]["note"].startswith("routed experts: fused Triton kernel"), r["kernels"]["note"]
+    assert "switched off" in r["pytorch"]["note"], r["pytorch"]["note"]
 
 
 @pytest.mark.slow
@@ -660,6 +752,9 @@ def test_official_numerics_pairs_are_bitwise_on_cpu():
     model = random_model(dataclasses.replace(tiny(), max_seq_len=40), device="cpu")
     r = official_numerics.run(steps=24, dev="cpu", model=model)
     assert all(r[k]["bitwise"] and r[k]["first_token_diff"] is None for k in ("pytorch", "kernels")), r
+    # each pair ran a kernel table the script put on the model for both decodes (on CPU: the references, chosen
+    # for want of a CUDA device in the kernels pair)
+    assert "switched off" in r["pytorch"]["note"] and "no CUDA device" in r["kernels"]["note"], r["kernels"]["note"]
     assert all("equal" in line for line in r["probes"]), r["probes"]
     orig = decode.compressor_step
     try:

@@ -360,8 +360,8 @@ def test_cuda_speculative_replay_bitwise(draft):
                 else {} for r in range(B)]
     table_draft = None
     if draft == "forced":                      # each row's own greedy stream, from the plain (eager) step
-        plain = Runner(GraphSafeDecoder(model, B), Sampler(B, model.args.vocab_size, device="cuda"), buckets=(B,),
-                       graphs=False, log=lambda s: None)
+        plain = Runner(GraphSafeDecoder(model, B, kernels=True), Sampler(B, model.args.vocab_size, device="cuda"),
+                       buckets=(B,), graphs=False, log=lambda s: None)
         for i, p in enumerate(prompts):
             plain.start(i, p)
         table = torch.zeros(B, (k + 1) * steps + 8, dtype=torch.long, device="cuda")
@@ -370,7 +370,7 @@ def test_cuda_speculative_replay_bitwise(draft):
             table[:, t] = plain.dec.tokens
         table_draft = bench.table_draft(table, k)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    r = SpeculativeRunner(GraphSafeDecoder(model, B), Sampler(B, model.args.vocab_size, device="cuda"), k=k,
+    r = SpeculativeRunner(GraphSafeDecoder(model, B, kernels=True), Sampler(B, model.args.vocab_size, device="cuda"), k=k,
                           generator=gen, draft=table_draft, buckets=(B,), log=lambda s: None)
     for i, p in enumerate(prompts):
         r.start(i, p, **settings[i])

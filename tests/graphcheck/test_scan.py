@@ -172,6 +172,29 @@ def test_cache_reuses_results_and_notices_edits(tmp_path, monkeypatch):
     assert third.cached == 0 and third.findings == []
 
 
+def test_scan_leaves_its_summaries_to_reference_counting(tmp_path):
+    """The summaries a scan returns are exempt from the cyclic collector (they hold no cycles): otherwise the
+    report's first collections walk every node of them again (0.7 s after a scan of torch's tree). The collector
+    stays on; a caller that had it off keeps it off and nothing is frozen."""
+    import gc
+    p = tmp_path / "m.py"
+    p.write_text("import torch\ndef f(x: torch.Tensor):\n    return x.item()\n")
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        gc.unfreeze()
+        res = scan([str(p)], root=tmp_path, cache=False, jobs=1)
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        assert not any(gc.is_tracked(o) and o is res.summaries for g in (0, 1, 2) for o in gc.get_objects(g))
+        gc.unfreeze()
+        gc.disable()
+        scan([str(p)], root=tmp_path, cache=False, jobs=1)
+        assert not gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()
+
+
 def _cli(tmp_path, *args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "graphcheck", *args], cwd=tmp_path, capture_output=True, text=True, env=env)

@@ -22,7 +22,8 @@ from ..rules._base import dotted
 from .regions import blocks as region_blocks
 from .regions import once_decorator
 from .inference import (DEV, HOST, HOST_KINDS, NP, ON_DEVICE, PINNED, PY, SEQ, SPLITS, TENSOR, TENSORS, Env, annotation_classes,
-                        annotation_kind, element, infer, join, name_hint, soft, symbolic, unpack_targets)
+                        annotation_kind, children, element, infer, join, name_hint, soft, symbolic,
+                        unpack_targets)
 from .placement import NO_PLACEMENT, Placement
 
 ENGINE_VERSION = "33"
@@ -457,7 +458,8 @@ class FileAnalyzer:
                 env.names = dict(menv.names)
             env.memo = {}
             ctx.func, ctx.env = f, env
-            ctx.in_kernel = is_def and any(d.endswith(_KERNEL_DECORATORS) for d in _decorators(node))
+            decorators = _decorators(node) if is_def else []
+            ctx.in_kernel = any(d.endswith(_KERNEL_DECORATORS) for d in decorators)
             checkers = _CHECKERS
             qual = env.qual
             for n in f.nodes:
@@ -500,7 +502,7 @@ class FileAnalyzer:
                 "npos": len(node.args.posonlyargs) + len(node.args.args) if is_def else 0,
                 "ret": _enc(ret), "ret_elts": _ret_elts(env, rets), "ret_ctors": ret_ctors,
                 "ret_classes": [c for r in rets for c in _class_names(r)],
-                "capturable": is_def and any(d.rpartition(".")[2] == "capturable" for d in _decorators(node)),
+                "capturable": any(d.rpartition(".")[2] == "capturable" for d in decorators),
             }
             if is_def:
                 pydef = _host_defaults(node)
@@ -516,7 +518,7 @@ class FileAnalyzer:
                 once = once_decorator(node, self.imports)
                 if once:
                     fsum["once"] = once
-                decos = [d for d in _decorators(node) if d]
+                decos = [d for d in decorators if d]
                 if decos:
                     fsum["decos"] = decos
                 sig = _signature(f, node)
@@ -654,10 +656,15 @@ def _closure_kinds(env: Env, f: _Func, envs: dict[str, Env]) -> None:
     if outer is None or not f.qname.startswith(q + ".") or "." in f.qname[len(q) + 1:]:
         return      # no enclosing def, or a class body between them (a method does not see the function's names)
     node = f.node
+    inherit = [(name, k) for name, k in outer.names.items() if isinstance(k, str)]
+    if not inherit:
+        return
     bound = _own_bindings(node)
-    shared = {name for st in ast.walk(node) if isinstance(st, ast.Nonlocal) for name in st.names}
-    for name, k in outer.names.items():
-        if isinstance(k, str) and (name not in bound or name in shared):
+    # the nonlocal declarations matter only for a name the nested def also binds (most bind none of them)
+    shared = {name for st in ast.walk(node) if isinstance(st, ast.Nonlocal) for name in st.names} \
+        if any(name in bound for name, _ in inherit) else ()
+    for name, k in inherit:
+        if name not in bound or name in shared:
             env.names[name] = k
             if name in outer.bools:
                 env.bools.add(name)
@@ -689,7 +696,7 @@ def _own_bindings(fn: ast.AST) -> set[str]:
             out.update((x.asname or x.name).split(".")[0] for x in n.names)
         elif t is ast.Global:
             out.update(n.names)
-        stack.extend(ast.iter_child_nodes(n))
+        stack += children(n)
     return out
 
 

@@ -347,3 +347,33 @@ def user():
 """
     got = sorted((f.rule, f.line) for f in scan_src(src))
     assert got == [("GC104", 10), ("GC104", 11), ("GC201", 6)], got
+
+
+def test_engine_child_walk_is_the_standard_one_less_contexts_and_operators():
+    """`children` (the engine's generic walks) yields what `ast.iter_child_nodes` does, in the same order, less
+    the expression contexts and operators no walk looks at: over every node of the engine's and the rules' own sources and of
+    syntax they lack (match, async, walrus, f-strings, star-args, decorators, slices)."""
+    import ast
+    from graphcheck.static.inference import children
+    skip = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+    extra = textwrap.dedent('''
+        async def f(a, /, b=1, *c, d: int = 2, **e) -> "T":
+            async with x as (y, *z):
+                async for i in g(*a, **e):
+                    match i:
+                        case {"k": [1, *rest], **kw} if (n := len(rest)) > 0: print(f"{n!r:>{w}}", rest[1:2:3])
+                        case P(x=0) | None: pass
+                        case _: del a[0], b.c
+            try:
+                raise E from None
+            except* (A, B) as err:
+                global q
+            return lambda *, k=0: [v async for v in w if v] or {1: 2, **m} or {s for s in t} or not -x @ y
+        ''')
+    trees = [ast.parse(extra)] + [ast.parse(p.read_text()) for d in ("static", "rules") for p in sorted((ROOT / "graphcheck" / d).glob("*.py"))]
+    nodes = 0
+    for tree in trees:
+        for n in ast.walk(tree):
+            nodes += 1
+            assert children(n) == [c for c in ast.iter_child_nodes(n) if not isinstance(c, skip)], ast.dump(n)[:200]
+    assert nodes > 20_000

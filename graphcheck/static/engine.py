@@ -269,10 +269,11 @@ class _Ctx:
     def mentions_nan_guard(self, test: ast.AST) -> bool:
         hit = self._nan.get(id(test))
         if hit is None:
-            lines = self.a.lines[test.lineno - 1:(test.end_lineno or test.lineno)]
             # walk only when the text says so (most files never name a guard: then not even the lines are read)
             # `math.isfinite(scale)`, `np.isnan(a)`: host predicates on host values, no device reduction
-            hit = self.a.names_nan_guard and any(g in ln for ln in lines for g in _NAN_GUARDS) and any(
+            hit = self.a.names_nan_guard and any(
+                g in ln for ln in self.a.lines[test.lineno - 1:(test.end_lineno or test.lineno)]
+                for g in _NAN_GUARDS) and any(
                 isinstance(n, ast.Call) and dotted(n.func).split(".")[-1] in _NAN_GUARDS
                 and not self.env.qual(n.func).startswith(_HOST_MATH) for n in ast.walk(test))
             self._nan[id(test)] = hit
@@ -330,6 +331,27 @@ def _call_checkers(name: str, q: str) -> tuple:
 
 
 _GLOBAL_STMT = re.compile(r"^[ \t]*global[ \t]", re.M)     # a `global` statement starts its line (or follows `;`: rare)
+
+
+def _says_global(text: str) -> bool:
+    """Whether `_GLOBAL_STMT` matches: the word where it occurs, instead of the regular expression trying every line
+    of the file (most files say `global` only in prose, or not at all)."""
+    i = text.find("global")
+    while i >= 0:
+        j = i
+        while j and text[j - 1] in " \t":
+            j -= 1
+        if (not j or text[j - 1] == "\n") and text[i + 6:i + 7] in (" ", "\t"):
+            return True
+        i = text.find("global", i + 1)
+    return False
+
+
+def _may_suppress(text: str) -> bool:
+    """Whether any line can pass parse_suppressions' first test (it names graphcheck, or both noqa and gc): false
+    for most files, which then need not be split into lines and lowered one by one."""
+    low = text.lower()
+    return "graphcheck" in low or "noqa" in low and "gc" in low
 _NAN_GUARDS = ("isnan", "isinf", "isfinite", "isneginf", "isposinf")
 _HOST_MATH = ("math.", "cmath.", "numpy.")
 _STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "ExternalStream")
@@ -342,7 +364,6 @@ class FileAnalyzer:
     def __init__(self, text: str, placement: Placement = NO_PLACEMENT):
         self.text = text
         self.placement = placement
-        self.lines = text.splitlines()
         self.imports: dict[str, dict] = {}
         self.findings: list[dict] = []
         self.seen: set = set()
@@ -352,9 +373,18 @@ class FileAnalyzer:
         self.kernel_names: set[str] = set()
         self.kernel_attrs: set[str] = set()
         self.module_defs: set[str] = set()
-        self.names_nan_guard = any(g in text for g in _NAN_GUARDS)
-        self.says_global = "global" in text and _GLOBAL_STMT.search(text) is not None
+        self.says_global = _says_global(text)
         self.sets_default_device = "set_default_device" in text
+
+    # read off the text only when a finding, a suppression-like comment or a condition asks: most of a large
+    # tree's files need neither (splitting torch's 46 MB into lines was 2 % of a scan's CPU)
+    @functools.cached_property
+    def lines(self) -> list[str]:
+        return self.text.splitlines()
+
+    @functools.cached_property
+    def names_nan_guard(self) -> bool:
+        return any(g in self.text for g in _NAN_GUARDS)
 
     def line(self, n: int) -> str:
         return self.lines[n - 1].strip() if 0 < n <= len(self.lines) else ""
@@ -530,7 +560,8 @@ class FileAnalyzer:
                     fsum["prop"] = role
         self.findings.sort(key=lambda d: (d["line"], d["col"], d["rule"]))
         return {"v": ENGINE_VERSION, "imports": self.imports, "functions": functions, "classes": class_info,
-                "registries": registries, "findings": self.findings, "suppressions": parse_suppressions(self.lines)}
+                "registries": registries, "findings": self.findings,
+                "suppressions": parse_suppressions(self.lines) if _may_suppress(self.text) else []}
 
     # -- collection ---------------------------------------------------------------------------------
     def _collect(self, tree: ast.Module):

@@ -377,3 +377,20 @@ def test_engine_child_walk_is_the_standard_one_less_contexts_and_operators():
             nodes += 1
             assert children(n) == [c for c in ast.iter_child_nodes(n) if not isinstance(c, skip)], ast.dump(n)[:200]
     assert nodes > 20_000
+
+
+def test_text_prefilters_agree_with_what_they_stand_for():
+    """The engine's cheap text tests answer as the slow ones they skip: `_says_global` as the `global`-statement
+    expression, and a file `_may_suppress` rejects has no suppression (over the package's and the tests' sources,
+    which hold suppressions, and edge cases)."""
+    from graphcheck.static.engine import _GLOBAL_STMT, _may_suppress, _says_global, parse_suppressions
+    texts = [p.read_text() for d in ("graphcheck", "tests") for p in sorted((ROOT / d).rglob("*.py"))]
+    texts += ["global x", "  global x\n", "x = 1; global y", "\tglobal\tz", "global", "globalx = 1", "# global x",
+              "a\n global b", "a\r global b", "x = 'global y'", "y = 2  # GRAPHCHECK: ignore[GC101] why", "# NoQA: gc101",
+              "x.item()  # noqa: GC101 reason", "x = 1  # noqa: F401"]
+    assert sum(_says_global(t) for t in texts) > 3 and sum(not _may_suppress(t) for t in texts) > 10
+    for t in texts:
+        assert _says_global(t) == bool(_GLOBAL_STMT.search(t)), t[:80]
+        if not _may_suppress(t):
+            assert parse_suppressions(t.splitlines()) == [], t[:80]
+    assert parse_suppressions(["x.item()  # noqa: GC101 reason"]) and _may_suppress("x.item()  # noqa: GC101 reason")

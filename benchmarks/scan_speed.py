@@ -1,7 +1,8 @@
 """Static scan speed against the honest floor: a bare `ast.parse` loop over the same files in a fresh interpreter
 that imported nothing else (`python -S`: no site, no torch, no graphcheck).
 
-    python benchmarks/scan_speed.py [--jobs 2] [--serving DIR] [--rounds 2] [--out benchmarks/results/scan_speed-DATE.txt]
+    python benchmarks/scan_speed.py [--jobs 2] [--serving DIR] [--rounds 2] [--before CHECKOUT]
+                                    [--out benchmarks/results/scan_speed-DATE.txt]
 
 Measures, each in its own child process started from a directory with no pyproject (so no configuration applies):
 - torch's installed package (found without importing torch): the floor, then the CLI's cold scan
@@ -12,6 +13,8 @@ Each CLI time is the child's whole wall time (interpreter start, discovery, the 
 writing the report to /dev/null); the floor is the parse loop's own time inside its child (its interpreter start
 is not counted, which only favours the floor). Rounds alternate floor and scan; the best of each is reported, with
 every round's numbers and the load average (other processes share the cores: compare ratios of the same round).
+--before CHECKOUT (another checkout of this repository, e.g. `git worktree add /tmp/before main`) also times that
+checkout's CLI in every round, right after this one's, so a change is judged against its base under the same load.
 The parent imports neither torch nor graphcheck.
 """
 from __future__ import annotations
@@ -59,9 +62,9 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _env() -> dict:
+def _env(root: Path = ROOT) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("GRAPHCHECK_CACHE_DIR", None)
     return env
 
@@ -80,7 +83,7 @@ def _floor(lst: str, tmp: str) -> tuple[float, float]:
     return float(out.stdout), _children_cpu() - c0
 
 
-def _cli(top: Path, jobs: int, extra: list[str], tmp: str) -> tuple[float, float, int]:
+def _cli(top: Path, jobs: int, extra: list[str], tmp: str, root: Path = ROOT) -> tuple[float, float, int]:
     # an empty [tool.graphcheck] table of its own: a tree under a project (torch in this checkout's venv) would
     # otherwise take that project's configuration (entry points, excludes), found upward from the path
     config = os.path.join(tmp, "pyproject.toml")
@@ -88,7 +91,7 @@ def _cli(top: Path, jobs: int, extra: list[str], tmp: str) -> tuple[float, float
     cmd = [sys.executable, "-m", "graphcheck", "scan", str(top), "--config", config, "--no-cache", "--jobs", str(jobs),
            "--output-format", "concise", "--exit-zero", *extra]
     c0, w0 = _children_cpu(), time.perf_counter()
-    out = subprocess.run(cmd, cwd=tmp, env=_env(), capture_output=True, text=True)
+    out = subprocess.run(cmd, cwd=tmp, env=_env(root), capture_output=True, text=True)
     wall, cpu = time.perf_counter() - w0, _children_cpu() - c0
     # exit 2 with --exit-zero: a file that cannot be parsed (torch ships one in Python 3.12 syntax), reported
     if out.returncode not in (0, 2) or out.returncode == 2 and "GC903" not in out.stderr:
@@ -102,7 +105,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--serving", default=None, help="a serving package tree to scan with --all-functions")
     ap.add_argument("--out", default=None, help="also write this report to a file")
+    ap.add_argument("--before", default=None, help="another checkout whose CLI is timed in the same rounds")
     a = ap.parse_args()
+    before = Path(a.before).resolve() if a.before else None
+    if before is not None and not (before / "graphcheck" / "__main__.py").is_file():
+        print(f"scan_speed: --before {a.before}: expected a checkout with graphcheck/__main__.py, found none",
+              file=sys.stderr)
+        return 2
     spec = importlib.util.find_spec("torch")          # where torch is installed, without importing it
     if spec is None or not spec.submodule_search_locations:
         print("scan_speed: torch is not installed in this interpreter (its package tree is the corpus)", file=sys.stderr)
@@ -117,7 +126,8 @@ def main() -> int:
         trees.append((f"serving tree {top.name}", top, ["--all-functions"]))
     lines = [
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; python benchmarks/scan_speed.py "
-        f"--jobs {a.jobs} --rounds {a.rounds}" + (f" --serving {a.serving}" if a.serving else ""),
+        f"--jobs {a.jobs} --rounds {a.rounds}" + (f" --serving {a.serving}" if a.serving else "")
+        + (f" --before {a.before}" if a.before else ""),
         f"torch {importlib.metadata.version('torch')}, Python {platform.python_version()}, {os.cpu_count()} cores, "
         f"load average at the start {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
     ]
@@ -135,6 +145,10 @@ def main() -> int:
                 best_f, best_s = min(best_f, f_wall), min(best_s, s_wall)
                 lines.append(f"  {r + 1:<6}{f_wall:>10.2f}s{f_cpu:>9.2f}s{s_wall:>9.2f}s{s_cpu:>8.2f}s"
                              f"{s_wall / f_wall:>11.2f}x{s_cpu / f_cpu:>10.2f}x{found:>10}{os.getloadavg()[0]:>7.2f}")
+                if before is not None:
+                    b_wall, b_cpu, b_found = _cli(top, a.jobs, extra, tmp, before)
+                    lines.append(f"  {'before':<6}{'':>21}{b_wall:>9.2f}s{b_cpu:>8.2f}s{b_wall / f_wall:>11.2f}x"
+                                 f"{b_cpu / f_cpu:>10.2f}x{b_found:>10}{os.getloadavg()[0]:>7.2f}")
             lines.append(f"  best: floor {best_f:.2f}s, `graphcheck scan {' '.join([*extra, '--no-cache'])} "
                          f"--jobs {a.jobs}` {best_s:.2f}s = {best_s / best_f:.2f}x the floor")
     lines.append(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import io
 import re
@@ -90,7 +91,13 @@ def normalise_source(src: str) -> str:
     """The source line as the AST sees it: `ast.unparse` of the line when it parses on its own (a block header
     like `if x:` is completed with a body first); otherwise (a line inside a multi-line expression) its tokens
     without comments, with string literals in one quote style and trailing commas before a closer dropped."""
-    line = src.strip()
+    return _normalise(src.strip())
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _normalise(line: str) -> str:
+    # memoised: a quarter to a half of a large scan's rows repeat a line another row has (`x.item()`, `if t:`), and
+    # each costs a parse plus the pure-Python unparse
     for text in (line, line + "\n pass"):
         try:
             return ast.unparse(ast.parse(text))

@@ -22,7 +22,8 @@ from ..rules._base import dotted
 from .regions import blocks as region_blocks
 from .regions import once_decorator
 from .inference import (DEV, HOST, HOST_KINDS, NP, ON_DEVICE, PINNED, PY, SEQ, SPLITS, TENSOR, TENSORS, Env, annotation_classes,
-                        annotation_kind, element, infer, join, name_hint, soft, symbolic, unpack_targets)
+                        annotation_kind, children, element, infer, join, name_hint, soft, symbolic,
+                        unpack_targets)
 from .placement import NO_PLACEMENT, Placement
 
 ENGINE_VERSION = "33"
@@ -268,10 +269,11 @@ class _Ctx:
     def mentions_nan_guard(self, test: ast.AST) -> bool:
         hit = self._nan.get(id(test))
         if hit is None:
-            lines = self.a.lines[test.lineno - 1:(test.end_lineno or test.lineno)]
             # walk only when the text says so (most files never name a guard: then not even the lines are read)
             # `math.isfinite(scale)`, `np.isnan(a)`: host predicates on host values, no device reduction
-            hit = self.a.names_nan_guard and any(g in ln for ln in lines for g in _NAN_GUARDS) and any(
+            hit = self.a.names_nan_guard and any(
+                g in ln for ln in self.a.lines[test.lineno - 1:(test.end_lineno or test.lineno)]
+                for g in _NAN_GUARDS) and any(
                 isinstance(n, ast.Call) and dotted(n.func).split(".")[-1] in _NAN_GUARDS
                 and not self.env.qual(n.func).startswith(_HOST_MATH) for n in ast.walk(test))
             self._nan[id(test)] = hit
@@ -329,6 +331,27 @@ def _call_checkers(name: str, q: str) -> tuple:
 
 
 _GLOBAL_STMT = re.compile(r"^[ \t]*global[ \t]", re.M)     # a `global` statement starts its line (or follows `;`: rare)
+
+
+def _says_global(text: str) -> bool:
+    """Whether `_GLOBAL_STMT` matches: the word where it occurs, instead of the regular expression trying every line
+    of the file (most files say `global` only in prose, or not at all)."""
+    i = text.find("global")
+    while i >= 0:
+        j = i
+        while j and text[j - 1] in " \t":
+            j -= 1
+        if (not j or text[j - 1] == "\n") and text[i + 6:i + 7] in (" ", "\t"):
+            return True
+        i = text.find("global", i + 1)
+    return False
+
+
+def _may_suppress(text: str) -> bool:
+    """Whether any line can pass parse_suppressions' first test (it names graphcheck, or both noqa and gc): false
+    for most files, which then need not be split into lines and lowered one by one."""
+    low = text.lower()
+    return "graphcheck" in low or "noqa" in low and "gc" in low
 _NAN_GUARDS = ("isnan", "isinf", "isfinite", "isneginf", "isposinf")
 _HOST_MATH = ("math.", "cmath.", "numpy.")
 _STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "ExternalStream")
@@ -341,7 +364,6 @@ class FileAnalyzer:
     def __init__(self, text: str, placement: Placement = NO_PLACEMENT):
         self.text = text
         self.placement = placement
-        self.lines = text.splitlines()
         self.imports: dict[str, dict] = {}
         self.findings: list[dict] = []
         self.seen: set = set()
@@ -351,9 +373,18 @@ class FileAnalyzer:
         self.kernel_names: set[str] = set()
         self.kernel_attrs: set[str] = set()
         self.module_defs: set[str] = set()
-        self.names_nan_guard = any(g in text for g in _NAN_GUARDS)
-        self.says_global = "global" in text and _GLOBAL_STMT.search(text) is not None
+        self.says_global = _says_global(text)
         self.sets_default_device = "set_default_device" in text
+
+    # read off the text only when a finding, a suppression-like comment or a condition asks: most of a large
+    # tree's files need neither (splitting torch's 46 MB into lines was 2 % of a scan's CPU)
+    @functools.cached_property
+    def lines(self) -> list[str]:
+        return self.text.splitlines()
+
+    @functools.cached_property
+    def names_nan_guard(self) -> bool:
+        return any(g in self.text for g in _NAN_GUARDS)
 
     def line(self, n: int) -> str:
         return self.lines[n - 1].strip() if 0 < n <= len(self.lines) else ""
@@ -457,7 +488,8 @@ class FileAnalyzer:
                 env.names = dict(menv.names)
             env.memo = {}
             ctx.func, ctx.env = f, env
-            ctx.in_kernel = is_def and any(d.endswith(_KERNEL_DECORATORS) for d in _decorators(node))
+            decorators = _decorators(node) if is_def else []
+            ctx.in_kernel = any(d.endswith(_KERNEL_DECORATORS) for d in decorators)
             checkers = _CHECKERS
             qual = env.qual
             for n in f.nodes:
@@ -500,7 +532,7 @@ class FileAnalyzer:
                 "npos": len(node.args.posonlyargs) + len(node.args.args) if is_def else 0,
                 "ret": _enc(ret), "ret_elts": _ret_elts(env, rets), "ret_ctors": ret_ctors,
                 "ret_classes": [c for r in rets for c in _class_names(r)],
-                "capturable": is_def and any(d.rpartition(".")[2] == "capturable" for d in _decorators(node)),
+                "capturable": any(d.rpartition(".")[2] == "capturable" for d in decorators),
             }
             if is_def:
                 pydef = _host_defaults(node)
@@ -516,7 +548,7 @@ class FileAnalyzer:
                 once = once_decorator(node, self.imports)
                 if once:
                     fsum["once"] = once
-                decos = [d for d in _decorators(node) if d]
+                decos = [d for d in decorators if d]
                 if decos:
                     fsum["decos"] = decos
                 sig = _signature(f, node)
@@ -528,7 +560,8 @@ class FileAnalyzer:
                     fsum["prop"] = role
         self.findings.sort(key=lambda d: (d["line"], d["col"], d["rule"]))
         return {"v": ENGINE_VERSION, "imports": self.imports, "functions": functions, "classes": class_info,
-                "registries": registries, "findings": self.findings, "suppressions": parse_suppressions(self.lines)}
+                "registries": registries, "findings": self.findings,
+                "suppressions": parse_suppressions(self.lines) if _may_suppress(self.text) else []}
 
     # -- collection ---------------------------------------------------------------------------------
     def _collect(self, tree: ast.Module):
@@ -654,10 +687,15 @@ def _closure_kinds(env: Env, f: _Func, envs: dict[str, Env]) -> None:
     if outer is None or not f.qname.startswith(q + ".") or "." in f.qname[len(q) + 1:]:
         return      # no enclosing def, or a class body between them (a method does not see the function's names)
     node = f.node
+    inherit = [(name, k) for name, k in outer.names.items() if isinstance(k, str)]
+    if not inherit:
+        return
     bound = _own_bindings(node)
-    shared = {name for st in ast.walk(node) if isinstance(st, ast.Nonlocal) for name in st.names}
-    for name, k in outer.names.items():
-        if isinstance(k, str) and (name not in bound or name in shared):
+    # the nonlocal declarations matter only for a name the nested def also binds (most bind none of them)
+    shared = {name for st in ast.walk(node) if isinstance(st, ast.Nonlocal) for name in st.names} \
+        if any(name in bound for name, _ in inherit) else ()
+    for name, k in inherit:
+        if name not in bound or name in shared:
             env.names[name] = k
             if name in outer.bools:
                 env.bools.add(name)
@@ -689,7 +727,7 @@ def _own_bindings(fn: ast.AST) -> set[str]:
             out.update((x.asname or x.name).split(".")[0] for x in n.names)
         elif t is ast.Global:
             out.update(n.names)
-        stack.extend(ast.iter_child_nodes(n))
+        stack += children(n)
     return out
 
 

@@ -19,6 +19,7 @@ import re
 
 from ..regions import RANK, REGIONS, weaker
 from ..vocab import dotted
+from .inference import children
 
 # flag names whose true value means "this has not happened yet" (the branch runs once) and those whose false
 # value does; matched on the words of the attribute's last name (`_first_run`, `isWarmup`, `kv_initialized`)
@@ -148,7 +149,7 @@ def _walk(stmts: list):
     while todo:
         s = todo.pop()
         yield s
-        for c in ast.iter_child_nodes(s):
+        for c in children(s):
             if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                 todo.append(c)
 

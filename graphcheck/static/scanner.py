@@ -335,7 +335,17 @@ def _worker_init() -> None:
 
 
 class _NoCyclicGC:
-    """The same, for the analysis and the cross-file pass in this process; restores the collector's state."""
+    """The same, for the analysis and the cross-file pass in this process; restores the collector's state.
+
+    `freeze`: also exempt every object alive at the end from later collections (`gc.freeze`), when the collector
+    was on. The summaries the scan returns are millions of container objects made while it was off, all still in
+    the youngest generation: each of the next collections (the report's first few hundred allocations trigger
+    them) would walk every one of them again, about 0.7 s of CPU after a scan of torch's tree. Frozen objects are
+    still freed by reference counting; only a reference cycle among them (the worker pool's bookkeeping) lives on
+    until `gc.unfreeze()` or the end of the process."""
+
+    def __init__(self, freeze: bool = False):
+        self.freeze = freeze
 
     def __enter__(self):
         self.was = gc.isenabled()
@@ -343,6 +353,8 @@ class _NoCyclicGC:
 
     def __exit__(self, *exc):
         if self.was:
+            if self.freeze:
+                gc.freeze()
             gc.enable()
 
 
@@ -441,7 +453,7 @@ def scan(paths: list[str], *, entry_points: list[str] | None = None, exclude: li
     that names none of them is no error."""
     regions = (list(per_step_entry_points or []), list(allowed_contexts or []), list(eager_only or []), fanout_limit,
                partial)
-    with _NoCyclicGC():
+    with _NoCyclicGC(freeze=True):
         return _scan(paths, entry_points, exclude, select, ignore, root, cache, jobs, source, source_name, regions,
                      placement, force_exclude)
 

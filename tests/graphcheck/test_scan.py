@@ -172,6 +172,29 @@ def test_cache_reuses_results_and_notices_edits(tmp_path, monkeypatch):
     assert third.cached == 0 and third.findings == []
 
 
+def test_scan_leaves_its_summaries_to_reference_counting(tmp_path):
+    """The summaries a scan returns are exempt from the cyclic collector (they hold no cycles): otherwise the
+    report's first collections walk every node of them again (0.7 s after a scan of torch's tree). The collector
+    stays on; a caller that had it off keeps it off and nothing is frozen."""
+    import gc
+    p = tmp_path / "m.py"
+    p.write_text("import torch\ndef f(x: torch.Tensor):\n    return x.item()\n")
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        gc.unfreeze()
+        res = scan([str(p)], root=tmp_path, cache=False, jobs=1)
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        assert not any(gc.is_tracked(o) and o is res.summaries for g in (0, 1, 2) for o in gc.get_objects(g))
+        gc.unfreeze()
+        gc.disable()
+        scan([str(p)], root=tmp_path, cache=False, jobs=1)
+        assert not gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()
+
+
 def _cli(tmp_path, *args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "graphcheck", *args], cwd=tmp_path, capture_output=True, text=True, env=env)
@@ -324,3 +347,50 @@ def user():
 """
     got = sorted((f.rule, f.line) for f in scan_src(src))
     assert got == [("GC104", 10), ("GC104", 11), ("GC201", 6)], got
+
+
+def test_engine_child_walk_is_the_standard_one_less_contexts_and_operators():
+    """`children` (the engine's generic walks) yields what `ast.iter_child_nodes` does, in the same order, less
+    the expression contexts and operators no walk looks at: over every node of the engine's and the rules' own sources and of
+    syntax they lack (match, async, walrus, f-strings, star-args, decorators, slices)."""
+    import ast
+    from graphcheck.static.inference import children
+    skip = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+    extra = textwrap.dedent('''
+        async def f(a, /, b=1, *c, d: int = 2, **e) -> "T":
+            async with x as (y, *z):
+                async for i in g(*a, **e):
+                    match i:
+                        case {"k": [1, *rest], **kw} if (n := len(rest)) > 0: print(f"{n!r:>{w}}", rest[1:2:3])
+                        case P(x=0) | None: pass
+                        case _: del a[0], b.c
+            try:
+                raise E from None
+            except* (A, B) as err:
+                global q
+            return lambda *, k=0: [v async for v in w if v] or {1: 2, **m} or {s for s in t} or not -x @ y
+        ''')
+    trees = [ast.parse(extra)] + [ast.parse(p.read_text()) for d in ("static", "rules") for p in sorted((ROOT / "graphcheck" / d).glob("*.py"))]
+    nodes = 0
+    for tree in trees:
+        for n in ast.walk(tree):
+            nodes += 1
+            assert children(n) == [c for c in ast.iter_child_nodes(n) if not isinstance(c, skip)], ast.dump(n)[:200]
+    assert nodes > 20_000
+
+
+def test_text_prefilters_agree_with_what_they_stand_for():
+    """The engine's cheap text tests answer as the slow ones they skip: `_says_global` as the `global`-statement
+    expression, and a file `_may_suppress` rejects has no suppression (over the package's and the tests' sources,
+    which hold suppressions, and edge cases)."""
+    from graphcheck.static.engine import _GLOBAL_STMT, _may_suppress, _says_global, parse_suppressions
+    texts = [p.read_text() for d in ("graphcheck", "tests") for p in sorted((ROOT / d).rglob("*.py"))]
+    texts += ["global x", "  global x\n", "x = 1; global y", "\tglobal\tz", "global", "globalx = 1", "# global x",
+              "a\n global b", "a\r global b", "x = 'global y'", "y = 2  # GRAPHCHECK: ignore[GC101] why", "# NoQA: gc101",
+              "x.item()  # noqa: GC101 reason", "x = 1  # noqa: F401"]
+    assert sum(_says_global(t) for t in texts) > 3 and sum(not _may_suppress(t) for t in texts) > 10
+    for t in texts:
+        assert _says_global(t) == bool(_GLOBAL_STMT.search(t)), t[:80]
+        if not _may_suppress(t):
+            assert parse_suppressions(t.splitlines()) == [], t[:80]
+    assert parse_suppressions(["x.item()  # noqa: GC101 reason"]) and _may_suppress("x.item()  # noqa: GC101 reason")

@@ -27,7 +27,7 @@ class HyperConnection(nn.Module):
         self.sinkhorn, self.pre_mix, self.post_mix = sinkhorn_ref, mhc_pre_ref, mhc_post_ref
         self.matmul = f32_linear_ref
         # `pre`, its Sinkhorn and the sublayer's RMSNorm as one op (`pre_normed`, what the blocks call): the
-        # reference composition, or its one-launch kernel set once at load on CUDA
+        # reference composition, or its one-launch kernel (`use_kernels`)
         self.pre_norm = mhc_pre_norm_ref
 
     def use_kernels(self, table) -> None:

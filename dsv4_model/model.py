@@ -8,23 +8,25 @@ The layer interface: what the two decodes (this reference, and the graph-safe st
 public name. The graph-safe step keeps its own state and control flow and calls these for all of the math:
 
 - `Block.compose(X, attn, ffn)`: the layer, written once. X [B,S,hc,d] -> X: mHC pre -> norm -> attention ->
-  mHC post, then mHC pre -> norm -> FFN -> mHC post (the official `Block.forward`). `attn` and `ffn` take
+  mHC post, then mHC pre -> norm -> FFN -> mHC post (as the official reference's Block). `attn` and `ffn` take
   the normed mix h [B,S,d] to y [B,S,d]: the reference gives `Attention.decode`/`prefill` and `MoE.forward`
   (`Block.forward`), the graph-safe step `decode.attention_step` and `decode.moe_step` over its state
   (`decode.block_step`). The MTP block (`mtp.MTPBlock`) is a Block and runs the same composition.
-- `HyperConnection.pre(X) -> (x, post, comb)` and `.post(y, X, post, comb) -> X`; `HyperHead(X) -> x [B,S,d]`.
+- `HyperConnection.pre_normed(X, norm) -> (h [B,S,d], post [B,S,hc], comb [B,S,hc,hc])` (mHC pre, Sinkhorn and
+  the sublayer's RMSNorm as one op) and `.post(y, X, post, comb) -> X`; `HyperHead(X) -> x [B,S,d]`.
 - `Attention.qkv(x, cs) -> (q [B,T,H,D], kv [B,T,D], qr [B,T,q_lora])`, `.attend(q, K, mask, cs) -> [B,T,d]`,
-  `.nope_fp8(kv)`; `Compressor.wkv/.wgate/.pool_rows/.reduce/.slot_bias/.finish`; `Indexer.query/.scores/
-  .select/.rotate`; `MoE.gate(x, ids) -> (weights, idx)`, `.experts.compute(...)`, `.shared_experts(x)`,
-  `.reduce(y)` (the tensor-parallel sum).
+  `.nope_fp8(kv)`; `Compressor.wkv/.wgate/.pool/.finish` and its state writes `.ring_write/.close_block`;
+  `Indexer.query/.scores/.select/.rotate`; `MoE.gate(x, ids) -> (weights, idx)`, `.experts.compute(...)`,
+  `.shared_experts(x)`, `.reduce(y)` (the tensor-parallel sum).
 - `Transformer.streams(ids) -> X [B,S,hc,d]` (the embedding as hc streams), `.layers`, `.mtp`, `.embed`,
   `.rope_main`/`.rope_compress` (rope rows by position), `.logits(X)` (hc head, norm, LM head: fp32 [B,S,V]).
-- Kernel slots: a module that calls a swappable op (fake quants, RMSNorm, RoPE, mHC mixes and Sinkhorn, pooling,
-  index scores and top-k, the attention core, the GEMVs, the routed experts) holds it as an attribute, the PyTorch
-  reference from its constructor. Its class's `use_kernels(table)` sets its own slots from a kernel table
-  (`decode.KernelTable`, built by `decode.decode_kernels(device)`); `Transformer.use_kernels(table)` gives the
-  table to every module, and `Transformer.kernels` says which table they hold. Only the model's holder attaches
-  one (a graph-safe decoder does when built with `kernels=True`/`False`): both decodes then run the same kernels.
+- Kernel slots: a module that calls a swappable op (fake quants, RMSNorm, RoPE and the fused norm + RoPE ops, mHC
+  mixes and Sinkhorn, pooling and the compressor's state writes, index scores and top-k, the attention core, the
+  GEMVs, the routed experts) holds it as an attribute, the PyTorch reference from its constructor. Its class's
+  `use_kernels(table)` sets its own slots from a kernel table (`decode.KernelTable`, built by
+  `decode.decode_kernels(device)`); `Transformer.use_kernels(table)` gives the table to every module, and
+  `Transformer.kernels` says which table they hold. Only the model's holder attaches one (a graph-safe decoder
+  does when built with `kernels=True`/`False`): both decodes then run the same kernels.
 
 A new layer kind: its module here (reference math as public methods with shape comments, its kernel slots in its
 own `use_kernels`), its decode state in `decode.py` (a `LayerState` part, reset by row) and its sublayer entry in

@@ -641,7 +641,7 @@ def test_cuda_decoder_puts_kernels_on_the_model_only_when_asked():
     dec = GraphSafeDecoder(model, batch=1, kernels=True)
     assert model.kernels.cuda and dec.kernel_note.startswith("routed experts: fused Triton kernel"), dec.kernel_note
     fused = {k for k, v in _small_kernels_of(model).items() if not next(iter(v)).endswith("_ref")}
-    assert fused == set(_small_kernels_of(model)) - {("Attention", "rms")}, fused
+    assert fused == set(_small_kernels_of(model)), fused
 
 
 @pytest.mark.cuda

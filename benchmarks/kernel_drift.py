@@ -13,6 +13,7 @@ flips, bf16 outputs).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 
 import torch
@@ -27,23 +28,21 @@ def main(argv=None) -> int:
     from dsv4_kernels import select
     from dsv4_kernels.moe_gemv import cuda_kernel, weight_gemv
     from dsv4_kernels.sinkhorn import sinkhorn
-    from dsv4_model.decode import GraphSafeDecoder, small_kernels
-    from dsv4_model.linear import Linear, RMSNorm
-    from dsv4_model.attention import Attention
-    from dsv4_model.indexer import Indexer
-    from dsv4_model.compressor import Compressor
-    from dsv4_model.mhc import HyperConnection, HyperHead
-    from dsv4_model.moe import Experts
+
+    from dsv4_model.decode import GraphSafeDecoder, decode_kernels
     from dsv4_model.quant import act_sim
     from dsv4_model.synthetic import flash_layers
 
     model = flash_layers(device="cuda")
     model.set_simulation(not a.no_sim)
     feed = torch.randint(0, model.args.vocab_size, (a.steps, a.batch), generator=torch.Generator().manual_seed(1)).cuda()
-    small = small_kernels(torch.device("cuda"))
+    refs = decode_kernels(torch.device("cuda"), use_kernels=False)        # every slot on its PyTorch reference
+    small = decode_kernels(torch.device("cuda")).fns                       # what the decode loads on this GPU
     routed = select("routed_experts", "cuda")
 
     def gemv_path(path):
+        # the table's gemv slot serves the quantised projections and the fp32 ones (Linear.use_kernels): the FP8/FP4
+        # ones go through the CUDA C++ path asked for, the rest through the stored-format entry
         def run(x, w):
             if w[0] in ("fp8", "mxfp4", "nvfp4") and cuda_kernel.fits(x.shape[-1], w):
                 if path == "mma" and not cuda_kernel.mma_fits(x.contiguous(), w):
@@ -60,69 +59,40 @@ def main(argv=None) -> int:
         return lambda x, idx, wts, w1, w3, w2, limit, act=True: cuda_kernel.routed_experts_cuda(
             x.contiguous(), idx, wts, w1, w3, w2, limit, act_sim=sim if act else None, path=path)
 
-    def setattrs(kind, value):
-        for m in model.modules():
-            if kind == "experts" and isinstance(m, Experts):
-                m.compute = value
-            elif kind == "gemv" and isinstance(m, Linear) and m.fmt in ("fp8", "mxfp4", "nvfp4"):
-                m.gemv = value
-            elif kind == "sinkhorn" and isinstance(m, HyperConnection):
-                m.sinkhorn = value
-            elif kind == "rms" and isinstance(m, RMSNorm):
-                m.kernel = value
-            elif kind == "q_norm_rope" and isinstance(m, Attention):
-                m.q_norm_rope = value
-            elif kind == "fp8" and isinstance(m, Linear):
-                m.fp8_quant = value
-            elif kind == "norm_rope_fp8" and isinstance(m, (Attention, Compressor)):
-                m.norm_rope = value
-            elif kind == "fp8_nope" and isinstance(m, Attention):
-                m.fp8_nope = value
-            elif kind == "fp4" and isinstance(m, Indexer):
-                m.fp4_quant = value
-            elif kind == "rope" and isinstance(m, (Attention, Indexer)):
-                m.rope = value
-            elif kind == "mhc" and isinstance(m, HyperConnection):
-                m.pre_mix, m.post_mix, m.pre_norm = value["mhc_pre"], value["mhc_post"], value["mhc_pre_norm"]
-            elif kind == "mhc" and isinstance(m, HyperHead):
-                m.head_mix = value["mhc_head"]
-            elif kind == "reduce" and isinstance(m, Compressor):
-                m.pool_reduce = value
-            elif kind == "attend" and isinstance(m, Attention):
-                m.core = value
-            elif kind == "score" and isinstance(m, Indexer):
-                m.score = value
-            elif kind == "select" and isinstance(m, Indexer):
-                m.select = value
+    # each group: the slots of the kernel table it switches from the reference to a kernel (None: the table the
+    # decoder loads); the modules take their slots from the table (`Transformer.use_kernels`)
+    def on(*slots):
+        return {s: small[s] for s in slots}
 
     groups = {
-        "reference (again)": [],
-        "gemv rows": [("gemv", gemv_path("rows"))],
-        "gemv mma": [("gemv", gemv_path("mma"))],
-        "experts rows": [("experts", experts("rows"))],
-        "experts mma": [("experts", experts("mma"))],
-        "sinkhorn": [("sinkhorn", sinkhorn)],
-        "fp8 fake quant": [("fp8", small["fp8"])],
-        "fp4 fake quant": [("fp4", small["fp4"])],
-        "rms_norm": [("rms", small["rms"])],
-        "rope": [("rope", small["rope"])],
-        "q norm + rope": [("q_norm_rope", small["q_norm_rope"])],
-        "norm + rope + fp8": [("norm_rope_fp8", small["norm_rope_fp8"])],
-        "fp8 nope": [("fp8_nope", small["fp8_nope"])],
-        "mhc mixes": [("mhc", small)],
-        "compressor pooling": [("reduce", small["reduce"])],
-        "attention core": [("attend", small["attend"])],
-        "indexer scores": [("score", small["score"])],
-        "indexer top-k": [("select", small["select"])],
+        "reference (again)": {},
+        "gemv rows": {"gemv": gemv_path("rows")},
+        "gemv mma": {"gemv": gemv_path("mma")},
+        "experts rows": {"experts": experts("rows")},
+        "experts mma": {"experts": experts("mma")},
+        "sinkhorn": {"sinkhorn": sinkhorn},
+        "fp8 fake quant": on("fp8"),
+        "fp4 fake quant": on("fp4"),
+        "rms_norm": on("rms"),
+        "rope": on("rope"),
+        "q norm + rope": on("q_norm_rope"),
+        "norm + rope + fp8": on("norm_rope_fp8"),
+        "fp8 nope": on("fp8_nope"),
+        "mhc mixes": on("mhc_pre", "mhc_post", "mhc_pre_norm", "mhc_head"),
+        "compressor pooling": on("pool"),
+        "compressor state writes": on("ring_write", "close_block"),
+        "attention core": on("attend"),
+        "indexer scores": on("score"),
+        "indexer top-k": on("select"),
         "all (as loaded)": None,
     }
 
     def run(group, states=None):
         """Logits of every step [steps, batch, V] and the decoder state before each step; with `states`, each step
         starts from the given state (one-step error, no carried drift)."""
-        dec = GraphSafeDecoder(model, batch=a.batch, kernels=group is None)     # resets every module attribute
-        for kind, value in group or []:
-            setattrs(kind, value)
+        if group is not None:
+            model.use_kernels(dataclasses.replace(refs, fns={**refs.fns, **group}, note=f"drift group {sorted(group)}"))
+        dec = GraphSafeDecoder(model, batch=a.batch, kernels=True if group is None else None)
         dec.reset()
         outs, before = [], []
         for t in range(a.steps):
@@ -135,9 +105,9 @@ def main(argv=None) -> int:
             outs.append(dec.step(a.batch).clone())
         return torch.stack(outs), before
 
-    ref, states = run([])
+    ref, states = run({})
     marks = sorted({0, a.steps // 4, a.steps // 2, a.steps - 1})
-    rel = lambda got, m: ((got[m] - ref[m]).abs().max() / ref[m].abs().max()).item()   # noqa: E731
+    rel = lambda got, m: ((got[m] - ref[m]).abs().max() / ref[m].abs().max()).item()
     print(f"max |kernel - reference| / max |reference| of the logits: free-running after steps "
           f"{[m + 1 for m in marks]} | the largest one-step error (each step from the references' state)")
     for name, group in groups.items():

@@ -110,7 +110,7 @@ def main(argv=None) -> int:
         "norm + rope + fp8": [("norm_rope_fp8", small["norm_rope_fp8"])],
         "fp8 nope": [("fp8_nope", small["fp8_nope"])],
         "mhc mixes": [("mhc", small)],
-        "compressor pooling": [("reduce", small["reduce"])],
+        "compressor pooling": [("reduce", small["pool"])],
         "attention core": [("attend", small["attend"])],
         "indexer scores": [("score", small["score"])],
         "indexer top-k": [("select", small["select"])],

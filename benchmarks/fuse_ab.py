@@ -281,10 +281,10 @@ def depth(args: list[str], timeout: float) -> None:
             watchdog.cancel()
         text = "".join(lines)
         print(f"exit {rc}", flush=True)
-        # B, ms@lo, ms@hi, layer ms, floor ms, x floor, kernels/layer
+        # B, ms@lo, ms@hi, layer ms, floor ms, x floor, kernels per layer
         rows[name] = {int(m.group(1)): m.groups()[1:] for m in map(ROW.match, text.splitlines()) if m}
     print(f"{'B':>3} {'layer ms fused':>14} {'unfused':>8} {'x floor fused':>13} {'unfused':>8} "
-          f"{'kernels/layer fused':>19} {'unfused':>8}")
+          f"{'kernels per layer fused':>23} {'unfused':>8}")
     for b in sorted(set(rows["fused"]) & set(rows["unfused"])):
         on, off = rows["fused"][b], rows["unfused"][b]
         print(f"{b:>3} {on[2]:>14} {off[2]:>8} {on[4]:>13} {off[4]:>8} {on[5]:>19} {off[5]:>8}")

@@ -29,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import torch
@@ -267,12 +268,18 @@ def depth(args: list[str], timeout: float) -> None:
     for name, extra in (("fused", []), ("unfused", ["--unfused"])):
         cmd = [sys.executable, os.path.join(here, "decode.py"), *args, *extra]
         print(f"$ {' '.join(cmd[1:])}", flush=True)
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-            text, rc = r.stdout + r.stderr, r.returncode
-        except subprocess.TimeoutExpired as e:
-            text, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "timeout"
-        print(text, flush=True)
+        # streamed as it comes (a call cut off by its time limit keeps what was measured), kept for the table
+        lines = []
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+            watchdog = threading.Timer(timeout, proc.kill)
+            watchdog.start()
+            for line in proc.stdout:
+                print(line, end="", flush=True)
+                lines.append(line)
+            rc = proc.wait()
+            rc = rc if watchdog.is_alive() else f"{rc} (killed after {timeout:.0f} s)"
+            watchdog.cancel()
+        text = "".join(lines)
         print(f"exit {rc}", flush=True)
         # B, ms@lo, ms@hi, layer ms, floor ms, x floor, kernels per layer
         rows[name] = {int(m.group(1)): m.groups()[1:] for m in map(ROW.match, text.splitlines()) if m}

@@ -1011,7 +1011,7 @@ def test_mhc_pre_norm_reference_and_errors():
 
 @cuda
 @pytest.mark.parametrize("rows", [1, 8])
-def test_mhc_pre_norm_parity(rows):
+def test_mhc_pre_norm_against_the_chain(rows):
     """At Flash's mHC (hc 4, dim 4096, bf16 streams) against the three kernels it replaces, chained: post and comb
     within fp32 rounding, the normalised stream within one bf16 rounding (the compiler may order a reduction
     differently in one program than in three), deterministic."""

@@ -23,7 +23,7 @@ tensor-parallel split along heads leaves untouched).
 
 Layer math is not re-implemented: each block runs its own composition (`Block.compose`, the one the reference
 runs) with this step's sublayers, which call the reference modules' own functions (`Attention.qkv`,
-`Attention.attend`, `Compressor.pool_rows/finish`, `Indexer.query/scores/select`, the gate, the shared expert,
+`Attention.attend`, `Compressor.pool/finish`, `Indexer.query/scores/select`, the gate, the shared expert,
 head): the layer interface written down in model.py's docstring. Only state and control flow live here.
 """
 from __future__ import annotations

@@ -1575,10 +1575,13 @@ def test_norm_rope_fp8_parity(dt, shape, lead, rd, block, out):
         assert torch.equal(norm_rope_fp8(x, w, 1e-6, cs, rd, out, block), got)
         want = norm_rope_fp8_ref(x, w, 1e-6, cs, rd, out, block)
         if block:
+            # the FP8-simulated dims: the norm's other order of sums moves some values by an e4m3 step (the whole
+            # tensor was 0.89-0.90 equal in bf16 on the H100, run 49); the rotated dims are not quantised, so they are
+            # held to rounding (an equal share there means nothing in fp32: 0.84 in run 50). The chain above is what
+            # holds the fused kernel bit for bit
             near = (got.float() - want.float()).abs() <= 0.07 * want.float().abs().amax()
-            # bf16 inputs: the norm's other order of sums moves ~10 % of the FP8 values by a step (0.89-0.90 equal on
-            # the H100, run 49); the chain above is what holds the fused kernel bit for bit
-            assert near.all() and (got == want).float().mean() >= 0.85
+            assert near.all() and (got[..., :-rd] == want[..., :-rd]).float().mean() >= 0.85
+            _assert_fp32_rounding(got[..., -rd:], want[..., -rd:], out or dt, 1.0)
         else:
             _assert_fp32_rounding(got, want, out or dt, 1.0)
 

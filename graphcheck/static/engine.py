@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import ast
 import functools
-import io
 import re
 import sys
-import tokenize
 from dataclasses import dataclass, field
 
 from ..rules import CALLS_ANY as _CALLS_ANY
@@ -25,6 +23,7 @@ from .inference import (DEV, HOST, HOST_KINDS, NP, ON_DEVICE, PINNED, PY, SEQ, S
                         annotation_kind, children, element, infer, join, name_hint, soft, symbolic,
                         unpack_targets)
 from .placement import NO_PLACEMENT, Placement
+from .suppressions import _may_suppress, parse_suppressions
 
 ENGINE_VERSION = "33"
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -34,10 +33,6 @@ _CHECKERS = CHECKERS
 # registered on them would silently never run
 if ast.Attribute in _CHECKERS:
     raise RuntimeError("a rule registers on ast.Attribute: the engine keeps attribute loads from the rules")
-# `# noqa: CODES` as ruff reads it: any case (`# NOQA: GC101`), the codes of every tool in one list separated by
-# commas and/or spaces (`# noqa: E501, GC101`; only the GC codes are ours), the reason after the list (`-- why`).
-_SUPPRESS = re.compile(r"#\s*(?:graphcheck:\s*ignore\[(?P<codes>[^\]]*)\]|noqa\s*:\s*(?P<noqa>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))"
-                       r"(?:[\s,]*--\s*(?P<reason>.*\S))?", re.IGNORECASE)
 _LOGGER_NAMES = {"logger", "log", "logging", "_logger", "_log", "LOGGER", "LOG", "warnings", "wandb", "writer", "tb"}
 # Node types a checker, the tensor inference or the call graph looks at; everything else is only traversed.
 _KEEP = set(_CHECKERS) | {ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr, ast.Call, ast.Import,
@@ -55,50 +50,6 @@ class _Func:
     nodes: list = field(default_factory=list)
     reads: list = field(default_factory=list)     # attribute loads rooted in a name (`self.x`, `c.length`)
     lambdas: set = field(default_factory=set)     # locals bound only to lambdas
-
-
-def _comments(lines: list[str]) -> dict[int, tuple[int, str]]:
-    """Real comments (line -> (column, text)), so a suppression-like string literal is not taken for one."""
-    out: dict[int, tuple[int, str]] = {}
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline):
-            if tok.type == tokenize.COMMENT:
-                out[tok.start[0]] = (tok.start[1], tok.string)
-    except (tokenize.TokenError, SyntaxError):
-        pass
-    return out
-
-
-def parse_suppressions(lines: list[str]) -> list[dict]:
-    """Suppression comments: the codes, the reason, and the line they apply to (same line, or the next one)."""
-    out = []
-    comments: dict[int, tuple[int, str]] | None = None
-    for i, text in enumerate(lines, 1):
-        low = text.lower()
-        # a suppression of ours names graphcheck or a GC code: another tool's `# noqa: F401` (torch has thousands)
-        # must not make the whole file go through the tokenizer
-        if "graphcheck" not in low and ("noqa" not in low or "gc" not in low):
-            continue
-        if not _SUPPRESS.search(text):
-            continue
-        if comments is None:
-            comments = _comments(lines)
-        if i not in comments:
-            continue
-        col, comment = comments[i]
-        m = _SUPPRESS.search(comment)
-        if not m:
-            continue
-        if m.group("codes") is not None:
-            codes = [c.strip().upper() for c in m.group("codes").split(",") if c.strip()]
-        else:     # another tool's codes in the same list are that tool's business
-            codes = [c.upper() for c in re.split(r"[\s,]+", m.group("noqa")) if c.upper().startswith("GC")]
-            if not codes:
-                continue
-        own_line = text[:col].strip() == ""
-        out.append({"line": i, "target": i + 1 if own_line else i, "codes": codes, "reason": m.group("reason") or "",
-                    "source": text.strip()})
-    return out
 
 
 class _Ctx:
@@ -347,11 +298,6 @@ def _says_global(text: str) -> bool:
     return False
 
 
-def _may_suppress(text: str) -> bool:
-    """Whether any line can pass parse_suppressions' first test (it names graphcheck, or both noqa and gc): false
-    for most files, which then need not be split into lines and lowered one by one."""
-    low = text.lower()
-    return "graphcheck" in low or "noqa" in low and "gc" in low
 _NAN_GUARDS = ("isnan", "isinf", "isfinite", "isneginf", "isposinf")
 _HOST_MATH = ("math.", "cmath.", "numpy.")
 _STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "ExternalStream")
@@ -731,8 +677,6 @@ def _own_bindings(fn: ast.AST) -> set[str]:
     return out
 
 
-
-
 def _splits(node: ast.AST) -> bool:
     """`x.tensor_split(n)`, `torch.chunk(x, n)`: a host sequence of tensors, which list()/tuple()/sum() walk on
     the host without reading any element back."""
@@ -848,7 +792,6 @@ def _class_kinds(imports: dict, aliases: dict, module_kinds: dict, methods: list
                 elif isinstance(value, ast.Call) and dotted(value.func).split(".")[-1][:1].isupper():
                     mods.add(t.attr)
     return kinds, mods - {a for a, k in kinds.items() if k in TENSORS}
-
 
 
 def _class_refs(cnode: ast.ClassDef, methods: list[_Func]) -> dict[str, list[str]]:

@@ -11,7 +11,6 @@ from .classtypes import _ctor_symbols, _self_attr
 from .context import _Func
 from .inference import unpack_targets
 
-
 _PROPERTIES = ("property", "cached_property", "abstractproperty")
 _ACCESSORS = ("setter", "deleter")     # `@x.getter` is the getter again
 

@@ -7,7 +7,6 @@ import io
 import re
 import tokenize
 
-
 # `# noqa: CODES` as ruff reads it: any case (`# NOQA: GC101`), the codes of every tool in one list separated by
 # commas and/or spaces (`# noqa: E501, GC101`; only the GC codes are ours), the reason after the list (`-- why`).
 _SUPPRESS = re.compile(r"#\s*(?:graphcheck:\s*ignore\[(?P<codes>[^\]]*)\]|noqa\s*:\s*(?P<noqa>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))"

@@ -2,7 +2,8 @@
 
 The result is a JSON-serialisable summary (findings by function, call sites for the call graph, class
 attribute types, imports, suppressions) that depends only on the file's text — so it is cached by content hash
-and the cross-file work (scope, suppression matching) happens later, in ``scope.py`` and ``scanner.py``.
+and the cross-file work (scope, suppression matching) happens later, in ``scope.py`` and ``scanner.py``. The parts it is built from are listed in the package's
+docstring (``graphcheck/static/__init__.py``).
 """
 from __future__ import annotations
 

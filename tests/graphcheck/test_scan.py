@@ -128,14 +128,14 @@ def test_other_tools_noqa_does_not_tokenize_the_file(monkeypatch):
     """Only a line that could hold a suppression of ours (graphcheck, or noqa with a GC code) sends the file through
     the tokenizer (which tells a real comment from a string): torch's thousands of `# noqa: F401` made the
     suppression pass about an eighth of the analysis of its tree."""
-    from graphcheck.static import engine
+    from graphcheck.static import suppressions
     calls = []
-    real = engine._comments
-    monkeypatch.setattr(engine, "_comments", lambda lines: calls.append(1) or real(lines))
+    real = suppressions._comments
+    monkeypatch.setattr(suppressions, "_comments", lambda lines: calls.append(1) or real(lines))
     other = "import os  # noqa: F401\nimport sys  # NOQA: E402, F401\n"
-    assert engine.parse_suppressions(other.splitlines()) == [] and calls == []
+    assert suppressions.parse_suppressions(other.splitlines()) == [] and calls == []
     ours = other + "x = 1  # noqa: gc101 -- lower case is ours too\n"
-    assert [s["codes"] for s in engine.parse_suppressions(ours.splitlines())] == [["GC101"]] and calls == [1]
+    assert [s["codes"] for s in suppressions.parse_suppressions(ours.splitlines())] == [["GC101"]] and calls == [1]
 
 
 def test_never_crashes_on_bad_files(tmp_path):
@@ -383,7 +383,8 @@ def test_text_prefilters_agree_with_what_they_stand_for():
     """The engine's cheap text tests answer as the slow ones they skip: `_says_global` as the `global`-statement
     expression, and a file `_may_suppress` rejects has no suppression (over the package's and the tests' sources,
     which hold suppressions, and edge cases)."""
-    from graphcheck.static.engine import _GLOBAL_STMT, _may_suppress, _says_global, parse_suppressions
+    from graphcheck.static.engine import _GLOBAL_STMT, _says_global
+    from graphcheck.static.suppressions import _may_suppress, parse_suppressions
     texts = [p.read_text() for d in ("graphcheck", "tests") for p in sorted((ROOT / d).rglob("*.py"))]
     texts += ["global x", "  global x\n", "x = 1; global y", "\tglobal\tz", "global", "globalx = 1", "# global x",
               "a\n global b", "a\r global b", "x = 'global y'", "y = 2  # GRAPHCHECK: ignore[GC101] why", "# NoQA: gc101",

@@ -1,6 +1,7 @@
 pytest_plugins = ["pytester"]
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,13 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+# A suite started in the background of a non-interactive shell (`pytest ... &`, a CI step's job control) inherits
+# SIGINT ignored, and so does every child it starts: the Ctrl-C tests then see no interrupt at all (exit 1 instead of
+# 130; a handler "restored" to SIG_IGN). Python's own handler here: it is reset to the default on exec, so the
+# children start with the handler a terminal user has.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).with_name("data")

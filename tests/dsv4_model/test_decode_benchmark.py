@@ -65,6 +65,7 @@ def test_depth_mode_rejects_bad_depths():
     assert r.returncode == 2 and "--depths takes two different depths" in r.stderr, r.stderr
 
 
+@pytest.mark.slow    # ~6 s: a crash test of the benchmark script; CI's slow pass runs it
 def test_speculative_mode_runs_on_cpu():
     """The speculative mode end to end (eagerly): the drafts from each row's own greedy stream are accepted at
     exactly the rate they are built for (1, 2, 3 tokens a step at k = 2), which they are only if the speculative

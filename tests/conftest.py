@@ -143,6 +143,15 @@ def project(tmp_path):
     return tmp_path
 
 
+def load_benchmark(stem: str, name: str | None = None):
+    """A script of benchmarks/ (not a package) loaded as a module, e.g. `load_benchmark("decode")` for its functions."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name or stem, ROOT / "benchmarks" / f"{stem}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def graphcheck_env(cwd, **extra):
     """The environment of a `graphcheck` subprocess: this checkout and the project in `cwd` importable."""
     return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}", **extra}

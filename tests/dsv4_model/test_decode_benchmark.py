@@ -1,21 +1,16 @@
 """benchmarks/decode.py's depth mode (issue 37): the stored-bytes floor it divides by, and its CPU path end to end
 (small shapes, eagerly: a crash test; no time is asserted anywhere)."""
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import ROOT, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("decode_bench", os.path.join(ROOT, "benchmarks", "decode.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("decode", "decode_bench")
 
 
 def test_stored_floor_counts_what_the_release_stores(bench):

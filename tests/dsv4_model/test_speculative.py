@@ -349,12 +349,8 @@ def test_cuda_speculative_replay_bitwise(draft):
     """The runner's captured speculative step (k = 2, a staggered batch of 4, greedy and sampling rows, its own
     generator registered with the graph) replays equal to the eager step bit for bit over 300 steps: emitted
     tokens, counts and every state tensor (every 50 steps); with the forced-agree draft every step accepts all."""
-    import importlib.util
-    import os
-    from conftest import ROOT
-    spec = importlib.util.spec_from_file_location("decode_bench", os.path.join(ROOT, "benchmarks", "decode.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from conftest import load_benchmark
+    bench = load_benchmark("decode", "decode_bench")
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=1024)
     B, k, steps = 4, 2, STEPS
     prompts = [[0, 3 + r, 4 + r][: 1 + r % 3] for r in range(B)]

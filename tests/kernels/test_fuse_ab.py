@@ -2,23 +2,18 @@
 the references' compositions, so the decode with them gives the fused decode's bits; its parity check fails a
 wrong kernel; the script runs end to end (a crash test: CPU times mean nothing)."""
 import dataclasses
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
 import torch
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import ROOT, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def fuse_ab():
-    spec = importlib.util.spec_from_file_location("fuse_ab", os.path.join(ROOT, "benchmarks", "fuse_ab.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("fuse_ab")
 
 
 def test_unfuse_puts_the_chains_back_with_the_same_bits(fuse_ab):

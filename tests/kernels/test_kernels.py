@@ -314,15 +314,13 @@ def test_kernel_ab_stages_every_waiting_variant(tmp_path, monkeypatch):
     cost a device call to find out: here every one is staged and imported (nothing is built without a GPU), and
     a patch that does not apply is refused."""
     import importlib
-    import importlib.util
     import re
     from pathlib import Path
     import shutil
     if shutil.which("patch") is None:
         pytest.skip("no `patch` program")
-    spec = importlib.util.spec_from_file_location("kernel_ab", os.path.join(ROOT, "benchmarks", "kernel_ab.py"))
-    ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab)
+    from conftest import load_benchmark
+    ab = load_benchmark("kernel_ab")
     patches = sorted(Path(ROOT, "benchmarks", "ab").glob("*.patch"))
     assert patches, "benchmarks/ab holds no variant"
     exts = set()

@@ -36,7 +36,7 @@ def check_call(ctx, node: ast.Call) -> None:
         ctx.report(RULE.code, node, call=f"torch.{t}")
     elif m in ("topk", "kthvalue") and node.args and not _module_call(ctx, node) and ctx.dev(node.args[0]):
         ctx.report(RULE.code, node, call=f".{m}()")
-    elif m in _SIZE_METHODS and ctx.any_dev(node.args) and ctx.tensor(node.func.value):
+    elif m in _SIZE_METHODS and ctx.any_dev(node.args) and ctx.sliced_tensor(node.func.value):
         ctx.report(RULE.code, node, call=f".{m}()")
 
 
@@ -59,6 +59,6 @@ def check_slice(ctx, node: ast.Subscript) -> None:
     parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
     for p in parts:
         if isinstance(p, ast.Slice) and ctx.any_dev(b for b in (p.lower, p.upper, p.step) if b is not None) \
-                and ctx.tensor(node.value):
+                and ctx.sliced_tensor(node.value):
             ctx.report(RULE.code, node, call="x[a:b]")
             return

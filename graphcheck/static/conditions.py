@@ -4,7 +4,7 @@
 the ``Resolver`` beside it and reads the caches that ``Program.__init__`` sets up."""
 from __future__ import annotations
 
-from .inference import HOST, HOST_KINDS, NP, ON_DEVICE, PY, SEQ, TENSOR, join
+from .inference import HOST, HOST_KINDS, NP, ON_DEVICE, PY, SEQ, TENSOR, TENSORS, join
 from .resolve import _fits, _implicit, _plain
 
 _MISSING = object()
@@ -125,6 +125,8 @@ class Conditions:
                     k = join(k, self._decode(t[0], t[1], r, within, depth + 1))
                 if not targets and dep[0] == "R" and self._opaque_module(path, q, calls[i]):
                     k = TENSOR       # a submodule outside the tree (nn.Linear): calling it returns a tensor
+                if not targets and dep[0] == "g":
+                    k = self._inherited_field(path, q, calls[i])
         self._kinds[key] = k
         return k
 
@@ -171,7 +173,26 @@ class Conditions:
                 k = join(k, self._element(t[0], t[1], callee.get("ret"), i, strict, within, depth + 1))
         if not targets and base[0] == "R" and not strict and self._opaque_module(path, q, calls[n]):
             k = TENSOR       # a submodule outside the tree: a tensor, or a tuple of them
+        if not targets and base[0] == "g":
+            k = self._inherited_field(path, q, calls[n])
+            if k not in TENSORS:
+                k = None     # an element of a list or a dict the base class holds: unknown, as the read was
         return k
+
+    def _inherited_field(self, path: str, q: str, call: list):
+        """`self.X` that the method's own class never assigns and no getter returns: what a base class assigns to
+        it (`Base.__init__: self.count = torch.zeros(..., device=d)`, read in a subclass as `range(self.count[0])`),
+        in another file or this one. The classes' own kinds only: unknown where no base in the tree assigns it."""
+        if call[0] != "get" or call[1] != "self":
+            return None
+        own = self._cls_of((path, q))
+        if own is None:
+            return None
+        for cpath, cname in self._mro(own):
+            k = self.s[cpath]["classes"][cname].get("fields", {}).get(call[2])
+            if k is not None:
+                return k
+        return None
 
     def _element(self, path: str, q: str, enc, i: int, strict: bool, within, depth: int):
         """Element i of an encoded kind: a dependency's element, or (not strict) the concrete kind itself."""

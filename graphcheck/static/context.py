@@ -103,6 +103,16 @@ class _Ctx:
         # as before the scope could resolve it: a rule asking "is it a tensor?" (to stay quiet) must not take it for one
         return k in TENSORS or isinstance(k, frozenset) and any(not d.startswith(("a:", "g:")) for d in k)
 
+    def sliced_tensor(self, node: ast.AST) -> bool:
+        """A tensor sliced or resized on the host (`x[:n]`, `x.view(n)`): as ``tensor``, or an attribute that may be a
+        property or a base class's field (`self.out` assigned in `Base.__init__`), the finding then waiting on it
+        resolving to a tensor (a list sliced by a device value reads nothing back: no finding there)."""
+        k = self.env.kind(node)
+        if soft(k):
+            self._also += ({"mode": "dev", "deps": sorted(k)},)
+            return True
+        return self.tensor(node)
+
     def host(self, node: ast.AST) -> bool:
         """A CPU tensor that is not pinned."""
         return self.env.kind(node) == HOST

@@ -508,6 +508,54 @@ def test_fields_of_a_class_typed_parameter_take_the_class_declaration(tmp_path):
     assert got == [("GC101", 8), ("GC101", 10), ("GC101", 11), ("GC201", 12)], got
 
 
+def test_an_attribute_a_base_class_assigns_is_read_with_the_base_class_kind(tmp_path):
+    """`self.count` assigned only in a base class (in another file, or this one) and read in a subclass's step:
+    a device tensor there makes `range(self.count[0])` and `x[:self.count[0]]` readbacks (they were missed: the
+    read was an attribute that might be a property, unknown once no getter was found); a base class that holds a
+    host list, a property returning an int, or a base outside the tree stay quiet."""
+    root = _pkg(tmp_path, {"base.py": '''
+        import torch
+
+        class Base:
+            def __init__(self, n):
+                self.count = torch.zeros(1, dtype=torch.long, device="cuda")
+                self.out = torch.zeros(1, n, device="cuda")
+                self.sizes = [1, 2]
+
+            @property
+            def width(self):
+                return 4
+    ''', "step.py": '''
+        import torch
+        from external import Outside
+        from .base import Base
+
+        class Step(Base):
+            def forward(self, x):
+                for j in range(self.count[0]):
+                    x = x + 1
+                y = self.out[0, :self.count[0]]
+                for j in range(self.sizes[0]):
+                    x = x + 1
+                z = self.out[0, :self.width]
+                return x, y, z
+
+        class Local(Step):
+            def forward(self, x):
+                return self.out.view(self.count[0], -1)
+
+        class Far(Outside):
+            def forward(self, x):
+                for j in range(self.count[0]):
+                    x = x + 1
+                return x[:self.out[0]]
+    '''})
+    res = scan([str(root / "pkg")], entry_points=["pkg.step:Step.forward", "pkg.step:Local.forward",
+                                                 "pkg.step:Far.forward"], root=root, cache=False, jobs=1)
+    got = sorted((f.rule, f.line) for f in res.findings)
+    assert got == [("GC105", 8), ("GC308", 10), ("GC308", 18)], got
+
+
 def test_an_entry_point_whose_file_is_scanned_under_another_name_says_so(tmp_path):
     from graphcheck.static.scope import ScopeError
     (tmp_path / "app").mkdir()                     # no __init__.py: app/step.py is the top-level module 'step'

@@ -158,6 +158,117 @@ def graphcheck_env(cwd, **extra):
 
 
 def run_graphcheck(cwd, *args, stdin=None, env=None, timeout=300):
-    """`python -m graphcheck ARGS` in `cwd`; the CompletedProcess carries returncode, stdout and stderr."""
+    """`python -m graphcheck ARGS` in `cwd`; the CompletedProcess carries returncode, stdout and stderr. The commands
+    that run a target import torch, about 1.3 s of CPU per process and most of the suite's command-line time on a
+    loaded machine (issue 40): they run in a process forked from a server that imported torch once (``_Forks``), a
+    fresh process each with the command line, directory, environment and streams `python -m graphcheck` would get."""
+    env = env or graphcheck_env(cwd)
+    if args and args[0] in ("audit", "capture", "run", "baseline") and "--no-runtime" not in args:
+        return _FORKS.run(cwd, args, stdin, env, timeout)
     return subprocess.run([sys.executable, "-m", "graphcheck", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env or graphcheck_env(cwd), input=stdin, timeout=timeout)
+                          env=env, input=stdin, timeout=timeout)
+
+
+# The server: it imports torch and graphcheck, then for each request (a JSON line: directory, arguments, environment,
+# the files for the three streams) forks a child that sets up what `python -m graphcheck ARGS` in that directory would
+# have (sys.path[0] the directory, then PYTHONPATH; the environment; fds 0-2; sys.argv) and runs the package as
+# __main__; the server answers with the child's exit status (a signal as -N, as subprocess reports it). It never runs
+# torch itself, so it has no thread pool for a fork to break.
+_SERVER = r"""
+import json, os, runpy, sys, traceback
+import torch, graphcheck.cli  # noqa: F401
+base = list(sys.path)
+req_fd, ans_fd = int(sys.argv[1]), int(sys.argv[2])
+requests = os.fdopen(req_fd, "r")
+answers = os.fdopen(ans_fd, "w")
+for line in requests:
+    r = json.loads(line)
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            requests.close(); answers.close()
+            for fd, path, mode in ((0, r["stdin"], os.O_RDONLY), (1, r["stdout"], os.O_WRONLY), (2, r["stderr"], os.O_WRONLY)):
+                f = os.open(path, mode)
+                os.dup2(f, fd)
+                os.close(f)
+            os.chdir(r["cwd"])
+            os.environ.clear()
+            os.environ.update(r["env"])
+            extra = [p for p in r["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+            sys.path[:] = [r["cwd"], *extra, *[p for p in base if p not in extra]]
+            sys.argv = ["graphcheck", *r["args"]]
+            code = 0
+            try:
+                runpy.run_module("graphcheck", run_name="__main__", alter_sys=True)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else (print(e.code, file=sys.stderr) or 1))
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush(); sys.stderr.flush()
+        finally:
+            os._exit(locals().get("code", 1))
+    _, status = os.waitpid(pid, 0)
+    answers.write(f"{os.waitstatus_to_exitcode(status)}\n")
+    answers.flush()
+"""
+
+
+class _Forks:
+    def __init__(self):
+        self.proc = None
+
+    def _start(self):
+        import tempfile
+        req_r, req_w = os.pipe()
+        ans_r, ans_w = os.pipe()
+        # The server's file is named runpy.py: it stands in for `python -m`'s runpy, whose frames graphcheck's
+        # attribution leaves out by name, so a finding's evidence stack is the one `python -m graphcheck` records
+        # (`-P`: its directory is not put on sys.path, where it would shadow the real runpy)
+        self.dir = tempfile.TemporaryDirectory(prefix="graphcheck-forks-")
+        script = os.path.join(self.dir.name, "runpy.py")
+        with open(script, "w") as f:
+            f.write(_SERVER)
+        self.proc = subprocess.Popen([sys.executable, "-P", script, str(req_r), str(ans_w)], pass_fds=(req_r, ans_w),
+                                     stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        os.close(req_r)
+        os.close(ans_w)
+        self.requests, self.answers = os.fdopen(req_w, "w"), os.fdopen(ans_r, "r")
+
+    def run(self, cwd, args, stdin, env, timeout):
+        import json
+        import select
+        import tempfile
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        with tempfile.TemporaryDirectory() as d:
+            paths = {k: os.path.join(d, k) for k in ("stdin", "stdout", "stderr")}
+            for k, path in paths.items():
+                with open(path, "w") as f:
+                    f.write(stdin or "" if k == "stdin" else "")
+            self.requests.write(json.dumps({"cwd": str(cwd), "args": [str(a) for a in args], "env": dict(env),
+                                            **paths}) + "\n")
+            self.requests.flush()
+            if not select.select([self.answers], [], [], timeout)[0]:
+                self.proc.kill()            # the child goes with it: its parent is gone and the test fails here
+                self.proc = None
+                raise subprocess.TimeoutExpired(["graphcheck", *args], timeout)
+            code = int(self.answers.readline())
+            out, err = (open(paths[k], errors="replace").read() for k in ("stdout", "stderr"))
+        return subprocess.CompletedProcess(["graphcheck", *args], code, out, err)
+
+    def close(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.requests.close()
+            self.proc.wait(timeout=30)
+            self.dir.cleanup()
+
+
+_FORKS = _Forks()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fork_server():
+    yield
+    _FORKS.close()

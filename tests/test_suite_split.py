@@ -35,3 +35,20 @@ def test_ci_runs_the_readme_command_then_the_slow_tests():
     assert runs == ["python -m pytest -q", "python -m pytest -q -m slow"], runs
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "&& python -m pytest -q\n" in readme and "`python -m pytest -q -m slow`" in readme
+
+
+def test_forked_commands_are_what_python_m_graphcheck_gives(project):
+    """The runtime commands run forked from a server that imported torch once (conftest._Forks, issue 40's bound):
+    the same command as a fresh `python -m graphcheck` gives the same exit code and the same output, for a clean
+    verdict, a finding on stdout with its exit code 1, a one-line error with its 2, and a target that exits."""
+    import subprocess
+    import sys
+    from conftest import STEP, graphcheck_env
+    (project / "demo" / "exits.py").write_text(STEP.replace("        self.pos += 1", "        raise SystemExit(3)"))
+    for args in (("audit", "--output-format", "concise"), ("run", "--output-format", "json"), ("audit", "demo.step:nope"),
+                 ("capture", "demo.exits:make")):
+        forked = conftest.run_graphcheck(project, *args)
+        fresh = subprocess.run([sys.executable, "-m", "graphcheck", *args], cwd=project, capture_output=True, text=True,
+                               env=graphcheck_env(project), timeout=300)
+        assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr), args
+    assert {fresh.returncode} <= {2}

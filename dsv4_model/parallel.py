@@ -86,9 +86,13 @@ class RowParallelLinear(Linear):
             return nvfp4_act_fake_quant(x, s.reshape(-1, 1, 1))
         return act_sim(x, qw.fmt, qw.input_scale, self.fp8_quant)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def fp8_block(self) -> int | None:
+        # a block that spans ranks takes its amax from every rank: no caller can simulate it alone
+        return None if self.spans else super().fp8_block()
+
+    def forward(self, x: torch.Tensor, simulated: bool = False) -> torch.Tensor:
         qw = self.qweight
-        if self.act_sim:
+        if self.act_sim and not simulated:
             x = self._act_sim(x, qw)
         y = F.linear(x.to(self.dtype), dequant(qw, dtype=self.dtype))
         if not self.reduce:
@@ -142,7 +146,10 @@ class ParallelGate(Gate):
         w, idx = super().forward(x, ids)
         local = idx - self.start
         mine = (local >= 0) & (local < self.n_local)
-        return torch.where(mine, w, 0.0), torch.where(mine, local, self.n_local)
+        # picks in local expert order (the others last), as `Gate.forward` gives them: the mapping moved the picks
+        # of lower ranks' experts, which came first, to the end's index
+        local, order = torch.where(mine, local, self.n_local).sort(-1)
+        return torch.where(mine, w, 0.0).gather(-1, order), local
 
 
 class ParallelMoE(MoE):

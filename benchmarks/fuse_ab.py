@@ -16,7 +16,9 @@ loaded model (what the decode ran before them, every link the kernel the decode 
 - fp8_nope: FP8 of the unrotated dims + cat;
 - pool (`dsv4_kernels.compressor_pool`): the cats of the pooled rows and the bias (CSA) + the reduction;
 - ring_write, close_block (`dsv4_kernels.compressor_ring`): the graph-safe step's compressor state writes (two
-  index_puts; an index, a where and an index_put, and a where per CSA ring).
+  index_puts; an index, a where and an index_put, and a where per CSA ring);
+- route (`dsv4_kernels.moe_route`): the router after its fp32 product: scores, bias, top-k, gather, the
+  renormalisation and route scale, the sort into expert order and its gather (about 11 launches).
 Parity: fresh inputs, outputs poisoned (freed memory filled with NaN first), the Flash shapes at each batch and odd
 shapes: bit for bit against the chain where the kernel is built to be (norm_rope_fp8, fp8_nope), else the share of
 equal elements and the largest difference; each fused op twice on the same inputs (deterministic). A/B: each op
@@ -65,8 +67,10 @@ def unfused_ops(device) -> dict:
         x, post, logits = pre(X, mix, scale, base, eps, norm_eps)
         return rms(x, weight, rms_eps), post, sink(logits, iters, eps)
 
+    from dsv4_kernels.moe_route.reference import moe_route_ref
     return {"q_norm_rope": q_norm_rope, "mhc_pre_norm": mhc_pre_norm, "norm_rope_fp8": norm_rope_fp8,
-            "fp8_nope": fp8_nope, "ring_write": ring_write_ref, "close_block": close_block_ref, "pool": pool}
+            "fp8_nope": fp8_nope, "ring_write": ring_write_ref, "close_block": close_block_ref, "pool": pool,
+            "route": moe_route_ref}
 
 
 def fused_ops(device) -> dict:
@@ -74,7 +78,7 @@ def fused_ops(device) -> dict:
     from dsv4_model.decode import small_kernels
     small = small_kernels(torch.device(device))
     return {k: small[k] for k in ("q_norm_rope", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "ring_write",
-                                  "close_block", "pool")}
+                                  "close_block", "pool", "route")}
 
 
 def unfuse(model) -> None:
@@ -83,6 +87,7 @@ def unfuse(model) -> None:
     from dsv4_model.attention import Attention
     from dsv4_model.compressor import Compressor
     from dsv4_model.mhc import HyperConnection
+    from dsv4_model.moe import Gate
     ops = unfused_ops(model.embed.weight.device)
     for m in model.modules():
         if isinstance(m, Attention):
@@ -92,11 +97,18 @@ def unfuse(model) -> None:
             m.pool_reduce = ops["pool"]
         elif isinstance(m, HyperConnection):
             m.pre_norm = ops["mhc_pre_norm"]
+        elif isinstance(m, Gate):
+            m.route = ops["route"]
 
 
 def _table(g, *lead, rd, dev):
     ang = torch.rand(*lead, rd // 2, generator=g) * 200
     return torch.stack([ang.cos(), ang.sin()], -1).to(dev)
+
+
+def _hash_table(g, dev, vocab=1000, experts=256, k=6):
+    """A hash layer's tid2eid [vocab, k]: distinct experts per token, as the release's."""
+    return torch.stack([torch.randperm(experts, generator=g)[:k] for _ in range(vocab)]).to(dev)
 
 
 def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple[str, str, tuple]]:
@@ -116,7 +128,8 @@ def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple
                 (f"kv {B}x96/32 b16", "norm_rope_fp8", (r(B, 96), w(96), 1e-6, _table(g, B, rd=32, dev=dev), 32, None,
                                                          16)),
                 (f"nope {B}x1x520/8", "fp8_nope", (r(B, 1, 520), 8, 128)),
-                (f"pool CSA {B}x8x80", "pool", (f(B, 8, 80), f(B, 8, 80) * 3, f(4, 80), 4, True))]
+                (f"pool CSA {B}x8x80", "pool", (f(B, 8, 80), f(B, 8, 80) * 3, f(4, 80), 4, True)),
+                (f"route {B}x72/8 sigmoid", "route", (f(B, 72) * 3, 8, 2.5, "sigmoid", f(72) * 0.3))]
     X = r(B, 1, 4, 4096)
     return [(f"q {B}x1x64x512", "q_norm_rope", (r(B, 1, 64, 512), _table(g, B, 1, 1, rd=64, dev=dev), 1e-6, 64)),
             (f"mhc {B}x4x4096", "mhc_pre_norm", (X, X.flatten(-2).float() @ (f(24, 16384) * 0.01).T, w(3), f(24),
@@ -126,11 +139,14 @@ def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple
             (f"entry {B}x512", "norm_rope_fp8", (f(B, 512) * 2, w(512), 1e-6, _table(g, B, rd=64, dev=dev), 64, dt, 0)),
             (f"nope {B}x1x512", "fp8_nope", (r(B, 1, 512), 64, 64)),
             (f"pool CSA {B}x8x1024", "pool", (f(B, 8, 1024), f(B, 8, 1024) * 3, f(4, 1024), 4, True)),
-            (f"pool HCA {B}x128x512", "pool", (f(B, 128, 512), f(B, 128, 512) * 3, f(128, 512), 128, False))]
+            (f"pool HCA {B}x128x512", "pool", (f(B, 128, 512), f(B, 128, 512) * 3, f(128, 512), 128, False)),
+            (f"route {B}x256/6", "route", (f(B, 256) * 3, 6, 1.5, "sqrtsoftplus", f(256) * 0.3)),
+            (f"route hash {B}x256/6", "route", (f(B, 256) * 3, 6, 1.5, "sqrtsoftplus", None, _hash_table(g, dev),
+                                                 torch.randint(0, 1000, (B,), generator=g).to(dev)))]
 
 
 # built to give the chain's bits (the same steps at the same rounding points); the others are within a rounding
-BITWISE = {"norm_rope_fp8", "fp8_nope", "pool"}
+BITWISE = {"norm_rope_fp8", "fp8_nope", "pool", "route"}
 
 
 def _outs(y):

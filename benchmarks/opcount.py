@@ -2,7 +2,7 @@
 experts), on CPU: a proxy for the number of small CUDA kernels per step. The GPU kernels that already exist
 (stored-format GEMVs, Sinkhorn, routed experts, compressor pooling) are emulated as one op each; `--fused` also emulates the one-launch
 fake quants, RMSNorm, RoPE, the q path's norm + RoPE, mHC mixes and a block's mHC pre + Sinkhorn + RMSNorm
-(dsv4_kernels.act_quant, .rms_norm, .rope, .head_norm_rope, .mhc) as one op each, and the sampler's penalty and pick (dsv4_kernels.sampling), the attention core (dsv4_kernels.attention) and the indexer's
+(dsv4_kernels.act_quant, .rms_norm, .rope, .head_norm_rope, .mhc) and the MoE route (.moe_route) as one op each, and the sampler's penalty and pick (dsv4_kernels.sampling), the attention core (dsv4_kernels.attention) and the indexer's
 scores and top-k (dsv4_kernels.indexer) as their launches plus their torch glue.
 
     python benchmarks/opcount.py [B] [--fused] [--by-function]      (with the dsv4_kernels mapping on PYTHONPATH; ~2 min)
@@ -21,7 +21,7 @@ from dsv4_model.decode import GraphSafeDecoder
 from dsv4_model.indexer import Indexer
 from dsv4_model.linear import Linear, RMSNorm
 from dsv4_model.mhc import HyperConnection, HyperHead
-from dsv4_model.moe import Experts
+from dsv4_model.moe import Experts, Gate
 from dsv4_model.runner import Runner
 from dsv4_model.sampler import Sampler
 from dsv4_model.synthetic import flash_args, random_model
@@ -51,6 +51,12 @@ def unfused_pre_norm(hc: HyperConnection):
         x, post, logits = hc.pre_mix(X, mix, scale, base, eps, norm_eps)
         return rms_norm_ref(x, weight, rms_eps), post, hc.sinkhorn(logits, iters, eps)
     return run
+
+
+def one_route(logits, k, *args):
+    """The route kernel as one launch: weights and picks written by it (the picks' values mean nothing here)."""
+    out = logits[:, :2 * k].clone()
+    return out[:, :k], out.view(torch.int64)
 
 
 class OneLaunch:
@@ -93,6 +99,8 @@ def main():
                 m.close_block = lambda entries, rows, b, closes, c, *a: entries.select(1, 0).copy_(c)
             elif isinstance(m, HyperHead):
                 m.head_mix = lambda X, *a: X.select(-2, 0).clone()
+            elif isinstance(m, Gate):          # the route after the fp32 product: one launch, two outputs
+                m.route = one_route
             if isinstance(m, HyperConnection):
                 m.pre_mix, m.post_mix = one_pre, lambda y, X, post, comb: X.clone()
                 m.pre_norm = lambda X, mix, *args: one_pre(X, mix)     # pre + Sinkhorn + RMSNorm: one launch

@@ -191,7 +191,7 @@ SMALL_KERNELS = {op.decode[0]: (op.name, op.reference, op.decode[1]) for op in K
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
     """The kernels of the small ops, decided once at load: each key of SMALL_KERNELS ("fp8", "fp4", "rms", "rope",
     "q_norm_rope", "mhc_pre", "mhc_post", "mhc_head", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "pool",
-    "ring_write", "close_block", "attend", "score", "select") -> the function, the Triton kernel where the device is
+    "ring_write", "close_block", "attend", "score", "select", "route") -> the function, the Triton kernel where the device is
     CUDA and it is usable, else its PyTorch reference."""
     chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
     if use_kernels and torch.device(device).type == "cuda":
@@ -293,13 +293,13 @@ def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     `moe.experts.compute` (`moe.routed_experts`, or the fused kernel set at load on CUDA), as the reference's do."""
     shape = x.shape
     x = x.reshape(-1, moe.dim)
+    # each row's picks come in expert order (the gate's route sorts them), so their slot-order sum rounds as the
+    # reference's loop over the experts
     weights, idx = moe.gate(x, ids.reshape(-1))
     ex = moe.experts
-    # each row's picks in expert order, so their slot-order sum rounds as the reference's loop over the experts
-    idx, order = idx.sort(-1)
     # under tensor parallelism a pick of another rank's expert has index ex.n and weight 0 (parallel.ParallelGate):
     # clamped into the stack it adds exactly zero, at a fixed shape
-    y = ex.compute(x, idx.clamp(max=ex.n - 1), weights.gather(-1, order), ex.w1.astuple(), ex.w3.astuple(),
+    y = ex.compute(x, idx.clamp(max=ex.n - 1), weights, ex.w1.astuple(), ex.w3.astuple(),
                    ex.w2.astuple(), moe.limit, act=ex.act_sim)
     y = moe.reduce(y + moe.shared_experts(x))
     return y.to(x.dtype).view(shape)

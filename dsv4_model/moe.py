@@ -13,11 +13,10 @@ from torch import nn
 
 from dsv4_kernels.fused_swiglu.reference import swiglu_ref
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref, sum_pairs
+from dsv4_kernels.moe_route.reference import SCORE_FUNCS, moe_route_ref
 
 from .linear import Linear, get_qweight, init_qweight
 from .quant import QWeight, act_sim, dequant
-
-SCORE_FUNCS = ("sqrtsoftplus", "softmax", "sigmoid")
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float | None) -> torch.Tensor:
@@ -109,6 +108,9 @@ class Gate(nn.Module):
         self.hash = layer < args.n_hash_layers
         self.dtype = torch.float32          # the reference computes the router in fp32 (the weight stays as stored)
         self.matmul = f32_linear_ref        # or the fp32 decode GEMV (`use_kernels`)
+        # scores, bias or hash table, top-k, renormalisation, route scale, expert order: the reference chain, or
+        # its one-launch kernel (`use_kernels`)
+        self.route = moe_route_ref
         init_qweight(self, "", (args.n_routed_experts, args.dim), self.dtype)
         if self.hash:
             self.register_buffer("tid2eid", torch.zeros(args.vocab_size, self.k, dtype=torch.int64))
@@ -120,26 +122,19 @@ class Gate(nn.Module):
         return self.fmts[""]
 
     def use_kernels(self, table) -> None:
-        """This module's kernel slot from a kernel table (`decode.KernelTable`)."""
-        self.matmul = table["f32"]
+        """This module's kernel slots from a kernel table (`decode.KernelTable`)."""
+        self.matmul, self.route = table["f32"], table["route"]
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [N, d], ids [N] -> (weights [N, k] fp32, expert indices [N, k]). The reference computes in fp32."""
+        """x [N, d], ids [N] -> (weights [N, k] fp32, expert indices [N, k]), each row's picks in expert order
+        (`dsv4_kernels.moe_route`). The reference computes in fp32."""
         qw = get_qweight(self)
         # a plain weight goes in as held (bf16 as stored): the fp32 product widens it, exactly, without a copy
         w = qw.data if qw.fmt == "plain" else dequant(qw, dtype=self.dtype)
         logits = self.matmul(x.float(), w)
-        if self.score_func == "softmax":
-            scores = logits.softmax(-1)
-        elif self.score_func == "sigmoid":
-            scores = logits.sigmoid()
-        else:
-            scores = F.softplus(logits).sqrt()
-        idx = self.tid2eid[ids] if self.hash else (scores + self.bias).topk(self.k, dim=-1).indices
-        w = scores.gather(-1, idx)
-        if self.score_func != "softmax":          # the reference renormalises all but softmax scores
-            w = w / w.sum(-1, keepdim=True)
-        return w * self.route_scale, idx
+        if self.hash:
+            return self.route(logits, self.k, self.route_scale, self.score_func, None, self.tid2eid, ids)
+        return self.route(logits, self.k, self.route_scale, self.score_func, self.bias)
 
 
 class MoE(nn.Module):

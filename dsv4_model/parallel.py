@@ -142,7 +142,10 @@ class ParallelGate(Gate):
         w, idx = super().forward(x, ids)
         local = idx - self.start
         mine = (local >= 0) & (local < self.n_local)
-        return torch.where(mine, w, 0.0), torch.where(mine, local, self.n_local)
+        # picks in local expert order (the others last), as `Gate.forward` gives them: the mapping moved the picks
+        # of lower ranks' experts, which came first, to the end's index
+        local, order = torch.where(mine, local, self.n_local).sort(-1)
+        return torch.where(mine, w, 0.0).gather(-1, order), local
 
 
 class ParallelMoE(MoE):

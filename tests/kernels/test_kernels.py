@@ -2456,3 +2456,160 @@ def test_topk_blocks_parity(R, N, k):
             s = torch.where(torch.rand(R, N, generator=g) < 0.5, -s, s) * 1e-39
         _poison(R * k * 8)
         assert torch.equal(topk_blocks(s.cuda(), k).cpu(), topk_blocks_ref(s, k))
+
+
+# ---------------------------------------------------------------------------------------------- MoE routing
+def _old_gate_chain(logits, k, scale, func, bias=None, tid2eid=None, ids=None):
+    """The torch calls of `Gate.forward` and `moe_step` before the route had its own op (copied from the tree)."""
+    scores = logits.softmax(-1) if func == "softmax" else logits.sigmoid() if func == "sigmoid" else \
+        F.softplus(logits).sqrt()
+    idx = tid2eid[ids] if tid2eid is not None else (scores + bias).topk(k, dim=-1).indices
+    w = scores.gather(-1, idx)
+    if func != "softmax":
+        w = w / w.sum(-1, keepdim=True)
+    w = w * scale
+    idx, order = idx.sort(-1)
+    return w.gather(-1, order), idx
+
+
+def _route_inputs(N, E, k, g, device="cpu", vocab=50):
+    logits = (torch.randn(N, E, generator=g) * 3).to(device)
+    bias = (torch.randn(E, generator=g) * 0.3).to(device)
+    table = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(vocab)]).to(device)
+    return logits, bias, table, torch.randint(0, vocab, (N,), generator=g).to(device)
+
+
+def torch_cuda_row_sum(w: torch.Tensor) -> torch.Tensor:
+    """torch's CUDA sum over the last dim of a contiguous [N, K] fp32 tensor, K < 64, in its own order (ATen
+    Reduce.cuh: BW = last_pow2(K) lanes, lane t adds elements t and t + BW, then the shuffle tree at offsets 1, 2,
+    4, ...), emulated in fp32 on any device: the order the route kernel renormalises in."""
+    K = w.shape[-1]
+    bw = 1 << (K.bit_length() - 1)
+    lanes = [w[..., t] + w[..., t + bw] if t + bw < K else w[..., t] for t in range(bw)]
+    while len(lanes) > 1:
+        lanes = [lanes[i] + lanes[i + 1] for i in range(0, len(lanes), 2)]
+    return lanes[0]
+
+
+def test_moe_route_reference_and_errors():
+    """The reference is the gate's torch chain it replaced, bit for bit (scores, bias for the selection only, or
+    the hash table, the renormalisation in top-k order, the route scale, then the picks in expert order); CPU
+    selects it; bad shapes and arguments are clear errors."""
+    from dsv4_kernels.moe_route import moe_route, moe_route_ref
+    g = torch.Generator().manual_seed(37)
+    for func in ("sqrtsoftplus", "sigmoid", "softmax"):
+        for N, E, k in ((5, 256, 6), (3, 20, 1), (4, 40, 8)):
+            logits, bias, table, ids = _route_inputs(N, E, k, g)
+            for args in ((bias,), (None, table, ids)):
+                w, idx = moe_route(logits, k, 1.5, func, *args)
+                ow, oidx = _old_gate_chain(logits, k, 1.5, func, *(args if args[0] is not None else (None, *args[1:])))
+                assert torch.equal(w, ow) and torch.equal(idx, oidx) and idx.dtype == torch.int64
+                assert (idx[:, 1:] > idx[:, :-1]).all()                                  # expert order
+    assert kernels.select("moe_route", "cpu") is moe_route_ref
+    logits, bias, table, ids = _route_inputs(2, 16, 6, g)
+    for call, msg in ((lambda: moe_route(logits.double(), 6, 1.5, "sigmoid", bias), r"logits must be \[N, E\] fp32"),
+                      (lambda: moe_route(logits, 17, 1.5, "sigmoid", bias), r"k = 17 picks of 16 experts"),
+                      (lambda: moe_route(logits, 6, 1.5, "relu", bias), r"score_func 'relu'"),
+                      (lambda: moe_route(logits, 6, 1.5, "sigmoid", bias[:8]), r"bias has shape \(8,\), expected \(16,\)"),
+                      (lambda: moe_route(logits, 6, 1.5, "sigmoid", None, table), r"tid2eid and ids go together"),
+                      (lambda: moe_route(logits, 6, 1.5, "sigmoid", None, table[:, :5], ids), r"tid2eid \(50, 5\)")):
+        with pytest.raises(ValueError, match=msg):
+            call()
+
+
+def test_torch_cuda_row_sum_emulation_is_a_tree():
+    """The emulated order is not the sequential one (else the route's bit-for-bit claim would test nothing): on
+    values where rounding depends on the order, the K = 6 tree ((w0 + w4) + (w1 + w5)) + (w2 + w3) differs from
+    w0 + w1 + ... + w5, and it adds every element once."""
+    w = torch.tensor([[1.0, 2 ** -24, 2 ** -24, 2 ** -24, 2 ** -24, 2 ** -24]])
+    tree = torch_cuda_row_sum(w)
+    seq = w[0, 0]
+    for t in range(1, 6):
+        seq = seq + w[0, t]
+    assert tree.item() != seq.item(), (tree.item(), seq.item())
+    x = torch.randint(0, 8, (4, 13)).float()                                             # exact sums: all terms
+    assert torch.equal(torch_cuda_row_sum(x), x.sum(-1))
+
+
+ROUTE_INTERPRET = textwrap.dedent("""
+    import torch
+    import triton
+    import triton.language as tl
+    from dsv4_kernels.moe_route.triton_kernel import moe_route_triton, _torch_row_sum
+    from dsv4_kernels.moe_route.reference import moe_route_ref
+    from tests.kernels.test_kernels import torch_cuda_row_sum, _route_inputs
+
+    @triton.jit
+    def row_sum(w_ptr, o_ptr, K: tl.constexpr, BW: tl.constexpr):
+        j = tl.arange(0, 2 * BW)
+        w = tl.load(w_ptr + tl.program_id(0) * K + j, mask=j < K, other=0.0)
+        tl.store(o_ptr + tl.program_id(0), _torch_row_sum(w, BW))
+
+    g = torch.Generator().manual_seed(38)
+    bad = []
+    # the renormalising sum's order, bit for bit (values spread over 2^-30 .. 2^10 so that orders round apart)
+    for K in (1, 2, 3, 5, 6, 8, 12, 31, 32, 40):
+        w = torch.rand(64, K, generator=g) * 2.0 ** torch.randint(-30, 10, (64, K), generator=g).float()
+        out = torch.empty(64)
+        row_sum[(64,)](w, out, K=K, BW=1 << (K.bit_length() - 1))
+        bad += [] if torch.equal(out, torch_cuda_row_sum(w)) else [f"sum K={K}"]
+    # the picks exactly, the weights within fp32 rounding (the interpreter's exp/log are numpy's, not libdevice's)
+    for func in ("sqrtsoftplus", "sigmoid"):
+        for N, E, k in ((3, 256, 6), (5, 20, 6), (2, 16, 1), (4, 40, 8), (3, 72, 5)):
+            logits, bias, table, ids = _route_inputs(N, E, k, g)
+            for args in ((bias,), (None, table, ids)):
+                (w, i), (w2, i2) = moe_route_triton(logits, k, 1.5, func, *args), moe_route_ref(logits, k, 1.5, func, *args)
+                if not (torch.equal(i, i2) and (w - w2).abs().max().item() <= 4e-7 * k):
+                    bad.append(f"{func} {N}x{E}/{k} {'hash' if args[0] is None else 'bias'}")
+    # ties in score + bias: the lowest index wins, as torch's top-k takes the k-th value's elements in index order
+    logits = torch.zeros(2, 16)
+    logits[:, 5] = logits[:, 9] = 3.0
+    w, i = moe_route_triton(logits, 4, 1.0, "sigmoid", torch.zeros(16))
+    bad += [] if i.tolist() == [[0, 1, 5, 9]] * 2 else [f"ties {i.tolist()}"]
+    l = torch.randn(6, 40, generator=g)[:, ::2]                                  # a strided row
+    bad += [] if torch.equal(moe_route_triton(l, 6, 1.5, "sigmoid", torch.zeros(20))[1],
+                             moe_route_ref(l, 6, 1.5, "sigmoid", torch.zeros(20))[1]) else ["strided"]
+    print("BAD", bad)
+""")
+
+
+@pytest.mark.slow
+def test_moe_route_under_the_interpreter():
+    """The route kernel's logic on CPU (TRITON_INTERPRET=1 in a subprocess): the renormalising sum in torch's CUDA
+    order bit for bit, the picks (top-k with bias, hash table, ties to the lowest index, a strided row) exactly, the
+    weights within fp32 rounding."""
+    _under_interpreter(ROUTE_INTERPRET, timeout=600)
+
+
+@cuda
+@pytest.mark.parametrize("K", [1, 2, 3, 5, 6, 8, 12, 31, 32, 40, 63])
+def test_torch_cuda_row_sum_order(K):
+    """What the route kernel's renormalisation relies on: torch's CUDA sum of a contiguous [N, K] fp32 row is the
+    tree `torch_cuda_row_sum` emulates, bit for bit (values spread over 40 binades so that orders round apart)."""
+    g = torch.Generator().manual_seed(K)
+    for N in (1, 8, 32):
+        w = torch.rand(N, K, generator=g) * 2.0 ** torch.randint(-30, 10, (N, K), generator=g).float()
+        assert torch.equal(w.cuda().sum(-1).cpu(), torch_cuda_row_sum(w))
+
+
+@cuda
+@pytest.mark.parametrize("func", ["sqrtsoftplus", "sigmoid"])
+@pytest.mark.parametrize("N,E,k", [(1, 256, 6), (8, 256, 6), (32, 256, 6), (8, 384, 6), (5, 20, 6), (3, 72, 8),
+                                   (4, 16, 1)])
+def test_moe_route_parity(func, N, E, k):
+    """The one-launch route against the torch chain it replaced, on CUDA, outputs poisoned first: weights and
+    picks bit for bit (the bias layers and the hash layers), deterministic; logits past softplus's threshold and
+    far below zero included."""
+    from dsv4_kernels.moe_route import moe_route, moe_route_ref
+    g = torch.Generator().manual_seed(N * 1000 + E + k)
+    for scale in (0.1, 3.0, 30.0):
+        logits, bias, table, ids = _route_inputs(N, E, k, g, "cuda")
+        logits = logits * scale
+        for args in ((bias,), (None, table, ids)):
+            _poison(N * k * 16)
+            w, idx = moe_route(logits, k, 1.5, func, *args)
+            w0, idx0 = moe_route_ref(logits, k, 1.5, func, *args)
+            assert torch.equal(idx, idx0), (idx, idx0)
+            assert torch.equal(w, w0), (w - w0).abs().max()
+            again = moe_route(logits, k, 1.5, func, *args)
+            assert torch.equal(again[0], w) and torch.equal(again[1], idx)

@@ -18,7 +18,10 @@ loaded model (what the decode ran before them, every link the kernel the decode 
 - ring_write, close_block (`dsv4_kernels.compressor_ring`): the graph-safe step's compressor state writes (two
   index_puts; an index, a where and an index_put, and a where per CSA ring);
 - route (`dsv4_kernels.moe_route`): the router after its fp32 product: scores, bias, top-k, gather, the
-  renormalisation and route scale, the sort into expert order and its gather (about 11 launches).
+  renormalisation and route scale, the sort into expert order and its gather (about 11 launches);
+- swiglu_fp8 (`dsv4_kernels.swiglu_fp8`): the shared expert between its projections: two casts to fp32, SiLU,
+  the product, the cast back and the down-projection's FP8 fake quant (6 launches). (Its input's FP8 simulation,
+  once for w1 and w3 since this op came, is not switched: `unfuse` leaves it shared.)
 Parity: fresh inputs, outputs poisoned (freed memory filled with NaN first), the Flash shapes at each batch and odd
 shapes: bit for bit against the chain where the kernel is built to be (norm_rope_fp8, fp8_nope), else the share of
 equal elements and the largest difference; each fused op twice on the same inputs (deterministic). A/B: each op
@@ -67,10 +70,15 @@ def unfused_ops(device) -> dict:
         x, post, logits = pre(X, mix, scale, base, eps, norm_eps)
         return rms(x, weight, rms_eps), post, sink(logits, iters, eps)
 
+    from dsv4_kernels.fused_swiglu.reference import swiglu_ref
     from dsv4_kernels.moe_route.reference import moe_route_ref
+
+    def swiglu_fp8(gate, up, limit, block):
+        return fp8(swiglu_ref(gate, up, limit).to(gate.dtype), block)
+
     return {"q_norm_rope": q_norm_rope, "mhc_pre_norm": mhc_pre_norm, "norm_rope_fp8": norm_rope_fp8,
             "fp8_nope": fp8_nope, "ring_write": ring_write_ref, "close_block": close_block_ref, "pool": pool,
-            "route": moe_route_ref}
+            "route": moe_route_ref, "swiglu_fp8": swiglu_fp8}
 
 
 def fused_ops(device) -> dict:
@@ -78,7 +86,7 @@ def fused_ops(device) -> dict:
     from dsv4_model.decode import small_kernels
     small = small_kernels(torch.device(device))
     return {k: small[k] for k in ("q_norm_rope", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "ring_write",
-                                  "close_block", "pool", "route")}
+                                  "close_block", "pool", "route", "swiglu_fp8")}
 
 
 def unfuse(model) -> None:
@@ -87,7 +95,7 @@ def unfuse(model) -> None:
     from dsv4_model.attention import Attention
     from dsv4_model.compressor import Compressor
     from dsv4_model.mhc import HyperConnection
-    from dsv4_model.moe import Gate
+    from dsv4_model.moe import Expert, Gate
     ops = unfused_ops(model.embed.weight.device)
     for m in model.modules():
         if isinstance(m, Attention):
@@ -99,6 +107,8 @@ def unfuse(model) -> None:
             m.pre_norm = ops["mhc_pre_norm"]
         elif isinstance(m, Gate):
             m.route = ops["route"]
+        elif isinstance(m, Expert):
+            m.swiglu_fp8 = ops["swiglu_fp8"]
 
 
 def _table(g, *lead, rd, dev):
@@ -129,7 +139,8 @@ def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple
                                                          16)),
                 (f"nope {B}x1x520/8", "fp8_nope", (r(B, 1, 520), 8, 128)),
                 (f"pool CSA {B}x8x80", "pool", (f(B, 8, 80), f(B, 8, 80) * 3, f(4, 80), 4, True)),
-                (f"route {B}x72/8 sigmoid", "route", (f(B, 72) * 3, 8, 2.5, "sigmoid", f(72) * 0.3))]
+                (f"route {B}x72/8 sigmoid", "route", (f(B, 72) * 3, 8, 2.5, "sigmoid", f(72) * 0.3)),
+                (f"swiglu {B}x1x96 L10", "swiglu_fp8", (r(B, 1, 96, scale=8.0), r(B, 1, 96, scale=8.0), 10.0, 96))]
     X = r(B, 1, 4, 4096)
     return [(f"q {B}x1x64x512", "q_norm_rope", (r(B, 1, 64, 512), _table(g, B, 1, 1, rd=64, dev=dev), 1e-6, 64)),
             (f"mhc {B}x4x4096", "mhc_pre_norm", (X, X.flatten(-2).float() @ (f(24, 16384) * 0.01).T, w(3), f(24),
@@ -142,11 +153,12 @@ def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple
             (f"pool HCA {B}x128x512", "pool", (f(B, 128, 512), f(B, 128, 512) * 3, f(128, 512), 128, False)),
             (f"route {B}x256/6", "route", (f(B, 256) * 3, 6, 1.5, "sqrtsoftplus", f(256) * 0.3)),
             (f"route hash {B}x256/6", "route", (f(B, 256) * 3, 6, 1.5, "sqrtsoftplus", None, _hash_table(g, dev),
-                                                 torch.randint(0, 1000, (B,), generator=g).to(dev)))]
+                                                 torch.randint(0, 1000, (B,), generator=g).to(dev))),
+            (f"swiglu {B}x1x2048", "swiglu_fp8", (r(B, 1, 2048, scale=4.0), r(B, 1, 2048, scale=4.0), None, 128))]
 
 
 # built to give the chain's bits (the same steps at the same rounding points); the others are within a rounding
-BITWISE = {"norm_rope_fp8", "fp8_nope", "pool", "route"}
+BITWISE = {"norm_rope_fp8", "fp8_nope", "pool", "route", "swiglu_fp8"}
 
 
 def _outs(y):

@@ -2,7 +2,7 @@
 experts), on CPU: a proxy for the number of small CUDA kernels per step. The GPU kernels that already exist
 (stored-format GEMVs, Sinkhorn, routed experts, compressor pooling) are emulated as one op each; `--fused` also emulates the one-launch
 fake quants, RMSNorm, RoPE, the q path's norm + RoPE, mHC mixes and a block's mHC pre + Sinkhorn + RMSNorm
-(dsv4_kernels.act_quant, .rms_norm, .rope, .head_norm_rope, .mhc) and the MoE route (.moe_route) as one op each, and the sampler's penalty and pick (dsv4_kernels.sampling), the attention core (dsv4_kernels.attention) and the indexer's
+(dsv4_kernels.act_quant, .rms_norm, .rope, .head_norm_rope, .mhc) the MoE route (.moe_route) and the shared expert's SwiGLU + FP8 (.swiglu_fp8) as one op each, and the sampler's penalty and pick (dsv4_kernels.sampling), the attention core (dsv4_kernels.attention) and the indexer's
 scores and top-k (dsv4_kernels.indexer) as their launches plus their torch glue.
 
     python benchmarks/opcount.py [B] [--fused] [--by-function]      (with the dsv4_kernels mapping on PYTHONPATH; ~2 min)
@@ -21,7 +21,7 @@ from dsv4_model.decode import GraphSafeDecoder
 from dsv4_model.indexer import Indexer
 from dsv4_model.linear import Linear, RMSNorm
 from dsv4_model.mhc import HyperConnection, HyperHead
-from dsv4_model.moe import Experts, Gate
+from dsv4_model.moe import Expert, Experts, Gate
 from dsv4_model.runner import Runner
 from dsv4_model.sampler import Sampler
 from dsv4_model.synthetic import flash_args, random_model
@@ -101,6 +101,8 @@ def main():
                 m.head_mix = lambda X, *a: X.select(-2, 0).clone()
             elif isinstance(m, Gate):          # the route after the fp32 product: one launch, two outputs
                 m.route = one_route
+            elif isinstance(m, Expert):        # the shared expert's SwiGLU + FP8: one launch
+                m.swiglu_fp8 = one_op
             if isinstance(m, HyperConnection):
                 m.pre_mix, m.post_mix = one_pre, lambda y, X, post, comb: X.clone()
                 m.pre_norm = lambda X, mix, *args: one_pre(X, mix)     # pre + Sinkhorn + RMSNorm: one launch

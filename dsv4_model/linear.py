@@ -7,7 +7,7 @@ from torch import nn
 
 from dsv4_kernels.rms_norm.reference import rms_norm_ref
 
-from .quant import QWeight, act_sim, dequant, fp8_fake_quant
+from .quant import QWeight, act_sim, dequant, fp8_block, fp8_fake_quant
 
 
 class RMSNorm(nn.Module):
@@ -93,9 +93,17 @@ class Linear(nn.Module):
         self.gemv = table["gemv"] if gemv else None
         self.fp8_quant = table["fp8"]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def fp8_block(self) -> int | None:
+        """The block of this projection's activation simulation where that is the per-block FP8 fake quant alone
+        (an FP8 or MXFP4 weight, simulation on), which a caller may apply itself (a fused op's epilogue, or once
+        for two projections of one input) and pass with `simulated=True`; None where it simulates nothing or
+        something else."""
+        return fp8_block(self.in_features) if self.act_sim and self.fmt in ("fp8", "mxfp4") else None
+
+    def forward(self, x: torch.Tensor, simulated: bool = False) -> torch.Tensor:
+        """`simulated`: x already carries this projection's activation simulation (see `fp8_block`)."""
         qw = self.qweight
-        if self.act_sim:
+        if self.act_sim and not simulated:
             x = act_sim(x, qw.fmt, qw.input_scale, self.fp8_quant)
         x = x.to(self.dtype)
         rows = x.numel() // self.in_features if self.in_features else 0

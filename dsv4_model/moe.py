@@ -14,6 +14,7 @@ from torch import nn
 from dsv4_kernels.fused_swiglu.reference import swiglu_ref
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref, sum_pairs
 from dsv4_kernels.moe_route.reference import SCORE_FUNCS, moe_route_ref
+from dsv4_kernels.swiglu_fp8.reference import swiglu_fp8_ref
 
 from .linear import Linear, get_qweight, init_qweight
 from .quant import QWeight, act_sim, dequant
@@ -27,7 +28,11 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float | None) -> torch.T
 
 
 class Expert(nn.Module):
-    """A SwiGLU FFN of three Linears (the shared expert)."""
+    """A SwiGLU FFN of three Linears (the shared expert).
+
+    Where w1 and w3 simulate their input the same way (the FP8 fake quant of one block size) it runs once for
+    both. Where w2's simulation is the FP8 fake quant, it runs with the SwiGLU as one op, `swiglu_fp8` (the
+    reference calls, or the one-launch kernel: `use_kernels`), and w2 takes the result as simulated."""
 
     def __init__(self, dim: int, inter: int, limit: float | None, dtype):
         super().__init__()
@@ -35,9 +40,22 @@ class Expert(nn.Module):
         self.w1 = Linear(dim, inter, dtype)
         self.w2 = Linear(inter, dim, dtype)
         self.w3 = Linear(dim, inter, dtype)
+        self.swiglu_fp8 = swiglu_fp8_ref
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slot from a kernel table (`decode.KernelTable`)."""
+        self.swiglu_fp8 = table["swiglu_fp8"]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(swiglu(self.w1(x), self.w3(x), self.limit).to(x.dtype)).float()
+        w1, w2, w3 = self.w1, self.w2, self.w3
+        block = w1.fp8_block()
+        shared = block is not None and w3.fp8_block() == block
+        xs = w1.fp8_quant(x, block) if shared else x
+        g, u = w1(xs, simulated=shared), w3(xs, simulated=shared)
+        block = w2.fp8_block()
+        if block is not None and g.dtype == x.dtype:
+            return w2(self.swiglu_fp8(g, u, self.limit, block), simulated=True).float()
+        return w2(swiglu(g, u, self.limit).to(x.dtype)).float()
 
 
 class Experts(nn.Module):

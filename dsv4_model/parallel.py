@@ -86,9 +86,13 @@ class RowParallelLinear(Linear):
             return nvfp4_act_fake_quant(x, s.reshape(-1, 1, 1))
         return act_sim(x, qw.fmt, qw.input_scale, self.fp8_quant)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def fp8_block(self) -> int | None:
+        # a block that spans ranks takes its amax from every rank: no caller can simulate it alone
+        return None if self.spans else super().fp8_block()
+
+    def forward(self, x: torch.Tensor, simulated: bool = False) -> torch.Tensor:
         qw = self.qweight
-        if self.act_sim:
+        if self.act_sim and not simulated:
             x = self._act_sim(x, qw)
         y = F.linear(x.to(self.dtype), dequant(qw, dtype=self.dtype))
         if not self.reduce:

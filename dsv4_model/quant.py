@@ -95,14 +95,19 @@ def dequant(qw: QWeight, index=None, dtype: torch.dtype = torch.float32) -> torc
     raise ValueError(f"unknown weight format {qw.fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
+def fp8_block(k: int) -> int:
+    """The block of the FP8 activation simulation of a k-wide input: 128 (the reference's), or the whole row
+    where 128 does not divide it."""
+    return 128 if k % 128 == 0 else k
+
+
 def act_sim(x: torch.Tensor, fmt: str, input_scale: torch.Tensor | None = None, fp8=fp8_fake_quant) -> torch.Tensor:
     """The activation simulation the reference applies before a GEMM with weights stored in `fmt`. `fp8`: the
     e4m3 fake quant to use, `fp8(x, block)` (the reference, or its one-launch kernel chosen at load)."""
     if fmt == "plain":
         return x
     if fmt in ("fp8", "mxfp4"):
-        k = x.shape[-1]
-        return fp8(x, 128 if k % 128 == 0 else k)
+        return fp8(x, fp8_block(x.shape[-1]))
     if fmt == "nvfp4":
         return nvfp4_act_fake_quant(x, input_scale)
     raise ValueError(f"unknown weight format {fmt!r}; expected one of {', '.join(FORMATS)}")

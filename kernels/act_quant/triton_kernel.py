@@ -42,6 +42,21 @@ TILE = 4096                                            # elements per program at
 
 
 @triton.jit
+def fp8_fake_blocks(x, EXACT: tl.constexpr):
+    """x [G, B] fp32, one block per row (zeros where masked) -> its e4m3 fake quant in fp32: the FP8 branch of
+    `_fake_quant_kernel`, for kernels that end in the FP8 activation simulation (`dsv4_kernels.swiglu_fp8`)."""
+    amax = tl.max(tl.abs(x), axis=1)[:, None]
+    v = tl.maximum(amax, FP8_MIN_AMAX) * INV_FP8_MAX
+    if EXACT:
+        e = tl.ceil(libdevice.log2(v))
+        s, rs = libdevice.exp2(e), libdevice.exp2(-e)
+    else:
+        e = tl.ceil(tl.log2(v))
+        s, rs = tl.exp2(e), tl.exp2(-e)
+    return (x * rs).to(tl.float8e4nv, fp_downcast_rounding="rtne").to(tl.float32) * s
+
+
+@triton.jit
 def _fake_quant_kernel(x_ptr, o_ptr, x_row, o_row, NB, BLOCK: tl.constexpr, GP: tl.constexpr, BP: tl.constexpr,
                        FP4: tl.constexpr, EXACT: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
@@ -50,19 +65,16 @@ def _fake_quant_kernel(x_ptr, o_ptr, x_row, o_row, NB, BLOCK: tl.constexpr, GP: 
     inside = (b < NB) & (j < BLOCK)
     col = b * BLOCK + j
     x = tl.load(x_ptr + r * x_row + col, mask=inside, other=0.0).to(tl.float32)
-    amax = tl.max(tl.abs(x), axis=1)[:, None]                       # [GP, 1]
     if FP4:
+        amax = tl.max(tl.abs(x), axis=1)[:, None]                   # [GP, 1]
         v = tl.maximum(amax, FP4_MIN_AMAX) * INV_FP4_MAX
-    else:
-        v = tl.maximum(amax, FP8_MIN_AMAX) * INV_FP8_MAX
-    if EXACT:
-        e = tl.ceil(libdevice.log2(v))
-        s, rs = libdevice.exp2(e), libdevice.exp2(-e)
-    else:
-        e = tl.ceil(tl.log2(v))
-        s, rs = tl.exp2(e), tl.exp2(-e)
-    y = x * rs
-    if FP4:
+        if EXACT:
+            e = tl.ceil(libdevice.log2(v))
+            s, rs = libdevice.exp2(e), libdevice.exp2(-e)
+        else:
+            e = tl.ceil(tl.log2(v))
+            s, rs = tl.exp2(e), tl.exp2(-e)
+        y = x * rs
         a = tl.abs(y)
         idx = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
                + (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32) + (a > 5.0).to(tl.int32))
@@ -70,9 +82,10 @@ def _fake_quant_kernel(x_ptr, o_ptr, x_row, o_row, NB, BLOCK: tl.constexpr, GP: 
         mag = tl.where(idx < 4, idx.to(tl.float32) * 0.5,
                        tl.where(idx == 7, 6.0, (idx - 2).to(tl.float32)))
         q = mag * tl.where(y < 0, -1.0, 1.0)                        # not -mag: Triton negates as 0 - x (+0.0)
+        out = q * s
     else:
-        q = y.to(tl.float8e4nv, fp_downcast_rounding="rtne").to(tl.float32)
-    tl.store(o_ptr + r * o_row + col, (q * s).to(o_ptr.dtype.element_ty), mask=inside)
+        out = fp8_fake_blocks(x, EXACT)
+    tl.store(o_ptr + r * o_row + col, out.to(o_ptr.dtype.element_ty), mask=inside)
 
 
 def _launch(x: torch.Tensor, block: int, fp4: bool) -> torch.Tensor:

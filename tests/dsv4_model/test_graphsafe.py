@@ -484,13 +484,13 @@ def _small_kernels_of(model):
     from dsv4_model.indexer import Indexer
     from dsv4_model.linear import Linear, RMSNorm
     from dsv4_model.mhc import HyperConnection, HyperHead
-    from dsv4_model.moe import Gate
+    from dsv4_model.moe import Expert, Gate
     seen = {}
     for m in model.modules():
         for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("q_norm_rope", "norm_rope", "fp8_nope", "rope", "core")),
                             (Indexer, ("fp4_quant", "rope", "score", "select")), (Compressor, ("norm_rope", "pool_reduce", "ring_write", "close_block")),
                             (HyperConnection, ("pre_mix", "post_mix", "pre_norm", "matmul")), (HyperHead, ("head_mix", "matmul")),
-                            (Gate, ("matmul", "route"))):
+                            (Gate, ("matmul", "route")), (Expert, ("swiglu_fp8",))):
             if isinstance(m, kind):
                 for a in attrs:
                     seen.setdefault((kind.__name__, a), set()).add(getattr(m, a).__name__)
@@ -508,8 +508,8 @@ def test_small_kernels_stay_references_on_cpu(model):
         assert set(listed.removesuffix(": PyTorch").split(", ")) == {
             "FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post", "mHC head",
             "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope", "compressor pooling", "attention core",
-            "indexer scores", "indexer top-k", "compressor ring write", "compressor block close",
-            "MoE routing"}, dec.kernel_note
+            "indexer scores", "indexer top-k", "compressor ring write", "compressor block close", "MoE routing",
+            "shared expert SwiGLU + FP8"}, dec.kernel_note
         seen = _small_kernels_of(model)
         assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "q_norm_rope"),
                              ("Attention", "norm_rope"), ("Attention", "fp8_nope"), ("Indexer", "fp4_quant"),
@@ -519,7 +519,7 @@ def test_small_kernels_stay_references_on_cpu(model):
                              ("Compressor", "ring_write"), ("Compressor", "close_block"),
                              ("HyperConnection", "pre_mix"), ("HyperConnection", "pre_norm"),
                              ("HyperConnection", "post_mix"), ("HyperHead", "head_mix"), ("HyperConnection", "matmul"),
-                             ("HyperHead", "matmul"), ("Gate", "matmul"), ("Gate", "route")}
+                             ("HyperHead", "matmul"), ("Gate", "matmul"), ("Gate", "route"), ("Expert", "swiglu_fp8")}
         assert all(len(v) == 1 and next(iter(v)).endswith("_ref") for v in seen.values()), seen
 
 
@@ -527,7 +527,7 @@ def _slots(model):
     """{(module name, attribute): the callable or None it holds} for every attribute a kernel table can set."""
     names = {"gemv", "fp8_quant", "fp4_quant", "kernel", "rope", "core", "score", "select", "reduce", "sinkhorn",
              "pre_mix", "post_mix", "head_mix", "matmul", "compute", "fp8_nope", "q_norm_rope", "norm_rope", "pre_norm",
-             "pool_reduce", "ring_write", "close_block", "route"}
+             "pool_reduce", "ring_write", "close_block", "route", "swiglu_fp8"}
     return {(name, a): m.__dict__[a] for name, m in model.named_modules() for a in names if a in m.__dict__}
 
 

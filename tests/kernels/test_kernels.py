@@ -347,7 +347,9 @@ def test_only_the_e4m3_kernels_need_compute_capability_8_9():
     from dsv4_kernels._select import PACKAGES, min_capability
     for pkg, rec in PACKAGES.items():
         src = open(os.path.join(ROOT, "kernels", pkg, "triton_kernel.py")).read()
-        assert rec.capability == ((8, 9) if "float8e4nv" in src else (8, 0)), pkg
+        # e4m3 in its own code, or through act_quant's FP8 fake quant of a tile
+        e4m3 = "float8e4nv" in src or "import fp8_fake_blocks" in src
+        assert rec.capability == ((8, 9) if e4m3 else (8, 0)), pkg
         for op in rec.ops:
             assert min_capability(op.name) == rec.capability, op.name
 
@@ -2613,3 +2615,104 @@ def test_moe_route_parity(func, N, E, k):
             assert torch.equal(w, w0), (w - w0).abs().max()
             again = moe_route(logits, k, 1.5, func, *args)
             assert torch.equal(again[0], w) and torch.equal(again[1], idx)
+
+
+# ---------------------------------------------------------------------------------------------- shared expert SwiGLU + FP8
+def test_swiglu_fp8_reference_and_errors():
+    """The reference is the calls the shared expert made between its projections (the SwiGLU in fp32, the cast,
+    the down-projection's FP8 simulation), bit for bit, with and without the clamp; CPU selects it; bad shapes,
+    blocks and limits are clear errors."""
+    from dsv4_kernels.act_quant.reference import fp8_fake_quant_ref
+    from dsv4_kernels.swiglu_fp8 import swiglu_fp8, swiglu_fp8_ref
+    from dsv4_model.moe import swiglu
+    g = torch.Generator().manual_seed(40)
+    for dt in (torch.bfloat16, torch.float32):
+        gate, up = (torch.randn(2, 3, 256, generator=g) * 8).to(dt), (torch.randn(2, 3, 256, generator=g) * 8).to(dt)
+        for limit in (None, 10.0):
+            want = fp8_fake_quant_ref(swiglu(gate, up, limit).to(dt), 128)
+            assert torch.equal(swiglu_fp8(gate, up, limit, 128), want)
+            assert torch.equal(swiglu_fp8_ref(gate, up, limit, 128), want)
+        assert not torch.equal(swiglu_fp8_ref(gate, up, None, 128), swiglu_fp8_ref(gate, up, 10.0, 128))
+    assert kernels.select("swiglu_fp8", "cpu") is swiglu_fp8_ref
+    for call, msg in ((lambda: swiglu_fp8(gate, up[..., :128], None, 128), r"gate \(2, 3, 256\).*and up \(2, 3, 128\)"),
+                      (lambda: swiglu_fp8(gate, up.half(), None, 128), r"one shape and dtype"),
+                      (lambda: swiglu_fp8(gate, up, None, 96), r"block 96 must divide the last dim of gate"),
+                      (lambda: swiglu_fp8(gate, up, 0.0, 128), r"limit must be None \(no clamp\) or positive, found 0.0")):
+        with pytest.raises(ValueError, match=msg):
+            call()
+
+
+def test_shared_expert_is_the_projections_chained():
+    """The shared expert with FP8 weights (the release's) computes what its three Linears chained did, bit for bit:
+    w2(swiglu(w1(x), w3(x)).to(dtype)), each with its own FP8 simulation; the input's simulation now runs once for
+    w1 and w3 and w2's with the SwiGLU (the `swiglu_fp8` slot, which a kernel table sets)."""
+    from dsv4_model.linear import set_qweight
+    from dsv4_model.moe import Expert, swiglu
+    from dsv4_model.quant import quantize
+    torch.manual_seed(41)
+    for dt, limit, inter in ((torch.bfloat16, None, 384), (torch.float32, 0.5, 384), (torch.bfloat16, None, 96)):
+        ex = Expert(256, inter, limit, dt)
+        for name in ("w1", "w2", "w3"):
+            lin = getattr(ex, name)
+            set_qweight(lin, "", quantize(torch.randn(lin.out_features, lin.in_features) / lin.in_features ** 0.5, "fp8"))
+        x = (torch.randn(3, 1, 256) * 2).to(dt)
+        want = ex.w2(swiglu(ex.w1(x), ex.w3(x), limit).to(dt)).float()
+        calls = []
+        ex.swiglu_fp8 = lambda *a, _f=ex.swiglu_fp8: calls.append(a[2:]) or _f(*a)
+        assert torch.equal(ex(x), want)
+        assert calls == [(limit, 128 if inter % 128 == 0 else inter)]
+
+
+SWIGLU_FP8_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.swiglu_fp8.triton_kernel import swiglu_fp8_triton
+    from dsv4_kernels.act_quant.triton_kernel import fp8_fake_quant_triton
+    from dsv4_kernels.fused_swiglu.reference import swiglu_ref
+    g = torch.Generator().manual_seed(42)
+    bad = []
+    # fp32 only, against the FP8 fake-quant kernel run on the reference SwiGLU under the same interpreter (its e4m3
+    # conversion truncates; the SiLU's exp is numpy's): blocks, masks, clamps and strides; equal in all but the
+    # rare element whose SwiGLU sits an ulp from an e4m3 boundary
+    for shape, block, limit in (((3, 256), 128, None), ((2, 1, 2048), 128, None), ((5, 96), 96, 3.0),
+                                ((4, 384), 128, 0.5), ((3, 40), 8, None), ((1, 640), 128, 10.0)):
+        gate, up = torch.randn(*shape, generator=g) * 6, torch.randn(*shape, generator=g) * 6
+        got = swiglu_fp8_triton(gate, up, limit, block)
+        want = fp8_fake_quant_triton(swiglu_ref(gate, up, limit), block)
+        if got.shape != want.shape or (got != want).float().mean().item() > 0.01:
+            bad.append(f"{shape} {block} {limit}: {(got != want).float().mean().item()}")
+    h = torch.randn(4, 1, 768, generator=g) * 6
+    gate, up = h[..., :384], h[..., 384:]                                    # strided rows
+    if (swiglu_fp8_triton(gate, up, None, 128) != fp8_fake_quant_triton(swiglu_ref(gate, up, None), 128)).float().mean() > 0.01:
+        bad.append("strided")
+    print("BAD", bad)
+""")
+
+
+@pytest.mark.slow
+def test_swiglu_fp8_under_the_interpreter():
+    """The fused SwiGLU + FP8's logic on CPU (TRITON_INTERPRET=1 in a subprocess), in fp32, against the FP8
+    fake-quant kernel on the reference SwiGLU: blocks, masks, clamps, strided rows."""
+    _under_interpreter(SWIGLU_FP8_INTERPRET, timeout=600)
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("limit", [None, 10.0])
+@pytest.mark.parametrize("shape,block", [((1, 2048), 128), ((8, 2048), 128), ((32, 2048), 128), ((8, 1, 4096), 128),
+                                         ((3, 384), 128), ((5, 96), 96), ((7, 40), 8)])
+def test_swiglu_fp8_parity(dt, limit, shape, block):
+    """The one-launch SwiGLU + FP8 against the calls it replaced on CUDA (torch's SwiGLU, the cast, the FP8 fake
+    quant kernel), outputs poisoned first: bit for bit, deterministic; gates far past the clamp and far below zero
+    (SiLU's exp overflowing) included."""
+    from dsv4_kernels.act_quant import fp8_fake_quant
+    from dsv4_kernels.fused_swiglu.reference import swiglu_ref
+    from dsv4_kernels.swiglu_fp8 import swiglu_fp8
+    g = torch.Generator().manual_seed(shape[-1] + block + (limit is None))
+    for scale in (1e-3, 1.0, 30.0, 300.0):
+        gate = (torch.randn(*shape, generator=g) * scale).to("cuda", dt)
+        up = (torch.randn(*shape, generator=g) * scale).to("cuda", dt)
+        _poison(gate.numel() * 8)
+        got = swiglu_fp8(gate, up, limit, block)
+        chain = fp8_fake_quant(swiglu_ref(gate, up, limit).to(dt), block)
+        assert got.dtype == dt and torch.equal(got, chain), (got.float() - chain.float()).abs().max()
+        assert torch.equal(swiglu_fp8(gate, up, limit, block), got)

@@ -18,7 +18,8 @@ Per row, the reference's steps at its rounding points (all fp32):
   their table order), the weights with them.
 Bit for bit the reference on CUDA, ties in score + bias aside: among picks of equal value the reference's sort of
 its top-k results may take another order than index order, which moves only the renormalising sum (within fp32
-rounding). NaN logits are not reproduced (the reference's top-k ranks NaN highest). Launched on torch's current
+rounding). libdevice runs without flush-to-zero, as nvcc compiled torch's: a subnormal exp keeps its score.
+NaN logits are not reproduced (the reference's top-k ranks NaN highest). Launched on torch's current
 stream (capturable).
 
 On CPU tensors (only under TRITON_INTERPRET=1) libdevice does not exist: `EXACT=False` uses tl.exp / tl.log there
@@ -116,10 +117,13 @@ def moe_route_triton(logits: torch.Tensor, k: int, route_scale: float, score_fun
         hashed = tid2eid is not None
         bw = 1 << (k.bit_length() - 1)                             # Reduce.cuh's last_pow2(k)
         ep = triton.next_power_of_2(E)
+        # libdevice without flush-to-zero (Triton's default flushes; nvcc's, which built torch's softplus, does not):
+        # exp of a logit in (-103, -87) is subnormal, and its softplus's sqrt a normal ~1e-20 score, not 0
+        extra = {"enable_reflect_ftz": False} if logits.is_cuda else {}
         # unused pointers get a tensor of the right device (never read: their constexpr branch is compiled out)
         _route_kernel[(N,)](logits, bias if bias is not None else logits, tid2eid if hashed else idx,
                             ids if hashed else idx, w, idx, E, logits.stride(0), tid2eid.stride(0) if hashed else 0,
                             float(route_scale), EP=ep, K=k, KP=2 * bw, BW=bw, FUNC=FUNCS[score_func],
                             BIAS=bias is not None and not hashed, HASH=hashed, EXACT=logits.is_cuda,
-                            num_warps=4 if ep >= 1024 else 1)
+                            num_warps=4 if ep >= 1024 else 1, **extra)
     return w, idx

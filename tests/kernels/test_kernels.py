@@ -2601,12 +2601,14 @@ def test_torch_cuda_row_sum_order(K):
 def test_moe_route_parity(func, N, E, k):
     """The one-launch route against the torch chain it replaced, on CUDA, outputs poisoned first: weights and
     picks bit for bit (the bias layers and the hash layers), deterministic; logits past softplus's threshold and
-    far below zero included."""
+    far below zero included, and a hash pick whose exp is subnormal (-95: a score of ~1e-21, 0 if libdevice
+    flushed to zero)."""
     from dsv4_kernels.moe_route import moe_route, moe_route_ref
     g = torch.Generator().manual_seed(N * 1000 + E + k)
     for scale in (0.1, 3.0, 30.0):
         logits, bias, table, ids = _route_inputs(N, E, k, g, "cuda")
         logits = logits * scale
+        logits[0, table[ids[0], 0]] = -95.0
         for args in ((bias,), (None, table, ids)):
             _poison(N * k * 16)
             w, idx = moe_route(logits, k, 1.5, func, *args)

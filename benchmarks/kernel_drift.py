@@ -84,6 +84,8 @@ def main(argv=None) -> int:
         "attention core": on("attend"),
         "indexer scores": on("score"),
         "indexer top-k": on("select"),
+        "moe route": on("route"),
+        "shared swiglu + fp8": on("swiglu_fp8"),
         "all (as loaded)": None,
     }
 

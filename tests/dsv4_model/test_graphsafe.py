@@ -604,7 +604,8 @@ def test_cuda_small_kernels_chosen_once_at_load():
     listed = set(dec.kernel_note.rpartition("Triton: ")[2].split(", "))
     assert listed == {"FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post",
                       "mHC head", "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope",
-                      "compressor pooling", "compressor ring write", "compressor block close", "attention core", "indexer scores", "indexer top-k"}, dec.kernel_note
+                      "compressor pooling", "compressor ring write", "compressor block close", "attention core", "indexer scores", "indexer top-k",
+                      "MoE routing", "shared expert SwiGLU + FP8"}, dec.kernel_note
     assert dec.kernel_note.startswith("routed experts: fused Triton kernel"), dec.kernel_note
     seen = _small_kernels_of(model)
     assert seen[("Linear", "fp8_quant")] == {"fp8_fake_quant"} and seen[("Attention", "fp8_nope")] == {"fp8_nope"}
@@ -620,6 +621,7 @@ def test_cuda_small_kernels_chosen_once_at_load():
     assert seen[("HyperConnection", "pre_norm")] == {"mhc_pre_norm"}
     assert seen[("HyperHead", "head_mix")] == {"mhc_head"} and seen[("Compressor", "pool_reduce")] == {"compressor_pool"}
     assert seen[("HyperConnection", "matmul")] == seen[("HyperHead", "matmul")] == seen[("Gate", "matmul")] == {"f32_linear"}
+    assert seen[("Gate", "route")] == {"moe_route"} and seen[("Expert", "swiglu_fp8")] == {"swiglu_fp8"}
     assert "mHC and router products: the fp32 GEMV" in dec.kernel_note, dec.kernel_note
     GraphSafeDecoder(model, batch=1, kernels=False)
     assert all(next(iter(v)).endswith("_ref") for v in _small_kernels_of(model).values())

@@ -114,12 +114,14 @@ def cases(g: torch.Generator):
     from dsv4_kernels.mhc.triton_kernel import mhc_head_triton, mhc_post_triton, mhc_pre_norm_triton, mhc_pre_triton
     from dsv4_kernels.moe_gemv import triton_kernel as moe
     from dsv4_kernels.moe_gemv.reference import random_weight
+    from dsv4_kernels.moe_route.triton_kernel import moe_route_triton
     from dsv4_kernels.norm_rope_fp8.triton_kernel import fp8_nope_triton, norm_rope_fp8_triton
     from dsv4_kernels.nvfp4_kvcache.triton_kernel import dequantize_nvfp4_kvcache_triton
     from dsv4_kernels.rms_norm.triton_kernel import rms_norm_triton
     from dsv4_kernels.rope.triton_kernel import rope_tail_triton
     from dsv4_kernels.sampling.triton_kernel import chunk_picks, penalize_chunks
     from dsv4_kernels.sinkhorn.triton_kernel import sinkhorn_triton
+    from dsv4_kernels.swiglu_fp8.triton_kernel import swiglu_fp8_triton
 
     out = []
     for dt in (torch.bfloat16, torch.float32):
@@ -161,6 +163,10 @@ def cases(g: torch.Generator):
             post, comb = _t(B, 1, hc, dtype=torch.float32, g=g), _t(B, 1, hc, hc, dtype=torch.float32, g=g)
             out.append((f"mhc_post {n} B={B} d={d}",
                         lambda X=X, p=post, c=comb, B=B, d=d, dt=dt: mhc_post_triton(_t(B, 1, d, dtype=dt, g=g), X, p, c)))
+        for R in (1, 8, 32):                                   # Flash's shared expert (2048 wide), with and without the clamp
+            for limit in (None, 10.0):
+                out.append((f"swiglu_fp8 {n} R={R} limit={limit}", lambda R=R, lim=limit, dt=dt: swiglu_fp8_triton(
+                    _t(R, 1, 2048, dtype=dt, g=g), _t(R, 1, 2048, dtype=dt, g=g), lim, 128)))
         out.append((f"fused_swiglu {n}", lambda dt=dt: (fused_swiglu_triton(_t(48, 4096, dtype=dt, g=g), 10.0, "split"),
                                                          fused_swiglu_triton(_t(48, 4096, dtype=dt, g=g), None, "interleaved"))))
         for fmt in ("mxfp4", "nvfp4"):
@@ -226,6 +232,14 @@ def cases(g: torch.Generator):
         for N in (129280, 256):
             out.append((f"bf16_linear B={B} N={N}", lambda B=B, N=N: bf16_linear_triton(
                 _t(B, 4096, dtype=torch.float32, g=g), _t(N, 4096, g=g))))
+    for R, E, k in ((1, 256, 6), (8, 256, 6), (32, 256, 6), (4, 16, 6)):   # Flash's router, the tiny preset's
+        table = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(10)]).as_subclass(_Cuda)
+        ids = torch.randint(0, 10, (R,), generator=g).as_subclass(_Cuda)
+        for func in ("sqrtsoftplus", "sigmoid"):
+            out.append((f"moe_route R={R} E={E} {func}", lambda R=R, E=E, k=k, f=func: moe_route_triton(
+                _t(R, E, dtype=torch.float32, g=g), k, 1.5, f, _t(E, dtype=torch.float32, g=g))))
+        out.append((f"moe_route R={R} E={E} hash", lambda R=R, E=E, k=k, t=table, i=ids: moe_route_triton(
+            _t(R, E, dtype=torch.float32, g=g), k, 1.5, "sqrtsoftplus", None, t, i)))
     for hc, R in ((4, 8), (4, 1), (3, 8)):
         out.append((f"sinkhorn hc={hc} R={R}", lambda hc=hc, R=R: sinkhorn_triton(_t(R, hc, hc, dtype=torch.float32, g=g), 20, 1e-6)))
     for R, V in ((8, 129280), (1, 129280), (4, 1000)):        # Flash's vocab, and a tiny one (one short chunk)

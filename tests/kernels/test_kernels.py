@@ -2827,7 +2827,7 @@ def test_hadamard_fp4_parity(dt, shape):
         rot, rot0 = hadamard_fp4_triton(x, 32, False), hadamard_ref(x, H)
         bound = (D + 8) * 2.0 ** -24 * x.float().abs().sum(-1, keepdim=True) * D ** -0.5
         if dt == torch.bfloat16:
-            bound = bound + 2.0 ** -8 * rot0.float().abs()
+            bound = bound + 2.0 ** -7 * rot0.float().abs()               # one bf16 step apart at most
         assert rot.dtype == dt and bool(((rot.float() - rot0.float()).abs() <= bound).all())
         if dt == torch.bfloat16:
             assert (rot.view(torch.int16) == rot0.view(torch.int16)).float().mean().item() >= 0.99

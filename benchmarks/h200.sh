@@ -153,9 +153,9 @@ for stage in "${@:-check}"; do
     only=",${FUSE_ONLY:-tests,ab,depth},"
     run fuse-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())" &
     if [[ $only == *,tests,* ]]; then
-      run fuse-tests.txt 200 python -m pytest -q -rfE -p no:cacheprovider -m cuda tests/kernels/test_kernels.py \
-        -k "head_norm_rope or norm_rope_fp8 or fp8_nope or mhc_pre_norm or compressor_ring or compressor_pool or record or moe_route or row_sum or swiglu_fp8 or fake_quant_parity" &
-      for t in head_norm_rope norm_rope_fp8_kv norm_rope_fp8_entry fp8_nope mhc_pre_norm ring_write close_block compressor_pool_csa compressor_pool_hca moe_route moe_route_hash swiglu_fp8 fp8_fake_quant; do
+      run fuse-tests.txt 300 python -m pytest -q -rfE -p no:cacheprovider -m cuda tests/kernels/test_kernels.py \
+        -k "head_norm_rope or norm_rope_fp8 or fp8_nope or mhc_pre_norm or compressor_ring or compressor_pool or record or moe_route or row_sum or swiglu_fp8 or fake_quant_parity or hadamard_fp4" &
+      for t in head_norm_rope norm_rope_fp8_kv norm_rope_fp8_entry fp8_nope mhc_pre_norm ring_write close_block compressor_pool_csa compressor_pool_hca moe_route moe_route_hash swiglu_fp8 fp8_fake_quant hadamard_fp4_q hadamard_fp4_entry fp4_fake_quant; do
         echo "== capture dsv4_kernels.targets:$t"
         timeout 90 python -m graphcheck capture "dsv4_kernels.targets:$t" --device cuda 2>&1 | grep -E "GC0|clean|passed|Error" | cut -c1-220
       done > "$OUT/fuse-capture.txt" 2>&1
@@ -164,8 +164,8 @@ for stage in "${@:-check}"; do
     grep -E "build|exit" "$OUT/fuse-build.txt"
     [[ $only == *,tests,* ]] && { summary fuse-tests.txt; cat "$OUT/fuse-capture.txt"; }
     if [[ $only == *,ab,* ]]; then
-      run fuse-ab.txt 120 python benchmarks/fuse_ab.py
-      grep -vE "^\s*$|Warning|warn" "$OUT/fuse-ab.txt" | tail -50; fi
+      run fuse-ab.txt 240 python benchmarks/fuse_ab.py
+      grep -vE "^\s*$|Warning|warn" "$OUT/fuse-ab.txt" | tail -90; fi
     if [[ $only == *,depth,* ]]; then
       run fuse-depth.txt 470 python benchmarks/fuse_ab.py --depth-only --depth-timeout 230
       grep -A4 -E "^ *B +layer ms fused" "$OUT/fuse-depth.txt"; grep -E "^  flash depth|^exit|Error" "$OUT/fuse-depth.txt"; fi ;;

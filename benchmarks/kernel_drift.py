@@ -72,7 +72,6 @@ def main(argv=None) -> int:
         "experts mma": {"experts": experts("mma")},
         "sinkhorn": {"sinkhorn": sinkhorn},
         "fp8 fake quant": on("fp8"),
-        "fp4 fake quant": on("fp4"),
         "rms_norm": on("rms"),
         "rope": on("rope"),
         "q norm + rope": on("q_norm_rope"),
@@ -86,6 +85,7 @@ def main(argv=None) -> int:
         "indexer top-k": on("select"),
         "moe route": on("route"),
         "shared swiglu + fp8": on("swiglu_fp8"),
+        "indexer rotation + fp4": on("hadamard_fp4"),
         "all (as loaded)": None,
     }
 

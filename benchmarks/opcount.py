@@ -2,7 +2,7 @@
 experts), on CPU: a proxy for the number of small CUDA kernels per step. The GPU kernels that already exist
 (stored-format GEMVs, Sinkhorn, routed experts, compressor pooling) are emulated as one op each; `--fused` also emulates the one-launch
 fake quants, RMSNorm, RoPE, the q path's norm + RoPE, mHC mixes and a block's mHC pre + Sinkhorn + RMSNorm
-(dsv4_kernels.act_quant, .rms_norm, .rope, .head_norm_rope, .mhc) the MoE route (.moe_route) and the shared expert's SwiGLU + FP8 (.swiglu_fp8) as one op each, and the sampler's penalty and pick (dsv4_kernels.sampling), the attention core (dsv4_kernels.attention) and the indexer's
+(dsv4_kernels.act_quant, .rms_norm, .rope, .head_norm_rope, .mhc) the MoE route (.moe_route), the shared expert's SwiGLU + FP8 (.swiglu_fp8) and the indexer's rotation + FP4 (.hadamard_fp4) as one op each, and the sampler's penalty and pick (dsv4_kernels.sampling), the attention core (dsv4_kernels.attention) and the indexer's
 scores and top-k (dsv4_kernels.indexer) as their launches plus their torch glue.
 
     python benchmarks/opcount.py [B] [--fused] [--by-function]      (with the dsv4_kernels mapping on PYTHONPATH; ~2 min)
@@ -92,7 +92,7 @@ def main():
             elif isinstance(m, Attention):
                 m.q_norm_rope, m.norm_rope, m.fp8_nope, m.rope = one_op, one_op, one_op, one_op
             elif isinstance(m, Indexer):
-                m.fp4_quant, m.rope = one_op, one_op
+                m.hadamard_fp4, m.rope = one_op, one_op
             elif isinstance(m, Compressor):
                 m.norm_rope = lambda x, w, eps, cs, rd, dtype=None, block=0: x.to(dtype or x.dtype, copy=True)
                 m.ring_write = lambda kv, gate, C, Z, rows, slot: kv.select(1, 0).copy_(C)

@@ -189,9 +189,9 @@ SMALL_KERNELS = {op.decode[0]: (op.name, op.reference, op.decode[1]) for op in K
 
 
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
-    """The kernels of the small ops, decided once at load: each key of SMALL_KERNELS ("fp8", "fp4", "rms", "rope",
+    """The kernels of the small ops, decided once at load: each key of SMALL_KERNELS ("fp8", "rms", "rope",
     "q_norm_rope", "mhc_pre", "mhc_post", "mhc_head", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "pool",
-    "ring_write", "close_block", "attend", "score", "select", "route", "swiglu_fp8") -> the function, the Triton kernel where the device is
+    "ring_write", "close_block", "attend", "score", "select", "route", "swiglu_fp8", "hadamard_fp4") -> the function, the Triton kernel where the device is
     CUDA and it is usable, else its PyTorch reference."""
     chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
     if use_kernels and torch.device(device).type == "cuda":

@@ -9,11 +9,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dsv4_kernels.hadamard_fp4.reference import hadamard_fp4_ref, hadamard_ref
 from dsv4_kernels.indexer.reference import index_scores_ref, topk_blocks_ref
 
 from .compressor import Compressor
 from .linear import Linear
-from .quant import fp4_fake_quant
 from .rope import rope_tail
 
 
@@ -34,21 +34,23 @@ class Indexer(nn.Module):
         self.weights_proj = Linear(args.dim, self.Hi, dtype)
         self.compressor = Compressor(args.dim, self.Di, 4, self.rd, args.norm_eps, dtype, batch, args.max_seq_len)
         self.fp4_sim = True
-        # the FP4 sim, the RoPE, the scores and their top-k (`select`: ties to the lower index, section 10.10, so every
-        # path picks the same blocks): the references, or one-launch kernels (`use_kernels`)
-        self.fp4_quant, self.rope, self.score, self.select = fp4_fake_quant, rope_tail, index_scores_ref, topk_blocks_ref
+        # the rotation with its FP4 sim, the RoPE, the scores and their top-k (`select`: ties to the lower index,
+        # section 10.10, so every path picks the same blocks): the references, or one-launch kernels (`use_kernels`)
+        self.hadamard_fp4, self.rope, self.score, self.select = hadamard_fp4_ref, rope_tail, index_scores_ref, topk_blocks_ref
         self.init_state()
 
     def use_kernels(self, table) -> None:
         """This module's kernel slots from a kernel table (`decode.KernelTable`)."""
-        self.fp4_quant, self.rope, self.score, self.select = table["fp4"], table["rope"], table["score"], table["select"]
+        self.hadamard_fp4, self.rope, self.score, self.select = (table["hadamard_fp4"], table["rope"], table["score"],
+                                                                 table["select"])
 
     def init_state(self, device=None) -> None:
         self.register_buffer("hadamard", hadamard_matrix(self.Di).to(device), persistent=False)
 
     def rotate(self, t: torch.Tensor) -> torch.Tensor:
-        t = ((t.float() @ self.hadamard) * self.Di ** -0.5).to(t.dtype)
-        return self.fp4_quant(t, 32) if self.fp4_sim else t
+        """The Hadamard rotation (fp32 sums, 1/sqrt(Di) after them, back to t's dtype), then the FP4 sim in blocks
+        of 32 (`hadamard_fp4`: the reference calls, or one launch)."""
+        return self.hadamard_fp4(t, self.hadamard, 32) if self.fp4_sim else hadamard_ref(t, self.hadamard)
 
     def query(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
         q = self.wq_b(qr).unflatten(-1, (self.Hi, self.Di))

@@ -57,6 +57,27 @@ def fp8_fake_blocks(x, EXACT: tl.constexpr):
 
 
 @triton.jit
+def fp4_fake_blocks(x, EXACT: tl.constexpr):
+    """x [G, B] fp32, one block per row (zeros where masked) -> its e2m1 fake quant in fp32: the FP4 branch of
+    `_fake_quant_kernel`, for kernels that end in the FP4 simulation (`dsv4_kernels.hadamard_fp4`)."""
+    amax = tl.max(tl.abs(x), axis=1)[:, None]
+    v = tl.maximum(amax, FP4_MIN_AMAX) * INV_FP4_MAX
+    if EXACT:
+        e = tl.ceil(libdevice.log2(v))
+        s, rs = libdevice.exp2(e), libdevice.exp2(-e)
+    else:
+        e = tl.ceil(tl.log2(v))
+        s, rs = tl.exp2(e), tl.exp2(-e)
+    y = x * rs
+    a = tl.abs(y)
+    idx = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
+           + (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32) + (a > 5.0).to(tl.int32))
+    # code -> magnitude: 0, .5, 1, 1.5 (idx/2) for idx < 4; 2, 3, 4, 6 above
+    mag = tl.where(idx < 4, idx.to(tl.float32) * 0.5, tl.where(idx == 7, 6.0, (idx - 2).to(tl.float32)))
+    return mag * tl.where(y < 0, -1.0, 1.0) * s                     # not -mag: Triton negates as 0 - x (+0.0)
+
+
+@triton.jit
 def _fake_quant_kernel(x_ptr, o_ptr, x_row, o_row, NB, BLOCK: tl.constexpr, GP: tl.constexpr, BP: tl.constexpr,
                        FP4: tl.constexpr, EXACT: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
@@ -66,23 +87,7 @@ def _fake_quant_kernel(x_ptr, o_ptr, x_row, o_row, NB, BLOCK: tl.constexpr, GP: 
     col = b * BLOCK + j
     x = tl.load(x_ptr + r * x_row + col, mask=inside, other=0.0).to(tl.float32)
     if FP4:
-        amax = tl.max(tl.abs(x), axis=1)[:, None]                   # [GP, 1]
-        v = tl.maximum(amax, FP4_MIN_AMAX) * INV_FP4_MAX
-        if EXACT:
-            e = tl.ceil(libdevice.log2(v))
-            s, rs = libdevice.exp2(e), libdevice.exp2(-e)
-        else:
-            e = tl.ceil(tl.log2(v))
-            s, rs = tl.exp2(e), tl.exp2(-e)
-        y = x * rs
-        a = tl.abs(y)
-        idx = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
-               + (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32) + (a > 5.0).to(tl.int32))
-        # code -> magnitude: 0, .5, 1, 1.5 (idx/2) for idx < 4; 2, 3, 4, 6 above
-        mag = tl.where(idx < 4, idx.to(tl.float32) * 0.5,
-                       tl.where(idx == 7, 6.0, (idx - 2).to(tl.float32)))
-        q = mag * tl.where(y < 0, -1.0, 1.0)                        # not -mag: Triton negates as 0 - x (+0.0)
-        out = q * s
+        out = fp4_fake_blocks(x, EXACT)
     else:
         out = fp8_fake_blocks(x, EXACT)
     tl.store(o_ptr + r * o_row + col, out.to(o_ptr.dtype.element_ty), mask=inside)

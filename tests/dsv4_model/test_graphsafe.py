@@ -488,7 +488,7 @@ def _small_kernels_of(model):
     seen = {}
     for m in model.modules():
         for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("q_norm_rope", "norm_rope", "fp8_nope", "rope", "core")),
-                            (Indexer, ("fp4_quant", "rope", "score", "select")), (Compressor, ("norm_rope", "pool_reduce", "ring_write", "close_block")),
+                            (Indexer, ("hadamard_fp4", "rope", "score", "select")), (Compressor, ("norm_rope", "pool_reduce", "ring_write", "close_block")),
                             (HyperConnection, ("pre_mix", "post_mix", "pre_norm", "matmul")), (HyperHead, ("head_mix", "matmul")),
                             (Gate, ("matmul", "route")), (Expert, ("swiglu_fp8",))):
             if isinstance(m, kind):
@@ -506,13 +506,13 @@ def test_small_kernels_stay_references_on_cpu(model):
         listed = dec.kernel_note.rpartition("mHC: PyTorch Sinkhorn; ")[2]
         assert listed.endswith(": PyTorch"), dec.kernel_note
         assert set(listed.removesuffix(": PyTorch").split(", ")) == {
-            "FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post", "mHC head",
+            "FP8 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post", "mHC head",
             "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope", "compressor pooling", "attention core",
             "indexer scores", "indexer top-k", "compressor ring write", "compressor block close", "MoE routing",
-            "shared expert SwiGLU + FP8"}, dec.kernel_note
+            "shared expert SwiGLU + FP8", "indexer rotation + FP4"}, dec.kernel_note
         seen = _small_kernels_of(model)
         assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "q_norm_rope"),
-                             ("Attention", "norm_rope"), ("Attention", "fp8_nope"), ("Indexer", "fp4_quant"),
+                             ("Attention", "norm_rope"), ("Attention", "fp8_nope"), ("Indexer", "hadamard_fp4"),
                              ("Attention", "rope"), ("Attention", "core"),
                              ("Indexer", "score"), ("Indexer", "select"),
                              ("Indexer", "rope"), ("Compressor", "norm_rope"), ("Compressor", "pool_reduce"),
@@ -525,7 +525,7 @@ def test_small_kernels_stay_references_on_cpu(model):
 
 def _slots(model):
     """{(module name, attribute): the callable or None it holds} for every attribute a kernel table can set."""
-    names = {"gemv", "fp8_quant", "fp4_quant", "kernel", "rope", "core", "score", "select", "reduce", "sinkhorn",
+    names = {"gemv", "fp8_quant", "hadamard_fp4", "kernel", "rope", "core", "score", "select", "reduce", "sinkhorn",
              "pre_mix", "post_mix", "head_mix", "matmul", "compute", "fp8_nope", "q_norm_rope", "norm_rope", "pre_norm",
              "pool_reduce", "ring_write", "close_block", "route", "swiglu_fp8"}
     return {(name, a): m.__dict__[a] for name, m in model.named_modules() for a in names if a in m.__dict__}
@@ -602,10 +602,10 @@ def test_cuda_small_kernels_chosen_once_at_load():
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
     dec = GraphSafeDecoder(model, batch=1, kernels=True)
     listed = set(dec.kernel_note.rpartition("Triton: ")[2].split(", "))
-    assert listed == {"FP8 fake quant", "FP4 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post",
+    assert listed == {"FP8 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post",
                       "mHC head", "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope",
                       "compressor pooling", "compressor ring write", "compressor block close", "attention core", "indexer scores", "indexer top-k",
-                      "MoE routing", "shared expert SwiGLU + FP8"}, dec.kernel_note
+                      "MoE routing", "shared expert SwiGLU + FP8", "indexer rotation + FP4"}, dec.kernel_note
     assert dec.kernel_note.startswith("routed experts: fused Triton kernel"), dec.kernel_note
     seen = _small_kernels_of(model)
     assert seen[("Linear", "fp8_quant")] == {"fp8_fake_quant"} and seen[("Attention", "fp8_nope")] == {"fp8_nope"}
@@ -613,7 +613,7 @@ def test_cuda_small_kernels_chosen_once_at_load():
     assert seen[("Compressor", "ring_write")] == {"ring_write"} and seen[("Compressor", "close_block")] == {"close_block"}
     # the per-head q norm (its per-op bf16 rounding, official) and q's RoPE: one launch
     assert seen[("RMSNorm", "kernel")] == {"rms_norm"} and seen[("Attention", "q_norm_rope")] == {"head_norm_rope"}
-    assert seen[("Indexer", "fp4_quant")] == {"fp4_fake_quant"}
+    assert seen[("Indexer", "hadamard_fp4")] == {"hadamard_fp4"}
     assert seen[("Attention", "rope")] == seen[("Indexer", "rope")] == {"rope_tail"}
     assert seen[("Attention", "core")] == {"decode_attention"} and seen[("Indexer", "score")] == {"index_scores"}
     assert seen[("Indexer", "select")] == {"topk_blocks"}

@@ -109,6 +109,7 @@ def cases(g: torch.Generator):
     from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
     from dsv4_kernels.compressor_ring.triton_kernel import close_block_triton, ring_write_triton
     from dsv4_kernels.fused_swiglu.triton_kernel import fused_swiglu_triton
+    from dsv4_kernels.hadamard_fp4.triton_kernel import hadamard_fp4_triton
     from dsv4_kernels.head_norm_rope.triton_kernel import head_norm_rope_triton
     from dsv4_kernels.indexer.triton_kernel import index_scores_triton, topk_blocks_triton
     from dsv4_kernels.mhc.triton_kernel import mhc_head_triton, mhc_post_triton, mhc_pre_norm_triton, mhc_pre_triton
@@ -167,6 +168,9 @@ def cases(g: torch.Generator):
             for limit in (None, 10.0):
                 out.append((f"swiglu_fp8 {n} R={R} limit={limit}", lambda R=R, lim=limit, dt=dt: swiglu_fp8_triton(
                     _t(R, 1, 2048, dtype=dt, g=g), _t(R, 1, 2048, dtype=dt, g=g), lim, 128)))
+        for shape in ((1, 1, 64, 128), (8, 1, 64, 128), (32, 1, 64, 128), (8, 128), (1, 128), (4, 1, 2, 64)):
+            # Flash's indexer q and entry at 1 to 32 rows, the tiny preset's
+            out.append((f"hadamard_fp4 {n} {shape}", lambda s=shape, dt=dt: hadamard_fp4_triton(_t(*s, dtype=dt, g=g), 32)))
         out.append((f"fused_swiglu {n}", lambda dt=dt: (fused_swiglu_triton(_t(48, 4096, dtype=dt, g=g), 10.0, "split"),
                                                          fused_swiglu_triton(_t(48, 4096, dtype=dt, g=g), None, "interleaved"))))
         for fmt in ("mxfp4", "nvfp4"):

@@ -23,6 +23,7 @@ def test_unfuse_puts_the_chains_back_with_the_same_bits(fuse_ab):
     from dsv4_model.compressor import Compressor
     from dsv4_model.config import tiny
     from dsv4_model.decode import GraphSafeDecoder
+    from dsv4_model.indexer import Indexer
     from dsv4_model.mhc import HyperConnection
     from dsv4_model.moe import Expert, Gate
     from dsv4_model.synthetic import random_model
@@ -38,8 +39,10 @@ def test_unfuse_puts_the_chains_back_with_the_same_bits(fuse_ab):
                      {m.pre_norm.__name__ for m in model.modules() if isinstance(m, HyperConnection)} | \
                      {m.route.__name__ for m in model.modules() if isinstance(m, Gate)} | \
                      {m.swiglu_fp8.__name__ for m in model.modules() if isinstance(m, Expert)}
+            chains |= {m.hadamard_fp4.__name__ for m in model.modules() if isinstance(m, Indexer)}
             # the route's chain is its reference, the torch calls it replaced
-            assert chains == {"q_norm_rope", "norm_rope_fp8", "mhc_pre_norm", "moe_route_ref", "swiglu_fp8"}, chains
+            assert chains == {"q_norm_rope", "norm_rope_fp8", "mhc_pre_norm", "moe_route_ref", "swiglu_fp8",
+                              "hadamard_fp4"}, chains
         dec.reset()
         dec.tokens.copy_(torch.tensor([3, 5]))
         logits = [dec.step().clone() for _ in range(3)]
@@ -60,14 +63,15 @@ def test_parity_fails_a_wrong_kernel(fuse_ab, monkeypatch):
         nope, pre_norm = ops["fp8_nope"], ops["mhc_pre_norm"]
         ops["fp8_nope"] = lambda x, rd, block: nope(x * (1 + 2 ** -10), rd, block)
         ops["mhc_pre_norm"] = lambda *a: (lambda h, p, c: (h * 1.1, p, c))(*pre_norm(*a))
-        route, swiglu = ops["route"], ops["swiglu_fp8"]
+        route, swiglu, rotate = ops["route"], ops["swiglu_fp8"], ops["hadamard_fp4"]
         ops["route"] = lambda *a: (lambda w, i: (w * (1 + 2 ** -20), i))(*route(*a))
         ops["swiglu_fp8"] = lambda g, u, limit, block: swiglu(g * (1 + 2 ** -6), u, limit, block)
+        ops["hadamard_fp4"] = lambda x, h, block: rotate(x.flip(-1), h, block)
         return ops
     monkeypatch.setattr(fuse_ab, "fused_ops", wrong)
     # per batch: the Flash-shape and the odd-shape fp8_nope and mhc_pre_norm cases, the three route cases (bias,
-    # hash, sigmoid) and the two SwiGLU + FP8 ones
-    assert fuse_ab.parity([1], "cpu") == 9
+    # hash, sigmoid), the two SwiGLU + FP8 ones and the three rotations
+    assert fuse_ab.parity([1], "cpu") == 12
 
 
 def test_ring_check_fails_a_wrong_write(fuse_ab, monkeypatch):

@@ -2718,3 +2718,122 @@ def test_swiglu_fp8_parity(dt, limit, shape, block):
         chain = fp8_fake_quant(swiglu_ref(gate, up, limit).to(dt), block)
         assert got.dtype == dt and torch.equal(got, chain), (got.float() - chain.float()).abs().max()
         assert torch.equal(swiglu_fp8(gate, up, limit, block), got)
+
+
+# ---------------------------------------------------------------------------------------------- indexer rotation + FP4
+def _hadamard(d: int, device="cpu") -> torch.Tensor:
+    from dsv4_model.indexer import hadamard_matrix
+    return hadamard_matrix(d).to(device)
+
+
+def test_hadamard_fp4_reference_and_errors():
+    """The reference is the calls `Indexer.rotate` made (the fp32 product with the Sylvester matrix, 1/sqrt(D) after
+    the sums, the cast back, the FP4 fake quant in blocks of 32), bit for bit; CPU selects it; bad sizes are clear
+    errors."""
+    from dsv4_kernels.hadamard_fp4 import hadamard_fp4, hadamard_fp4_ref
+    g = torch.Generator().manual_seed(43)
+    for dt in (torch.bfloat16, torch.float32):
+        x = (torch.randn(3, 1, 4, 128, generator=g) * 3).to(dt)
+        H = _hadamard(128)
+        want = quant.fp4_fake_quant(((x.float() @ H) * 128 ** -0.5).to(dt), 32)
+        assert torch.equal(hadamard_fp4(x, H, 32), want) and torch.equal(hadamard_fp4_ref(x, H, 32), want)
+    assert kernels.select("hadamard_fp4", "cpu") is hadamard_fp4_ref
+    for call, msg in ((lambda: hadamard_fp4(torch.zeros(2, 96), _hadamard(96)), r"x \(2, 96\) and hadamard \(128, 128\)"),
+                      (lambda: hadamard_fp4(torch.zeros(2, 64), _hadamard(128)), r"expected a last dim D that is a power"),
+                      (lambda: hadamard_fp4(torch.zeros(2, 64), _hadamard(64), 48), r"block 48 must divide"),
+                      (lambda: hadamard_fp4(torch.zeros(2, 64, dtype=torch.long), _hadamard(64)), r"must be a float")):
+        with pytest.raises((ValueError, TypeError), match=msg):
+            call()
+
+
+def test_indexer_rotate_takes_the_slot():
+    """`Indexer.rotate` runs its `hadamard_fp4` slot with its own matrix and blocks of 32 (the FP4 sim on), the bare
+    rotation with the sim off; both equal the formula the module had."""
+    from dsv4_model.config import tiny
+    from dsv4_model.indexer import Indexer
+    a = tiny()
+    idx = Indexer(a, torch.float32, 1)
+    t = torch.randn(2, 1, a.index_n_heads, a.index_head_dim, generator=torch.Generator().manual_seed(44))
+    rot = ((t.float() @ idx.hadamard) * idx.Di ** -0.5).to(t.dtype)
+    calls = []
+    idx.hadamard_fp4 = lambda x, h, b, _f=idx.hadamard_fp4: calls.append((h is idx.hadamard, b)) or _f(x, h, b)
+    assert torch.equal(idx.rotate(t), quant.fp4_fake_quant(rot, 32)) and calls == [(True, 32)]
+    idx.fp4_sim = False
+    assert torch.equal(idx.rotate(t), rot) and len(calls) == 1
+
+
+HADAMARD_FP4_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.hadamard_fp4.triton_kernel import hadamard_fp4_triton
+    from dsv4_kernels.hadamard_fp4.reference import hadamard_ref
+    from dsv4_kernels.act_quant.triton_kernel import fp4_fake_quant_triton
+    from dsv4_model.indexer import hadamard_matrix
+    g = torch.Generator().manual_seed(45)
+    bad = []
+    # fp32: the butterflies within fp32 rounding of the GEMM; on small integers (sums exact in any order) bit for
+    # bit, the FP4 sim too; against the FP4 kernel on the reference's rotation, equal but for rare ulp crossings
+    for shape in ((3, 128), (2, 1, 64, 128), (5, 64), (4, 32), (3, 1, 2, 64), (1, 2)):
+        D = shape[-1]
+        H = hadamard_matrix(D)
+        x = torch.randn(*shape, generator=g) * 3
+        rot = hadamard_fp4_triton(x, min(32, D), False)
+        if (rot - hadamard_ref(x, H)).abs().max().item() > 2e-6 * x.abs().sum(-1).max().item():
+            bad.append(f"rotation {shape}")
+        q, want = hadamard_fp4_triton(x, min(32, D)), fp4_fake_quant_triton(hadamard_ref(x, H), min(32, D))
+        if (q != want).float().mean().item() > 0.01:
+            bad.append(f"fp4 {shape}")
+        xi = torch.randint(-8, 9, shape, generator=g).float()
+        if not torch.equal(hadamard_fp4_triton(xi, min(32, D), False), hadamard_ref(xi, H)) or \\
+                not torch.equal(hadamard_fp4_triton(xi, min(32, D)), fp4_fake_quant_triton(hadamard_ref(xi, H), min(32, D))):
+            bad.append(f"exact {shape}")
+    x = torch.randn(4, 1, 256, generator=g)[..., 64:192]                 # a strided row
+    if not torch.equal(hadamard_fp4_triton(x, 32), hadamard_fp4_triton(x.contiguous(), 32)):
+        bad.append("strided")
+    print("BAD", bad)
+""")
+
+
+@pytest.mark.slow
+def test_hadamard_fp4_under_the_interpreter():
+    """The rotation + FP4 kernel's logic on CPU (TRITON_INTERPRET=1 in a subprocess), fp32: the butterflies are
+    the Sylvester product (bit for bit where the sums are exact), the FP4 sim the act_quant kernel's, strided rows."""
+    _under_interpreter(HADAMARD_FP4_INTERPRET, timeout=600)
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(1, 1, 64, 128), (8, 1, 64, 128), (32, 1, 64, 128), (8, 128), (1, 128), (5, 64),
+                                   (3, 1, 2, 64)])
+def test_hadamard_fp4_parity(dt, shape):
+    """The one-launch rotation + FP4 against the calls it replaced on CUDA (the fp32 GEMM with the matrix, the
+    scale, the cast, the FP4 fake quant kernel), outputs poisoned first: on small integers (sums exact in any
+    order) bit for bit; on random data the rotation within the worst-case fp32 error of a 128-term sum (D u sum|x|
+    / sqrt(D), the GEMM's bound, which holds the butterflies' too; plus a bf16 rounding of the value in bf16), in
+    bf16 at least 99 % of the elements bit for bit, and the FP4 output bit for bit in every block of 32 whose
+    rotation came out the same, at least 98 % of the blocks; deterministic."""
+    from dsv4_kernels.act_quant import fp4_fake_quant
+    from dsv4_kernels.hadamard_fp4 import hadamard_fp4
+    from dsv4_kernels.hadamard_fp4.reference import hadamard_ref
+    from dsv4_kernels.hadamard_fp4.triton_kernel import hadamard_fp4_triton
+    D = shape[-1]
+    H = _hadamard(D, "cuda")
+    g = torch.Generator().manual_seed(D + len(shape) + shape[0])
+    xi = torch.randint(-8, 9, shape, generator=g).to("cuda", dt)
+    _poison(xi.numel() * 8)
+    assert torch.equal(hadamard_fp4(xi, H, 32), fp4_fake_quant(hadamard_ref(xi, H), 32))
+    for scale in (1e-3, 1.0, 300.0):
+        x = (torch.randn(*shape, generator=g) * scale).to("cuda", dt)
+        _poison(x.numel() * 8)
+        rot, rot0 = hadamard_fp4_triton(x, 32, False), hadamard_ref(x, H)
+        bound = (D + 8) * 2.0 ** -24 * x.float().abs().sum(-1, keepdim=True) * D ** -0.5
+        if dt == torch.bfloat16:
+            bound = bound + 2.0 ** -7 * rot0.float().abs()               # one bf16 step apart at most
+        assert rot.dtype == dt and bool(((rot.float() - rot0.float()).abs() <= bound).all())
+        if dt == torch.bfloat16:
+            assert (rot.view(torch.int16) == rot0.view(torch.int16)).float().mean().item() >= 0.99
+        got, chain = hadamard_fp4(x, H, 32), fp4_fake_quant(rot0, 32)
+        same_rot = (rot == rot0).reshape(-1, 32).all(-1)
+        same_q = (got == chain).reshape(-1, 32).all(-1)
+        assert bool((same_q | ~same_rot).all()), "a block whose rotation matched came out with other FP4 codes"
+        assert same_q.float().mean().item() >= 0.98, same_q.float().mean().item()
+        assert torch.equal(hadamard_fp4(x, H, 32), got)

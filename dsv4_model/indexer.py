@@ -7,6 +7,7 @@ index in every path (`topk_blocks_ref`).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dsv4_kernels.indexer.reference import index_scores_ref, topk_blocks_ref
@@ -37,28 +38,37 @@ class Indexer(nn.Module):
         # the FP4 sim, the RoPE, the scores and their top-k (`select`: ties to the lower index, section 10.10, so every
         # path picks the same blocks): the references, or one-launch kernels (`use_kernels`)
         self.fp4_quant, self.rope, self.score, self.select = fp4_fake_quant, rope_tail, index_scores_ref, topk_blocks_ref
+        # the Hadamard rotation's product `(x, W) -> x @ W^T`: F.linear, or the table's row-invariant one (rowwise.py)
+        self.dense = F.linear
         self.init_state()
 
     def use_kernels(self, table) -> None:
         """This module's kernel slots from a kernel table (`decode.KernelTable`)."""
         self.fp4_quant, self.rope, self.score, self.select = table["fp4"], table["rope"], table["score"], table["select"]
+        self.dense = table["dense"]
 
     def init_state(self, device=None) -> None:
         self.register_buffer("hadamard", hadamard_matrix(self.Di).to(device), persistent=False)
 
     def rotate(self, t: torch.Tensor) -> torch.Tensor:
-        t = ((t.float() @ self.hadamard) * self.Di ** -0.5).to(t.dtype)
+        # F.linear(x, H^T) is matmul(x, H): the product `t @ H` as the reference wrote it
+        t = (self.dense(t.float(), self.hadamard.T) * self.Di ** -0.5).to(t.dtype)
         return self.fp4_quant(t, 32) if self.fp4_sim else t
 
     def query(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
         q = self.wq_b(qr).unflatten(-1, (self.Hi, self.Di))
         return self.rotate(self.rope(q, cs_q, self.rd))
 
-    def scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        # in the model dtype, as the official score chain (the product rounded); index_scores keeps that dtype
+    def weights(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B,T,d] -> the heads' score weights [B,T,Hi]: in the model dtype, as the official score chain (the
+        product rounded); index_scores keeps that dtype."""
         w = self.weights_proj(x)
-        w = (w.float() * (self.Di ** -0.5 * self.Hi ** -0.5)).to(w.dtype)              # [B,T,Hi]
-        return self.score(q, k, w)                                                        # [B,T,n]
+        return (w.float() * (self.Di ** -0.5 * self.Hi ** -0.5)).to(w.dtype)
+
+    def scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
+        """-> [B,T,n]; w: `weights(x)` when the caller has it already (the batched verify projects every position
+        at once)."""
+        return self.score(q, k, self.weights(x) if w is None else w)
 
     def step(self, x: torch.Tensor, qr: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor | None:
         """Decode: run the private compressor, then top-k over the completed blocks; None when there are none."""

@@ -95,20 +95,35 @@ class _Masked:
                 buf.index_put_(at, torch.where(k, buf[at], old))
 
 
+VERIFY = ("positions", "batched")
+
+
 class SpeculativeRunner(Runner):
     """The runner (per-bucket CUDA graphs, prompt feeding, sampler settings) over the speculative step: `body(n)`
     is what a bucket captures, `step(n)` returns (out [n, k+1], count [n]) as device tensors.
+
+    `verify`: "positions" (the k+1 positions one at a time through the plain step's function, each under masked
+    state: k+1 reads of the weights) or "batched" (one forward over the k+1 positions, `_verify_batched`: one read;
+    needs the model's kernel table built with `rowwise=True`, so that each row's products have the plain step's bits).
 
     `draft`: what proposes the k drafts, `draft(runner, n) -> (tokens [n,k], their distributions q [n,k,V])`;
     None is the model's MTP block (`propose`). `generator`: the device generator of the sampling rows' draws (the
     draft samples, acceptance uniforms, residual and bonus samples); None is the device's default generator."""
 
     def __init__(self, decoder: GraphSafeDecoder, sampler: Sampler, k: int = 2, generator: torch.Generator | None = None,
-                 draft=None, **kw):
+                 draft=None, verify: str = "positions", **kw):
         super().__init__(decoder, sampler, **kw)
         model = decoder.model
         if k < 1:
             raise ValueError(f"speculative decoding: expected k >= 1 drafts per step, found {k}")
+        if verify not in VERIFY:
+            raise ValueError(f"speculative decoding: verify={verify!r}, expected one of {', '.join(VERIFY)}")
+        if verify == "batched" and not (model.kernels is not None and model.kernels.rowwise):
+            raise ValueError("speculative decoding: verify='batched' needs the model's products row-invariant (each "
+                             "row's bits independent of the row count) to equal the plain step; found "
+                             f"{'no kernel table' if model.kernels is None else 'a table without them'} on the model: "
+                             "build the decoder with GraphSafeDecoder(model, batch, kernels=..., rowwise=True)")
+        self.verify = verify
         if draft is None and not len(model.mtp):
             raise ValueError("speculative decoding: the model has no MTP block (its checkpoint holds no mtp.* tensors, "
                              "or it was loaded with mtp=False); pass a draft")
@@ -187,6 +202,29 @@ class SpeculativeRunner(Runner):
         ring.scatter_(1, slot, torch.where(keep[:, None], tok[:, None], ring.gather(1, slot)))
         at += keep.long()
 
+    def _verify_batched(self, feed: torch.Tensor, pos: torch.Tensor, n: int):
+        """The main model over positions pos..pos+k of each row in one forward, feeding feed [n,k+1] (t, d1..dk):
+        every projection, the MoE and the LM head once over the n*(k+1) rows; the state writes and attention
+        position by position at the one-position step's shapes (`GraphSafeDecoder.hidden_positions`). Every row
+        takes all k+1 positions; what each position's writes overwrite is snapshotted first (`_Masked`, per layer),
+        so `undo(n_acc)` can put back the positions after a row's accepted ones. -> (streams [n,k+1,hc,d], fp32
+        logits [n,k+1,V], undo)."""
+        saved = [[] for _ in range(self.k + 1)]
+
+        def before(attn, st, j, ix):
+            if j:                                       # position p (the fed token) is always committed
+                saved[j].append(_Masked([(attn, st)], ix, n))
+        H = self.dec.hidden_positions(feed, pos, before)
+        logits = self.dec.model.logits(H)
+
+        def undo(n_acc: torch.Tensor) -> None:
+            # latest first: where two positions wrote one entry (a window wrap, a block both close), the earlier
+            # snapshot, restored last, is what a row that kept neither ends with
+            for j in range(self.k, 0, -1):
+                for snap in saved[j]:
+                    snap.restore(n_acc >= j)
+        return H, logits, undo
+
     @torch.inference_mode()
     def body(self, n: int) -> torch.Tensor:
         """One speculative step for rows [0, n): draft, verify, accept, commit. Writes out[:n], count[:n]."""
@@ -200,14 +238,22 @@ class SpeculativeRunner(Runner):
         sampled = self.sampler.temperature[:n] > 0
         u = torch.rand(n, k, generator=self.gen, device=pos.device)
         pairs = [(blk.attn, st) for blk, st in zip(model.layers, dec.layers)]
+        batched = self.verify == "batched"
+        if batched:                                     # all k+1 positions first, the rejected ones undone below
+            H, logits, undo = self._verify_batched(torch.cat([tok[:, None], drafts], 1), pos, n)
         alive = torch.ones_like(forced[:, 0])
         c, streams, emitted, accepted = tok, [], [], []
         for i in range(k + 1):                          # verify position p+i, feeding c (t, then the drafts)
             self._observe(c, alive, n)
-            saved = _Masked(pairs, dec.index((pos + i).clamp(max=cap - 1), n), n)
-            X = dec.hidden(c, pos + i)                                               # [n,1,hc,d]
-            saved.restore(alive)
-            p, greedy = self._dist(model.logits(X)[:, -1], n)
+            if batched:
+                lg = logits[:, i]
+            else:
+                saved = _Masked(pairs, dec.index((pos + i).clamp(max=cap - 1), n), n)
+                X = dec.hidden(c, pos + i)                                           # [n,1,hc,d]
+                saved.restore(alive)
+                streams.append(X)
+                lg = model.logits(X)[:, -1]
+            p, greedy = self._dist(lg, n)
             if i < k:                                   # the rejection rule; greedy rows: draft == argmax
                 d = drafts[:, i]
                 pd, qd = p.gather(1, d[:, None])[:, 0], q[:, i].gather(1, d[:, None])[:, 0]
@@ -221,10 +267,12 @@ class SpeculativeRunner(Runner):
             else:                                       # all k accepted: the bonus token
                 y = torch.where(sampled, draw(p, self.gen), greedy)
             emitted.append(torch.where(forced[:, i], ptok[:, i], y))
-            streams.append(X)
         n_acc = torch.stack(accepted, 1).sum(1)                                      # [n] accepted drafts
         out = torch.stack(emitted, 1)                                                # [n,k+1]
-        H = torch.cat(streams, 1)                                                    # [n,k+1,hc,d]
+        if batched:
+            undo(n_acc)
+        else:
+            H = torch.cat(streams, 1)                                                # [n,k+1,hc,d]
         if self.mtp_state is not None:                  # the MTP block at the committed positions p..p+n_acc-1
             for i in range(k):
                 self._mtp(H[:, i:i + 1], out[:, i], pos + i, n, keep=i < n_acc)

@@ -77,6 +77,7 @@ class Linear(nn.Module):
         self.gemv = None
         self.fp8_quant = fp8_fake_quant
         self.dense = F.linear
+        self.gemv_rows = 8          # the most rows the GEMV takes (any, under a row-invariant table: `use_kernels`)
         init_qweight(self, "", (out_features, in_features), dtype)
 
     @property
@@ -95,6 +96,9 @@ class Linear(nn.Module):
         self.gemv = table["gemv"] if gemv else None
         self.fp8_quant = table["fp8"]
         self.dense = table["dense"]
+        # a row-invariant table (the batched verify's, decode_kernels(rowwise=True)): the plain step's n rows and
+        # the verify's n*(k+1) take the same product, so the GEMV at every row count, never F.linear past 8 rows
+        self.gemv_rows = 1 << 62 if table.rowwise else 8
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         qw = self.qweight
@@ -104,7 +108,8 @@ class Linear(nn.Module):
         rows = x.numel() // self.in_features if self.in_features else 0
         # decode rows: read the stored bytes. A plain weight held narrower than the product (bf16 as stored, fp32
         # compute) up to 64 rows too (decode buckets past 8): the fallback would widen a copy of it every step
-        if self.gemv is not None and (rows <= 8 or qw.fmt == "plain" and qw.data.dtype != self.dtype and rows <= 64):
+        if self.gemv is not None and (rows <= self.gemv_rows or qw.fmt == "plain" and qw.data.dtype != self.dtype
+                                      and rows <= 64):
             return self.gemv(x.reshape(-1, self.in_features), qw.astuple()).view(*x.shape[:-1], self.out_features)
         return self.dense(x, dequant(qw, dtype=self.dtype))
 

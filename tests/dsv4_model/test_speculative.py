@@ -44,16 +44,19 @@ def exact():
 
 
 def _runner(model, B, cls=Runner, **kw):
-    return cls(GraphSafeDecoder(model, B), Sampler(B, model.args.vocab_size), buckets=(B,), graphs=False,
+    """A runner of B rows over a decoder that keeps the model's kernel table (eager unless graphs=True)."""
+    kw.setdefault("graphs", False)
+    dev = model.embed.weight.device
+    return cls(GraphSafeDecoder(model, B), Sampler(B, model.args.vocab_size, device=dev), buckets=(B,),
                log=lambda s: None, **kw)
 
 
 BATCHED = dict(verify="batched")
 
 
-def _plain(model, prompts, n, **sampling):
+def _plain(model, prompts, n, graphs=False, **sampling):
     """Plain greedy decoding: each row's stream (prompt, then what it generates), n tokens past the first."""
-    r = _runner(model, len(prompts))
+    r = _runner(model, len(prompts), graphs=graphs)
     for i, p in enumerate(prompts):
         r.start(i, p, **sampling)
     seqs = [p[:1] for p in prompts]
@@ -475,15 +478,17 @@ def _rows(findings):
     return sorted((f.rule, f.path.rsplit("/", 1)[-1], f.line) for f in findings)
 
 
-@pytest.mark.slow    # ~10 s; the same zero is CI's gate (graphcheck run --config graphcheck-graphsafe.toml) on every push
-def test_graphcheck_finds_nothing_in_the_speculative_step():
-    """The speculative target (also gated in CI: graphcheck-graphsafe.toml, empty baseline): the portable audit and
-    the capture emulation, MTP drafts and sampling rows included, at zero findings."""
+@pytest.mark.slow    # ~10 s each; the same zero is CI's gate (graphcheck run --config graphcheck-graphsafe.toml) on every push
+@pytest.mark.parametrize("verify", ["positions", "batched"])
+def test_graphcheck_finds_nothing_in_the_speculative_step(verify):
+    """The speculative target, both verifies (also gated in CI: graphcheck-graphsafe.toml, empty baseline): the
+    portable audit and the capture emulation, MTP drafts and sampling rows included, at zero findings."""
     from graphcheck.runtime.audit import audit
     from graphcheck.runtime.capture import capture_test
     from dsv4_model.target import speculative_decode
-    assert audit(speculative_decode(device="cpu", batch=2, max_seq_len=64), steps=2) == []
-    assert capture_test(speculative_decode(device="cpu", batch=2, max_seq_len=64), steps=2, device="cpu") == []
+    assert audit(speculative_decode(device="cpu", batch=2, max_seq_len=64, verify=verify), steps=2) == []
+    assert capture_test(speculative_decode(device="cpu", batch=2, max_seq_len=64, verify=verify), steps=2,
+                        device="cpu") == []
 
 
 # each variant runs the audit and the capture emulation (~14 s): one in every run, the other two in CI's slow pass
@@ -503,22 +508,27 @@ def test_planted_host_reads_of_the_accepted_count_are_caught_at_their_line(facto
 
 # -- GPU ------------------------------------------------------------------------------------------------------
 @pytest.mark.cuda
+@pytest.mark.parametrize("verify", ["positions", "batched"])
 @pytest.mark.parametrize("draft", ["mtp", "forced"])
-def test_cuda_speculative_replay_bitwise(draft):
+def test_cuda_speculative_replay_bitwise(draft, verify):
     """The runner's captured speculative step (k = 2, a staggered batch of 4, greedy and sampling rows, its own
     generator registered with the graph) replays equal to the eager step bit for bit over 300 steps: emitted
-    tokens, counts and every state tensor (every 50 steps); with the forced-agree draft every step accepts all."""
+    tokens, counts and every state tensor (every 50 steps); with the forced-agree draft every step accepts all.
+    Both verifies; the batched one over the row-invariant table (kernels=True, rowwise=True), the plain stream the
+    forced draft reads too (so that its drafts are what the batched verify's argmax is, if the kernels' rows are
+    invariant: else the forced rows' counts fall short and this fails)."""
     from conftest import load_benchmark
     bench = load_benchmark("decode", "decode_bench")
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=1024)
     B, k, steps = 4, 2, STEPS
+    rowwise = verify == "batched"
     prompts = [[0, 3 + r, 4 + r][: 1 + r % 3] for r in range(B)]
     settings = [dict(temperature=0.7, top_k=40, top_p=0.95, repetition_penalty=1.1, seed=r) if r % 2 and draft == "mtp"
                 else {} for r in range(B)]
     table_draft = None
     if draft == "forced":                      # each row's own greedy stream, from the plain (eager) step
-        plain = Runner(GraphSafeDecoder(model, B, kernels=True), Sampler(B, model.args.vocab_size, device="cuda"),
-                       buckets=(B,), graphs=False, log=lambda s: None)
+        plain = Runner(GraphSafeDecoder(model, B, kernels=True, rowwise=rowwise),
+                       Sampler(B, model.args.vocab_size, device="cuda"), buckets=(B,), graphs=False, log=lambda s: None)
         for i, p in enumerate(prompts):
             plain.start(i, p)
         table = torch.zeros(B, (k + 1) * steps + 8, dtype=torch.long, device="cuda")
@@ -527,8 +537,9 @@ def test_cuda_speculative_replay_bitwise(draft):
             table[:, t] = plain.dec.tokens
         table_draft = bench.table_draft(table, k)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    r = SpeculativeRunner(GraphSafeDecoder(model, B, kernels=True), Sampler(B, model.args.vocab_size, device="cuda"), k=k,
-                          generator=gen, draft=table_draft, buckets=(B,), log=lambda s: None)
+    r = SpeculativeRunner(GraphSafeDecoder(model, B, kernels=True, rowwise=rowwise),
+                          Sampler(B, model.args.vocab_size, device="cuda"), k=k, generator=gen, draft=table_draft,
+                          verify=verify, buckets=(B,), log=lambda s: None)
     for i, p in enumerate(prompts):
         r.start(i, p, **settings[i])
     r.step(B)                                  # captures the bucket's graph (state restored after), one replay
@@ -555,7 +566,32 @@ def test_cuda_speculative_replay_bitwise(draft):
 
 
 @pytest.mark.cuda
-def test_cuda_capture_of_the_speculative_target_is_clean():
+@pytest.mark.parametrize("verify", ["positions", "batched"])
+def test_cuda_capture_of_the_speculative_target_is_clean(verify):
     from graphcheck.runtime.capture import capture_test
     from dsv4_model.target import speculative_decode
-    assert capture_test(speculative_decode(device="cuda", batch=4), steps=3, device="cuda") == []
+    assert capture_test(speculative_decode(device="cuda", batch=4, verify=verify), steps=3, device="cuda") == []
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("rows", [1, 4])
+def test_cuda_batched_verify_greedy_equals_plain_greedy(rows):
+    """On the GPU with the decode kernels (the row-invariant table: kernels=True, rowwise=True), both runners
+    captured: greedy speculative decoding through the batched verify (MTP drafts, k = 2) emits plain greedy
+    decoding's tokens over 300 steps, batch 1 and the staggered batch of 4; a draft forced to agree (the plain
+    stream, read on the device) is accepted every step, every row. Fails where a kernel gives a row other bits at
+    the verify's n*(k+1) rows than at the plain step's n (then a draft the plain step would emit can lose its
+    argmax): `python benchmarks/row_invariance.py --device cuda` names the first such product."""
+    from conftest import load_benchmark
+    bench = load_benchmark("decode", "decode_bench")
+    model = dsv4_model.load("tiny", device="cuda", max_seq_len=1024)
+    GraphSafeDecoder(model, 1, kernels=True, rowwise=True)        # the table every runner below keeps
+    prompts, k = PROMPTS[:rows], 2
+    want = _plain(model, prompts, STEPS + 2 * k, graphs=True)
+    got, counts = _speculative(model, prompts, STEPS, k=k, graphs=True, verify="batched")
+    assert got == [s[: STEPS + 1] for s in want]
+    table = torch.tensor([s + [0] * (STEPS * k) for s in want], device="cuda")
+    forced, counts = _speculative(model, prompts, STEPS - 2 * k, k=k, graphs=True, verify="batched",
+                                  draft=bench.table_draft(table, k))
+    assert forced == [s[: STEPS - 2 * k + 1] for s in want]
+    assert all(c == k + 1 for step in counts for c in step), "a forced draft was rejected"

@@ -314,10 +314,11 @@ def decode_kernels(device: torch.device, use_kernels: bool = True, rowwise: bool
     scores and top-k, the attention core), on CUDA; the PyTorch references elsewhere or when kernels are off.
     Building the table changes no model: `Transformer.use_kernels(table)` puts it on one.
 
-    `rowwise`: the products that are not the CUDA kernels (all of them on the CPU) as rowwise.py's row-invariant
-    ones, each row's bits independent of the row count: what the speculative step's batched verify needs to equal
-    the plain step (speculative.py). The CUDA kernels stay as they are: whether their rows are invariant across the
-    verify's row counts is what tests/dsv4_model/test_speculative.py's CUDA tests of the batched verify check."""
+    `rowwise`: every product slot (the GEMV, the dense and grouped products, the fp32 mixes and router, the PyTorch
+    routed experts) as rowwise.py's row-invariant products, each row's bits independent of the row count: what the
+    speculative step's batched verify needs to equal the plain step (speculative.py). On CUDA those call the
+    project's GEMV kernels in row-invariant ways (rowwise.py says which, and why from their code; the CUDA tests of
+    the batched verify in tests/dsv4_model/test_speculative.py and benchmarks/row_invariance.py check it there)."""
     on = use_kernels and torch.device(device).type == "cuda"
     experts, experts_note = kernel_experts(device, use_kernels)
     gemv, sink, f32, f32_note = None, sinkhorn_ref, f32_linear_ref, "PyTorch"
@@ -337,10 +338,11 @@ def decode_kernels(device: torch.device, use_kernels: bool = True, rowwise: bool
     dense, grouped = F.linear, grouped_ref
     if rowwise:
         from . import rowwise as rows
-        dense, grouped = rows.rows_linear, rows.rows_grouped
-        if not on:
-            f32, experts = rows.rows_f32_linear, rows.rows_routed_experts
-            experts_note = "routed experts: row-invariant PyTorch"
+        dense, grouped, f32 = rows.rows_linear, rows.rows_grouped, rows.rows_f32_linear
+        f32_note = "row-invariant (rowwise.py)"
+        gemv = rows.rows_gemv if on else None
+        if experts is routed_experts:       # the fused kernel's pairs are independent; the PyTorch bmm's are not
+            experts, experts_note = rows.rows_routed_experts, f"{experts_note}, row-invariant"
     fns = MappingProxyType({**small, "gemv": gemv, "dense": dense, "grouped": grouped, "f32": f32, "sinkhorn": sink,
                             "experts": experts})
     rows_note = "row-invariant " if rowwise else ""
@@ -349,7 +351,8 @@ def decode_kernels(device: torch.device, use_kernels: bool = True, rowwise: bool
                                        f"mHC: PyTorch Sinkhorn; "
                                        f"{', '.join(note for *_, note in SMALL_KERNELS.values())}: PyTorch", rowwise)
     fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
-    return KernelTable(fns, True, f"{experts_note}; projections: quantised and fp32 through the stored-format GEMV, "
+    gemv_note = "the row-invariant GEMV pieces (rowwise.py)" if rowwise else "the stored-format GEMV"
+    return KernelTable(fns, True, f"{experts_note}; projections: quantised and fp32 through {gemv_note}, "
                                   f"the rest {rows_note}PyTorch; "
                                   f"mHC and router products: {f32_note}; mHC: "
                                   f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; "

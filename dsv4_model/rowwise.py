@@ -17,6 +17,18 @@ run the same per-row products. A model without that table keeps the official for
 
 The products are the same maths (fp32 or bf16 products, fp32 accumulation inside the BLAS call); only the order
 of the sums inside a row may differ from F.linear's.
+
+On CUDA the same functions take the project's kernels, each called so that a row's sums do not depend on the row
+count (read off the kernel code; `benchmarks/row_invariance.py --device cuda` checks it):
+- fp32 weights: the fp32 rows kernel (`f32_gemv_cuda`: its per-row FMA chain, lane shuffle sum and cluster split
+  depend on (N, K) only), in pieces of at most 8 rows (its limit);
+- bf16 weights: the bf16 Triton kernel with the tile and K split of an 8-row call at every row count, split sums
+  in order (`bf16_linear_rows`; the default path chooses both from the row count);
+- FP4/FP8 weights (`rows_gemv`, the GEMV slot): the tensor-core GEMV's 2..8-token path (per-token column scale,
+  column-independent mma, K split from K alone) in pieces of 2 to 8 rows, a single row padded with a zero row
+  (its one-token path sums otherwise); where that kernel does not take them, the CUDA-core rows kernel (per-row
+  FMA chain at any width).
+Anything else falls back to the per-row bmm, whose invariance on cuBLAS is not known.
 """
 from __future__ import annotations
 
@@ -30,15 +42,64 @@ from .moe import routed_experts_with
 def rows_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x [..., K] @ w[N, K]^T -> [..., N], each row one [1, K] x [K, N] product (the `dense` slot: F.linear's)."""
     if x.dtype != torch.float32:
-        return rows_linear(x.float(), w.float()).to(x.dtype)
+        return rows_linear(x.float(), w if w.dtype == torch.bfloat16 else w.float()).to(x.dtype)
     K, N = x.shape[-1], w.shape[0]
+    if x.is_cuda:
+        y = _cuda_rows(x.reshape(-1, K), w)
+        if y is not None:
+            return y.view(*x.shape[:-1], N)
+    w = w.to(x.dtype)
     x2 = x.reshape(-1, 1, K)
     return torch.bmm(x2, w.t().expand(x2.shape[0], K, N)).view(*x.shape[:-1], N)
 
 
 def rows_f32_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """The `f32` slot's product (fp32 x, an fp32 or bf16 weight widened exactly), per row."""
-    return rows_linear(x, w.to(x.dtype))
+    return rows_linear(x, w)
+
+
+def _cuda_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
+    """fp32 x [M, K] on CUDA against w [N, K] (bf16 or fp32) through a kernel whose rows are invariant, or None."""
+    from dsv4_kernels.moe_gemv import cuda_kernel
+    M = x.shape[0]
+    if w.dtype == torch.bfloat16 and w.is_cuda:
+        from dsv4_kernels.bf16_gemv import KERNEL
+        if KERNEL.available()[0]:
+            from dsv4_kernels.bf16_gemv.triton_kernel import bf16_linear_rows
+            return bf16_linear_rows(x.contiguous(), w)
+        return None
+    if w.dtype == torch.float32 and M and cuda_kernel.build()[0]:
+        x, w = x.contiguous(), w.contiguous()       # w: the indexer passes its Hadamard matrix transposed (a view)
+        if all(cuda_kernel.f32_fits(x[i:i + 8], w) for i in range(0, M, 8)):
+            return torch.cat([cuda_kernel.f32_gemv_cuda(x[i:i + 8], w) for i in range(0, M, 8)])
+    return None
+
+
+def rows_gemv(x: torch.Tensor, w: tuple) -> torch.Tensor:
+    """The GEMV slot under a row-invariant table: x [M, K] times a stored-format weight tuple (QWeight.astuple) ->
+    [M, N] in x.dtype, each row's bits independent of M. On CUDA: FP4/FP8 through the tensor-core GEMV in pieces
+    of 2..8 rows (or the CUDA-core rows kernel), plain weights through `rows_linear`; elsewhere the dequantised
+    weight through `rows_linear` (the reference GEMVs' product: fp32, rounded to x.dtype)."""
+    from .quant import QWeight, dequant
+    fmt, data = w[0], w[1]
+    if fmt == "plain":
+        return rows_linear(x, data if x.dtype == torch.float32 else data.to(x.dtype))
+    if x.is_cuda:
+        from dsv4_kernels.moe_gemv import cuda_kernel
+        if cuda_kernel.build()[0] and cuda_kernel.fits(x.shape[-1], w):
+            x = x.contiguous()
+            if x.dtype == torch.bfloat16 and cuda_kernel.mma_fits(x[:2], w):
+                return torch.cat([_mma_piece(x[i:i + 8], w) for i in range(0, x.shape[0], 8)])
+            return cuda_kernel.fp4_gemv_cuda(x, w, path="rows")
+    return rows_linear(x.float(), dequant(QWeight(*w))).to(x.dtype)
+
+
+def _mma_piece(x: torch.Tensor, w: tuple) -> torch.Tensor:
+    """1..8 bf16 rows through the tensor-core GEMV's multi-token path (one row padded with a zero row)."""
+    from dsv4_kernels.moe_gemv import cuda_kernel
+    if x.shape[0] > 1:
+        return cuda_kernel.mma_gemv_cuda(x, w)
+    return cuda_kernel.mma_gemv_cuda(torch.cat([x, torch.zeros_like(x)]), w)[:1]
 
 
 def rows_grouped(o: torch.Tensor, wa: torch.Tensor) -> torch.Tensor:

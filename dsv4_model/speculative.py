@@ -7,15 +7,26 @@ One step, for rows [0, n) each at its own position p feeding token t (the runner
    proposes d1; chained k-1 times on its own output streams (as the serving engines run one MTP layer for k
    drafts) it proposes d2..dk. The chained positions' cache writes are speculative: the MTP state rows are
    snapshotted before them and restored after, so only the committed position p-1 stays written.
-2. verify: the main model at positions p..p+k, one position at a time (`GraphSafeDecoder.hidden`, the plain step's
-   own function), feeding t, d1, ..., dk. A row keeps going while its drafts are accepted; a row that has rejected
-   one (or reached the capacity) takes no further state write: each verify position snapshots exactly the state
-   entries a one-position step writes and restores them with `torch.where` for the stopped rows (`_Masked`).
-   Why not one batched forward over the k+1 positions: the window ring, the compressors' partial blocks and the
-   indexer all take one position per step, and a position whose draft is rejected must leave no trace in any of
-   them; verifying position by position with the plain step's functions makes every accepted token's logits the
-   plain step's bit for bit (so greedy speculative decoding equals greedy decoding exactly), at the price of
-   k+1 weight reads per step (a batched multi-position forward is the speed-up this leaves open).
+2. verify: the main model at positions p..p+k, feeding t, d1, ..., dk, in one of two modes (`verify=`):
+   - "positions" (the default): one position at a time (`GraphSafeDecoder.hidden`, the plain step's own
+     function). A row keeps going while its drafts are accepted; a row that has rejected one (or reached the
+     capacity) takes no further state write: each verify position snapshots exactly the state entries a
+     one-position step writes and restores them with `torch.where` for the stopped rows (`_Masked`). Every
+     accepted token's logits are the plain step's bit for bit, at the price of k+1 weight reads per step.
+   - "batched": one forward over the k+1 positions (`GraphSafeDecoder.hidden_positions`): every projection
+     (attention q/kv/o, the compressors' and the indexer's, the router, shared and routed experts, the LM head)
+     runs once over the n*(k+1) rows; the window ring writes, the compressors' partial blocks, the indexer's
+     state and the attention of position j over the cache and positions <= j run position by position at the
+     one-position step's shapes. Every row takes all k+1 positions; each layer snapshots what each position
+     overwrites (`_Masked`) and, once the accepted counts are known, the positions after them are restored,
+     latest first, so a rejected position leaves no trace in any state. Each row's products have the plain
+     step's bits only where the products are row-invariant (the same bits at n rows and at n*(k+1)): the
+     decoder's kernel table must be built with `rowwise=True` (rowwise.py: on the CPU F.linear and friends are
+     not; on CUDA the GEMV kernels are called so they are). Elementwise ops are row-invariant on a GPU; on an
+     AVX-512 CPU torch's vectorised transcendentals (exp, sigmoid, silu) give an element of a loop's scalar tail
+     other last bits than the vector body, and the tail depends on the tensor's size, so there the batched
+     verify's logits can differ from the plain step's in the last bits (the tokens over the tests' 300 steps do
+     not; with ATEN_CPU_CAPABILITY=default the state is bit for bit: tests/dsv4_model/test_speculative.py).
 3. accept: greedy rows accept the longest prefix of drafts equal to the main model's argmax and then emit the
    argmax; sampling rows use the standard rejection rule (accept d with probability min(1, p(d)/q(d)), else
    emit a sample of norm(max(p - q, 0)); a bonus sample of p after k acceptances), drawing from a
@@ -26,7 +37,8 @@ One step, for rows [0, n) each at its own position p feeding token t (the runner
    model's streams (masked by the count).
 
 Outputs per row in device buffers: `out` [B, k+1] (the emitted tokens, valid up to `count`) and `count` [B],
-read by the host once per step, outside the graph.
+read by the host once per step, outside the graph. The MTP block runs position by position in both modes (2k
+one-position forwards of one layer per step: its k-1 chained drafts, then the k committed positions).
 """
 from __future__ import annotations
 

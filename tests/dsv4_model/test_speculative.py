@@ -254,17 +254,16 @@ def test_batched_verify_partly_right_draft_equals_greedy_decoding(rowwise):
     assert len({c for step in counts[2:] for c in step}) >= 3
 
 
-def _states_of_both_verifies(model):
-    """The runner state after the same steps through the per-position and the batched verify (k = 3, a staggered
-    batch of 4, a draft right about two times in three), over positions that wrap the window (16) and close CSA and
-    HCA blocks (4, 128)."""
+def _states_of_both_verifies(model, prompts):
+    """The runner state after the same steps through the per-position and the batched verify (k = 3, a draft right
+    about two times in three), over positions that wrap the window (16) and close CSA and HCA blocks (4, 128)."""
     k, n = 3, 140
-    want = _plain(model, PROMPTS, n + k)
+    want = _plain(model, prompts, n + k)
     right = lambda pos, i: (pos * 5 + i) % 3 != 0
     states = []
     for verify in ("positions", "batched"):
-        r = _runner(model, 4, SpeculativeRunner, k=k, verify=verify, draft=_oracle(want, k, right))
-        _speculative(model, PROMPTS, n, runner=r)
+        r = _runner(model, len(prompts), SpeculativeRunner, k=k, verify=verify, draft=_oracle(want, k, right))
+        _speculative(model, prompts, n, runner=r)
         states.append({name: v.clone() for name, v in r.state().items()})
     return states
 
@@ -277,18 +276,19 @@ def check_both_verifies_leave_one_state():
     m = dsv4_model.load("tiny", max_seq_len=512, precision=[f"{c}=plain" for c in COMPONENTS], dtype=torch.float32)
     m.set_simulation(False)
     GraphSafeDecoder(m, 1, kernels=False, rowwise=True)
-    got, want = _states_of_both_verifies(m)
-    assert int(want["decoder.pos"].min()) >= 128
-    valid = torch.arange(want["out"].shape[1])[None, :] < want["count"][:, None]
-    for name, v in want.items():
-        if name == "out":
-            v, w = v[valid], got[name][valid]
-        else:
-            w = got[name]
-        assert torch.equal(v, w), f"{name} differs between the per-position and the batched verify"
+    for prompts in (PROMPTS[:1], PROMPTS):        # batch 1 (1 row per product against 4) and the staggered batch of 4
+        got, want = _states_of_both_verifies(m, prompts)
+        assert int(want["decoder.pos"].min()) >= 128
+        valid = torch.arange(want["out"].shape[1])[None, :] < want["count"][:, None]
+        for name, v in want.items():
+            if name == "out":
+                v, w = v[valid], got[name][valid]
+            else:
+                w = got[name]
+            assert torch.equal(v, w), f"{len(prompts)} rows: {name} differs between the per-position and the batched verify"
 
 
-@pytest.mark.slow          # ~25 s in a process of its own
+@pytest.mark.slow          # ~40 s in a process of its own
 def test_batched_verify_leaves_the_state_of_the_per_position_verify():
     """After the same steps, the batched verify's state is the per-position verify's bit for bit: every decoder
     buffer (the rejected positions leave no trace in windows, compressor rings and entries, indexer), the MTP

@@ -37,8 +37,9 @@ One step, for rows [0, n) each at its own position p feeding token t (the runner
    model's streams (masked by the count).
 
 Outputs per row in device buffers: `out` [B, k+1] (the emitted tokens, valid up to `count`) and `count` [B],
-read by the host once per step, outside the graph. The MTP block runs position by position in both modes (2k
-one-position forwards of one layer per step: its k-1 chained drafts, then the k committed positions).
+read by the host once per step, outside the graph. The MTP block's k-1 chained drafts run position by position
+(each reads the last one's streams); the k committed positions are k one-position forwards of the block in the
+per-position mode, one forward over the k positions in the batched mode (`_mtp_commit`).
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ import torch
 
 from dsv4_kernels.sampling.reference import row_cumsum
 
-from .decode import GraphSafeDecoder, LayerState, block_step
+from .decode import GraphSafeDecoder, LayerState, block_positions, block_step
 from .runner import Runner
 from .sampler import Sampler
 
@@ -180,6 +181,21 @@ class SpeculativeRunner(Runner):
             saved.restore(keep)
         return mtp.logits(X)[:, -1], X
 
+    def _mtp_commit(self, H: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor, n_acc: torch.Tensor, n: int) -> None:
+        """The MTP block written at positions pos..pos+k-1 (the main streams H [n,k,hc,d] and the tokens tok [n,k]
+        after them) in one forward, its projections once over the n*k rows; each position's writes undone, latest
+        first, where the row committed fewer (j >= n_acc): the batched verify's counterpart of k `_mtp` calls."""
+        dec, mtp, k = self.dec, self.dec.model.mtp[0], self.k
+        ixs = [dec.index((pos + j).clamp(min=0, max=dec.capacity - 1), n) for j in range(k)]
+        saved = [[] for _ in range(k)]
+
+        def before(attn, st, j, ix):
+            saved[j].append(_Masked([(attn, st)], ix, n))
+        block_positions(mtp, self.mtp_state, mtp.mix(H, tok), tok, ixs, n, dec.gather, before)
+        for j in range(k - 1, -1, -1):
+            for snap in saved[j]:
+                snap.restore(n_acc > j)
+
     def _dist(self, logits: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """fp32 logits [n,V] -> (the plain sampler's distribution [n,V], its greedy token [n])."""
         s = self.sampler
@@ -285,7 +301,9 @@ class SpeculativeRunner(Runner):
             undo(n_acc)
         else:
             H = torch.cat(streams, 1)                                                # [n,k+1,hc,d]
-        if self.mtp_state is not None:                  # the MTP block at the committed positions p..p+n_acc-1
+        if self.mtp_state is not None and batched:      # the MTP block at the committed positions p..p+n_acc-1
+            self._mtp_commit(H[:, :k], out[:, :k], pos, n_acc, n)
+        elif self.mtp_state is not None:
             for i in range(k):
                 self._mtp(H[:, i:i + 1], out[:, i], pos + i, n, keep=i < n_acc)
         self.hidden[:n] = H.gather(1, n_acc.view(n, 1, 1, 1).expand(-1, 1, *H.shape[2:]))

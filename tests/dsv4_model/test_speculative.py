@@ -141,11 +141,14 @@ def test_partly_right_draft_equals_greedy_decoding(exact):
     assert len(seen) >= 3, seen
 
 
-def test_mtp_cache_holds_the_committed_positions_only(exact):
+@pytest.mark.parametrize("verify", ["positions", "batched"])
+def test_mtp_cache_holds_the_committed_positions_only(request, verify):
     """After speculative steps (mostly rejected MTP drafts), the MTP block's window is the reference block's after
     decoding the committed stream position by position: the chained drafts' writes are undone and the committed
-    positions written with the main model's streams."""
-    r = _runner(exact, 1, SpeculativeRunner, k=3)
+    positions written with the main model's streams (the batched verify: in one forward over the k positions,
+    the uncommitted ones undone)."""
+    exact = request.getfixturevalue("exact" if verify == "positions" else "rowwise")
+    r = _runner(exact, 1, SpeculativeRunner, k=3, verify=verify)
     (got,), _ = _speculative(exact, PROMPTS[:1], 30, runner=r, full=True)
     p = int(r.dec.pos[0])
     ids = torch.tensor([got])

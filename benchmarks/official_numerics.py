@@ -48,7 +48,8 @@ class Recorder:
     part."""
 
     FUNCS = ("core", "score", "select", "pool_reduce", "compute", "q_norm_rope", "norm_rope", "fp8_nope", "rope", "kernel",
-             "fp8_quant", "fp4_quant", "gemv", "matmul", "sinkhorn", "pre_mix", "post_mix", "pre_norm", "head_mix")
+             "fp8_quant", "fp4_quant", "gemv", "matmul", "sinkhorn", "pre_mix", "post_mix", "pre_norm", "head_mix",
+             "dense", "grouped")
 
     def __init__(self, model):
         self.model, self.log, self.handles, self.saved = model, [], [], []

@@ -340,7 +340,9 @@ def decode_kernels(device: torch.device, use_kernels: bool = True, rowwise: bool
         from . import rowwise as rows
         dense, grouped, f32 = rows.rows_linear, rows.rows_grouped, rows.rows_f32_linear
         f32_note = "row-invariant (rowwise.py)"
-        gemv = rows.rows_gemv if on else None
+        if on:                              # the project's kernels, called so that their rows are invariant
+            cuda = rows.cuda_products()
+            dense, grouped, f32, gemv = cuda["dense"], cuda["grouped"], cuda["f32"], cuda["gemv"]
         if experts is routed_experts:       # the fused kernel's pairs are independent; the PyTorch bmm's are not
             experts, experts_note = rows.rows_routed_experts, f"{experts_note}, row-invariant"
     fns = MappingProxyType({**small, "gemv": gemv, "dense": dense, "grouped": grouped, "f32": f32, "sinkhorn": sink,

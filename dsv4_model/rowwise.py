@@ -18,13 +18,14 @@ run the same per-row products. A model without that table keeps the official for
 The products are the same maths (fp32 or bf16 products, fp32 accumulation inside the BLAS call); only the order
 of the sums inside a row may differ from F.linear's.
 
-On CUDA the same functions take the project's kernels, each called so that a row's sums do not depend on the row
-count (read off the kernel code; `benchmarks/row_invariance.py --device cuda` checks it):
+On CUDA (`cuda_products`, built once at load) the products take the project's kernels, each called so that a row's
+sums do not depend on the row count (read off the kernel code; `benchmarks/row_invariance.py --device cuda` checks
+it):
 - fp32 weights: the fp32 rows kernel (`f32_gemv_cuda`: its per-row FMA chain, lane shuffle sum and cluster split
   depend on (N, K) only), in pieces of at most 8 rows (its limit);
 - bf16 weights: the bf16 Triton kernel with the tile and K split of an 8-row call at every row count, split sums
   in order (`bf16_linear_rows`; the default path chooses both from the row count);
-- FP4/FP8 weights (`rows_gemv`, the GEMV slot): the tensor-core GEMV's 2..8-token path (per-token column scale,
+- FP4/FP8 weights (the GEMV slot): the tensor-core GEMV's 2..8-token path (per-token column scale,
   column-independent mma, K split from K alone) in pieces of 2 to 8 rows, a single row padded with a zero row
   (its one-token path sums otherwise); where that kernel does not take them, the CUDA-core rows kernel (per-row
   FMA chain at any width).
@@ -35,6 +36,7 @@ from __future__ import annotations
 import torch
 
 from .moe import routed_experts_with
+from .quant import QWeight, dequant
 
 # shapes: M rows, K in, N out, G groups, R rank, T tokens, k picks
 
@@ -42,12 +44,8 @@ from .moe import routed_experts_with
 def rows_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x [..., K] @ w[N, K]^T -> [..., N], each row one [1, K] x [K, N] product (the `dense` slot: F.linear's)."""
     if x.dtype != torch.float32:
-        return rows_linear(x.float(), w if w.dtype == torch.bfloat16 else w.float()).to(x.dtype)
+        return rows_linear(x.float(), w).to(x.dtype)
     K, N = x.shape[-1], w.shape[0]
-    if x.is_cuda:
-        y = _cuda_rows(x.reshape(-1, K), w)
-        if y is not None:
-            return y.view(*x.shape[:-1], N)
     w = w.to(x.dtype)
     x2 = x.reshape(-1, 1, K)
     return torch.bmm(x2, w.t().expand(x2.shape[0], K, N)).view(*x.shape[:-1], N)
@@ -58,54 +56,15 @@ def rows_f32_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return rows_linear(x, w)
 
 
-def _cuda_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
-    """fp32 x [M, K] on CUDA against w [N, K] (bf16 or fp32) through a kernel whose rows are invariant, or None."""
-    from dsv4_kernels.moe_gemv import cuda_kernel
-    M = x.shape[0]
-    if w.dtype == torch.bfloat16 and w.is_cuda:
-        from dsv4_kernels.bf16_gemv import KERNEL
-        if KERNEL.available()[0]:
-            from dsv4_kernels.bf16_gemv.triton_kernel import bf16_linear_rows
-            return bf16_linear_rows(x.contiguous(), w)
-        return None
-    if w.dtype == torch.float32 and M and cuda_kernel.build()[0]:
-        x, w = x.contiguous(), w.contiguous()       # w: the indexer passes its Hadamard matrix transposed (a view)
-        if all(cuda_kernel.f32_fits(x[i:i + 8], w) for i in range(0, M, 8)):
-            return torch.cat([cuda_kernel.f32_gemv_cuda(x[i:i + 8], w) for i in range(0, M, 8)])
-    return None
-
-
-def rows_gemv(x: torch.Tensor, w: tuple) -> torch.Tensor:
-    """The GEMV slot under a row-invariant table: x [M, K] times a stored-format weight tuple (QWeight.astuple) ->
-    [M, N] in x.dtype, each row's bits independent of M. On CUDA: FP4/FP8 through the tensor-core GEMV in pieces
-    of 2..8 rows (or the CUDA-core rows kernel), plain weights through `rows_linear`; elsewhere the dequantised
-    weight through `rows_linear` (the reference GEMVs' product: fp32, rounded to x.dtype)."""
-    from .quant import QWeight, dequant
-    fmt, data = w[0], w[1]
-    if fmt == "plain":
-        return rows_linear(x, data if x.dtype == torch.float32 else data.to(x.dtype))
-    if x.is_cuda:
-        from dsv4_kernels.moe_gemv import cuda_kernel
-        if cuda_kernel.build()[0] and cuda_kernel.fits(x.shape[-1], w):
-            x = x.contiguous()
-            if x.dtype == torch.bfloat16 and cuda_kernel.mma_fits(x[:2], w):
-                return torch.cat([_mma_piece(x[i:i + 8], w) for i in range(0, x.shape[0], 8)])
-            return cuda_kernel.fp4_gemv_cuda(x, w, path="rows")
-    return rows_linear(x.float(), dequant(QWeight(*w))).to(x.dtype)
-
-
-def _mma_piece(x: torch.Tensor, w: tuple) -> torch.Tensor:
-    """1..8 bf16 rows through the tensor-core GEMV's multi-token path (one row padded with a zero row)."""
-    from dsv4_kernels.moe_gemv import cuda_kernel
-    if x.shape[0] > 1:
-        return cuda_kernel.mma_gemv_cuda(x, w)
-    return cuda_kernel.mma_gemv_cuda(torch.cat([x, torch.zeros_like(x)]), w)[:1]
+def grouped_with(o: torch.Tensor, wa: torch.Tensor, linear) -> torch.Tensor:
+    """o [..., G, I] with wa [G, R, I] -> [..., G, R] through `linear(x, W)` per group."""
+    return torch.stack([linear(o[..., g, :], wa[g]) for g in range(wa.shape[0])], -2)
 
 
 def rows_grouped(o: torch.Tensor, wa: torch.Tensor) -> torch.Tensor:
     """o [..., G, I] with wa [G, R, I] -> [..., G, R] (the attention output's grouped low-rank projection, the
     `grouped` slot: the reference's einsum), each row and group its own product."""
-    return torch.stack([rows_linear(o[..., g, :], wa[g]) for g in range(wa.shape[0])], -2)
+    return grouped_with(o, wa, rows_linear)
 
 
 def rows_routed_experts(x, idx, wts, w1, w3, w2, limit, act: bool = True) -> torch.Tensor:
@@ -115,3 +74,47 @@ def rows_routed_experts(x, idx, wts, w1, w3, w2, limit, act: bool = True) -> tor
     return routed_experts_with(x, idx, wts, w1, w3, w2, limit, act,
                                lambda W, h: torch.bmm(h.float().unsqueeze(1), W.float().transpose(1, 2)).squeeze(1)
                                .to(h.dtype))
+
+
+def cuda_products() -> dict:
+    """The row-invariant products on CUDA through the project's kernels, which of them build here decided once (at
+    load, `decode.decode_kernels`): {"dense", "f32", "grouped", "gemv"} -> function, the per-row bmm (above) where a
+    kernel does not take the inputs."""
+    from dsv4_kernels.bf16_gemv import KERNEL as BF16
+    from dsv4_kernels.bf16_gemv.triton_kernel import bf16_linear_rows
+    from dsv4_kernels.moe_gemv import cuda_kernel
+    ext, bf16 = cuda_kernel.build()[0], BF16.available()[0]
+
+    def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32:
+            return linear(x.float(), w).to(x.dtype)
+        K, N = x.shape[-1], w.shape[0]
+        x2 = x.reshape(-1, K).contiguous()
+        M = x2.shape[0]
+        if w.dtype == torch.bfloat16 and bf16:
+            return bf16_linear_rows(x2, w).view(*x.shape[:-1], N)
+        if w.dtype == torch.float32 and M and ext:
+            w = w.contiguous()                      # the indexer passes its Hadamard matrix transposed (a view)
+            if all(cuda_kernel.f32_fits(x2[i:i + 8], w) for i in range(0, M, 8)):
+                return torch.cat([cuda_kernel.f32_gemv_cuda(x2[i:i + 8], w) for i in range(0, M, 8)]).view(
+                    *x.shape[:-1], N)
+        return rows_linear(x, w)
+
+    def piece(x: torch.Tensor, w: tuple) -> torch.Tensor:
+        # 1..8 bf16 rows through the tensor-core GEMV's multi-token path (one row padded with a zero row)
+        if x.shape[0] > 1:
+            return cuda_kernel.mma_gemv_cuda(x, w)
+        return cuda_kernel.mma_gemv_cuda(torch.cat([x, torch.zeros_like(x)]), w)[:1]
+
+    def gemv(x: torch.Tensor, w: tuple) -> torch.Tensor:
+        if w[0] == "plain":
+            return linear(x, w[1])
+        if ext and cuda_kernel.fits(x.shape[-1], w):
+            x = x.contiguous()
+            if x.dtype == torch.bfloat16 and cuda_kernel.mma_fits(x[:2], w):
+                return torch.cat([piece(x[i:i + 8], w) for i in range(0, x.shape[0], 8)])
+            return cuda_kernel.fp4_gemv_cuda(x, w, path="rows")
+        return linear(x.float(), dequant(QWeight(*w))).to(x.dtype)
+
+    return {"dense": linear, "f32": linear, "gemv": gemv,
+            "grouped": lambda o, wa: grouped_with(o, wa, linear)}

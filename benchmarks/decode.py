@@ -34,6 +34,9 @@ stream, right for the first 0, k/2 or k of them) and with the MTP block's own dr
     python benchmarks/decode.py --speculative 2 --configs tiny,flash --batches 1,8
     python benchmarks/decode.py --speculative 2 --device cpu --configs tiny --batches 1 --steps 2   # CI crash test
 
+Both verify modes by default (`--verify positions,batched`): the per-position verify (k+1 one-position forwards),
+and the batched one (one forward over the k+1 positions, its plain row over the same row-invariant kernel table).
+
 torch.compile runs in a child process per (config, batch): a compile that fails inside Inductor can leave the
 process's dispatcher state broken (torch 2.11 hit an internal assert on the next allocation), which must not take
 the other rows with it. The child compiles the step with the kernels the decoder selects; if that fails it says
@@ -492,9 +495,11 @@ def _spec_model(cfg: str, device: str):
     return random_model(flash_args(3), device=device, mtp=True)
 
 
-def speculative_rows(cfg: str, model, batch: int, k: int, steps: int, device: str) -> list[dict]:
+def speculative_rows(cfg: str, model, batch: int, k: int, steps: int, device: str, verify: str = "positions") -> list[dict]:
     """Plain and speculative graph steps (eager on CPU) from the same greedy prompts: ms per step, emitted tokens
-    per step (measured: the mean count over `steps` more steps) and ms per emitted token."""
+    per step (measured: the mean count over `steps` more steps) and ms per emitted token. `verify`: the speculative
+    step's verify mode; "batched" runs both steps over the row-invariant kernel table (`rowwise=True`), the plain
+    row too, so each pair compares one table."""
     from dsv4_model.decode import GraphSafeDecoder
     from dsv4_model.runner import Runner
     from dsv4_model.sampler import Sampler
@@ -503,8 +508,8 @@ def speculative_rows(cfg: str, model, batch: int, k: int, steps: int, device: st
     prompts = [[0, 5 + r, 6 + r] for r in range(batch)]
 
     def runner(cls=Runner, **kw):
-        r = cls(GraphSafeDecoder(model, batch=batch, kernels=True), Sampler(batch, V, device=device), buckets=(batch,),
-                graphs=graphs, log=lambda s: None, **kw)
+        r = cls(GraphSafeDecoder(model, batch=batch, kernels=True, rowwise=verify == "batched"),
+                Sampler(batch, V, device=device), buckets=(batch,), graphs=graphs, log=lambda s: None, **kw)
         for i, p in enumerate(prompts):
             r.start(i, p)
         return r
@@ -521,13 +526,15 @@ def speculative_rows(cfg: str, model, batch: int, k: int, steps: int, device: st
     drafts = [("acceptance 0", table_draft(table, 0)), ("acceptance 0.5", table_draft(table, k // 2)),
               ("acceptance 1", table_draft(table, k)), ("MTP block", None)]
     for name, draft in drafts:
-        spec = runner(SpeculativeRunner, k=k, generator=torch.Generator(device=device).manual_seed(0), draft=draft)
+        spec = runner(SpeculativeRunner, k=k, generator=torch.Generator(device=device).manual_seed(0), draft=draft,
+                      verify=verify)
         ms = _ms(lambda: spec.step(batch), steps)
         counts = [spec.step(batch)[1].float().mean().item() for _ in range(steps)]   # host reads, untimed
         rows.append({"draft": name, "ms": ms, "tokens": sum(counts) / len(counts)})
         del spec
     for r in rows:
-        r.update(config=cfg, batch=batch, k=k, per_token=r["ms"] / r["tokens"], speedup=rows[0]["ms"] / (r["ms"] / r["tokens"]))
+        r.update(config=cfg, batch=batch, k=k, verify=verify, per_token=r["ms"] / r["tokens"],
+                 speedup=rows[0]["ms"] / (r["ms"] / r["tokens"]))
     return rows
 
 
@@ -540,14 +547,16 @@ def speculative_mode(a) -> int:
     for cfg in a.configs.split(","):
         model = _spec_model(cfg, device)
         for b in (int(x) for x in a.batches.split(",")):
-            rows += speculative_rows(cfg, model, b, a.speculative, a.steps, device)
+            for verify in a.verify.split(","):
+                rows += speculative_rows(cfg, model, b, a.speculative, a.steps, device, verify)
         del model
     print(f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU (eager; times mean nothing)'}, "
           f"torch {torch.__version__}; speculative step, k = {a.speculative} drafts")
-    print(f"{'config':7} {'B':>2} {'draft':15} {'ms/step':>9} {'tokens/step':>11} {'ms/token':>9} {'vs plain':>8}")
+    print(f"{'config':7} {'B':>2} {'verify':9} {'draft':15} {'ms/step':>9} {'tokens/step':>11} {'ms/token':>9} "
+          f"{'vs plain':>8}")
     for r in rows:
-        print(f"{r['config']:7} {r['batch']:>2} {r['draft']:15} {r['ms']:9.3f} {r['tokens']:11.2f} {r['per_token']:9.3f} "
-              f"{r['speedup']:8.2f}")
+        print(f"{r['config']:7} {r['batch']:>2} {r['verify']:9} {r['draft']:15} {r['ms']:9.3f} {r['tokens']:11.2f} "
+              f"{r['per_token']:9.3f} {r['speedup']:8.2f}")
     return 0
 
 
@@ -606,6 +615,9 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: depth mode only (a crash test)")
     ap.add_argument("--unfused", action="store_true", help="depth mode: the fused small-chain ops (issue 37) replaced "
                     "by the launches they fused (benchmarks/fuse_ab.py), for the A/B")
+    ap.add_argument("--verify", default="positions,batched",
+                    help="speculative mode: the verify modes timed (positions: k+1 one-position forwards; batched: one "
+                         "forward over the k+1 positions, each with its plain step over the same kernel table)")
     ap.add_argument("--speculative", type=int, default=0, metavar="K",
                     help="time the speculative step with K drafts against the plain step (issue 41)")
     a = ap.parse_args(argv)

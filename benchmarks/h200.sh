@@ -27,6 +27,13 @@
 #                                      with the fused ops on and off (FUSE_ONLY: some of tests,ab,depth; default all)
 #   bash benchmarks/h200.sh drift      benchmarks/kernel_drift.py: where kernels and references part over steps
 #                                      (DRIFT_ARGS, e.g. "--no-sim")
+#   bash benchmarks/h200.sh speculative  issue 41's batched verify: side by side, benchmarks/row_invariance.py (which
+#                                      product's rows differ between the plain step's n rows and the verify's n*(k+1),
+#                                      tiny and Flash layers, B = 1, 2, 4, 8), the batched verify's CUDA tests (capture,
+#                                      300-step replay, greedy == plain greedy, forced drafts all accepted) and
+#                                      `graphcheck capture` of the batched target (correctness only: nothing timed)
+#   bash benchmarks/h200.sh spec-bench benchmarks/decode.py --speculative 2, both verifies against their plain steps,
+#                                      alone on the GPU (SPEC_ARGS, default "--configs tiny,flash --batches 1,8 --steps 20")
 #   bash benchmarks/h200.sh thirdparty the third-party verdict table on CUDA
 #   bash benchmarks/h200.sh ncu        Nsight Compute on the one-token FP4 GEMVs (benchmarks/ncu_gemv.py): issue- or
 #                                      memory-bound
@@ -122,6 +129,21 @@ for stage in "${@:-check}"; do
       timeout 60 python -m graphcheck capture "dsv4_kernels.targets:$t" --device cuda 2>&1 | grep -E "GC0|clean|passed|Error" | cut -c1-220
     done > "$OUT/targets-capture.txt" 2>&1
     grep -c "passed" "$OUT/targets-capture.txt" ;;
+  speculative)
+    run spec-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    grep -E "build|exit" "$OUT/spec-build.txt"
+    run spec-rows.txt 300 python benchmarks/row_invariance.py --device cuda --configs tiny,flash --batches 1,2,4,8 --k 2 &
+    # the batched verify's CUDA tests (the per-position ones run in `check`)
+    run spec-pytest.txt 420 python -m pytest -q -rfEP -p no:cacheprovider -m cuda tests/dsv4_model/test_speculative.py \
+      -k batched &
+    run spec-capture.txt 240 python -m graphcheck capture dsv4_model.target:speculative_batched --device cuda \
+      --config graphcheck-graphsafe.toml --output-format full &
+    wait
+    summary spec-pytest.txt spec-capture.txt
+    cat "$OUT/spec-rows.txt" ;;
+  spec-bench)
+    run spec-bench.txt 540 python benchmarks/decode.py --speculative 2 ${SPEC_ARGS:---configs tiny,flash --batches 1,8 --steps 20}
+    grep -vE "^\s*$|Warning|warn" "$OUT/spec-bench.txt" | tail -24 ;;
   kernels)
     run kernels.txt 540 python benchmarks/kernels.py ${KERNELS_ARGS:-} --json "$OUT/kernels.json"
     grep -E "kernel|CUDA|copy|FAIL|Error" "$OUT/kernels.txt" | head -60 ;;

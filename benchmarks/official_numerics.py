@@ -49,7 +49,7 @@ class Recorder:
 
     FUNCS = ("core", "score", "select", "pool_reduce", "compute", "q_norm_rope", "norm_rope", "fp8_nope", "rope", "kernel",
              "fp8_quant", "hadamard_fp4", "gemv", "matmul", "sinkhorn", "pre_mix", "post_mix", "pre_norm", "head_mix",
-             "route", "swiglu_fp8")
+             "route", "swiglu_fp8", "dense", "grouped")
 
     def __init__(self, model):
         self.model, self.log, self.handles, self.saved = model, [], [], []

@@ -25,6 +25,11 @@ from .rope import rope_tail
 # shapes: B batch, T tokens, H heads, D head_dim, W window, n compressed entries, G groups, R o_lora_rank
 
 
+def grouped_ref(o: torch.Tensor, wa: torch.Tensor) -> torch.Tensor:
+    """o [B,T,G,I] with wa [G,R,I] -> [B,T,G,R]: the reference's einsum."""
+    return torch.einsum("btgi,gri->btgr", o, wa)
+
+
 class Attention(nn.Module):
     def __init__(self, args, layer: int, dtype, batch: int):
         super().__init__()
@@ -49,6 +54,8 @@ class Attention(nn.Module):
         # sink softmax, weighted keys): the references, or kernels (`use_kernels`)
         self.fp8_nope, self.rope, self.core = fp8_nope_ref, rope_tail, attention_ref
         self.q_norm_rope, self.norm_rope = head_norm_rope_ref, norm_rope_fp8_ref
+        # the output's grouped low-rank product (the reference's einsum, or a row-invariant one: rowwise.py)
+        self.grouped = grouped_ref
         self.init_state()
 
     def use_kernels(self, table) -> None:
@@ -56,6 +63,7 @@ class Attention(nn.Module):
         compressor and indexer take their own."""
         self.fp8_nope, self.rope, self.core = table["fp8_nope"], table["rope"], table["attend"]
         self.q_norm_rope, self.norm_rope = table["q_norm_rope"], table["norm_rope_fp8"]
+        self.grouped = table["grouped"]
 
     def init_state(self, device=None) -> None:
         """(Re)allocate the decode state (the loader builds modules on the meta device, then calls this)."""
@@ -84,15 +92,21 @@ class Attention(nn.Module):
 
     def attend(self, q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, cs: torch.Tensor) -> torch.Tensor:
         """q [B,T,H,D], K [B,T|1,N,D] (V = K), mask [B|1,T,N] -> projected output [B,T,dim]."""
+        return self.project(self.core_out(q, K, mask, cs))
+
+    def core_out(self, q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, cs: torch.Tensor) -> torch.Tensor:
+        """`attend` before the output projection: the attention core, de-rotated -> o [B,T,H,D]."""
         # official: the kernel stores o in bf16, the inverse RoPE computes in fp32 and writes back into it: two roundings
         o = self.core(q, K, mask, self.attn_sink, self.D ** -0.5).to(q.dtype)           # [B,T,H,D]
-        o = self.rope(o, cs.unsqueeze(-3), self.rd, inverse=True).to(q.dtype)          # de-rotate by -t
+        return self.rope(o, cs.unsqueeze(-3), self.rd, inverse=True).to(q.dtype)       # de-rotate by -t
+
+    def project(self, o: torch.Tensor) -> torch.Tensor:
+        """The grouped low-rank output projection: o [B,T,H,D] -> [B,T,dim]."""
         B, T = o.shape[:2]
         o = o.reshape(B, T, self.G, -1)
         # in the model dtype, as the reference's einsum: no fp32 copy of the 8192x4096 weight per step
-        wa = dequant(self.wo_a.qweight, dtype=q.dtype).view(self.G, self.R, -1)
-        t = torch.einsum("btgi,gri->btgr", o, wa)
-        return self.wo_b(t.flatten(-2))
+        wa = dequant(self.wo_a.qweight, dtype=o.dtype).view(self.G, self.R, -1)
+        return self.wo_b(self.grouped(o, wa).flatten(-2))
 
     # -- decode (reference order: window write, indexer, compressor, attention) -------------------------------
     def decode(self, x: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor:

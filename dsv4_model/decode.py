@@ -34,14 +34,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dsv4_kernels import KERNELS as KERNEL_OPS
+from dsv4_kernels.hadamard_fp4.reference import hadamard_fp4_ref
 from dsv4_kernels.indexer.reference import gather_picks_ref
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
-from .attention import Attention
+from .attention import Attention, grouped_ref
 from .compressor import Compressor
 from .model import Transformer
 from .moe import routed_experts
@@ -136,42 +138,65 @@ def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tens
                     post) -> None:
     """Fold token x [n,1,d] (fp32, as the compressor's projections take it) into each row's open block; write the
     entry of every block that closes."""
+    compressor_fold(comp, st, n, comp.wkv(x).float()[:, 0], comp.wgate(x).float()[:, 0], ix, compressed, post)
+
+
+def compressor_fold(comp: Compressor, st: CompressorState, n: int, C: torch.Tensor, Z: torch.Tensor, ix: StepIndex,
+                    compressed: bool, post) -> None:
+    """`compressor_step` after the projections: C, Z [n, coff*D] fp32 (the token's raw values and gate logits)."""
     m, rows = comp.m, ix.rows
     kv_state, gate_state, entries = st.kv_state[:n], st.gate_state[:n], st.entries[:n]
     slot, b, closes, _, _ = ix.blocks(m, comp.overlap, entries.shape[1])
-    comp.ring_write(kv_state, gate_state, comp.wkv(x).float()[:, 0], comp.wgate(x).float()[:, 0], rows, slot)
+    comp.ring_write(kv_state, gate_state, C, Z, rows, slot)
     c = comp.pool(kv_state, gate_state)                                            # [n, D] fp32, every step
     c = comp.finish(c, ix.block_cs(compressed, m, comp.overlap, entries.shape[1]), post)
     # the masked entry write and (CSA) a closed block becoming "previous", the only rows read again
     comp.close_block(entries, rows, b, closes, c, kv_state, gate_state, m, comp.overlap)
 
 
-def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool,
-                   gather=gather_picks_ref) -> torch.Tensor:
-    """x [n,1,d] -> [n,1,d]; the reference order: window write, indexer, compressor, attention. `gather`: the CSA
-    gather of the picked entries chosen at load (`csa_gather`)."""
+def side_projections(attn: Attention, x: torch.Tensor, qr: torch.Tensor, cs: torch.Tensor) -> dict:
+    """The products of x [n,T,d] (and qr) that the stateful part of attention reads, for all T positions at once:
+    each compressor's C and Z (fp32) and the indexer's query and score weights. Pure functions of the inputs, so
+    computing them ahead of the state writes changes no value."""
+    side = {}
+    xf = x.float() if attn.compressor is not None else None     # one cast for the (up to) four fp32 projections
+    if attn.indexer is not None:
+        idx = attn.indexer
+        side["iC"], side["iZ"] = idx.compressor.wkv(xf).float(), idx.compressor.wgate(xf).float()
+        side["iq"], side["iw"] = idx.query(qr, cs.unsqueeze(-3)), idx.weights(x)
+    if attn.compressor is not None:
+        side["C"], side["Z"] = attn.compressor.wkv(xf).float(), attn.compressor.wgate(xf).float()
+    return side
+
+
+def attend_position(attn: Attention, st: LayerState, n: int, q: torch.Tensor, kv: torch.Tensor, side: dict, j: int,
+                    ix: StepIndex, compressed: bool, gather) -> torch.Tensor:
+    """Position j of the projected positions (q [n,T,H,D], kv [n,T,D], `side_projections`) at its StepIndex ix:
+    its state writes in the reference order (window, indexer compressor, compressor) and its attention over the
+    state as it then is -> o [n,1,H,D] before the output projection. Every operand has the one-position step's
+    shape, so each row's values are the one-position step's."""
+    def at(t):              # position j's slice, laid out as a one-position step's tensor
+        return t[:, j:j + 1].contiguous()
     cs = ix.cs(compressed)                                                           # [n,1,rd/2,2]
-    q, kv, qr = attn.qkv(x, cs)
     window = st.kv_window[:n]
     slot, win_valid = ix.window(window.shape[1])
-    window.index_put_((ix.rows, slot), kv[:, 0])
+    window.index_put_((ix.rows, slot), kv[:, j])
     # oldest first, as the official index list (the order of the 64-key blocks of the attention's online softmax);
     # the valid slots of the ordered ring are the same first pos+1 (all once it is full)
     order = ix.window_order(window.shape[1])
     keys, masks = [torch.gather(window, 1, order.unsqueeze(-1).expand(-1, -1, window.shape[-1]))], [win_valid]
     sel = None
-    xf = x.float() if attn.compressor is not None else None     # one cast for the (up to) four fp32 projections
     if attn.indexer is not None:
         idx = attn.indexer
-        compressor_step(idx.compressor, st.icomp, n, xf, ix, compressed, idx.rotate)
+        compressor_fold(idx.compressor, st.icomp, n, side["iC"][:, j], side["iZ"][:, j], ix, compressed, idx.rotate)
         ent = st.icomp.entries[:n]
         _, _, _, closed, valid = ix.blocks(idx.compressor.m, idx.compressor.overlap, ent.shape[1])
-        scores = idx.scores(x, idx.query(qr, cs.unsqueeze(-3)), ent)[:, 0]             # [n, N]
+        scores = idx.scores(None, at(side["iq"]), ent, at(side["iw"]))[:, 0]           # [n, N]
         sel = idx.select(scores.masked_fill(~valid, float("-inf")), min(idx.topk, ent.shape[1]))
         sel_valid = sel < closed[:, None]                                            # padded picks masked
     if attn.compressor is not None:
         comp = attn.compressor
-        compressor_step(comp, st.comp, n, xf, ix, compressed, attn.nope_fp8)
+        compressor_fold(comp, st.comp, n, side["C"][:, j], side["Z"][:, j], ix, compressed, attn.nope_fp8)
         ent = st.comp.entries[:n]
         if sel is None:                                                              # HCA: every closed block
             keys.append(ent)
@@ -180,7 +205,32 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
             keys.append(gather(ent, sel))
             masks.append(sel_valid)
     K = torch.cat(keys, 1).unsqueeze(1)                                              # [n,1,W+k,D]
-    return attn.attend(q, K, torch.cat(masks, 1).unsqueeze(1), cs)
+    return attn.core_out(at(q), K, torch.cat(masks, 1).unsqueeze(1), cs)
+
+
+def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool,
+                   gather=gather_picks_ref) -> torch.Tensor:
+    """x [n,1,d] -> [n,1,d]; the reference order: window write, indexer, compressor, attention. `gather`: the CSA
+    gather of the picked entries chosen at load (`csa_gather`)."""
+    return attention_positions(attn, st, n, x, [ix], compressed, gather)
+
+
+def attention_positions(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ixs: list[StepIndex],
+                        compressed: bool, gather=gather_picks_ref, before=None) -> torch.Tensor:
+    """x [n,T,d], the tokens at T consecutive positions of each row (ixs: their StepIndex, one per position) ->
+    [n,T,d]: every projection once over the n*T rows (q, kv, the compressors', the indexer's, the output's), the
+    state writes and the attention position by position (`attend_position`). T = 1 is the plain step.
+    `before(attn, st, j, ix)`, if given, runs before position j's state writes (the speculative verify snapshots
+    what they overwrite there)."""
+    cs = ixs[0].cs(compressed) if len(ixs) == 1 else torch.cat([ix.cs(compressed) for ix in ixs], 1)  # [n,T,rd/2,2]
+    q, kv, qr = attn.qkv(x, cs)
+    side = side_projections(attn, x, qr, cs)
+    os = []
+    for j, ix in enumerate(ixs):                    # host-known T: a fixed sequence of one-position updates
+        if before is not None:
+            before(attn, st, j, ix)
+        os.append(attend_position(attn, st, n, q, kv, side, j, ix, compressed, gather))
+    return attn.project(os[0] if len(os) == 1 else torch.cat(os, 1))
 
 
 # the small-op kernels (one launch each; the attention core two): slot -> (dsv4_kernels name, reference, name in the
@@ -241,30 +291,39 @@ def csa_gather(device: torch.device, keys: list[tuple], use_kernels: bool = True
 @dataclass(frozen=True)
 class KernelTable:
     """The functions behind the modules' kernel slots, decided once at load (`decode_kernels`): slot -> function.
-    The slots: each key of SMALL_KERNELS, "gemv" (the stored-format GEMV, or None: F.linear), "f32" (the fp32
-    products of mHC and the router), "sinkhorn" and "experts" (the routed-expert compute). Each module class takes
-    its own slots in its `use_kernels(table)`; `Transformer.use_kernels(table)` gives the table to every module."""
+    The slots: each key of SMALL_KERNELS, "gemv" (the stored-format GEMV, or None: the dense product), "dense"
+    (the other projections and the indexer's Hadamard product, `(x, W) -> x @ W^T`), "grouped" (the attention
+    output's grouped product), "f32" (the fp32 products of mHC and the router), "sinkhorn" and "experts" (the
+    routed-expert compute). Each module class takes its own slots in its `use_kernels(table)`;
+    `Transformer.use_kernels(table)` gives the table to every module."""
 
     fns: Mapping[str, Callable | None] = field(repr=False)
     cuda: bool              # the CUDA kernels, chosen for a CUDA device with kernels on (the CSA gather follows)
     note: str               # which ran and why, for the runner's log line
+    rowwise: bool = False   # asked for row-invariant products (decode_kernels(rowwise=True)): the batched verify
 
     def __getitem__(self, slot: str) -> Callable | None:
         return self.fns[slot]
 
 
-def decode_kernels(device: torch.device, use_kernels: bool = True) -> KernelTable:
+def decode_kernels(device: torch.device, use_kernels: bool = True, rowwise: bool = False) -> KernelTable:
     """The decode's kernel table for `device`, decided once at load: the quantised and fp32 projections through the
     stored-format GEMV (`dsv4_kernels.moe_gemv.weight_gemv`: FP8 and FP4 weights read as stored, no dequantised
     copy per step), the fp32 products of mHC and the router through the fp32 GEMV (`f32_linear`), the one-launch
     Sinkhorn, the routed-expert compute (`kernel_experts`: the reference dispatch and the graph-safe step both run
     it) and the small ops (`small_kernels`: fake quants, RMSNorm, RoPE, mHC mixes, compressor pooling, the indexer's
     scores and top-k, the attention core), on CUDA; the PyTorch references elsewhere or when kernels are off.
-    Building the table changes no model: `Transformer.use_kernels(table)` puts it on one."""
+    Building the table changes no model: `Transformer.use_kernels(table)` puts it on one.
+
+    `rowwise`: every product slot (the GEMV, the dense and grouped products, the fp32 mixes and router, the PyTorch
+    routed experts) as rowwise.py's row-invariant products, each row's bits independent of the row count: what the
+    speculative step's batched verify needs to equal the plain step (speculative.py). On CUDA those call the
+    project's GEMV kernels in row-invariant ways (rowwise.py says which, and why from their code; the CUDA tests of
+    the batched verify in tests/dsv4_model/test_speculative.py and benchmarks/row_invariance.py check it there)."""
     on = use_kernels and torch.device(device).type == "cuda"
     experts, experts_note = kernel_experts(device, use_kernels)
     gemv, sink, f32, f32_note = None, sinkhorn_ref, f32_linear_ref, "PyTorch"
-    small = small_kernels(device, use_kernels)
+    small = chosen = small_kernels(device, use_kernels)      # chosen: before rowwise swaps a reference for its own
     if on:
         from dsv4_kernels import available
         from dsv4_kernels.moe_gemv import cuda_kernel
@@ -277,15 +336,32 @@ def decode_kernels(device: torch.device, use_kernels: bool = True) -> KernelTabl
             f32_note = f"PyTorch ({why})"
         if available("sinkhorn")[0]:
             from dsv4_kernels.sinkhorn import sinkhorn as sink
-    fns = MappingProxyType({**small, "gemv": gemv, "f32": f32, "sinkhorn": sink, "experts": experts})
+    dense, grouped = F.linear, grouped_ref
+    if rowwise:
+        from . import rowwise as rows
+        dense, grouped, f32 = rows.rows_linear, rows.rows_grouped, rows.rows_f32_linear
+        f32_note = "row-invariant (rowwise.py)"
+        if on:                              # the project's kernels, called so that their rows are invariant
+            cuda = rows.cuda_products()
+            dense, grouped, f32, gemv = cuda["dense"], cuda["grouped"], cuda["f32"], cuda["gemv"]
+        if experts is routed_experts:       # the fused kernel's pairs are independent; the PyTorch bmm's are not
+            experts, experts_note = rows.rows_routed_experts, f"{experts_note}, row-invariant"
+        if small["hadamard_fp4"] is hadamard_fp4_ref:    # the Triton rotation sums each row by butterflies already
+            small = {**small, "hadamard_fp4": rows.rows_hadamard_fp4}
+    fns = MappingProxyType({**small, "gemv": gemv, "dense": dense, "grouped": grouped, "f32": f32, "sinkhorn": sink,
+                            "experts": experts})
+    rows_note = "row-invariant " if rowwise else ""
     if not on:
-        return KernelTable(fns, False, f"{experts_note}; projections: F.linear; mHC: PyTorch Sinkhorn; "
-                                       f"{', '.join(note for *_, note in SMALL_KERNELS.values())}: PyTorch")
-    fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if small[key] is not ref]
-    return KernelTable(fns, True, f"{experts_note}; projections: quantised and fp32 through the stored-format GEMV; "
+        return KernelTable(fns, False, f"{experts_note}; projections: {'row-invariant bmm' if rowwise else 'F.linear'}; "
+                                       f"mHC: PyTorch Sinkhorn; "
+                                       f"{', '.join(note for *_, note in SMALL_KERNELS.values())}: PyTorch", rowwise)
+    fused = [note for key, (_, ref, note) in SMALL_KERNELS.items() if chosen[key] is not ref]
+    gemv_note = "the row-invariant GEMV pieces (rowwise.py)" if rowwise else "the stored-format GEMV"
+    return KernelTable(fns, True, f"{experts_note}; projections: quantised and fp32 through {gemv_note}, "
+                                  f"the rest {rows_note}PyTorch; "
                                   f"mHC and router products: {f32_note}; mHC: "
                                   f"{'one-launch' if sink is not sinkhorn_ref else 'PyTorch'} Sinkhorn; "
-                                  f"Triton: {', '.join(fused) or 'none'}")
+                                  f"Triton: {', '.join(fused) or 'none'}", rowwise)
 
 
 def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -315,6 +391,15 @@ def block_step(blk, st: LayerState, X: torch.Tensor, ids: torch.Tensor, ix: Step
     return blk.compose(X, attn, lambda h: moe_step(blk.ffn, h, ids))
 
 
+def block_positions(blk, st: LayerState, X: torch.Tensor, ids: torch.Tensor, ixs: list[StepIndex], n: int,
+                    gather=gather_picks_ref, before=None) -> torch.Tensor:
+    """`block_step` over T consecutive positions per row: X [n,T,hc,d], ids [n,T] -> X; the projections and the
+    MoE once over the n*T rows, the state writes and attention position by position (`attention_positions`)."""
+    def attn(h):
+        return attention_positions(blk.attn, st, n, h, ixs, blk.compressed, gather, before)
+    return blk.compose(X, attn, lambda h: moe_step(blk.ffn, h, ids))
+
+
 class GraphSafeDecoder(nn.Module):
     """Static decode state for up to `batch` sequences over a loaded `Transformer` (its modules and weights).
 
@@ -326,17 +411,21 @@ class GraphSafeDecoder(nn.Module):
     freshly loaded model). `kernels=True` / `False` asks the decoder to put the decode kernels for the model's
     device / the PyTorch references on the model first (`model.use_kernels(decode_kernels(device, kernels))`): a
     change to the model, which its reference decode then runs too (the same kernels in both decodes, so on one GPU
-    they stay equal bit for bit, issue 36).
+    they stay equal bit for bit, issue 36). `rowwise=True` (with `kernels` given) asks for the table's row-invariant
+    products (`decode_kernels(rowwise=True)`): what the speculative step's batched verify needs.
     """
 
-    def __init__(self, model: Transformer, batch: int = 8, kernels: bool | None = None):
+    def __init__(self, model: Transformer, batch: int = 8, kernels: bool | None = None, rowwise: bool = False):
         super().__init__()
         self.__dict__["model"] = model              # not a submodule: the decoder owns state, not weights
         args = model.args
         self.batch, self.capacity = batch, args.max_seq_len
         dev, dtype = model.embed.weight.device, model.dtype
+        if rowwise and kernels is None:
+            raise ValueError("GraphSafeDecoder: rowwise=True asks for a kernel table on the model; pass kernels=True "
+                             "or False with it (kernels=None leaves the model's modules as their holder set them)")
         if kernels is not None:
-            model.use_kernels(decode_kernels(dev, kernels))              # asked for: once, never per step
+            model.use_kernels(decode_kernels(dev, kernels, rowwise))     # asked for: once, never per step
         table = model.kernels
         self.layers = nn.ModuleList(LayerState(layer.attn, batch, self.capacity, dtype) for layer in model.layers)
         # the CSA gather's shapes, read off the state attention_step gathers from: every bucket of rows up to
@@ -380,6 +469,18 @@ class GraphSafeDecoder(nn.Module):
         ix = self.index(pos, n)
         for i in range(len(self.layers)):
             X = self.block(i, X, ids, ix, n)
+        return X
+
+    def hidden_positions(self, tokens: torch.Tensor, pos: torch.Tensor, before=None) -> torch.Tensor:
+        """`hidden` over T consecutive positions per row in one forward: tokens [n,T] at positions pos..pos+T-1 ->
+        the final streams [n,T,hc,d]; the state takes all T positions (`before(attn, st, j, ix)` runs before each
+        layer's writes of position j). Each row's values are T plain steps' where the model's kernel table has
+        row-invariant products (`decode_kernels(rowwise=True)`): the speculative step's batched verify."""
+        model, (n, T) = self.model, tokens.shape
+        ixs = [self.index((pos + j).clamp(max=self.capacity - 1), n) for j in range(T)]
+        X = model.streams(tokens)                                                      # [n,T,hc,d]
+        for i in range(len(self.layers)):
+            X = block_positions(model.layers[i], self.layers[i], X, tokens, ixs, n, self.gather, before)
         return X
 
     def index(self, pos: torch.Tensor, n: int) -> StepIndex:

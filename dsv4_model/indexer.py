@@ -56,11 +56,16 @@ class Indexer(nn.Module):
         q = self.wq_b(qr).unflatten(-1, (self.Hi, self.Di))
         return self.rotate(self.rope(q, cs_q, self.rd))
 
-    def scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        # in the model dtype, as the official score chain (the product rounded); index_scores keeps that dtype
+    def weights(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B,T,d] -> the heads' score weights [B,T,Hi]: in the model dtype, as the official score chain (the
+        product rounded); index_scores keeps that dtype."""
         w = self.weights_proj(x)
-        w = (w.float() * (self.Di ** -0.5 * self.Hi ** -0.5)).to(w.dtype)              # [B,T,Hi]
-        return self.score(q, k, w)                                                        # [B,T,n]
+        return (w.float() * (self.Di ** -0.5 * self.Hi ** -0.5)).to(w.dtype)
+
+    def scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
+        """-> [B,T,n]; w: `weights(x)` when the caller has it already (the batched verify projects every position
+        at once)."""
+        return self.score(q, k, self.weights(x) if w is None else w)
 
     def step(self, x: torch.Tensor, qr: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor | None:
         """Decode: run the private compressor, then top-k over the completed blocks; None when there are none."""

@@ -66,7 +66,8 @@ class Linear(nn.Module):
     `act_sim = False` switches the activation simulation off for A/B runs. `gemv`: a weight-only kernel
     `(x [B, K], weight tuple) -> y [B, N]` for decode-sized inputs (at most 8 rows), or None: the dequantised
     F.linear. `fp8_quant`: the FP8 activation fake quant `(x, block) -> x`, the reference or its one-launch kernel.
-    Both are kernel slots (`use_kernels`).
+    `dense`: the product of the rest `(x, W) -> x @ W^T`, F.linear or a row-invariant one (`rowwise.rows_linear`,
+    what the speculative step's batched verify needs). All three are kernel slots (`use_kernels`).
     """
 
     def __init__(self, in_features: int, out_features: int, dtype=torch.float32):
@@ -75,6 +76,8 @@ class Linear(nn.Module):
         self.act_sim = True
         self.gemv = None
         self.fp8_quant = fp8_fake_quant
+        self.dense = F.linear
+        self.gemv_rows = 8          # the most rows the GEMV takes (any, under a row-invariant table: `use_kernels`)
         init_qweight(self, "", (out_features, in_features), dtype)
 
     @property
@@ -88,10 +91,14 @@ class Linear(nn.Module):
     def use_kernels(self, table) -> None:
         """This module's kernel slots from a kernel table (`decode.KernelTable`): the stored-format GEMV for the
         quantised projections and the fp32 ones (LM head, compressor; cuBLAS ran them at half the bandwidth or less
-        for 8 rows), F.linear for the rest; the FP8 fake quant."""
+        for 8 rows), the table's dense product for the rest; the FP8 fake quant."""
         gemv = self.fmt in ("fp8", "mxfp4", "nvfp4") or self.fmt == "plain" and self.dtype == torch.float32
         self.gemv = table["gemv"] if gemv else None
         self.fp8_quant = table["fp8"]
+        self.dense = table["dense"]
+        # a row-invariant table (the batched verify's, decode_kernels(rowwise=True)): the plain step's n rows and
+        # the verify's n*(k+1) take the same product, so the GEMV at every row count, never F.linear past 8 rows
+        self.gemv_rows = 1 << 62 if table.rowwise else 8
 
     def fp8_block(self) -> int | None:
         """The block of this projection's activation simulation where that is the per-block FP8 fake quant alone
@@ -109,9 +116,10 @@ class Linear(nn.Module):
         rows = x.numel() // self.in_features if self.in_features else 0
         # decode rows: read the stored bytes. A plain weight held narrower than the product (bf16 as stored, fp32
         # compute) up to 64 rows too (decode buckets past 8): the fallback would widen a copy of it every step
-        if self.gemv is not None and (rows <= 8 or qw.fmt == "plain" and qw.data.dtype != self.dtype and rows <= 64):
+        if self.gemv is not None and (rows <= self.gemv_rows or qw.fmt == "plain" and qw.data.dtype != self.dtype
+                                      and rows <= 64):
             return self.gemv(x.reshape(-1, self.in_features), qw.astuple()).view(*x.shape[:-1], self.out_features)
-        return F.linear(x, dequant(qw, dtype=self.dtype))
+        return self.dense(x, dequant(qw, dtype=self.dtype))
 
     def extra_repr(self) -> str:
         return f"{self.in_features}->{self.out_features}, fmt={self.fmt}"

@@ -103,11 +103,18 @@ def routed_experts(x: torch.Tensor, idx: torch.Tensor, wts: torch.Tensor, w1: tu
     call keeps the matvec shape [T, out, in] whatever k is: the reference's dispatch calls this with k = 1 per expert,
     and at T = 1 a GPU then runs the very GEMM for both paths.
     """
+    return routed_experts_with(x, idx, wts, w1, w3, w2, limit, act,
+                               lambda W, h: torch.bmm(W, h.unsqueeze(-1)).squeeze(-1))
+
+
+def routed_experts_with(x, idx, wts, w1, w3, w2, limit, act, matvec) -> torch.Tensor:
+    """`routed_experts` with its batched matvec given: matvec(W [T,out,in], h [T,in]) -> [T,out] (rowwise.py's
+    row-invariant one for the speculative step's batched verify)."""
     def linear(h: torch.Tensor, w: tuple, e: torch.Tensor) -> torch.Tensor:            # h [T,in], e [T] -> [T,out]
         qw = QWeight(*w)
         if act:
             h = act_sim(h, qw.fmt, None if qw.input_scale is None else qw.input_scale[e].reshape(-1, 1))
-        return torch.bmm(dequant(qw, index=e, dtype=x.dtype), h.to(x.dtype).unsqueeze(-1)).squeeze(-1)
+        return matvec(dequant(qw, index=e, dtype=x.dtype), h.to(x.dtype))
 
     out = []
     for j in range(idx.shape[1]):                   # k is fixed: a host-known loop

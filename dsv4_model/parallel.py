@@ -127,8 +127,8 @@ class ParallelIndexer(Indexer):
         q = self.wq_b(qr).unflatten(-1, (-1, self.Di))                    # [B,T,Hi/N,Di]: this rank's heads
         return self.rotate(self.rope(q, cs_q, self.rd))
 
-    def scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        s = super().scores(x, q, k)
+    def scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
+        s = super().scores(x, q, k, w)
         dist.all_reduce(s, group=self.group)
         return s
 

@@ -7,15 +7,26 @@ One step, for rows [0, n) each at its own position p feeding token t (the runner
    proposes d1; chained k-1 times on its own output streams (as the serving engines run one MTP layer for k
    drafts) it proposes d2..dk. The chained positions' cache writes are speculative: the MTP state rows are
    snapshotted before them and restored after, so only the committed position p-1 stays written.
-2. verify: the main model at positions p..p+k, one position at a time (`GraphSafeDecoder.hidden`, the plain step's
-   own function), feeding t, d1, ..., dk. A row keeps going while its drafts are accepted; a row that has rejected
-   one (or reached the capacity) takes no further state write: each verify position snapshots exactly the state
-   entries a one-position step writes and restores them with `torch.where` for the stopped rows (`_Masked`).
-   Why not one batched forward over the k+1 positions: the window ring, the compressors' partial blocks and the
-   indexer all take one position per step, and a position whose draft is rejected must leave no trace in any of
-   them; verifying position by position with the plain step's functions makes every accepted token's logits the
-   plain step's bit for bit (so greedy speculative decoding equals greedy decoding exactly), at the price of
-   k+1 weight reads per step (a batched multi-position forward is the speed-up this leaves open).
+2. verify: the main model at positions p..p+k, feeding t, d1, ..., dk, in one of two modes (`verify=`):
+   - "positions" (the default): one position at a time (`GraphSafeDecoder.hidden`, the plain step's own
+     function). A row keeps going while its drafts are accepted; a row that has rejected one (or reached the
+     capacity) takes no further state write: each verify position snapshots exactly the state entries a
+     one-position step writes and restores them with `torch.where` for the stopped rows (`_Masked`). Every
+     accepted token's logits are the plain step's bit for bit, at the price of k+1 weight reads per step.
+   - "batched": one forward over the k+1 positions (`GraphSafeDecoder.hidden_positions`): every projection
+     (attention q/kv/o, the compressors' and the indexer's, the router, shared and routed experts, the LM head)
+     runs once over the n*(k+1) rows; the window ring writes, the compressors' partial blocks, the indexer's
+     state and the attention of position j over the cache and positions <= j run position by position at the
+     one-position step's shapes. Every row takes all k+1 positions; each layer snapshots what each position
+     overwrites (`_Masked`) and, once the accepted counts are known, the positions after them are restored,
+     latest first, so a rejected position leaves no trace in any state. Each row's products have the plain
+     step's bits only where the products are row-invariant (the same bits at n rows and at n*(k+1)): the
+     decoder's kernel table must be built with `rowwise=True` (rowwise.py: on the CPU F.linear and friends are
+     not; on CUDA the GEMV kernels are called so they are). Elementwise ops are row-invariant on a GPU; on an
+     AVX-512 CPU torch's vectorised transcendentals (exp, sigmoid, silu) give an element of a loop's scalar tail
+     other last bits than the vector body, and the tail depends on the tensor's size, so there the batched
+     verify's logits can differ from the plain step's in the last bits (the tokens over the tests' 300 steps do
+     not; with ATEN_CPU_CAPABILITY=default the state is bit for bit: tests/dsv4_model/test_speculative.py).
 3. accept: greedy rows accept the longest prefix of drafts equal to the main model's argmax and then emit the
    argmax; sampling rows use the standard rejection rule (accept d with probability min(1, p(d)/q(d)), else
    emit a sample of norm(max(p - q, 0)); a bonus sample of p after k acceptances), drawing from a
@@ -26,7 +37,9 @@ One step, for rows [0, n) each at its own position p feeding token t (the runner
    model's streams (masked by the count).
 
 Outputs per row in device buffers: `out` [B, k+1] (the emitted tokens, valid up to `count`) and `count` [B],
-read by the host once per step, outside the graph.
+read by the host once per step, outside the graph. The MTP block's k-1 chained drafts run position by position
+(each reads the last one's streams); the k committed positions are k one-position forwards of the block in the
+per-position mode, one forward over the k positions in the batched mode (`_mtp_commit`).
 """
 from __future__ import annotations
 
@@ -34,7 +47,7 @@ import torch
 
 from dsv4_kernels.sampling.reference import row_cumsum
 
-from .decode import GraphSafeDecoder, LayerState, block_step
+from .decode import GraphSafeDecoder, LayerState, block_positions, block_step
 from .runner import Runner
 from .sampler import Sampler
 
@@ -95,20 +108,35 @@ class _Masked:
                 buf.index_put_(at, torch.where(k, buf[at], old))
 
 
+VERIFY = ("positions", "batched")
+
+
 class SpeculativeRunner(Runner):
     """The runner (per-bucket CUDA graphs, prompt feeding, sampler settings) over the speculative step: `body(n)`
     is what a bucket captures, `step(n)` returns (out [n, k+1], count [n]) as device tensors.
+
+    `verify`: "positions" (the k+1 positions one at a time through the plain step's function, each under masked
+    state: k+1 reads of the weights) or "batched" (one forward over the k+1 positions, `_verify_batched`: one read;
+    needs the model's kernel table built with `rowwise=True`, so that each row's products have the plain step's bits).
 
     `draft`: what proposes the k drafts, `draft(runner, n) -> (tokens [n,k], their distributions q [n,k,V])`;
     None is the model's MTP block (`propose`). `generator`: the device generator of the sampling rows' draws (the
     draft samples, acceptance uniforms, residual and bonus samples); None is the device's default generator."""
 
     def __init__(self, decoder: GraphSafeDecoder, sampler: Sampler, k: int = 2, generator: torch.Generator | None = None,
-                 draft=None, **kw):
+                 draft=None, verify: str = "positions", **kw):
         super().__init__(decoder, sampler, **kw)
         model = decoder.model
         if k < 1:
             raise ValueError(f"speculative decoding: expected k >= 1 drafts per step, found {k}")
+        if verify not in VERIFY:
+            raise ValueError(f"speculative decoding: verify={verify!r}, expected one of {', '.join(VERIFY)}")
+        if verify == "batched" and not (model.kernels is not None and model.kernels.rowwise):
+            raise ValueError("speculative decoding: verify='batched' needs the model's products row-invariant (each "
+                             "row's bits independent of the row count) to equal the plain step; found "
+                             f"{'no kernel table' if model.kernels is None else 'a table without them'} on the model: "
+                             "build the decoder with GraphSafeDecoder(model, batch, kernels=..., rowwise=True)")
+        self.verify = verify
         if draft is None and not len(model.mtp):
             raise ValueError("speculative decoding: the model has no MTP block (its checkpoint holds no mtp.* tensors, "
                              "or it was loaded with mtp=False); pass a draft")
@@ -153,6 +181,21 @@ class SpeculativeRunner(Runner):
             saved.restore(keep)
         return mtp.logits(X)[:, -1], X
 
+    def _mtp_commit(self, H: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor, n_acc: torch.Tensor, n: int) -> None:
+        """The MTP block written at positions pos..pos+k-1 (the main streams H [n,k,hc,d] and the tokens tok [n,k]
+        after them) in one forward, its projections once over the n*k rows; each position's writes undone, latest
+        first, where the row committed fewer (j >= n_acc): the batched verify's counterpart of k `_mtp` calls."""
+        dec, mtp, k = self.dec, self.dec.model.mtp[0], self.k
+        ixs = [dec.index((pos + j).clamp(min=0, max=dec.capacity - 1), n) for j in range(k)]
+        saved = [[] for _ in range(k)]
+
+        def before(attn, st, j, ix):
+            saved[j].append(_Masked([(attn, st)], ix, n))
+        block_positions(mtp, self.mtp_state, mtp.mix(H, tok), tok, ixs, n, dec.gather, before)
+        for j in range(k - 1, -1, -1):
+            for snap in saved[j]:
+                snap.restore(n_acc > j)
+
     def _dist(self, logits: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """fp32 logits [n,V] -> (the plain sampler's distribution [n,V], its greedy token [n])."""
         s = self.sampler
@@ -187,6 +230,29 @@ class SpeculativeRunner(Runner):
         ring.scatter_(1, slot, torch.where(keep[:, None], tok[:, None], ring.gather(1, slot)))
         at += keep.long()
 
+    def _verify_batched(self, feed: torch.Tensor, pos: torch.Tensor, n: int):
+        """The main model over positions pos..pos+k of each row in one forward, feeding feed [n,k+1] (t, d1..dk):
+        every projection, the MoE and the LM head once over the n*(k+1) rows; the state writes and attention
+        position by position at the one-position step's shapes (`GraphSafeDecoder.hidden_positions`). Every row
+        takes all k+1 positions; what each position's writes overwrite is snapshotted first (`_Masked`, per layer),
+        so `undo(n_acc)` can put back the positions after a row's accepted ones. -> (streams [n,k+1,hc,d], fp32
+        logits [n,k+1,V], undo)."""
+        saved = [[] for _ in range(self.k + 1)]
+
+        def before(attn, st, j, ix):
+            if j:                                       # position p (the fed token) is always committed
+                saved[j].append(_Masked([(attn, st)], ix, n))
+        H = self.dec.hidden_positions(feed, pos, before)
+        logits = self.dec.model.logits(H)
+
+        def undo(n_acc: torch.Tensor) -> None:
+            # latest first: where two positions wrote one entry (a window wrap, a block both close), the earlier
+            # snapshot, restored last, is what a row that kept neither ends with
+            for j in range(self.k, 0, -1):
+                for snap in saved[j]:
+                    snap.restore(n_acc >= j)
+        return H, logits, undo
+
     @torch.inference_mode()
     def body(self, n: int) -> torch.Tensor:
         """One speculative step for rows [0, n): draft, verify, accept, commit. Writes out[:n], count[:n]."""
@@ -200,14 +266,22 @@ class SpeculativeRunner(Runner):
         sampled = self.sampler.temperature[:n] > 0
         u = torch.rand(n, k, generator=self.gen, device=pos.device)
         pairs = [(blk.attn, st) for blk, st in zip(model.layers, dec.layers)]
+        batched = self.verify == "batched"
+        if batched:                                     # all k+1 positions first, the rejected ones undone below
+            H, logits, undo = self._verify_batched(torch.cat([tok[:, None], drafts], 1), pos, n)
         alive = torch.ones_like(forced[:, 0])
         c, streams, emitted, accepted = tok, [], [], []
         for i in range(k + 1):                          # verify position p+i, feeding c (t, then the drafts)
             self._observe(c, alive, n)
-            saved = _Masked(pairs, dec.index((pos + i).clamp(max=cap - 1), n), n)
-            X = dec.hidden(c, pos + i)                                               # [n,1,hc,d]
-            saved.restore(alive)
-            p, greedy = self._dist(model.logits(X)[:, -1], n)
+            if batched:
+                lg = logits[:, i]
+            else:
+                saved = _Masked(pairs, dec.index((pos + i).clamp(max=cap - 1), n), n)
+                X = dec.hidden(c, pos + i)                                           # [n,1,hc,d]
+                saved.restore(alive)
+                streams.append(X)
+                lg = model.logits(X)[:, -1]
+            p, greedy = self._dist(lg, n)
             if i < k:                                   # the rejection rule; greedy rows: draft == argmax
                 d = drafts[:, i]
                 pd, qd = p.gather(1, d[:, None])[:, 0], q[:, i].gather(1, d[:, None])[:, 0]
@@ -221,11 +295,15 @@ class SpeculativeRunner(Runner):
             else:                                       # all k accepted: the bonus token
                 y = torch.where(sampled, draw(p, self.gen), greedy)
             emitted.append(torch.where(forced[:, i], ptok[:, i], y))
-            streams.append(X)
         n_acc = torch.stack(accepted, 1).sum(1)                                      # [n] accepted drafts
         out = torch.stack(emitted, 1)                                                # [n,k+1]
-        H = torch.cat(streams, 1)                                                    # [n,k+1,hc,d]
-        if self.mtp_state is not None:                  # the MTP block at the committed positions p..p+n_acc-1
+        if batched:
+            undo(n_acc)
+        else:
+            H = torch.cat(streams, 1)                                                # [n,k+1,hc,d]
+        if self.mtp_state is not None and batched:      # the MTP block at the committed positions p..p+n_acc-1
+            self._mtp_commit(H[:, :k], out[:, :k], pos, n_acc, n)
+        elif self.mtp_state is not None:
             for i in range(k):
                 self._mtp(H[:, i:i + 1], out[:, i], pos + i, n, keep=i < n_acc)
         self.hidden[:n] = H.gather(1, n_acc.view(n, 1, 1, 1).expand(-1, 1, *H.shape[2:]))

@@ -76,24 +76,32 @@ def graphsafe_decode(device: str | None = None, batch: int = 4, max_seq_len: int
 
 
 def speculative_decode(device: str | None = None, batch: int = 4, max_seq_len: int = 256, k: int = 2,
-                       runner_cls=None) -> Target:
+                       runner_cls=None, verify: str = "positions") -> Target:
     """The speculative step as the runner captures it (speculative.py: MTP drafts, verification, acceptance and
     the per-row advance, all on the device), `batch` rows at different positions: half greedy, half sampling
     (temperature, top-k, top-p, repetition penalty) from the device's default generator (what a CUDA graph
     registers by itself and graphcheck's capture snapshots; a generator of one's own the runner registers with
     its graphs, tests/dsv4_model/test_speculative.py replays that on the GPU). `runner_cls`: a
-    SpeculativeRunner subclass (the planted variants in tests/dsv4_model/spec_planted.py)."""
+    SpeculativeRunner subclass (the planted variants in tests/dsv4_model/spec_planted.py). `verify`: the
+    runner's verify mode ("batched": one forward over the k+1 positions, over the row-invariant kernel table)."""
     from .decode import GraphSafeDecoder
     from .sampler import Sampler
     from .speculative import SpeculativeRunner
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = _checkpoint(device, max_seq_len)
-    runner = (runner_cls or SpeculativeRunner)(GraphSafeDecoder(model, batch, kernels=True),
+    runner = (runner_cls or SpeculativeRunner)(GraphSafeDecoder(model, batch, kernels=True, rowwise=verify == "batched"),
                                                Sampler(batch, model.args.vocab_size, device=device),
-                                               k=k, buckets=(batch,), graphs=False, log=lambda s: None)
+                                               k=k, verify=verify, buckets=(batch,), graphs=False, log=lambda s: None)
     for r in range(batch):                       # prompts of different lengths: the rows' positions differ
         sampling = dict(temperature=0.8, top_k=50, top_p=0.9, repetition_penalty=1.1) if r % 2 else {}
         runner.start(r, [0, 16 + r, 17 + r, 18 + r][: 1 + r], **sampling)
         for _ in range(2):
             runner.body(batch)
-    return _runner_target(runner, batch, model.args.vocab_size, device, 3000, "dsv4 speculative decode (MTP)")
+    return _runner_target(runner, batch, model.args.vocab_size, device, 3000,
+                          f"dsv4 speculative decode (MTP, {verify} verify)")
+
+
+def speculative_batched(device: str | None = None, batch: int = 4, max_seq_len: int = 256, k: int = 2) -> Target:
+    """`speculative_decode` with the batched verify (one forward of the main model over the k+1 positions): what
+    graphcheck-graphsafe.toml gates beside the per-position one."""
+    return speculative_decode(device, batch, max_seq_len, k, verify="batched")

@@ -65,15 +65,25 @@ def shape_for(B: int, N: int, K: int, sms: int) -> tuple[int, int, int]:
     return BB, BN, split
 
 
-def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = None) -> torch.Tensor:
-    """x [B, K] fp32, w [N, K] bf16 (last dim contiguous) -> y [B, N] fp32. `split`: K slices (None: `shape_for`)."""
+def bf16_linear_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """`bf16_linear_triton` with each row's bits independent of the row count B (the speculative step's batched
+    verify, dsv4_model/rowwise.py): the tile and the K split `shape_for` gives 8 rows, whatever B is (the default
+    path chooses both from B), and the split sums added one after another (not a reduction kernel whose shape
+    follows B). The same products and per-slice sums as an 8-row call."""
+    return bf16_linear_triton(x, w, rows_block=8)
+
+
+def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = None,
+                       rows_block: int | None = None) -> torch.Tensor:
+    """x [B, K] fp32, w [N, K] bf16 (last dim contiguous) -> y [B, N] fp32. `split`: K slices (None: `shape_for`).
+    `rows_block`: the tile and split of a call of that many rows at any B, split sums in order (`bf16_linear_rows`)."""
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.dtype != torch.float32 or w.dtype != torch.bfloat16:
         raise ValueError(f"bf16_linear_triton: expected x [B, K] fp32 and w [N, K] bf16, found x {tuple(x.shape)} "
                          f"{x.dtype} and w {tuple(w.shape)} {w.dtype}")
     x = x if x.stride(-1) == 1 else x.contiguous()
     w = w if w.stride(-1) == 1 else w.contiguous()
     (B, K), N = x.shape, w.shape[0]
-    BB, BN, auto = shape_for(B, N, K, _sms(x.device))
+    BB, BN, auto = shape_for(rows_block or B, N, K, _sms(x.device))
     iters = triton.cdiv(K, BK)
     per = triton.cdiv(iters, max(1, min(split or auto, iters)))      # BK steps per slice; slices cover K exactly
     split = triton.cdiv(iters, per) if K else 1
@@ -82,4 +92,9 @@ def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = Non
         grid = (triton.cdiv(B, BB), triton.cdiv(N, BN), split)
         _bf16_rows_kernel[grid](x, w, out, B, N, K, per * BK, x.stride(0), w.stride(0), BB=BB, BN=BN, BK=BK,
                                 num_warps=4)
+    if rows_block is not None:
+        y = out[0]
+        for i in range(1, split):           # host-known split: a fixed sequence of elementwise adds
+            y = y + out[i]
+        return y
     return out[0] if split == 1 else out.sum(0)

@@ -62,13 +62,17 @@ def test_depth_mode_rejects_bad_depths():
 
 @pytest.mark.slow    # ~6 s: a crash test of the benchmark script; CI's slow pass runs it
 def test_speculative_mode_runs_on_cpu():
-    """The speculative mode end to end (eagerly): the drafts from each row's own greedy stream are accepted at
-    exactly the rate they are built for (1, 2, 3 tokens a step at k = 2), which they are only if the speculative
-    step emits the plain greedy stream."""
+    """The speculative mode end to end (eagerly), both verify modes: the drafts from each row's own greedy stream
+    are accepted at exactly the rate they are built for (1, 2, 3 tokens a step at k = 2), which they are only if
+    the speculative step emits the plain greedy stream."""
     r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "decode.py"), "--device", "cpu", "--configs",
                         "tiny", "--speculative", "2", "--batches", "2", "--steps", "2"],
                        capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
-    tokens = {" ".join(ln.split()[2:-4]): float(ln.split()[-3]) for ln in r.stdout.splitlines() if ln.startswith("tiny ")}
-    assert tokens == {"plain": 1.0, "acceptance 0": 1.0, "acceptance 0.5": 2.0, "acceptance 1": 3.0,
-                      "MTP block": tokens["MTP block"]} and 1.0 <= tokens["MTP block"] <= 3.0, r.stdout
+    tokens = {(ln.split()[2], " ".join(ln.split()[3:-4])): float(ln.split()[-3]) for ln in r.stdout.splitlines()
+              if ln.startswith("tiny ")}
+    for verify in ("positions", "batched"):
+        mtp = tokens[(verify, "MTP block")]
+        assert {d: t for (v, d), t in tokens.items() if v == verify} == {
+            "plain": 1.0, "acceptance 0": 1.0, "acceptance 0.5": 2.0, "acceptance 1": 3.0, "MTP block": mtp}, r.stdout
+        assert 1.0 <= mtp <= 3.0, r.stdout

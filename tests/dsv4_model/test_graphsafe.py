@@ -527,7 +527,7 @@ def _slots(model):
     """{(module name, attribute): the callable or None it holds} for every attribute a kernel table can set."""
     names = {"gemv", "fp8_quant", "hadamard_fp4", "kernel", "rope", "core", "score", "select", "reduce", "sinkhorn",
              "pre_mix", "post_mix", "head_mix", "matmul", "compute", "fp8_nope", "q_norm_rope", "norm_rope", "pre_norm",
-             "pool_reduce", "ring_write", "close_block", "route", "swiglu_fp8"}
+             "pool_reduce", "ring_write", "close_block", "route", "swiglu_fp8", "dense", "grouped"}
     return {(name, a): m.__dict__[a] for name, m in model.named_modules() for a in names if a in m.__dict__}
 
 

@@ -21,6 +21,18 @@ PROMPTS = [[0], [0, 19], [0, 22, 42], [0, 25, 43, 7]]     # staggered: every row
 
 
 @pytest.fixture(scope="module")
+def rowwise():
+    """The same fp32 model loaded again, with the row-invariant kernel table on it (decode_kernels(rowwise=True)):
+    what the batched verify needs. A model of its own, so the other tests' model keeps no table."""
+    from dsv4_model.precision import COMPONENTS
+    m = dsv4_model.load("tiny", max_seq_len=512, precision=[f"{c}=plain" for c in COMPONENTS], dtype=torch.float32)
+    m.set_simulation(False)
+    GraphSafeDecoder(m, 1, kernels=False, rowwise=True)       # puts the table on the model
+    assert m.kernels.rowwise
+    return m
+
+
+@pytest.fixture(scope="module")
 def exact():
     """fp32, weights dequantised at load, no activation simulation (as test_graphsafe's structural checks): the
     MTP block is still the one loaded from the tiny checkpoint's mtp.0.* tensors."""
@@ -32,13 +44,19 @@ def exact():
 
 
 def _runner(model, B, cls=Runner, **kw):
-    return cls(GraphSafeDecoder(model, B), Sampler(B, model.args.vocab_size), buckets=(B,), graphs=False,
+    """A runner of B rows over a decoder that keeps the model's kernel table (eager unless graphs=True)."""
+    kw.setdefault("graphs", False)
+    dev = model.embed.weight.device
+    return cls(GraphSafeDecoder(model, B), Sampler(B, model.args.vocab_size, device=dev), buckets=(B,),
                log=lambda s: None, **kw)
 
 
-def _plain(model, prompts, n, **sampling):
+BATCHED = dict(verify="batched")
+
+
+def _plain(model, prompts, n, graphs=False, **sampling):
     """Plain greedy decoding: each row's stream (prompt, then what it generates), n tokens past the first."""
-    r = _runner(model, len(prompts))
+    r = _runner(model, len(prompts), graphs=graphs)
     for i, p in enumerate(prompts):
         r.start(i, p, **sampling)
     seqs = [p[:1] for p in prompts]
@@ -123,11 +141,14 @@ def test_partly_right_draft_equals_greedy_decoding(exact):
     assert len(seen) >= 3, seen
 
 
-def test_mtp_cache_holds_the_committed_positions_only(exact):
+@pytest.mark.parametrize("verify", ["positions", "batched"])
+def test_mtp_cache_holds_the_committed_positions_only(request, verify):
     """After speculative steps (mostly rejected MTP drafts), the MTP block's window is the reference block's after
     decoding the committed stream position by position: the chained drafts' writes are undone and the committed
-    positions written with the main model's streams."""
-    r = _runner(exact, 1, SpeculativeRunner, k=3)
+    positions written with the main model's streams (the batched verify: in one forward over the k positions,
+    the uncommitted ones undone)."""
+    exact = request.getfixturevalue("exact" if verify == "positions" else "rowwise")
+    r = _runner(exact, 1, SpeculativeRunner, k=3, verify=verify)
     (got,), _ = _speculative(exact, PROMPTS[:1], 30, runner=r, full=True)
     p = int(r.dec.pos[0])
     ids = torch.tensor([got])
@@ -191,6 +212,150 @@ def test_graph_safe_mtp_equals_the_reference_mtp(exact):
     r = _runner(exact, 1, SpeculativeRunner)
     got = torch.stack([r._mtp(H[:, j:j + 1], ids[0, j + 1:j + 2], torch.tensor([j]), 1, None)[0][0] for j in range(19)])
     assert float((got - want[0]).abs().max() / want.abs().max()) < 1e-5
+
+
+# -- the batched verify (verify="batched": one forward over the k+1 positions) -------------------------------------
+@pytest.fixture(scope="module")
+def plain4_rows(rowwise):
+    return _plain(rowwise, PROMPTS, STEPS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rows", [1, 4])
+def test_batched_verify_with_the_mtp_draft_equals_greedy_decoding(rowwise, plain4_rows, rows):
+    """Greedy speculative decoding through the batched verify emits plain greedy decoding's tokens (both over the
+    row-invariant products), >= 300 tokens, batch 1 and the staggered batch of 4."""
+    want = plain4_rows if rows == 4 else _plain(rowwise, PROMPTS[:1], STEPS)
+    got, counts = _speculative(rowwise, PROMPTS[:rows], STEPS, **BATCHED)
+    assert got == want
+    assert len(counts) >= 100
+
+
+def test_batched_verify_short_run_with_the_mtp_draft(rowwise):
+    """The quick pass's version: 24 tokens past the staggered prompts, k = 3 (the prompt read 4 tokens a step)."""
+    got, counts = _speculative(rowwise, PROMPTS, 24, k=3, **BATCHED)
+    assert got == _plain(rowwise, PROMPTS, 24)
+    assert max(max(c) for c in counts) == 4
+
+
+def test_batched_verify_forced_agree_accepts_every_draft_and_equals_greedy_decoding(rowwise, plain4_rows):
+    n, k = 120, 3
+    got, counts = _speculative(rowwise, PROMPTS, n, k=k, draft=_oracle(plain4_rows, k), **BATCHED)
+    assert got == [s[: n + 1] for s in plain4_rows]
+    assert all(c == k + 1 for step in counts for c in step)
+
+
+def test_batched_verify_partly_right_draft_equals_greedy_decoding(rowwise):
+    """Rows accept 0..k drafts, each its own number per step: the positions after each row's accepted ones are
+    undone in every state buffer (window, compressor rings and entries, indexer), the penalty ring too."""
+    n, k = 80, 3
+    want = _plain(rowwise, PROMPTS, n + k, repetition_penalty=1.5)
+    right = lambda pos, i: (pos * 7 + i * 3) % 5 != 0
+    got, counts = _speculative(rowwise, PROMPTS, n, k=k, draft=_oracle(want, k, right),
+                               sampling=dict(repetition_penalty=1.5), **BATCHED)
+    assert got == [s[: n + 1] for s in want]
+    assert len({c for step in counts[2:] for c in step}) >= 3
+
+
+def _states_of_both_verifies(model, prompts):
+    """The runner state after the same steps through the per-position and the batched verify (k = 3, a draft right
+    about two times in three), over positions that wrap the window (16) and close CSA and HCA blocks (4, 128)."""
+    k, n = 3, 140
+    want = _plain(model, prompts, n + k)
+    right = lambda pos, i: (pos * 5 + i) % 3 != 0
+    states = []
+    for verify in ("positions", "batched"):
+        r = _runner(model, len(prompts), SpeculativeRunner, k=k, verify=verify, draft=_oracle(want, k, right))
+        _speculative(model, prompts, n, runner=r)
+        states.append({name: v.clone() for name, v in r.state().items()})
+    return states
+
+
+def check_both_verifies_leave_one_state():
+    """Run by the test below in a process of its own: every state tensor of the two verifies equal bit for bit
+    (`out` up to each row's count: past it the per-position verify computed its rejected positions over the
+    restored state, the batched one over the speculative state, and nobody reads them)."""
+    from dsv4_model.precision import COMPONENTS
+    m = dsv4_model.load("tiny", max_seq_len=512, precision=[f"{c}=plain" for c in COMPONENTS], dtype=torch.float32)
+    m.set_simulation(False)
+    GraphSafeDecoder(m, 1, kernels=False, rowwise=True)
+    for prompts in (PROMPTS[:1], PROMPTS):        # batch 1 (1 row per product against 4) and the staggered batch of 4
+        got, want = _states_of_both_verifies(m, prompts)
+        assert int(want["decoder.pos"].min()) >= 128
+        valid = torch.arange(want["out"].shape[1])[None, :] < want["count"][:, None]
+        for name, v in want.items():
+            if name == "out":
+                v, w = v[valid], got[name][valid]
+            else:
+                w = got[name]
+            assert torch.equal(v, w), f"{len(prompts)} rows: {name} differs between the per-position and the batched verify"
+
+
+@pytest.mark.slow          # ~40 s in a process of its own
+def test_batched_verify_leaves_the_state_of_the_per_position_verify():
+    """After the same steps, the batched verify's state is the per-position verify's bit for bit: every decoder
+    buffer (the rejected positions leave no trace in windows, compressor rings and entries, indexer), the MTP
+    cache, the kept streams and the sampler's ring. In a process with ATEN_CPU_CAPABILITY=default: on an AVX-512
+    CPU torch's vectorised exp/sigmoid/rsqrt give an element other bits in a loop's vector body than in its scalar
+    tail, and which elements fall in the tail depends on the tensor's size (4 rows of the plain step's mHC mix:
+    all tail; 16 rows of the batched verify's: none), so elementwise ops there are not row-invariant; the scalar
+    build takes that out and leaves what this test is about, the state the verify commits."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="default",
+               PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
+    r = subprocess.run([sys.executable, "-c", "import test_speculative as t; t.check_both_verifies_leave_one_state()"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_batched_verify_asks_for_row_invariant_products(exact):
+    """Over a model whose products are not row-invariant the batched verify could not equal the plain step: the
+    runner says so and how to get them."""
+    with pytest.raises(ValueError, match="rowwise=True"):
+        _runner(exact, 2, SpeculativeRunner, **BATCHED)
+    with pytest.raises(ValueError, match="verify='sideways'"):
+        _runner(exact, 2, SpeculativeRunner, verify="sideways")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_invariant_products_give_each_row_its_bits_at_any_row_count(dtype):
+    """rowwise.py's products, the ones the batched verify and the plain step share: each row's result is the same
+    bits at every row count M in 1..40 and at any offset, for the decode's product shapes (the dense projections,
+    the fp32 ones, the attention's grouped output, the routed experts). F.linear is not (checked alongside, so the
+    test would notice a BLAS that made it so)."""
+    import torch.nn.functional as F
+    from dsv4_model import rowwise as rw
+    from dsv4_model.quant import QWeight
+    g = torch.Generator().manual_seed(0)
+    linear_varies = False
+    for K, N in ((128, 64), (64, 128), (128, 512), (512, 128), (128, 320), (64, 8), (128, 24)):
+        W, X = torch.randn(N, K, generator=g).to(dtype), torch.randn(40, K, generator=g).to(dtype)
+        one = torch.cat([rw.rows_linear(X[i:i + 1], W) for i in range(40)])
+        one_f = torch.cat([F.linear(X[i:i + 1], W) for i in range(40)])
+        for M in (2, 3, 8, 12, 24, 40):
+            for off in (0, 40 - M):
+                assert torch.equal(rw.rows_linear(X[off:off + M], W), one[off:off + M]), (K, N, M, off)
+            linear_varies |= not torch.equal(F.linear(X[:M], W), one_f[:M])
+    if dtype == torch.float32:
+        assert linear_varies                        # what makes rowwise.py necessary on this CPU
+        Xf, Wb = torch.randn(40, 256, generator=g), torch.randn(24, 256, generator=g).bfloat16()
+        one = torch.cat([rw.rows_f32_linear(Xf[i:i + 1], Wb) for i in range(40)])
+        assert torch.equal(rw.rows_f32_linear(Xf, Wb), one)
+    o, wa = torch.randn(40, 1, 2, 128, generator=g).to(dtype), torch.randn(2, 32, 128, generator=g).to(dtype)
+    one = torch.cat([rw.rows_grouped(o[i:i + 1], wa) for i in range(40)])
+    assert torch.equal(rw.rows_grouped(o, wa), one) and torch.equal(rw.rows_grouped(o[7:19], wa), one[7:19])
+    E, dim, inter = 8, 128, 64
+    w1, w3, w2 = (QWeight("plain", torch.randn(E, a, b, generator=g).to(dtype), None, None, None).astuple()
+                  for a, b in ((inter, dim), (inter, dim), (dim, inter)))
+    x = torch.randn(40, dim, generator=g).to(dtype)
+    idx = torch.randint(0, E, (40, 2), generator=g).sort(-1).values
+    wts = torch.rand(40, 2, generator=g)
+    one = torch.cat([rw.rows_routed_experts(x[i:i + 1], idx[i:i + 1], wts[i:i + 1], w1, w3, w2, 10.0) for i in range(40)])
+    for M in (2, 12, 40):
+        assert torch.equal(rw.rows_routed_experts(x[:M], idx[:M], wts[:M], w1, w3, w2, 10.0), one[:M]), M
 
 
 # -- sampling --------------------------------------------------------------------------------------------------
@@ -316,15 +481,17 @@ def _rows(findings):
     return sorted((f.rule, f.path.rsplit("/", 1)[-1], f.line) for f in findings)
 
 
-@pytest.mark.slow    # ~10 s; the same zero is CI's gate (graphcheck run --config graphcheck-graphsafe.toml) on every push
-def test_graphcheck_finds_nothing_in_the_speculative_step():
-    """The speculative target (also gated in CI: graphcheck-graphsafe.toml, empty baseline): the portable audit and
-    the capture emulation, MTP drafts and sampling rows included, at zero findings."""
+@pytest.mark.slow    # ~10 s each; the same zero is CI's gate (graphcheck run --config graphcheck-graphsafe.toml) on every push
+@pytest.mark.parametrize("verify", ["positions", "batched"])
+def test_graphcheck_finds_nothing_in_the_speculative_step(verify):
+    """The speculative target, both verifies (also gated in CI: graphcheck-graphsafe.toml, empty baseline): the
+    portable audit and the capture emulation, MTP drafts and sampling rows included, at zero findings."""
     from graphcheck.runtime.audit import audit
     from graphcheck.runtime.capture import capture_test
     from dsv4_model.target import speculative_decode
-    assert audit(speculative_decode(device="cpu", batch=2, max_seq_len=64), steps=2) == []
-    assert capture_test(speculative_decode(device="cpu", batch=2, max_seq_len=64), steps=2, device="cpu") == []
+    assert audit(speculative_decode(device="cpu", batch=2, max_seq_len=64, verify=verify), steps=2) == []
+    assert capture_test(speculative_decode(device="cpu", batch=2, max_seq_len=64, verify=verify), steps=2,
+                        device="cpu") == []
 
 
 # each variant runs the audit and the capture emulation (~14 s): one in every run, the other two in CI's slow pass
@@ -344,22 +511,27 @@ def test_planted_host_reads_of_the_accepted_count_are_caught_at_their_line(facto
 
 # -- GPU ------------------------------------------------------------------------------------------------------
 @pytest.mark.cuda
+@pytest.mark.parametrize("verify", ["positions", "batched"])
 @pytest.mark.parametrize("draft", ["mtp", "forced"])
-def test_cuda_speculative_replay_bitwise(draft):
+def test_cuda_speculative_replay_bitwise(draft, verify):
     """The runner's captured speculative step (k = 2, a staggered batch of 4, greedy and sampling rows, its own
     generator registered with the graph) replays equal to the eager step bit for bit over 300 steps: emitted
-    tokens, counts and every state tensor (every 50 steps); with the forced-agree draft every step accepts all."""
+    tokens, counts and every state tensor (every 50 steps); with the forced-agree draft every step accepts all.
+    Both verifies; the batched one over the row-invariant table (kernels=True, rowwise=True), the plain stream the
+    forced draft reads too (so that its drafts are what the batched verify's argmax is, if the kernels' rows are
+    invariant: else the forced rows' counts fall short and this fails)."""
     from conftest import load_benchmark
     bench = load_benchmark("decode", "decode_bench")
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=1024)
     B, k, steps = 4, 2, STEPS
+    rowwise = verify == "batched"
     prompts = [[0, 3 + r, 4 + r][: 1 + r % 3] for r in range(B)]
     settings = [dict(temperature=0.7, top_k=40, top_p=0.95, repetition_penalty=1.1, seed=r) if r % 2 and draft == "mtp"
                 else {} for r in range(B)]
     table_draft = None
     if draft == "forced":                      # each row's own greedy stream, from the plain (eager) step
-        plain = Runner(GraphSafeDecoder(model, B, kernels=True), Sampler(B, model.args.vocab_size, device="cuda"),
-                       buckets=(B,), graphs=False, log=lambda s: None)
+        plain = Runner(GraphSafeDecoder(model, B, kernels=True, rowwise=rowwise),
+                       Sampler(B, model.args.vocab_size, device="cuda"), buckets=(B,), graphs=False, log=lambda s: None)
         for i, p in enumerate(prompts):
             plain.start(i, p)
         table = torch.zeros(B, (k + 1) * steps + 8, dtype=torch.long, device="cuda")
@@ -368,8 +540,9 @@ def test_cuda_speculative_replay_bitwise(draft):
             table[:, t] = plain.dec.tokens
         table_draft = bench.table_draft(table, k)
     gen = torch.Generator(device="cuda").manual_seed(0)
-    r = SpeculativeRunner(GraphSafeDecoder(model, B, kernels=True), Sampler(B, model.args.vocab_size, device="cuda"), k=k,
-                          generator=gen, draft=table_draft, buckets=(B,), log=lambda s: None)
+    r = SpeculativeRunner(GraphSafeDecoder(model, B, kernels=True, rowwise=rowwise),
+                          Sampler(B, model.args.vocab_size, device="cuda"), k=k, generator=gen, draft=table_draft,
+                          verify=verify, buckets=(B,), log=lambda s: None)
     for i, p in enumerate(prompts):
         r.start(i, p, **settings[i])
     r.step(B)                                  # captures the bucket's graph (state restored after), one replay
@@ -396,7 +569,32 @@ def test_cuda_speculative_replay_bitwise(draft):
 
 
 @pytest.mark.cuda
-def test_cuda_capture_of_the_speculative_target_is_clean():
+@pytest.mark.parametrize("verify", ["positions", "batched"])
+def test_cuda_capture_of_the_speculative_target_is_clean(verify):
     from graphcheck.runtime.capture import capture_test
     from dsv4_model.target import speculative_decode
-    assert capture_test(speculative_decode(device="cuda", batch=4), steps=3, device="cuda") == []
+    assert capture_test(speculative_decode(device="cuda", batch=4, verify=verify), steps=3, device="cuda") == []
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("rows", [1, 4])
+def test_cuda_batched_verify_greedy_equals_plain_greedy(rows):
+    """On the GPU with the decode kernels (the row-invariant table: kernels=True, rowwise=True), both runners
+    captured: greedy speculative decoding through the batched verify (MTP drafts, k = 2) emits plain greedy
+    decoding's tokens over 300 steps, batch 1 and the staggered batch of 4; a draft forced to agree (the plain
+    stream, read on the device) is accepted every step, every row. Fails where a kernel gives a row other bits at
+    the verify's n*(k+1) rows than at the plain step's n (then a draft the plain step would emit can lose its
+    argmax): `python benchmarks/row_invariance.py --device cuda` names the first such product."""
+    from conftest import load_benchmark
+    bench = load_benchmark("decode", "decode_bench")
+    model = dsv4_model.load("tiny", device="cuda", max_seq_len=1024)
+    GraphSafeDecoder(model, 1, kernels=True, rowwise=True)        # the table every runner below keeps
+    prompts, k = PROMPTS[:rows], 2
+    want = _plain(model, prompts, STEPS + 2 * k, graphs=True)
+    got, counts = _speculative(model, prompts, STEPS, k=k, graphs=True, verify="batched")
+    assert got == [s[: STEPS + 1] for s in want]
+    table = torch.tensor([s + [0] * (STEPS * k) for s in want], device="cuda")
+    forced, counts = _speculative(model, prompts, STEPS - 2 * k, k=k, graphs=True, verify="batched",
+                                  draft=bench.table_draft(table, k))
+    assert forced == [s[: STEPS - 2 * k + 1] for s in want]
+    assert all(c == k + 1 for step in counts for c in step), "a forced draft was rejected"

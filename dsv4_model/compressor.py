@@ -32,7 +32,7 @@ class Compressor(nn.Module):
         # the pooling from the rings (`pool`) and an entry's cast, norm and RoPE (`finish`): the references, or
         # one-launch kernels (`use_kernels`)
         self.pool_reduce, self.norm_rope = compressor_pool_ref, norm_rope_fp8_ref
-        # the graph-safe step's writes of its per-row state (decode.compressor_step; the reference path writes its
+        # the graph-safe step's writes of its per-row state (decode.compressor_fold; the reference path writes its
         # own under host branches): likewise
         self.ring_write, self.close_block = ring_write_ref, close_block_ref
         self.dtype, self.batch, self.capacity, self.coff = dtype, batch, capacity, coff

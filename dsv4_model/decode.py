@@ -134,16 +134,10 @@ class StepIndex:
                           lambda: self.tables[compressed][self.blocks(m, overlap, N)[1] * m])
 
 
-def compressor_step(comp: Compressor, st: CompressorState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool,
-                    post) -> None:
-    """Fold token x [n,1,d] (fp32, as the compressor's projections take it) into each row's open block; write the
-    entry of every block that closes."""
-    compressor_fold(comp, st, n, comp.wkv(x).float()[:, 0], comp.wgate(x).float()[:, 0], ix, compressed, post)
-
-
 def compressor_fold(comp: Compressor, st: CompressorState, n: int, C: torch.Tensor, Z: torch.Tensor, ix: StepIndex,
                     compressed: bool, post) -> None:
-    """`compressor_step` after the projections: C, Z [n, coff*D] fp32 (the token's raw values and gate logits)."""
+    """Fold a token into each row's open block, its projections C, Z [n, coff*D] fp32 (raw values and gate logits,
+    `side_projections`); write the entry of every block that closes."""
     m, rows = comp.m, ix.rows
     kv_state, gate_state, entries = st.kv_state[:n], st.gate_state[:n], st.entries[:n]
     slot, b, closes, _, _ = ix.blocks(m, comp.overlap, entries.shape[1])

@@ -79,7 +79,7 @@ class _Masked:
     """The state entries one graph-safe position writes, for rows [0, n) of the given (attention, layer state)
     pairs: the window slot at the position (`attention_step`), each compressor's whole partial-block ring (small:
     m or 2m slots; the overlap shift rewrites all of it) and the compressed entry of its open block
-    (`compressor_step`). `restore(keep)` puts the saved values back in the rows where keep [n] is False, so a
+    (`compressor_fold`). `restore(keep)` puts the saved values back in the rows where keep [n] is False, so a
     stopped row leaves the position bit for bit as it entered it (tests/dsv4_model/test_speculative.py checks
     every state buffer, so a write added to the step without a snapshot here fails there)."""
 

@@ -1,4 +1,4 @@
-"""compressor_ring: the graph-safe decode's compressor state writes (`dsv4_model.decode.compressor_step`), copies in
+"""compressor_ring: the graph-safe decode's compressor state writes (`dsv4_model.decode.compressor_fold`), copies in
 one Triton launch each on CUDA (``triton_kernel.py``; the references' bits), the PyTorch references
 (``reference.py``: the ops the step ran) elsewhere.
 

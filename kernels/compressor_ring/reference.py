@@ -1,4 +1,4 @@
-"""PyTorch references of the graph-safe decode's compressor state writes (`dsv4_model.decode.compressor_step`): the
+"""PyTorch references of the graph-safe decode's compressor state writes (`dsv4_model.decode.compressor_fold`): the
 ops it ran, so the decode's state is unchanged. Pure copies: no arithmetic.
 
     ring_write_ref(kv_state [n, S, W], gate_state [n, S, W], C [n, W], Z [n, W], rows [n], slot [n])

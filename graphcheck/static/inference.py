@@ -890,8 +890,10 @@ class _Flow:
             if st.value is None:
                 return cur
             self.reads(st.value, cur)
-            k = env.kind(st.value)
-            for tgt in (st.targets if t is ast.Assign else [st.target]):
+            targets = st.targets if t is ast.Assign else [st.target]
+            # the value's kind matters only to a tracked name it binds (most assignments bind none)
+            k = env.kind(st.value) if any(type(x) is ast.Name and x.id in self.track for x in targets) else None
+            for tgt in targets:
                 if isinstance(tgt, ast.Name):
                     if tgt.id in self.track:
                         self._put(cur, tgt.id, env.hinted(tgt.id, k))

@@ -207,8 +207,8 @@ _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 def children(node: ast.AST) -> list[ast.AST]:
     """`ast.iter_child_nodes` in the same order, less the contexts and operators, as a list: the generic walks of
-    the engine and the inference (`_Walks`: the flow's bound names and reads; a def's own bindings) take a quarter of their time in
-    the standard one's generator of (name, value) pairs."""
+    the engine and the inference (`_Walks`: the flow's bound names and reads; a def's own bindings) take a quarter
+    of their time in the standard one's generator of (name, value) pairs."""
     t = type(node)
     names = _CHILD_FIELDS.get(t)
     if names is None:

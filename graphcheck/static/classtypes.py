@@ -291,37 +291,53 @@ def _attr_types(cnode: ast.ClassDef, methods: list[_Func], registries: dict) -> 
         if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name):
             add(s.target.id, annotation_classes(s.annotation))
     for f in methods:
-        local = _local_ctors(f, registries)
+        # what the locals and the assigned values construct is worked out only for an assignment to a self
+        # attribute: most of a method's assignments are to locals
+        local = _LazyCtors(f, registries)
         args = f.node.args if isinstance(f.node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
         params = {a.arg: annotation_classes(a.annotation)
                   for a in ([*args.posonlyargs, *args.args, *args.kwonlyargs] if args else []) if a.annotation}
         for n in f.nodes:
             t = type(n)
             if t is ast.Assign:
-                syms = _ctor_symbols(n.value, local)
+                syms = None
                 for tgt in n.targets:
-                    add(_self_attr(tgt), syms)
-                    if isinstance(tgt, ast.Subscript):          # self.experts[str(i)] = Expert(...)
-                        add(_self_attr(tgt.value), syms)
+                    attr = _self_attr(tgt)
+                    item = _self_attr(tgt.value) if isinstance(tgt, ast.Subscript) else ""  # self.experts[str(i)] = E()
+                    if attr or item:
+                        syms = _ctor_symbols(n.value, local) if syms is None else syms
+                        add(attr, syms)
+                        add(item, syms)
                     pairs = zip(tgt.elts, n.value.elts) if isinstance(tgt, ast.Tuple) and isinstance(n.value, ast.Tuple) \
                         and len(tgt.elts) == len(n.value.elts) else [(tgt, n.value)]
                     for one, v in pairs:                        # self.dec, self.sampler = dec, sampler
                         if isinstance(v, ast.Name) and v.id in params:
                             add(_self_attr(one), params[v.id])
                         elif one is not tgt:
-                            add(_self_attr(one), _ctor_symbols(v, local))
+                            attr = _self_attr(one)
+                            if attr:
+                                add(attr, _ctor_symbols(v, local))
                         elif isinstance(tgt, ast.Tuple):
                             # self.layers, self.start, self.end = make_layers(n, lambda i: Block(i)): which element
                             # holds the modules is the callee's business; each self attribute may be it
                             for e in tgt.elts:
-                                add(_self_attr(e.value if isinstance(e, ast.Starred) else e), syms)
+                                attr = _self_attr(e.value if isinstance(e, ast.Starred) else e)
+                                if attr:
+                                    syms = _ctor_symbols(n.value, local) if syms is None else syms
+                                    add(attr, syms)
             elif t is ast.AnnAssign:
-                add(_self_attr(n.target), annotation_classes(n.annotation) +
-                    (_ctor_symbols(n.value, local) if n.value is not None else []))
+                attr = _self_attr(n.target)
+                if attr:
+                    add(attr, annotation_classes(n.annotation) +
+                        (_ctor_symbols(n.value, local) if n.value is not None else []))
             elif t is ast.AugAssign:
-                add(_self_attr(n.target), _ctor_symbols(n.value, local))
+                attr = _self_attr(n.target)
+                if attr:
+                    add(attr, _ctor_symbols(n.value, local))
             elif t is ast.Call and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "extend", "insert") and n.args:
-                add(_self_attr(n.func.value), _ctor_symbols(n.args[-1], local))
+                attr = _self_attr(n.func.value)
+                if attr:
+                    add(attr, _ctor_symbols(n.args[-1], local))
             elif t is ast.Call and isinstance(n.func, ast.Attribute) and n.func.attr == "add_module" and len(n.args) == 2 \
                     and _self_attr(n.func) == "add_module" and isinstance(n.args[0], ast.Constant):
                 add(str(n.args[0].value), _ctor_symbols(n.args[1], local))

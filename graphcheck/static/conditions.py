@@ -32,10 +32,15 @@ class Conditions:
             add = idx.setdefault
             for path, summ in self.s.items():
                 funcs = summ["functions"]
+                # a call through a name its file neither defines, imports nor nests a def under (`d.get(k)`,
+                # `len(x)`) resolves to nothing (`_resolve_call`): a quarter of torch's sites, left out unresolved
+                known = self._head_names(path)
                 for q, fn in funcs.items():
                     for call in fn["calls"]:
                         k = call[0]
                         if k == "ref" or type(call[-1]) is not dict:
+                            continue
+                        if (k == "name" or k == "attr" and call[1] != "self") and call[1] not in known:
                             continue
                         site = (path, q, call)
                         # _call_key, inline: this loop visits every call record of the tree (~300,000 in torch's)

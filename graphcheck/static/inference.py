@@ -207,8 +207,8 @@ _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 def children(node: ast.AST) -> list[ast.AST]:
     """`ast.iter_child_nodes` in the same order, less the contexts and operators, as a list: the generic walks of
-    the engine and the inference (`_bound`, the flow's reads, a def's own bindings) take a quarter of their time in
-    the standard one's generator of (name, value) pairs."""
+    the engine and the inference (`_Walks`: the flow's bound names and reads; a def's own bindings) take a quarter
+    of their time in the standard one's generator of (name, value) pairs."""
     t = type(node)
     names = _CHILD_FIELDS.get(t)
     if names is None:
@@ -801,13 +801,13 @@ def infer(env: Env, fn: ast.AST | None, nodes: list[ast.AST]) -> list[str]:
         # name that held a tensor walks NumPy values), then the reads once more with the settled kinds. Only the
         # reads found on the host carry over: one found on the device may owe that to the flow-insensitive join
         # the first pass settled on (`end = start + n` with `n` a row of what was taken for a tensor)
-        bound: dict[int, set[str]] = {}      # each statement's bound names, for both walks
-        _Flow(env, start, bound).block(fn.body)
+        walks = _Walks()                     # each statement's bound names and reads, for both walks
+        _Flow(env, start, walks).block(fn.body)
         env.at = {i: k for i, k in env.at.items() if k not in ON_DEVICE and type(k) is str}
         env.names, env.bools, env.tuples, env.tuple_others, env.elems = dict(start), set(), {}, {}, {}
         _settle(env, body, appends, 2 if loops else 1)
         env.at.clear()
-        _Flow(env, start, bound).block(fn.body)
+        _Flow(env, start, walks).block(fn.body)
     return params
 
 
@@ -861,19 +861,16 @@ class _Flow:
     kind each tracked name holds on the way; where branches, loops or `try` leave more than one binding
     reaching a read, the name drops out and the read keeps the flow-insensitive join of ``Env.names``."""
 
-    def __init__(self, env: Env, start: dict, bound: dict[int, set[str]] | None = None):
+    def __init__(self, env: Env, start: dict, walks: _Walks | None = None):
         self.env = env
         self.track = env.rebound
         self.cur0 = {n: k for n, k in start.items() if n in self.track and k is not None}
-        self.bound = {} if bound is None else bound
+        self.walks = _Walks() if walks is None else walks
 
     def _drop_bound(self, st: ast.AST, cur: dict) -> None:
         """Forget the names the statement binds anywhere in it; with nothing tracked there is nothing to forget."""
         if cur:
-            b = self.bound.get(id(st))
-            if b is None:
-                b = self.bound[id(st)] = _bound(st)
-            for n in b:
+            for n in self.walks.bound(st):
                 cur.pop(n, None)
 
     def block(self, stmts: list, cur: dict | None = None) -> dict | None:
@@ -893,8 +890,10 @@ class _Flow:
             if st.value is None:
                 return cur
             self.reads(st.value, cur)
-            k = env.kind(st.value)
-            for tgt in (st.targets if t is ast.Assign else [st.target]):
+            targets = st.targets if t is ast.Assign else [st.target]
+            # the value's kind matters only to a tracked name it binds (most assignments bind none)
+            k = env.kind(st.value) if any(type(x) is ast.Name and x.id in self.track for x in targets) else None
+            for tgt in targets:
                 if isinstance(tgt, ast.Name):
                     if tgt.id in self.track:
                         self._put(cur, tgt.id, env.hinted(tgt.id, k))
@@ -952,41 +951,73 @@ class _Flow:
             cur[name] = k
 
     def reads(self, node: ast.AST, cur: dict) -> None:
+        """Record, for each read of a tracked name in `node`, the kind it holds here; a walrus rebinds its name
+        for the reads after it."""
         if not cur:
             return
-        stack = [node]
         at = self.env.at
+        for e in self.walks.reads(node):
+            if type(e) is str:
+                cur.pop(e, None)
+            elif e.id in cur:
+                at[id(e)] = cur[e.id]
+
+
+class _Walks:
+    """What the flow walk asks of each statement, walked once per function: the flow runs twice over the same
+    statements, and a compound statement's bound names are its own parts' and its inner statements' (each walked
+    once, not once more for every statement that encloses it)."""
+
+    def __init__(self):
+        self._bound: dict[int, set[str]] = {}
+        self._reads: dict[int, list] = {}
+
+    def bound(self, st: ast.AST) -> set[str]:
+        """The names a statement binds anywhere inside it (not inside nested scopes)."""
+        out = self._bound.get(id(st))
+        if out is not None:
+            return out
+        out = self._bound[id(st)] = set()
+        stack = [st]
+        while stack:
+            n = stack.pop()
+            t = type(n)
+            if t is ast.Name and type(n.ctx) is not ast.Load:
+                out.add(n.id)
+            elif t is ast.ExceptHandler and n.name:
+                out.add(n.name)
+            if n is not st:
+                if t in _SCOPES:
+                    if hasattr(n, "name"):
+                        out.add(n.name)
+                    continue
+                if isinstance(n, ast.stmt):
+                    out |= self.bound(n)
+                    continue
+            stack += children(n)
+        return out
+
+    def reads(self, node: ast.AST) -> list:
+        """The Name loads in `node` in the order the flow records them, with a walrus's target name (a str) where
+        it rebinds; a comprehension contributes its first iterable (evaluated here; the rest is its own scope)."""
+        out = self._reads.get(id(node))
+        if out is not None:
+            return out
+        out = self._reads[id(node)] = []
+        stack = [node]
         while stack:
             n = stack.pop()
             t = type(n)
             if t is ast.Name:
-                if type(n.ctx) is ast.Load and n.id in cur:
-                    at[id(n)] = cur[n.id]
+                if type(n.ctx) is ast.Load:
+                    out.append(n)
             elif t is ast.NamedExpr:
-                self.reads(n.value, cur)
-                cur.pop(n.target.id, None)
+                out += self.reads(n.value)
+                out.append(n.target.id)
             elif t in _SCOPES:
                 if t is not ast.Lambda and t is not ast.FunctionDef and t is not ast.AsyncFunctionDef and \
                         t is not ast.ClassDef:
-                    stack.append(n.generators[0].iter)   # evaluated here; the rest in the comprehension's scope
+                    stack.append(n.generators[0].iter)
             else:
                 stack += children(n)
-
-
-def _bound(st: ast.AST) -> set[str]:
-    """The names a statement binds anywhere inside it (not inside nested scopes)."""
-    out = set()
-    stack = [st]
-    while stack:
-        n = stack.pop()
-        t = type(n)
-        if t is ast.Name and type(n.ctx) is not ast.Load:
-            out.add(n.id)
-        elif t is ast.ExceptHandler and n.name:
-            out.add(n.name)
-        if t in _SCOPES and n is not st:
-            if hasattr(n, "name"):
-                out.add(n.name)
-            continue
-        stack += children(n)
-    return out
+        return out

@@ -86,6 +86,14 @@ class Resolver:
             return self.resolve_dotted(f"{tgt}.{rest}" if rest else tgt)
         return None
 
+    def _head_names(self, path: str) -> set[str]:
+        """Every name a `name` or `attr` call (other than through `self`) of this file can resolve through: its
+        imports, its defs and classes, and the last part of each def's name (a nested def a closure calls). A call
+        whose head is none of them resolves to nothing."""
+        summ = self.s[path]
+        funcs = summ["functions"]
+        return {*summ["imports"], *funcs, *summ["classes"], *(q.rpartition(".")[2] for q in funcs)}
+
     def _external(self, path: str, sym: str) -> bool:
         """Whether a symbol names something outside the scanned tree (an import that does not resolve here)."""
         head = sym.partition(".")[0]

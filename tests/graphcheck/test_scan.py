@@ -349,6 +349,47 @@ def user():
     assert got == [("GC104", 10), ("GC104", 11), ("GC201", 6)], got
 
 
+def test_a_caller_through_an_import_or_a_nested_def_decides_a_parameter(tmp_path):
+    """The callers of a parameter are found through every name a call can resolve by: a module attribute of an
+    import (`helpers.bump(3)`), a name imported from a module (`twice(3)`) and a def nested in the caller
+    (`inner(3)`). Each passes a Python int, so none of their branches is a tensor's (the callers index leaves out
+    only the calls whose head the file does not bind: `d.get(k)`, `len(x)`)."""
+    d = tmp_path / "pkg"
+    d.mkdir()
+    (d / "__init__.py").write_text("")
+    (d / "helpers.py").write_text(textwrap.dedent("""
+        def bump(n):
+            if n == 2:
+                return 1
+            return 0
+
+        def twice(m):
+            if m == 2:
+                return 2
+            return 0
+    """))
+    (d / "user.py").write_text(textwrap.dedent("""
+        from . import helpers
+        from .helpers import twice
+
+        def user(d):
+            def inner(k):
+                if k == 2:
+                    return 3
+                return 0
+            return helpers.bump(3) + twice(3) + inner(3) + len(d) + d.get(1)
+
+        def unfed(j):
+            if j == 2:
+                return 4
+            return 0
+    """))
+    res = scan([str(d)], root=tmp_path, cache=False, jobs=1)
+    got = sorted((f.rule, f.path, f.function) for f in res.findings)
+    # the one parameter no caller feeds stays what an entry point's input is: likely a tensor on the device
+    assert got == [("GC201", "pkg/user.py", "unfed")], got
+
+
 def test_engine_child_walk_is_the_standard_one_less_contexts_and_operators():
     """`children` (the engine's generic walks) yields what `ast.iter_child_nodes` does, in the same order, less
     the expression contexts and operators no walk looks at: over every node of the engine's and the rules' own sources and of
@@ -377,6 +418,102 @@ def test_engine_child_walk_is_the_standard_one_less_contexts_and_operators():
             nodes += 1
             assert children(n) == [c for c in ast.iter_child_nodes(n) if not isinstance(c, skip)], ast.dump(n)[:200]
     assert nodes > 20_000
+
+
+def test_flow_walks_agree_with_a_whole_walk_of_each_statement():
+    """The flow's per-statement walks (`_Walks`: a compound statement's bound names taken from its inner statements'
+    own, each walked once; the reads as a list replayed on every flow run) give what one walk of the whole
+    statement does: the same bound names, and the same Name loads and walrus rebindings in the same order, over
+    every statement of the engine's and the rules' own sources and of syntax they lack."""
+    import ast
+    from graphcheck.static.inference import _SCOPES, _Walks, children
+
+    def bound(st):                  # every name bound anywhere in the statement, outside nested scopes
+        out, stack = set(), [st]
+        while stack:
+            n = stack.pop()
+            if type(n) is ast.Name and type(n.ctx) is not ast.Load:
+                out.add(n.id)
+            elif type(n) is ast.ExceptHandler and n.name:
+                out.add(n.name)
+            if type(n) in _SCOPES and n is not st:
+                if hasattr(n, "name"):
+                    out.add(n.name)
+                continue
+            stack += children(n)
+        return out
+
+    def reads(node, out):           # a stack walk: Name loads, a walrus's value then its target, comprehension iters
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            t = type(n)
+            if t is ast.Name:
+                if type(n.ctx) is ast.Load:
+                    out.append(n)
+            elif t is ast.NamedExpr:
+                reads(n.value, out)
+                out.append(n.target.id)
+            elif t in _SCOPES:
+                if t not in (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+                    stack.append(n.generators[0].iter)
+            else:
+                stack += children(n)
+        return out
+
+    extra = textwrap.dedent('''
+        def f(a, b):
+            for i in a:
+                while (n := len(i)) > b:
+                    try:
+                        with g(i) as (h, *k):
+                            if n:
+                                x = [y for y in k if (z := y)]
+                            else:
+                                del a[0]
+                    except E as err:
+                        class C: pass
+                        def inner(): global q
+                    else:
+                        import os.path as p
+            return lambda *, k=0: x or z
+        ''')
+    trees = [ast.parse(extra)] + [ast.parse(p.read_text()) for d in ("static", "rules")
+                                  for p in sorted((ROOT / "graphcheck" / d).glob("*.py"))]
+    stmts = 0
+    for tree in trees:
+        walks = _Walks()
+        for n in ast.walk(tree):
+            if isinstance(n, ast.stmt):
+                stmts += 1
+                assert walks.bound(n) == bound(n), ast.dump(n)[:200]
+                assert walks.reads(n) == reads(n, []), ast.dump(n)[:200]
+    assert stmts > 4_000
+
+
+def test_class_attribute_types_from_assignments_to_self():
+    """What a class's attributes hold, from its methods' assignments to self (the scope follows calls through
+    them): a constructed instance, one stored by key, a tuple's elements, a local that holds one, an annotated
+    parameter, an append; assignments to locals add nothing."""
+    from graphcheck.static.engine import analyse_text
+    src = textwrap.dedent("""
+        class M:
+            def __init__(self, dec: Decoder, n):
+                self.norm = Norm(n)
+                self.experts[str(n)] = Expert(n)
+                self.a, self.b = Alpha(), dec
+                self.layers, self.count = make_layers(n, lambda i: Block(i))
+                head = Head(n)
+                self.head = head
+                self.blocks.append(Block(n))
+                self.total += Extra(n)
+                local = Unused(n)
+                other[n] = Unused(n)
+    """)
+    attrs = analyse_text(src)["classes"]["M"]["attrs"]
+    assert attrs == {"norm": ["Norm"], "experts": ["Expert"], "a": ["Alpha"], "b": ["ann:Decoder"],
+                     "layers": ["call:make_layers", "Block"], "count": ["call:make_layers", "Block"],
+                     "head": ["Head"], "blocks": ["Block"], "total": ["Extra"]}, attrs
 
 
 def test_text_prefilters_agree_with_what_they_stand_for():

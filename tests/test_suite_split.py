@@ -37,6 +37,7 @@ def test_ci_runs_the_readme_command_then_the_slow_tests():
     assert "&& python -m pytest -q\n" in readme and "`python -m pytest -q -m slow`" in readme
 
 
+@pytest.mark.slow    # ~6 s of CPU (a fresh `graphcheck run` beside the forked one): CI's second pass
 def test_forked_commands_are_what_python_m_graphcheck_gives(project):
     """The runtime commands run forked from a server that imported torch once (conftest._Forks, issue 40's bound):
     `run` there gives what a fresh `python -m graphcheck run` gives, exit code, findings and their evidence stacks

@@ -127,8 +127,9 @@ def test_graphcheck_run_over_both_ranks_is_clean():
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     doc = json.loads(p.stdout)
-    # two targets: the graph-safe step and the speculative one (the MTP block unsharded beside the sharded model)
-    assert doc["findings"] == [] and doc["layers"]["sync"]["targets"] == 2 and doc["layers"]["capture"]["targets"] == 2
+    # three targets: the graph-safe step and the speculative one in both verify modes (the MTP block unsharded beside
+    # the sharded model)
+    assert doc["findings"] == [] and doc["layers"]["sync"]["targets"] == 3 and doc["layers"]["capture"]["targets"] == 3
 
 
 @pytest.mark.cuda

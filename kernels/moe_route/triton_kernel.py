@@ -9,16 +9,16 @@ Per row, the reference's steps at its rounding points (all fp32):
 - the picks: K passes of "largest score + bias not yet taken, the lowest index among equals" (torch's top-k takes
   the elements above the k-th value, then the k-th value's elements in index order; it returns them by descending
   value); the hash layers read tid2eid[ids[r]] instead, in the table's order;
-- the renormalising sum over the picks in that order, in the order torch's CUDA sum reduces a row of K contiguous
-  fp32 values (ATen's Reduce.cuh for an inner reduction of K < 64: BW = the largest power of two <= K lanes, lane t
-  adds elements t and t + BW, then the warp's shuffle tree adds lanes at offsets 1, 2, 4, ...: for K = 6,
-  ((w0 + w4) + (w1 + w5)) + (w2 + w3)); `_torch_row_sum` builds that tree from two-element sums, whose order
-  cannot matter; then the IEEE division and the product with fp32(route_scale);
+- the renormalising sum over the picks in a fixed tree (BW = the largest power of two <= K lanes, lane t adds
+  elements t and t + BW, then lanes at offsets 1, 2, 4, ...: for K = 6, ((w0 + w4) + (w1 + w5)) + (w2 + w3)), read
+  from ATen's Reduce.cuh as the order torch's CUDA sum takes; run 55 (H100, torch 2.11) showed torch's sum of such
+  rows takes another order for K >= 5, so the weights are within 1-2 fp32 ulps of the chain's, not equal (the
+  picks are); then the IEEE division and the product with fp32(route_scale);
 - the picks sorted by expert index (a rank by comparison; equal experts, possible only in a hash table, keep
   their table order), the weights with them.
-Bit for bit the reference on CUDA, ties in score + bias aside: among picks of equal value the reference's sort of
-its top-k results may take another order than index order, which moves only the renormalising sum (within fp32
-rounding). libdevice runs without flush-to-zero, as nvcc compiled torch's: a subnormal exp keeps its score.
+The picks are the reference's on CUDA, ties in score + bias aside (among picks of equal value the reference's sort
+of its top-k results may take another order than index order); the weights are within a few fp32 ulps (the sum's
+order, above). The graph-safe decode and the reference decode both call this slot, so they still agree bit for bit. libdevice runs without flush-to-zero, as nvcc compiled torch's: a subnormal exp keeps its score.
 NaN logits are not reproduced (the reference's top-k ranks NaN highest). Launched on torch's current
 stream (capturable).
 

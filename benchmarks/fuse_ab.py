@@ -25,8 +25,9 @@ loaded model (what the decode ran before them, every link the kernel the decode 
 - hadamard_fp4 (`dsv4_kernels.hadamard_fp4`): the indexer's rotation of q and of each entry: the cast to fp32, the
   GEMM with the Hadamard matrix, the scale, the cast back and the FP4 fake quant (5 launches, twice per CSA layer).
 Parity: fresh inputs, outputs poisoned (freed memory filled with NaN first), the Flash shapes at each batch and odd
-shapes: bit for bit against the chain where the kernel is built to be (BITWISE: norm_rope_fp8, fp8_nope, pool, route,
-swiglu_fp8), else the share of equal elements (held to EQUAL_SHARE for hadamard_fp4) and the largest difference;
+shapes: bit for bit against the chain where the kernel is built to be (BITWISE: norm_rope_fp8, fp8_nope, pool,
+swiglu_fp8), the route's picks equal and its weights within ULPS ulps, else the share of equal elements (held to
+EQUAL_SHARE for hadamard_fp4) and the largest difference;
 each fused op twice on the same inputs (deterministic). A/B: each op
 captured CALLS times in a CUDA graph, the graph replayed; microseconds per call, fused against the chain.
 """
@@ -178,10 +179,19 @@ def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple
 
 
 # built to give the chain's bits (the same steps at the same rounding points); the others are within a rounding
-BITWISE = {"norm_rope_fp8", "fp8_nope", "pool", "route", "swiglu_fp8"}
+BITWISE = {"norm_rope_fp8", "fp8_nope", "pool", "swiglu_fp8"}
+# the picks equal, the weights within ULPS fp32 ulps: the route's renormalising sum runs in another order than torch's
+# CUDA row sum (run 55: 1-2 ulps)
+ULPS = {"route": 4}
 # quantised after another order of sums: a rounding apart moves an FP4 code by a whole step (up to a third of its
 # block's largest value), so these are held to the share of elements equal to the chain's instead
 EQUAL_SHARE = {"hadamard_fp4": 0.99}
+
+
+def _within_ulps(got, want, ulps: int) -> bool:
+    """Integer outputs (the picks) equal, floating ones within `ulps` units in the last place of the chain's."""
+    return all(torch.equal(a, b) if not b.is_floating_point() else
+               bool(((a - b).abs() <= ulps * torch.finfo(b.dtype).eps * b.abs()).all()) for a, b in zip(got, want))
 
 
 def _outs(y):
@@ -217,6 +227,7 @@ def parity(batches: list[int], dev: str) -> int:
                 # its largest value is past any one rounding
                 scale = max(b.float().abs().max().item() for b in want)
                 ok = det and finite and (same if slot in BITWISE else share >= EQUAL_SHARE[slot] if slot in EQUAL_SHARE
+                                         else _within_ulps(got, want, ULPS[slot]) if slot in ULPS
                                          else diff <= 0.07 * max(scale, 1e-30))
                 bad += not ok
                 print(f"{label:22} {slot:14} {str(same):>12} {share:11.6f} {diff:11.3e} {str(det):>4} {str(finite):>6}"

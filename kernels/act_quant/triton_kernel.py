@@ -93,6 +93,15 @@ def _fake_quant_kernel(x_ptr, o_ptr, x_row, o_row, NB, BLOCK: tl.constexpr, GP: 
     tl.store(o_ptr + r * o_row + col, out.to(o_ptr.dtype.element_ty), mask=inside)
 
 
+def block_grid(rows: int, nb: int, block: int) -> tuple[tuple[int, int], int, int, int]:
+    """How a kernel over `rows` rows of `nb` blocks of `block` elements launches (this one and the kernels that end
+    in the same fake quant, e.g. swiglu_fp8): (grid, GP blocks per program, BP lanes per block (block rounded up to
+    a power of two), num_warps), at most TILE elements a program, 4 warps from 1024."""
+    bp = triton.next_power_of_2(block)
+    gp = min(triton.next_power_of_2(nb), max(1, TILE // bp))
+    return (rows, triton.cdiv(nb, gp)), gp, bp, 4 if gp * bp >= 1024 else 1
+
+
 def _launch(x: torch.Tensor, block: int, fp4: bool) -> torch.Tensor:
     K = x.shape[-1]
     x2 = x.reshape(-1, K)
@@ -101,11 +110,9 @@ def _launch(x: torch.Tensor, block: int, fp4: bool) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     R, nb = x2.shape[0], K // block
     if R and nb:
-        bp = triton.next_power_of_2(block)
-        gp = min(triton.next_power_of_2(nb), max(1, TILE // bp))
-        grid = (R, triton.cdiv(nb, gp))
+        grid, gp, bp, warps = block_grid(R, nb, block)
         _fake_quant_kernel[grid](x2, out, x2.stride(0), K, nb, BLOCK=block, GP=gp, BP=bp, FP4=fp4,
-                                 EXACT=x.is_cuda, num_warps=4 if gp * bp >= 1024 else 1)
+                                 EXACT=x.is_cuda, num_warps=warps)
     return out
 
 

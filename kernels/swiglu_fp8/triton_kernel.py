@@ -22,9 +22,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
-from ..act_quant.triton_kernel import fp8_fake_blocks
-
-TILE = 4096                                            # elements per program at most (blocks of one row)
+from ..act_quant.triton_kernel import block_grid, fp8_fake_blocks
 
 
 @triton.jit
@@ -60,9 +58,8 @@ def swiglu_fp8_triton(gate: torch.Tensor, up: torch.Tensor, limit: float | None,
     out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
     R, nb = g2.shape[0], I // block
     if R and nb:
-        bp = triton.next_power_of_2(block)
-        gp = min(triton.next_power_of_2(nb), max(1, TILE // bp))
-        _swiglu_fp8_kernel[(R, triton.cdiv(nb, gp))](
+        grid, gp, bp, warps = block_grid(R, nb, block)
+        _swiglu_fp8_kernel[grid](
             g2, u2, out, g2.stride(0), u2.stride(0), I, nb, float(limit or 0.0), BLOCK=block, GP=gp, BP=bp,
-            CLAMP=limit is not None, EXACT=gate.is_cuda, num_warps=4 if gp * bp >= 1024 else 1)
+            CLAMP=limit is not None, EXACT=gate.is_cuda, num_warps=warps)
     return out

@@ -152,6 +152,19 @@ def load_benchmark(stem: str, name: str | None = None):
     return mod
 
 
+def triton_interpreter_env(**extra) -> dict:
+    """The environment of a subprocess that runs Triton kernels' logic on CPU (TRITON_INTERPRET=1: it must be set
+    before triton.jit runs). Skips where the interpreter cannot run: triton missing, or triton <= 3.6 with numpy >= 2.4
+    (its interpreter converts 1-element arrays with int(), which numpy 2.4 refuses; CI pins numpy < 2.4)."""
+    import pytest
+    triton = pytest.importorskip("triton")
+    import numpy
+    ver = lambda v: tuple(int(p) for p in v.split("+")[0].split(".")[:2])   # noqa: E731
+    if ver(numpy.__version__) >= (2, 4) and ver(triton.__version__) <= (3, 6):
+        pytest.skip(f"triton {triton.__version__}'s interpreter fails under numpy {numpy.__version__} (needs < 2.4)")
+    return {**os.environ, "TRITON_INTERPRET": "1", **extra}
+
+
 def graphcheck_env(cwd, **extra):
     """The environment of a `graphcheck` subprocess: this checkout and the project in `cwd` importable."""
     return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}", **extra}

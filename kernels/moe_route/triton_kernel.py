@@ -54,7 +54,7 @@ def _torch_row_sum(w, BW: tl.constexpr):
 
 
 @triton.jit
-def _route_kernel(l_ptr, b_ptr, t_ptr, ids_ptr, w_ptr, i_ptr, E, l_row, t_row, scale, EP: tl.constexpr,
+def _route_kernel(l_ptr, b_ptr, t_ptr, ids_ptr, w_ptr, i_ptr, E, l_row, t_row, t_col, ids_step, scale, EP: tl.constexpr,
                   K: tl.constexpr, KP: tl.constexpr, BW: tl.constexpr, FUNC: tl.constexpr, BIAS: tl.constexpr,
                   HASH: tl.constexpr, EXACT: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
@@ -76,8 +76,8 @@ def _route_kernel(l_ptr, b_ptr, t_ptr, ids_ptr, w_ptr, i_ptr, E, l_row, t_row, s
     j = tl.arange(0, KP)
     jm = j < K
     if HASH:
-        row = tl.load(ids_ptr + r).to(tl.int64)
-        picks = tl.load(t_ptr + row * t_row + j, mask=jm, other=0).to(tl.int32)
+        row = tl.load(ids_ptr + r * ids_step).to(tl.int64)
+        picks = tl.load(t_ptr + row * t_row + j * t_col, mask=jm, other=0).to(tl.int32)
         hit = (picks[:, None] == e[None, :]) & jm[:, None]                            # [KP, EP]
         w = tl.sum(tl.where(hit, s[None, :], 0.0), axis=1)                          # scores[picks], exact
     else:
@@ -111,6 +111,8 @@ def moe_route_triton(logits: torch.Tensor, k: int, route_scale: float, score_fun
     N, E = logits.shape
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
+    if bias is not None and bias.stride(0) != 1:
+        bias = bias.contiguous()
     w = torch.empty(N, k, dtype=torch.float32, device=logits.device)
     idx = torch.empty(N, k, dtype=torch.int64, device=logits.device)
     if N:
@@ -121,9 +123,12 @@ def moe_route_triton(logits: torch.Tensor, k: int, route_scale: float, score_fun
         # exp of a logit in (-103, -87) is subnormal, and its softplus's sqrt a normal ~1e-20 score, not 0
         extra = {"enable_reflect_ftz": False} if logits.is_cuda else {}
         # unused pointers get a tensor of the right device (never read: their constexpr branch is compiled out)
+        # the ids and the table by their strides: the per-position verify routes position j's tokens, a column
+        # of its [B, k+1] drafts (reading them as contiguous hashed every row but the first with another's token)
         _route_kernel[(N,)](logits, bias if bias is not None else logits, tid2eid if hashed else idx,
                             ids if hashed else idx, w, idx, E, logits.stride(0), tid2eid.stride(0) if hashed else 0,
-                            float(route_scale), EP=ep, K=k, KP=2 * bw, BW=bw, FUNC=FUNCS[score_func],
+                            tid2eid.stride(1) if hashed else 0, ids.stride(0) if hashed else 0, float(route_scale),
+                            EP=ep, K=k, KP=2 * bw, BW=bw, FUNC=FUNCS[score_func],
                             BIAS=bias is not None and not hashed, HASH=hashed, EXACT=logits.is_cuda,
                             num_warps=4 if ep >= 1024 else 1, **extra)
     return w, idx

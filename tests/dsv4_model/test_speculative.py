@@ -6,6 +6,7 @@ half the time); a stopped row's state leaves a verify position bit for bit as it
 sampler's output distribution is the plain sampler's (chi-square against the exact distribution).
 """
 import math
+import os
 
 import pytest
 import torch
@@ -307,6 +308,78 @@ def test_batched_verify_leaves_the_state_of_the_per_position_verify():
     env = dict(os.environ, ATEN_CPU_CAPABILITY="default",
                PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-c", "import test_speculative as t; t.check_both_verifies_leave_one_state()"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def triton_small_kernels_on_cpu() -> dict:
+    """SMALL_KERNELS key -> its kernel wrapper with the CUDA test taken out, so that the Triton branch runs on CPU
+    tensors (under TRITON_INTERPRET=1). Every wrapper tests `<tensor>.is_cuda and KERNEL.available()[0]`; one that
+    stops saying so fails here, instead of running its reference unnoticed."""
+    import importlib
+    import inspect
+    import re
+    import textwrap
+    from dsv4_kernels._select import KERNELS
+    from dsv4_model.decode import SMALL_KERNELS
+    out = {}
+    for key, (name, _, _) in SMALL_KERNELS.items():
+        fn = KERNELS[name].kernel
+        src = textwrap.dedent(inspect.getsource(fn))
+        new = re.sub(r"\b\w+\.is_cuda and ", "", src).replace("KERNEL.available()[0]", "True")
+        assert new.count("True") > src.count("True"), f"{name}: its wrapper no longer tests x.is_cuda and KERNEL.available()"
+        scope = {}
+        exec(compile(new, inspect.getsourcefile(fn), "exec"), importlib.import_module(fn.__module__).__dict__, scope)
+        out[key] = scope[fn.__name__]
+    return out
+
+
+def check_forced_agree_over_the_triton_kernels(verify: str, steps: int = 1) -> None:
+    """Run by the test below under TRITON_INTERPRET=1: the GPU test's forced-agree run (tiny model, staggered batch
+    of 4, k = 2, every row's own plain greedy stream as the draft) with every small op through its Triton kernel."""
+    from conftest import load_benchmark
+    from dsv4_model import decode
+    kernels = triton_small_kernels_on_cpu()
+    decode.small_kernels = lambda device, use_kernels=True: dict(kernels)
+    bench = load_benchmark("decode", "decode_bench")
+    model = dsv4_model.load("tiny", max_seq_len=128)
+    B, k, rowwise = 4, 2, verify == "batched"
+    prompts = [[0, 3 + r, 4 + r][: 1 + r % 3] for r in range(B)]
+    plain = Runner(GraphSafeDecoder(model, B, kernels=True, rowwise=rowwise), Sampler(B, model.args.vocab_size),
+                   buckets=(B,), graphs=False, log=lambda s: None)
+    assert model.kernels.fns["route"] is kernels["route"]
+    for i, p in enumerate(prompts):
+        plain.start(i, p)
+    table = torch.zeros(B, (k + 1) * steps + 4, dtype=torch.long)
+    for t in range(1, table.shape[1]):
+        plain.step(B)
+        table[:, t] = plain.dec.tokens
+    r = SpeculativeRunner(GraphSafeDecoder(model, B, kernels=True, rowwise=rowwise), Sampler(B, model.args.vocab_size),
+                          k=k, draft=bench.table_draft(table, k), verify=verify, buckets=(B,), graphs=False,
+                          log=lambda s: None)
+    for i, p in enumerate(prompts):
+        r.start(i, p)
+    for step in range(steps):
+        r.body(B)
+        assert r.count[:B].tolist() == [k + 1] * B, f"{verify} step {step}: counts {r.count[:B].tolist()}"
+
+
+@pytest.mark.slow          # ~35-60 s each: the Triton interpreter
+@pytest.mark.parametrize("verify", ["positions", "batched"])
+def test_forced_agree_draft_is_accepted_over_the_triton_kernels(verify):
+    """The CUDA forced-agree replay test (test_cuda_speculative_replay_bitwise[forced-*]) on CPU, every small op
+    through its Triton kernel's logic (TRITON_INTERPRET=1, a process of its own): a kernel that reads a strided
+    input as contiguous, or gives a row other bits at another row count, makes a draft the plain step emits lose
+    and the count fall short. It caught the route kernel reading a hash layer's token ids as contiguous: the
+    per-position verify feeds position i's tokens, a column of the [B, k] drafts (counts [3, 2, 3, 2])."""
+    import subprocess
+    import sys
+    from conftest import triton_interpreter_env
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = triton_interpreter_env(PYTHONPATH=os.pathsep.join(filter(None, [here, os.path.dirname(here),
+                                                                         os.environ.get("PYTHONPATH")])))
+    r = subprocess.run([sys.executable, "-c", f"import test_speculative as t; "
+                        f"t.check_forced_agree_over_the_triton_kernels({verify!r})"],
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
 

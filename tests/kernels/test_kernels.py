@@ -220,16 +220,11 @@ INTERPRET = textwrap.dedent("""
 
 
 def _under_interpreter(script: str, timeout: int = 600) -> None:
-    """Run `script` with TRITON_INTERPRET=1 in a subprocess (it must be set before triton.jit runs) and expect it
-    to print "BAD []". Skipped where the interpreter cannot run: triton missing, or triton <= 3.6 with numpy >= 2.4
-    (its interpreter converts 1-element arrays with int(), which numpy 2.4 refuses; CI pins numpy < 2.4)."""
-    triton = pytest.importorskip("triton")
-    import numpy
-    ver = lambda v: tuple(int(p) for p in v.split("+")[0].split(".")[:2])   # noqa: E731
-    if ver(numpy.__version__) >= (2, 4) and ver(triton.__version__) <= (3, 6):
-        pytest.skip(f"triton {triton.__version__}'s interpreter fails under numpy {numpy.__version__} (needs < 2.4)")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    """Run `script` under the Triton interpreter in a subprocess (conftest.triton_interpreter_env: skipped where it
+    cannot run) and expect it to print "BAD []". Imported here: the scripts import this module outside pytest."""
+    from conftest import triton_interpreter_env
+    r = subprocess.run([sys.executable, "-c", script], env=triton_interpreter_env(), capture_output=True, text=True,
+                       timeout=timeout, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "BAD []" in r.stdout, r.stdout[-2000:]
 
@@ -2571,6 +2566,13 @@ ROUTE_INTERPRET = textwrap.dedent("""
     l = torch.randn(6, 40, generator=g)[:, ::2]                                  # a strided row
     bad += [] if torch.equal(moe_route_triton(l, 6, 1.5, "sigmoid", torch.zeros(20))[1],
                              moe_route_ref(l, 6, 1.5, "sigmoid", torch.zeros(20))[1]) else ["strided"]
+    # a hash layer's token ids as a column of a wider tensor (the per-position verify feeds a column of its drafts)
+    # and a table in column-major order: read by their strides, not as contiguous
+    logits, bias, table, ids = _route_inputs(5, 20, 6, g)
+    column = torch.stack([ids.flip(0), ids, ids.flip(0)], 1)[:, 1]
+    for t, i in ((table, column), (table.t().contiguous().t(), ids)):
+        (w, p), (w2, p2) = moe_route_triton(logits, 6, 1.5, "sigmoid", None, t, i), moe_route_ref(logits, 6, 1.5, "sigmoid", None, t, i)
+        bad += [] if torch.equal(p, p2) and (w - w2).abs().max().item() <= 4e-7 * 6 else [f"strided hash {t.stride()} {i.stride()}"]
     print("BAD", bad)
 """)
 
@@ -2578,8 +2580,8 @@ ROUTE_INTERPRET = textwrap.dedent("""
 @pytest.mark.slow
 def test_moe_route_under_the_interpreter():
     """The route kernel's logic on CPU (TRITON_INTERPRET=1 in a subprocess): the renormalising sum in torch's CUDA
-    order bit for bit, the picks (top-k with bias, hash table, ties to the lowest index, a strided row) exactly, the
-    weights within fp32 rounding."""
+    order bit for bit, the picks (top-k with bias, hash table, ties to the lowest index, a strided row, strided token
+    ids and table) exactly, the weights within fp32 rounding."""
     _under_interpreter(ROUTE_INTERPRET, timeout=600)
 
 
@@ -2608,6 +2610,9 @@ def test_moe_route_parity(func, N, E, k):
             assert ((w - w0).abs() <= 4 * ulp).all(), ((w - w0).abs() / ulp).max()
             again = moe_route(logits, k, 1.5, func, *args)
             assert torch.equal(again[0], w) and torch.equal(again[1], idx)
+        column = torch.stack([ids, ids.flip(0)], 1)[:, 0]          # the per-position verify's ids: a column view
+        assert torch.equal(moe_route(logits, k, 1.5, func, None, table, column)[1],
+                           moe_route_ref(logits, k, 1.5, func, None, table, column)[1])
 
 
 # ---------------------------------------------------------------------------------------------- shared expert SwiGLU + FP8

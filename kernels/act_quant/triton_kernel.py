@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
+from .._rows import rows
 from .reference import FP4_MAX, FP8_MAX
 
 # fp32(1 / qmax) as torch's CUDA division by a Python scalar forms it: the constants become fp32 in the kernel by
@@ -104,9 +105,7 @@ def block_grid(rows: int, nb: int, block: int) -> tuple[tuple[int, int], int, in
 
 def _launch(x: torch.Tensor, block: int, fp4: bool) -> torch.Tensor:
     K = x.shape[-1]
-    x2 = x.reshape(-1, K)
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
+    x2 = rows(x)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     R, nb = x2.shape[0], K // block
     if R and nb:

@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._rows import rows
 from ..act_quant.triton_kernel import fp4_fake_blocks
 
 TILE = 4096                                            # elements per program at most (rows of D)
@@ -46,9 +47,7 @@ def _hadamard_fp4_kernel(x_ptr, o_ptr, R, x_row, scale, D: tl.constexpr, LOG: tl
 
 def hadamard_fp4_triton(x: torch.Tensor, block: int = 32, fp4: bool = True) -> torch.Tensor:
     D = x.shape[-1]
-    x2 = x.reshape(-1, D)
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
+    x2 = rows(x)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     R = x2.shape[0]
     if R:

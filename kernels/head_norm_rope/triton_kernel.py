@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
+from .._rows import rows
 from ..rope.triton_kernel import _cs_levels
 
 TILE = 2048                                            # elements per program at most (rows of D)
@@ -65,9 +66,7 @@ def _head_norm_rope_kernel(x_ptr, cs_ptr, o_ptr, R, x_row, I, cs_outer, cs_inner
 def head_norm_rope_triton(x: torch.Tensor, cs: torch.Tensor, eps: float, rd: int) -> torch.Tensor:
     D = x.shape[-1]
     lead = tuple(x.shape[:-1])
-    x2 = x.reshape(-1, D)
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
+    x2 = rows(x)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     R = x2.shape[0]
     if R:

@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._rows import rows
+
 BN = 64            # keys per program (bf16); fp32's TF32x3 splits hold twice the operands: half as many, or they spill
 
 
@@ -123,9 +125,7 @@ def _rank_topk_kernel(s_ptr, o_ptr, N, K, s_row, o_row, BI: tl.constexpr, BJ: tl
 def topk_blocks_triton(scores: torch.Tensor, k: int) -> torch.Tensor:
     """scores [.., N] fp32, 0 <= k <= N <= TOPK_MAX_N -> indices [.., k] int64 (checked by the caller)."""
     N = scores.shape[-1]
-    s2 = scores.reshape(-1, N)
-    if s2.stride(-1) != 1:
-        s2 = s2.contiguous()
+    s2 = rows(scores)
     out = torch.empty(*scores.shape[:-1], k, dtype=torch.int64, device=scores.device)
     R = s2.shape[0]
     if R and k:

@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._rows import rows
+
 TILE = 4096                                            # elements of X per post program at most
 
 
@@ -116,10 +118,8 @@ def _mhc_pre_norm_kernel(X_ptr, mix_ptr, scale_ptr, base_ptr, w_ptr, h_ptr, post
 def mhc_pre_norm_triton(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, eps: float,
                         norm_eps: float, iters: int, weight: torch.Tensor, rms_eps: float):
     hc, d = X.shape[-2], X.shape[-1]
-    X2 = X.reshape(-1, hc * d)
-    if X2.stride(-1) != 1:
-        X2 = X2.contiguous()
-    mix2 = _rows(mix.float(), mix.shape[-1])
+    X2 = rows(X, hc * d)
+    mix2 = rows(mix.float(), mix.shape[-1])
     lead = tuple(X.shape[:-2])
     h = torch.empty(*lead, d, dtype=X.dtype, device=X.device)
     post = torch.empty(*lead, hc, dtype=torch.float32, device=X.device)
@@ -134,19 +134,11 @@ def mhc_pre_norm_triton(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor,
     return h, post, comb
 
 
-def _rows(t: torch.Tensor, inner: int) -> torch.Tensor:
-    """t viewed as [R, inner] rows with the inner block contiguous (any row stride)."""
-    t2 = t.reshape(-1, inner)
-    return t2 if t2.stride(-1) == 1 or inner == 1 else t2.contiguous()
-
-
 def _pre(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, eps: float, norm_eps: float,
          full: bool):
     hc, d = X.shape[-2], X.shape[-1]
-    X2 = X.reshape(-1, hc * d)
-    if X2.stride(-1) != 1:
-        X2 = X2.contiguous()
-    mix2 = _rows(mix.float(), mix.shape[-1])
+    X2 = rows(X, hc * d)
+    mix2 = rows(mix.float(), mix.shape[-1])
     lead = tuple(X.shape[:-2])
     x = torch.empty(*lead, d, dtype=X.dtype, device=X.device)
     post = torch.empty(*lead, hc, dtype=torch.float32, device=X.device) if full else x
@@ -174,10 +166,8 @@ def mhc_head_triton(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, bas
 
 def mhc_post_triton(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
     hc, d = X.shape[-2], X.shape[-1]
-    X2 = X.reshape(-1, hc * d)
-    if X2.stride(-1) != 1:
-        X2 = X2.contiguous()
-    y2 = _rows(y, d)
+    X2 = rows(X, hc * d)
+    y2 = rows(y, d)
     post2, comb2 = post.float().reshape(-1, hc).contiguous(), comb.float().reshape(-1, hc * hc).contiguous()
     out = torch.empty(X.shape, dtype=X.dtype, device=X.device)
     R = X2.shape[0]

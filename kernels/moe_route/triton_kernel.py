@@ -32,6 +32,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
+from .._rows import rows
+
 FUNCS = {"sqrtsoftplus": 0, "sigmoid": 1}
 
 
@@ -109,8 +111,7 @@ def moe_route_triton(logits: torch.Tensor, k: int, route_scale: float, score_fun
                      bias: torch.Tensor | None = None, tid2eid: torch.Tensor | None = None,
                      ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     N, E = logits.shape
-    if logits.stride(-1) != 1:
-        logits = logits.contiguous()
+    logits = rows(logits)
     if bias is not None and bias.stride(0) != 1:
         bias = bias.contiguous()
     w = torch.empty(N, k, dtype=torch.float32, device=logits.device)

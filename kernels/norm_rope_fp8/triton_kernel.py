@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
+from .._rows import rows
 from ..act_quant.triton_kernel import FP8_MIN_AMAX, INV_FP8_MAX
 from ..rope.triton_kernel import _cs_levels
 
@@ -91,9 +92,7 @@ def _launch(x: torch.Tensor, weight: torch.Tensor | None, eps: float, cs: torch.
             dtype: torch.dtype, block: int) -> torch.Tensor:
     D = x.shape[-1]
     lead = tuple(x.shape[:-1])
-    x2 = x.reshape(-1, D)
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
+    x2 = rows(x)
     out = torch.empty(x.shape, dtype=dtype, device=x.device)
     R = x2.shape[0]
     if R:

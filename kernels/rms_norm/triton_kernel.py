@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._rows import rows
+
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, x_row, inv_n, eps, N: tl.constexpr, NP: tl.constexpr, WEIGHT: tl.constexpr):
@@ -25,9 +27,7 @@ def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, x_row, inv_n, eps, N: tl.constexpr, NP
 
 def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     N = x.shape[-1]
-    x2 = x.reshape(-1, N)
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
+    x2 = rows(x)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     R = x2.shape[0]
     if R and N:

@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._rows import rows
+
 TILE = 4096                                            # elements per program at most (rows of D)
 
 
@@ -73,9 +75,7 @@ def _cs_levels(cs: torch.Tensor, lead: tuple[int, ...], R: int, rd: int):
 def rope_tail_triton(x: torch.Tensor, cs: torch.Tensor, rd: int, inverse: bool = False) -> torch.Tensor:
     D = x.shape[-1]
     lead = tuple(x.shape[:-1])
-    x2 = x.reshape(-1, D)
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
+    x2 = rows(x)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     R = x2.shape[0]
     if R:

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
+from .._rows import rows
 from ..act_quant.triton_kernel import block_grid
 # its own import line: test_only_the_e4m3_kernels_need_compute_capability_8_9 reads it as this package's e4m3 use
 from ..act_quant.triton_kernel import fp8_fake_blocks
@@ -52,11 +53,7 @@ def _swiglu_fp8_kernel(g_ptr, u_ptr, o_ptr, g_row, u_row, o_row, NB, limit, BLOC
 
 def swiglu_fp8_triton(gate: torch.Tensor, up: torch.Tensor, limit: float | None, block: int) -> torch.Tensor:
     I = gate.shape[-1]
-    g2, u2 = gate.reshape(-1, I), up.reshape(-1, I)
-    if g2.stride(-1) != 1:
-        g2 = g2.contiguous()
-    if u2.stride(-1) != 1:
-        u2 = u2.contiguous()
+    g2, u2 = rows(gate), rows(up)
     out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
     R, nb = g2.shape[0], I // block
     if R and nb:

@@ -99,45 +99,60 @@ def _oracle(streams, k, right=lambda pos, i: True):
     return draft
 
 
+@pytest.fixture(scope="module", params=["positions", "batched"])
+def verify(request):
+    """Each verify over its model: the per-position one over `exact`, the batched one (one forward over the k+1
+    positions) over `rowwise`, whose products are row-invariant. -> (model, the runner's keywords)."""
+    if request.param == "positions":
+        return request.getfixturevalue("exact"), {}
+    return request.getfixturevalue("rowwise"), BATCHED
+
+
 @pytest.fixture(scope="module")
-def plain4(exact):
-    return _plain(exact, PROMPTS, STEPS)
+def plain4(verify):
+    return _plain(verify[0], PROMPTS, STEPS)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rows", [1, 4])
-def test_greedy_speculative_with_the_mtp_draft_equals_greedy_decoding(exact, plain4, rows):
-    want = plain4 if rows == 4 else _plain(exact, PROMPTS[:1], STEPS)
-    got, counts = _speculative(exact, PROMPTS[:rows], STEPS)
+def test_greedy_speculative_with_the_mtp_draft_equals_greedy_decoding(verify, plain4, rows):
+    """Greedy speculative decoding emits plain greedy decoding's tokens, >= 300 tokens, batch 1 and the staggered
+    batch of 4 (both decodes over the verify's model)."""
+    model, kw = verify
+    want = plain4 if rows == 4 else _plain(model, PROMPTS[:1], STEPS)
+    got, counts = _speculative(model, PROMPTS[:rows], STEPS, **kw)
     assert got == want
     assert len(counts) >= 100
 
 
-def test_greedy_speculative_short_run_with_the_mtp_draft(exact):
+def test_greedy_speculative_short_run_with_the_mtp_draft(verify):
     """The quick pass's version of the above: 24 tokens past the staggered prompts (4 rows)."""
-    got, counts = _speculative(exact, PROMPTS, 24, k=3)
-    assert got == _plain(exact, PROMPTS, 24)
+    model, kw = verify
+    got, counts = _speculative(model, PROMPTS, 24, k=3, **kw)
+    assert got == _plain(model, PROMPTS, 24)
     assert max(max(c) for c in counts) == 4           # the prompt is read k+1 tokens a step
 
 
-def test_forced_agree_draft_accepts_every_draft_and_equals_greedy_decoding(exact, plain4):
-    n = 120
-    k = 3
-    got, counts = _speculative(exact, PROMPTS, n, k=k, draft=_oracle(plain4, k))
+def test_forced_agree_draft_accepts_every_draft_and_equals_greedy_decoding(verify, plain4):
+    model, kw = verify
+    n, k = 120, 3
+    got, counts = _speculative(model, PROMPTS, n, k=k, draft=_oracle(plain4, k), **kw)
     assert got == [s[: n + 1] for s in plain4]
     assert all(c == k + 1 for step in counts for c in step)        # every draft accepted, every step
 
 
-def test_partly_right_draft_equals_greedy_decoding(exact):
+def test_partly_right_draft_equals_greedy_decoding(verify):
     """Rows accept 0..k drafts, each its own number per step: positions, state and the repetition penalty's ring
-    advance by their own counts (a rejected draft never enters the ring)."""
+    advance by their own counts (a rejected draft never enters the ring); the batched verify undoes the positions
+    after each row's accepted ones in every state buffer (window, compressor rings and entries, indexer)."""
+    model, kw = verify
     n, k = 80, 3
-    want = _plain(exact, PROMPTS, n + k, repetition_penalty=1.5)
+    want = _plain(model, PROMPTS, n + k, repetition_penalty=1.5)
     right = lambda pos, i: (pos * 7 + i * 3) % 5 != 0
-    got, counts = _speculative(exact, PROMPTS, n, k=k, draft=_oracle(want, k, right),
-                               sampling=dict(repetition_penalty=1.5))
+    got, counts = _speculative(model, PROMPTS, n, k=k, draft=_oracle(want, k, right),
+                               sampling=dict(repetition_penalty=1.5), **kw)
     assert got == [s[: n + 1] for s in want]
-    assert want != _plain(exact, PROMPTS, n + k)[:n + 1]             # the penalty decides tokens here
+    assert want != _plain(model, PROMPTS, n + k)[:n + 1]             # the penalty decides tokens here
     seen = {c for step in counts[2:] for c in step}
     assert len(seen) >= 3, seen
 
@@ -216,48 +231,6 @@ def test_graph_safe_mtp_equals_the_reference_mtp(exact):
 
 
 # -- the batched verify (verify="batched": one forward over the k+1 positions) -------------------------------------
-@pytest.fixture(scope="module")
-def plain4_rows(rowwise):
-    return _plain(rowwise, PROMPTS, STEPS)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("rows", [1, 4])
-def test_batched_verify_with_the_mtp_draft_equals_greedy_decoding(rowwise, plain4_rows, rows):
-    """Greedy speculative decoding through the batched verify emits plain greedy decoding's tokens (both over the
-    row-invariant products), >= 300 tokens, batch 1 and the staggered batch of 4."""
-    want = plain4_rows if rows == 4 else _plain(rowwise, PROMPTS[:1], STEPS)
-    got, counts = _speculative(rowwise, PROMPTS[:rows], STEPS, **BATCHED)
-    assert got == want
-    assert len(counts) >= 100
-
-
-def test_batched_verify_short_run_with_the_mtp_draft(rowwise):
-    """The quick pass's version: 24 tokens past the staggered prompts, k = 3 (the prompt read 4 tokens a step)."""
-    got, counts = _speculative(rowwise, PROMPTS, 24, k=3, **BATCHED)
-    assert got == _plain(rowwise, PROMPTS, 24)
-    assert max(max(c) for c in counts) == 4
-
-
-def test_batched_verify_forced_agree_accepts_every_draft_and_equals_greedy_decoding(rowwise, plain4_rows):
-    n, k = 120, 3
-    got, counts = _speculative(rowwise, PROMPTS, n, k=k, draft=_oracle(plain4_rows, k), **BATCHED)
-    assert got == [s[: n + 1] for s in plain4_rows]
-    assert all(c == k + 1 for step in counts for c in step)
-
-
-def test_batched_verify_partly_right_draft_equals_greedy_decoding(rowwise):
-    """Rows accept 0..k drafts, each its own number per step: the positions after each row's accepted ones are
-    undone in every state buffer (window, compressor rings and entries, indexer), the penalty ring too."""
-    n, k = 80, 3
-    want = _plain(rowwise, PROMPTS, n + k, repetition_penalty=1.5)
-    right = lambda pos, i: (pos * 7 + i * 3) % 5 != 0
-    got, counts = _speculative(rowwise, PROMPTS, n, k=k, draft=_oracle(want, k, right),
-                               sampling=dict(repetition_penalty=1.5), **BATCHED)
-    assert got == [s[: n + 1] for s in want]
-    assert len({c for step in counts[2:] for c in step}) >= 3
-
-
 def _states_of_both_verifies(model, prompts):
     """The runner state after the same steps through the per-position and the batched verify (k = 3, a draft right
     about two times in three), over positions that wrap the window (16) and close CSA and HCA blocks (4, 128)."""

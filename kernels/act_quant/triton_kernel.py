@@ -43,17 +43,23 @@ TILE = 4096                                            # elements per program at
 
 
 @triton.jit
+def _pow2_scale(x, MIN_AMAX: tl.constexpr, INV_MAX: tl.constexpr, EXACT: tl.constexpr):
+    """x [G, B] fp32, one block per row -> (s, 1/s) [G, 1]: the block's power-of-two scale
+    2^ceil(log2(max(amax, MIN_AMAX) / MAX)), the one rule of both formats' fake quant."""
+    amax = tl.max(tl.abs(x), axis=1)[:, None]
+    v = tl.maximum(amax, MIN_AMAX) * INV_MAX
+    if EXACT:
+        e = tl.ceil(libdevice.log2(v))
+        return libdevice.exp2(e), libdevice.exp2(-e)
+    e = tl.ceil(tl.log2(v))
+    return tl.exp2(e), tl.exp2(-e)
+
+
+@triton.jit
 def fp8_fake_blocks(x, EXACT: tl.constexpr):
     """x [G, B] fp32, one block per row (zeros where masked) -> its e4m3 fake quant in fp32: the FP8 branch of
     `_fake_quant_kernel`, for kernels that end in the FP8 activation simulation (`dsv4_kernels.swiglu_fp8`)."""
-    amax = tl.max(tl.abs(x), axis=1)[:, None]
-    v = tl.maximum(amax, FP8_MIN_AMAX) * INV_FP8_MAX
-    if EXACT:
-        e = tl.ceil(libdevice.log2(v))
-        s, rs = libdevice.exp2(e), libdevice.exp2(-e)
-    else:
-        e = tl.ceil(tl.log2(v))
-        s, rs = tl.exp2(e), tl.exp2(-e)
+    s, rs = _pow2_scale(x, FP8_MIN_AMAX, INV_FP8_MAX, EXACT)
     return (x * rs).to(tl.float8e4nv, fp_downcast_rounding="rtne").to(tl.float32) * s
 
 
@@ -61,14 +67,7 @@ def fp8_fake_blocks(x, EXACT: tl.constexpr):
 def fp4_fake_blocks(x, EXACT: tl.constexpr):
     """x [G, B] fp32, one block per row (zeros where masked) -> its e2m1 fake quant in fp32: the FP4 branch of
     `_fake_quant_kernel`, for kernels that end in the FP4 simulation (`dsv4_kernels.hadamard_fp4`)."""
-    amax = tl.max(tl.abs(x), axis=1)[:, None]
-    v = tl.maximum(amax, FP4_MIN_AMAX) * INV_FP4_MAX
-    if EXACT:
-        e = tl.ceil(libdevice.log2(v))
-        s, rs = libdevice.exp2(e), libdevice.exp2(-e)
-    else:
-        e = tl.ceil(tl.log2(v))
-        s, rs = tl.exp2(e), tl.exp2(-e)
+    s, rs = _pow2_scale(x, FP4_MIN_AMAX, INV_FP4_MAX, EXACT)
     y = x * rs
     a = tl.abs(y)
     idx = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)

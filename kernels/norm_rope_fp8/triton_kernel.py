@@ -23,10 +23,10 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import libdevice
 
 from .._rows import rows
-from ..act_quant.triton_kernel import FP8_MIN_AMAX, INV_FP8_MAX
+# its own import line: test_only_the_e4m3_kernels_need_compute_capability_8_9 reads it as this package's e4m3 use
+from ..act_quant.triton_kernel import fp8_fake_blocks
 from ..rope.triton_kernel import _cs_levels
 
 
@@ -61,15 +61,7 @@ def _norm_rope_fp8_kernel(x_ptr, w_ptr, cs_ptr, o_ptr, x_row, I, cs_outer, cs_in
     if NORM:
         v = (tl.load(w_ptr + col, mask=inside, other=0.0).to(tl.float32) * (v * rr)).to(dt).to(tl.float32)
     if FP8:                                         # act_quant's fp8 program on each block
-        amax = tl.max(tl.abs(v), axis=1)[:, None]
-        s0 = tl.maximum(amax, FP8_MIN_AMAX) * INV_FP8_MAX
-        if EXACT:
-            e = tl.ceil(libdevice.log2(s0))
-            s, rs = libdevice.exp2(e), libdevice.exp2(-e)
-        else:
-            e = tl.ceil(tl.log2(s0))
-            s, rs = tl.exp2(e), tl.exp2(-e)
-        v = (v * rs).to(tl.float8e4nv, fp_downcast_rounding="rtne").to(tl.float32) * s
+        v = fp8_fake_blocks(v, EXACT)
     # the rotated dims, as pairs
     i = tl.arange(0, HP)
     mi = i < HALF

@@ -278,17 +278,22 @@ def hf_config(args: ModelArgs, fmt: str = "release") -> dict:
     return cfg
 
 
-def load_args(path: str | Path, max_seq_len: int | None = None) -> ModelArgs:
+def read_json(path: str | Path, name: str):
+    """A checkpoint's JSON file (`name`: config.json, tokenizer.json), or a one-line ValueError naming the file and
+    what was wrong: missing, not UTF-8 (the byte and its offset), not JSON."""
     p = Path(path)
     try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
+        return json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"{p}: config.json not found") from None
+        raise ValueError(f"{p}: {name} not found") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{p}: expected UTF-8 JSON, found byte 0x{e.object[e.start]:02x} at offset {e.start}") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{p}: invalid JSON ({e})") from None
-    return args_from_config(cfg, max_seq_len)
+
+
+def load_args(path: str | Path, max_seq_len: int | None = None) -> ModelArgs:
+    return args_from_config(read_json(path, "config.json"), max_seq_len)
 
 
 def tiny() -> ModelArgs:

@@ -9,6 +9,8 @@ import json
 import re
 from pathlib import Path
 
+from .config import read_json
+
 SPECIALS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<｜latest_reminder｜>",
             "<think>", "</think>", "｜DSML｜", "<｜action｜>", "<｜query｜>", "<｜authority｜>", "<｜domain｜>", "<｜title｜>",
             "<｜read_url｜>", "<｜extracted_url｜>"]
@@ -62,14 +64,7 @@ class ByteTokenizer:
     def load(cls, path: Path, vocab_size: int | None = None) -> "ByteTokenizer":
         """Read and check a tokenizer.json; `vocab_size` (the model's, when given) must hold every id it can emit."""
         path = Path(path)
-        try:
-            cfg = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ValueError(f"{path}: tokenizer.json not found") from None
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: expected UTF-8 JSON, found byte 0x{e.object[e.start]:02x} at offset {e.start}") from None
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: invalid JSON ({e})") from None
+        cfg = read_json(path, "tokenizer.json")
         if not isinstance(cfg, dict):
             raise ValueError(f"{path}: expected a JSON object, found {type(cfg).__name__}")
         if cfg.get("type") != "byte-level":

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..compressor_reduce.triton_kernel import tile_shape
+from ..compressor_reduce.triton_kernel import softmax_sum_step, tile_shape
 
 
 @triton.jit
@@ -37,15 +37,8 @@ def _pool_kernel(kv_ptr, g_ptr, b_ptr, o_ptr, N, S, D, W, M, DOFF, kv_row, g_row
             + tl.load(b_ptr + brow[:, None] * W + shift[:, None] + d[None, :],
                       mask=(ss < S)[:, None] & (d < D)[None, :], other=0.0).to(tl.float32)[None, :, :]
         v = tl.load(kv_ptr + n[:, None, None].to(tl.int64) * kv_row + col, mask=m3, other=0.0).to(tl.float32)
-        new = tl.maximum(mx, tl.max(z, axis=1))
-        safe = tl.where(new == float("-inf"), 0.0, new)                        # all -inf so far: keep the sums at 0
-        alpha = tl.exp(mx - safe)
-        w = tl.exp(z - safe[:, None, :])
-        den = den * alpha + tl.sum(w, axis=1)
-        acc = acc * alpha + tl.sum(w * v, axis=1)
-        mx = new
-    out = tl.where(den > 0, acc / den, 0.0)
-    tl.store(o_ptr + n[:, None].to(tl.int64) * D + d[None, :], out, mask=nd)
+        mx, den, acc = softmax_sum_step(mx, den, acc, z, v)
+    tl.store(o_ptr + n[:, None].to(tl.int64) * D + d[None, :], tl.where(den > 0, acc / den, 0.0), mask=nd)
 
 
 def compressor_pool_triton(kv: torch.Tensor, gate: torch.Tensor, ape: torch.Tensor, m: int, overlap: bool) -> torch.Tensor:

@@ -14,6 +14,17 @@ import triton.language as tl
 
 
 @triton.jit
+def softmax_sum_step(mx, den, acc, z, v):
+    """One chunk of the online softmax-weighted sum over axis 1 of z, v [BR, BS, BD]: the running max, denominator
+    and weighted sum [BR, BD] updated (the pooling kernel, compressor_pool, runs the same step on its ring's rows)."""
+    new = tl.maximum(mx, tl.max(z, axis=1))
+    safe = tl.where(new == float("-inf"), 0.0, new)                            # all -inf so far: keep the sums at 0
+    alpha = tl.exp(mx - safe)
+    w = tl.exp(z - safe[:, None, :])
+    return new, den * alpha + tl.sum(w, axis=1), acc * alpha + tl.sum(w * v, axis=1)
+
+
+@triton.jit
 def _reduce_kernel(kv_ptr, g_ptr, b_ptr, o_ptr, N, S, D, BR: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
     n = tl.program_id(0) * BR + tl.arange(0, BR)
     d = tl.program_id(1) * BD + tl.arange(0, BD)
@@ -31,15 +42,8 @@ def _reduce_kernel(kv_ptr, g_ptr, b_ptr, o_ptr, N, S, D, BR: tl.constexpr, BS: t
             + tl.load(b_ptr + ss[:, None] * D + d[None, :], mask=(ss < S)[:, None] & (d < D)[None, :],
                       other=0.0).to(tl.float32)[None, :, :]
         v = tl.load(kv_ptr + off, mask=m3, other=0.0).to(tl.float32)
-        new = tl.maximum(mx, tl.max(z, axis=1))
-        safe = tl.where(new == float("-inf"), 0.0, new)                        # all -inf so far: keep the sums at 0
-        alpha = tl.exp(mx - safe)
-        w = tl.exp(z - safe[:, None, :])
-        den = den * alpha + tl.sum(w, axis=1)
-        acc = acc * alpha + tl.sum(w * v, axis=1)
-        mx = new
-    out = tl.where(den > 0, acc / den, 0.0)
-    tl.store(o_ptr + n[:, None].to(tl.int64) * D + d[None, :], out, mask=nd)
+        mx, den, acc = softmax_sum_step(mx, den, acc, z, v)
+    tl.store(o_ptr + n[:, None].to(tl.int64) * D + d[None, :], tl.where(den > 0, acc / den, 0.0), mask=nd)
 
 
 # elements of one tensor a program loads per step: 16 KB of fp32 over 4 warps, 32 per thread

@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from .._rows import rows
+from ..sinkhorn.triton_kernel import sinkhorn_tile
 
 TILE = 4096                                            # elements of X per post program at most
 
@@ -105,14 +106,7 @@ def _mhc_pre_norm_kernel(X_ptr, mix_ptr, scale_ptr, base_ptr, w_ptr, h_ptr, post
     q = a * HC + b
     z = tl.load(mrow + 2 * HC + q, mask=inside, other=0.0) * rr * tl.load(scale_ptr + 2)
     z = tl.where(inside, z + tl.load(base_ptr + 2 * HC + q, mask=inside, other=0.0), float("-inf"))
-    z = tl.exp(z - tl.max(z, axis=1)[:, None])
-    z = tl.where(inside, z, 0.0)
-    comb = tl.where(inside, z / tl.sum(z, axis=1)[:, None] + eps, 0.0)
-    comb = comb / (tl.sum(comb, axis=0)[None, :] + eps)
-    for _ in range(ITERS - 1):
-        comb = comb / (tl.sum(comb, axis=1)[:, None] + eps)
-        comb = comb / (tl.sum(comb, axis=0)[None, :] + eps)
-    tl.store(comb_ptr + r * (HC * HC) + q, comb, mask=inside)
+    tl.store(comb_ptr + r * (HC * HC) + q, sinkhorn_tile(z, inside, eps, ITERS), mask=inside)
 
 
 def mhc_pre_norm_triton(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, eps: float,

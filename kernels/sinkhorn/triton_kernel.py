@@ -11,13 +11,10 @@ import triton.language as tl
 
 
 @triton.jit
-def _sinkhorn_kernel(x_ptr, o_ptr, eps, ITERS: tl.constexpr, HC: tl.constexpr, P: tl.constexpr):
-    m = tl.program_id(0).to(tl.int64)
-    r = tl.arange(0, P)[:, None]
-    c = tl.arange(0, P)[None, :]
-    inside = (r < HC) & (c < HC)
-    off = m * HC * HC + r * HC + c
-    z = tl.load(x_ptr + off, mask=inside, other=float("-inf"))
+def sinkhorn_tile(z, inside, eps, ITERS: tl.constexpr):
+    """z [P, P] logits, -inf outside the HC x HC block `inside` -> the block's doubly stochastic matrix (0 outside): a
+    row softmax + eps, a column normalisation, then ITERS - 1 row and column normalisations (mHC's `comb`; also
+    inlined by dsv4_kernels.mhc's fused pre kernel)."""
     z = tl.exp(z - tl.max(z, axis=1)[:, None])
     z = tl.where(inside, z, 0.0)
     comb = tl.where(inside, z / tl.sum(z, axis=1)[:, None] + eps, 0.0)
@@ -25,7 +22,18 @@ def _sinkhorn_kernel(x_ptr, o_ptr, eps, ITERS: tl.constexpr, HC: tl.constexpr, P
     for _ in range(ITERS - 1):
         comb = comb / (tl.sum(comb, axis=1)[:, None] + eps)
         comb = comb / (tl.sum(comb, axis=0)[None, :] + eps)
-    tl.store(o_ptr + off, comb, mask=inside)
+    return comb
+
+
+@triton.jit
+def _sinkhorn_kernel(x_ptr, o_ptr, eps, ITERS: tl.constexpr, HC: tl.constexpr, P: tl.constexpr):
+    m = tl.program_id(0).to(tl.int64)
+    r = tl.arange(0, P)[:, None]
+    c = tl.arange(0, P)[None, :]
+    inside = (r < HC) & (c < HC)
+    off = m * HC * HC + r * HC + c
+    z = tl.load(x_ptr + off, mask=inside, other=float("-inf"))
+    tl.store(o_ptr + off, sinkhorn_tile(z, inside, eps, ITERS), mask=inside)
 
 
 def sinkhorn_triton(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor:

@@ -495,11 +495,12 @@ def _spec_model(cfg: str, device: str):
     return random_model(flash_args(3), device=device, mtp=True)
 
 
-def speculative_rows(cfg: str, model, batch: int, k: int, steps: int, device: str, verify: str = "positions") -> list[dict]:
+def speculative_rows(cfg: str, model, batch: int, k: int, steps: int, device: str, verify: str = "positions",
+                     phase=lambda what: None) -> list[dict]:
     """Plain and speculative graph steps (eager on CPU) from the same greedy prompts: ms per step, emitted tokens
     per step (measured: the mean count over `steps` more steps) and ms per emitted token. `verify`: the speculative
     step's verify mode; "batched" runs both steps over the row-invariant kernel table (`rowwise=True`), the plain
-    row too, so each pair compares one table."""
+    row too, so each pair compares one table. `phase(what)` is told each part as it starts."""
     from dsv4_model.decode import GraphSafeDecoder
     from dsv4_model.runner import Runner
     from dsv4_model.sampler import Sampler
@@ -514,18 +515,21 @@ def speculative_rows(cfg: str, model, batch: int, k: int, steps: int, device: st
             r.start(i, p)
         return r
     T = 2 * steps * (k + 1) + 16
+    phase(f"the plain greedy stream: {T} steps")
     plain = runner()
     table = torch.zeros(batch, T + 1, dtype=torch.long, device=device)
     table[:, 0] = 0
     for t in range(1, T + 1):                        # each row's greedy stream: the tokens the draft will meet
         plain.step(batch)
         table[:, t] = plain.dec.tokens[:batch]
+    phase("the plain step")
     plain = runner()
     rows = [{"draft": "plain", "ms": _ms(lambda: plain.step(batch), steps), "tokens": 1.0}]
     del plain
     drafts = [("acceptance 0", table_draft(table, 0)), ("acceptance 0.5", table_draft(table, k // 2)),
               ("acceptance 1", table_draft(table, k)), ("MTP block", None)]
     for name, draft in drafts:
+        phase(f"the speculative step, draft {name}")
         spec = runner(SpeculativeRunner, k=k, generator=torch.Generator(device=device).manual_seed(0), draft=draft,
                       verify=verify)
         ms = _ms(lambda: spec.step(batch), steps)
@@ -539,24 +543,31 @@ def speculative_rows(cfg: str, model, batch: int, k: int, steps: int, device: st
 
 
 def speculative_mode(a) -> int:
+    """Each row is printed (and flushed) as soon as its config, batch and verify are measured, and each phase's
+    time goes to stderr: a run cut off by a time limit keeps what it measured and says where the time went."""
     device = a.device
     if device == "cuda" and not torch.cuda.is_available():
         print("benchmarks/decode.py: --device cuda and no CUDA GPU", file=sys.stderr)
         return 2
-    rows = []
-    for cfg in a.configs.split(","):
-        model = _spec_model(cfg, device)
-        for b in (int(x) for x in a.batches.split(",")):
-            for verify in a.verify.split(","):
-                rows += speculative_rows(cfg, model, b, a.speculative, a.steps, device, verify)
-        del model
+    t0 = time.perf_counter()
+
+    def phase(what: str) -> None:
+        print(f"[{time.perf_counter() - t0:7.1f} s] {what}", file=sys.stderr, flush=True)
     print(f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU (eager; times mean nothing)'}, "
           f"torch {torch.__version__}; speculative step, k = {a.speculative} drafts")
     print(f"{'config':7} {'B':>2} {'verify':9} {'draft':15} {'ms/step':>9} {'tokens/step':>11} {'ms/token':>9} "
-          f"{'vs plain':>8}")
-    for r in rows:
-        print(f"{r['config']:7} {r['batch']:>2} {r['verify']:9} {r['draft']:15} {r['ms']:9.3f} {r['tokens']:11.2f} "
-              f"{r['per_token']:9.3f} {r['speedup']:8.2f}")
+          f"{'vs plain':>8}", flush=True)
+    for cfg in a.configs.split(","):
+        phase(f"{cfg}: building the model")
+        model = _spec_model(cfg, device)
+        for b in (int(x) for x in a.batches.split(",")):
+            for verify in a.verify.split(","):
+                for r in speculative_rows(cfg, model, b, a.speculative, a.steps, device, verify,
+                                          lambda what: phase(f"{cfg} B={b} {verify}: {what}")):
+                    print(f"{r['config']:7} {r['batch']:>2} {r['verify']:9} {r['draft']:15} {r['ms']:9.3f} "
+                          f"{r['tokens']:11.2f} {r['per_token']:9.3f} {r['speedup']:8.2f}", flush=True)
+        del model
+    phase("done")
     return 0
 
 

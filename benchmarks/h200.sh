@@ -220,7 +220,7 @@ for stage in "${@:-check}"; do
     run cutedsl-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
     run cutedsl-bench.txt 380 python benchmarks/cutedsl.py --out "$OUT" --only ${CUTEDSL_ONLY:-capture,ab}
     grep -E "^==|clean|FINDINGS|^\|" "$OUT/cutedsl-bench.txt" ;;
-  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, kernels, decode, profile, floor, fuse, drift, thirdparty, ncu, ab, cutedsl or cutedsl-bench" >&2; exit 2 ;;
+  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, speculative, spec-bench, kernels, decode, profile, floor, fuse, drift, thirdparty, ncu, ab, cutedsl or cutedsl-bench" >&2; exit 2 ;;
   esac
 done
 if [ -s "$OUT/.failed" ]; then echo "h200.sh: non-zero exit in: $(tr '\n' ' ' < "$OUT/.failed")" >&2; exit 1; fi

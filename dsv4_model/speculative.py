@@ -108,6 +108,28 @@ class _Masked:
                 buf.index_put_(at, torch.where(k, buf[at], old))
 
 
+class _PositionWrites:
+    """What each position of a multi-position forward (`block_positions`) overwrites, layer by layer (`_Masked`), so
+    that the positions a row did not commit can be put back. The first `committed` positions are always kept (no
+    snapshot); position j after them is kept where the row's accepted count [n] is at least j - committed + 1.
+    `before` is the forward's hook; `undo(accepted)` restores the rest."""
+
+    def __init__(self, n: int, positions: int, committed: int):
+        self.n, self.committed = n, committed
+        self.saved: list[list[_Masked]] = [[] for _ in range(positions)]
+
+    def before(self, attn, st, j: int, ix) -> None:
+        if j >= self.committed:
+            self.saved[j].append(_Masked([(attn, st)], ix, self.n))
+
+    def undo(self, accepted: torch.Tensor) -> None:
+        # latest first: where two positions wrote one entry (a window wrap, a block both close), the earlier
+        # snapshot, restored last, is what a row that kept neither ends with
+        for j in range(len(self.saved) - 1, self.committed - 1, -1):
+            for snap in self.saved[j]:
+                snap.restore(accepted >= j - self.committed + 1)
+
+
 VERIFY = ("positions", "batched")
 
 
@@ -187,14 +209,9 @@ class SpeculativeRunner(Runner):
         first, where the row committed fewer (j >= n_acc): the batched verify's counterpart of k `_mtp` calls."""
         dec, mtp, k = self.dec, self.dec.model.mtp[0], self.k
         ixs = [dec.index((pos + j).clamp(min=0, max=dec.capacity - 1), n) for j in range(k)]
-        saved = [[] for _ in range(k)]
-
-        def before(attn, st, j, ix):
-            saved[j].append(_Masked([(attn, st)], ix, n))
-        block_positions(mtp, self.mtp_state, mtp.mix(H, tok), tok, ixs, n, dec.gather, before)
-        for j in range(k - 1, -1, -1):
-            for snap in saved[j]:
-                snap.restore(n_acc > j)
+        writes = _PositionWrites(n, k, committed=0)
+        block_positions(mtp, self.mtp_state, mtp.mix(H, tok), tok, ixs, n, dec.gather, writes.before)
+        writes.undo(n_acc)
 
     def _dist(self, logits: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """fp32 logits [n,V] -> (the plain sampler's distribution [n,V], its greedy token [n])."""
@@ -237,21 +254,9 @@ class SpeculativeRunner(Runner):
         takes all k+1 positions; what each position's writes overwrite is snapshotted first (`_Masked`, per layer),
         so `undo(n_acc)` can put back the positions after a row's accepted ones. -> (streams [n,k+1,hc,d], fp32
         logits [n,k+1,V], undo)."""
-        saved = [[] for _ in range(self.k + 1)]
-
-        def before(attn, st, j, ix):
-            if j:                                       # position p (the fed token) is always committed
-                saved[j].append(_Masked([(attn, st)], ix, n))
-        H = self.dec.hidden_positions(feed, pos, before)
-        logits = self.dec.model.logits(H)
-
-        def undo(n_acc: torch.Tensor) -> None:
-            # latest first: where two positions wrote one entry (a window wrap, a block both close), the earlier
-            # snapshot, restored last, is what a row that kept neither ends with
-            for j in range(self.k, 0, -1):
-                for snap in saved[j]:
-                    snap.restore(n_acc >= j)
-        return H, logits, undo
+        writes = _PositionWrites(n, self.k + 1, committed=1)     # position p (the fed token) is always committed
+        H = self.dec.hidden_positions(feed, pos, writes.before)
+        return H, self.dec.model.logits(H), writes.undo
 
     @torch.inference_mode()
     def body(self, n: int) -> torch.Tensor:

@@ -53,11 +53,6 @@ def rows_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.bmm(x2, w.t().expand(x2.shape[0], K, N)).view(*x.shape[:-1], N)
 
 
-def rows_f32_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The `f32` slot's product (fp32 x, an fp32 or bf16 weight widened exactly), per row."""
-    return rows_linear(x, w)
-
-
 def rows_hadamard_fp4(x: torch.Tensor, hadamard: torch.Tensor, block: int = 32) -> torch.Tensor:
     """The indexer's rotation with its FP4 sim (the `hadamard_fp4` slot: `hadamard_fp4_ref`), its product
     x.float() @ H per row (`rows_linear` with H^T)."""

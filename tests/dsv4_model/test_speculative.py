@@ -388,8 +388,8 @@ def test_row_invariant_products_give_each_row_its_bits_at_any_row_count(dtype):
     if dtype == torch.float32:
         assert linear_varies                        # what makes rowwise.py necessary on this CPU
         Xf, Wb = torch.randn(40, 256, generator=g), torch.randn(24, 256, generator=g).bfloat16()
-        one = torch.cat([rw.rows_f32_linear(Xf[i:i + 1], Wb) for i in range(40)])
-        assert torch.equal(rw.rows_f32_linear(Xf, Wb), one)
+        one = torch.cat([rw.rows_linear(Xf[i:i + 1], Wb) for i in range(40)])
+        assert torch.equal(rw.rows_linear(Xf, Wb), one)
     o, wa = torch.randn(40, 1, 2, 128, generator=g).to(dtype), torch.randn(2, 32, 128, generator=g).to(dtype)
     one = torch.cat([rw.rows_grouped(o[i:i + 1], wa) for i in range(40)])
     assert torch.equal(rw.rows_grouped(o, wa), one) and torch.equal(rw.rows_grouped(o[7:19], wa), one[7:19])

@@ -78,13 +78,19 @@ def fp4_fake_blocks(x, EXACT: tl.constexpr):
 
 
 @triton.jit
-def _fake_quant_kernel(x_ptr, o_ptr, x_row, o_row, NB, BLOCK: tl.constexpr, GP: tl.constexpr, BP: tl.constexpr,
-                       FP4: tl.constexpr, EXACT: tl.constexpr):
+def block_tile(NB, BLOCK: tl.constexpr, GP: tl.constexpr, BP: tl.constexpr):
+    """A program's tile under `block_grid`'s launch: (its row r, the columns col [GP, BP] of its GP blocks, the mask
+    of those inside the row's NB blocks)."""
     r = tl.program_id(0).to(tl.int64)
     b = tl.program_id(1) * GP + tl.arange(0, GP)[:, None]           # block index in the row
     j = tl.arange(0, BP)[None, :]                                   # element in the block
-    inside = (b < NB) & (j < BLOCK)
-    col = b * BLOCK + j
+    return r, b * BLOCK + j, (b < NB) & (j < BLOCK)
+
+
+@triton.jit
+def _fake_quant_kernel(x_ptr, o_ptr, x_row, o_row, NB, BLOCK: tl.constexpr, GP: tl.constexpr, BP: tl.constexpr,
+                       FP4: tl.constexpr, EXACT: tl.constexpr):
+    r, col, inside = block_tile(NB, BLOCK, GP, BP)
     x = tl.load(x_ptr + r * x_row + col, mask=inside, other=0.0).to(tl.float32)
     if FP4:
         out = fp4_fake_blocks(x, EXACT)

@@ -23,7 +23,7 @@ import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
 from .._rows import rows
-from ..act_quant.triton_kernel import block_grid
+from ..act_quant.triton_kernel import block_grid, block_tile
 # its own import line: test_only_the_e4m3_kernels_need_compute_capability_8_9 reads it as this package's e4m3 use
 from ..act_quant.triton_kernel import fp8_fake_blocks
 
@@ -31,11 +31,7 @@ from ..act_quant.triton_kernel import fp8_fake_blocks
 @triton.jit
 def _swiglu_fp8_kernel(g_ptr, u_ptr, o_ptr, g_row, u_row, o_row, NB, limit, BLOCK: tl.constexpr, GP: tl.constexpr,
                        BP: tl.constexpr, CLAMP: tl.constexpr, EXACT: tl.constexpr):
-    r = tl.program_id(0).to(tl.int64)
-    b = tl.program_id(1) * GP + tl.arange(0, GP)[:, None]           # block index in the row
-    j = tl.arange(0, BP)[None, :]                                   # element in the block
-    inside = (b < NB) & (j < BLOCK)
-    col = b * BLOCK + j
+    r, col, inside = block_tile(NB, BLOCK, GP, BP)
     g = tl.load(g_ptr + r * g_row + col, mask=inside, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + r * u_row + col, mask=inside, other=0.0).to(tl.float32)
     if CLAMP:

@@ -243,8 +243,10 @@ class _Forks:
         script = os.path.join(self.dir.name, "runpy.py")
         with open(script, "w") as f:
             f.write(_SERVER)
+        # a session of its own: its forked children share its process group, so a timeout can kill them with it
         self.proc = subprocess.Popen([sys.executable, "-P", script, str(req_r), str(ans_w)], pass_fds=(req_r, ans_w),
-                                     stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                     stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                     start_new_session=True)
         os.close(req_r)
         os.close(ans_w)
         self.requests, self.answers = os.fdopen(req_w, "w"), os.fdopen(ans_r, "r")
@@ -252,6 +254,7 @@ class _Forks:
     def run(self, cwd, args, stdin, env, timeout):
         import json
         import select
+        import signal
         import tempfile
         if self.proc is None or self.proc.poll() is not None:
             self._start()
@@ -264,7 +267,10 @@ class _Forks:
                                             **paths}) + "\n")
             self.requests.flush()
             if not select.select([self.answers], [], [], timeout)[0]:
-                self.proc.kill()            # the child goes with it: its parent is gone and the test fails here
+                # the server and the hung child: a fork outlives its parent, so the whole process group
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+                self.dir.cleanup()
                 self.proc = None
                 raise subprocess.TimeoutExpired(["graphcheck", *args], timeout)
             code = int(self.answers.readline())

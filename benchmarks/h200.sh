@@ -29,9 +29,9 @@
 #                                      (DRIFT_ARGS, e.g. "--no-sim")
 #   bash benchmarks/h200.sh speculative  issue 41's batched verify: side by side, benchmarks/row_invariance.py (which
 #                                      product's rows differ between the plain step's n rows and the verify's n*(k+1),
-#                                      tiny and Flash layers, B = 1, 2, 4, 8), the batched verify's CUDA tests (capture,
+#                                      tiny and Flash layers, B = 1, 2, 4, 8), both verifies' CUDA tests (capture,
 #                                      300-step replay, greedy == plain greedy, forced drafts all accepted) and
-#                                      `graphcheck capture` of the batched target (correctness only: nothing timed)
+#                                      `graphcheck capture` of both targets (correctness only: nothing timed)
 #   bash benchmarks/h200.sh spec-bench benchmarks/decode.py --speculative 2, both verifies against their plain steps,
 #                                      alone on the GPU (SPEC_ARGS, default "--configs tiny,flash --batches 1,8 --steps 20")
 #   bash benchmarks/h200.sh thirdparty the third-party verdict table on CUDA
@@ -133,13 +133,15 @@ for stage in "${@:-check}"; do
     run spec-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
     grep -E "build|exit" "$OUT/spec-build.txt"
     run spec-rows.txt 300 python benchmarks/row_invariance.py --device cuda --configs tiny,flash --batches 1,2,4,8 --k 2 &
-    # the batched verify's CUDA tests (the per-position ones run in `check`)
+    # both verifies' CUDA tests (SPEC_K narrows them, e.g. "batched")
     run spec-pytest.txt 420 python -m pytest -q -rfEP -p no:cacheprovider -m cuda tests/dsv4_model/test_speculative.py \
-      -k batched &
-    run spec-capture.txt 240 python -m graphcheck capture dsv4_model.target:speculative_batched --device cuda \
-      --config graphcheck-graphsafe.toml --output-format full &
+      -k "${SPEC_K:-}" &
+    for t in speculative_decode speculative_batched; do
+      run "spec-capture-$t.txt" 240 python -m graphcheck capture "dsv4_model.target:$t" --device cuda \
+        --config graphcheck-graphsafe.toml --output-format full &
+    done
     wait
-    summary spec-pytest.txt spec-capture.txt
+    summary spec-pytest.txt spec-capture-speculative_decode.txt spec-capture-speculative_batched.txt
     cat "$OUT/spec-rows.txt" ;;
   spec-bench)
     run spec-bench.txt 540 python benchmarks/decode.py --speculative 2 ${SPEC_ARGS:---configs tiny,flash --batches 1,8 --steps 20}

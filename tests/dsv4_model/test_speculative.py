@@ -624,23 +624,24 @@ def test_cuda_capture_of_the_speculative_target_is_clean(verify):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("rows", [1, 4])
-def test_cuda_batched_verify_greedy_equals_plain_greedy(rows):
-    """On the GPU with the decode kernels (the row-invariant table: kernels=True, rowwise=True), both runners
-    captured: greedy speculative decoding through the batched verify (MTP drafts, k = 2) emits plain greedy
-    decoding's tokens over 300 steps, batch 1 and the staggered batch of 4; a draft forced to agree (the plain
-    stream, read on the device) is accepted every step, every row. Fails where a kernel gives a row other bits at
-    the verify's n*(k+1) rows than at the plain step's n (then a draft the plain step would emit can lose its
-    argmax): `python benchmarks/row_invariance.py --device cuda` names the first such product."""
+@pytest.mark.parametrize("mode", ["positions", "batched"])
+def test_cuda_greedy_speculative_equals_plain_greedy(mode, rows):
+    """On the GPU with the decode kernels (for the batched verify the row-invariant table: rowwise=True), both
+    runners captured: greedy speculative decoding (MTP drafts, k = 2) emits plain greedy decoding's tokens over 300
+    steps, batch 1 and the staggered batch of 4; a draft forced to agree (the plain stream, read on the device) is
+    accepted every step, every row. The batched verify fails here where a kernel gives a row other bits at the
+    verify's n*(k+1) rows than at the plain step's n (then a draft the plain step would emit can lose its argmax):
+    `python benchmarks/row_invariance.py --device cuda` names the first such product."""
     from conftest import load_benchmark
     bench = load_benchmark("decode", "decode_bench")
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=1024)
-    GraphSafeDecoder(model, 1, kernels=True, rowwise=True)        # the table every runner below keeps
+    GraphSafeDecoder(model, 1, kernels=True, rowwise=mode == "batched")     # the table every runner below keeps
     prompts, k = PROMPTS[:rows], 2
     want = _plain(model, prompts, STEPS + 2 * k, graphs=True)
-    got, counts = _speculative(model, prompts, STEPS, k=k, graphs=True, verify="batched")
+    got, counts = _speculative(model, prompts, STEPS, k=k, graphs=True, verify=mode)
     assert got == [s[: STEPS + 1] for s in want]
     table = torch.tensor([s + [0] * (STEPS * k) for s in want], device="cuda")
-    forced, counts = _speculative(model, prompts, STEPS - 2 * k, k=k, graphs=True, verify="batched",
+    forced, counts = _speculative(model, prompts, STEPS - 2 * k, k=k, graphs=True, verify=mode,
                                   draft=bench.table_draft(table, k))
     assert forced == [s[: STEPS - 2 * k + 1] for s in want]
     assert all(c == k + 1 for step in counts for c in step), "a forced draft was rejected"

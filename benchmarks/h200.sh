@@ -49,6 +49,12 @@
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
 # cached per machine (TORCH_EXTENSIONS_DIR): a fresh machine spends about 80 s on it in `check`.
 set -u
+STAGES="check tests memcheck targets speculative spec-bench kernels decode profile floor fuse drift thirdparty ncu ab cutedsl cutedsl-bench"
+# every stage named is checked before anything runs: a typo fails at once (exit 2), not after the stages before it
+for stage in "${@:-check}"; do
+  case " $STAGES " in *" $stage "*) ;; *)
+    echo "h200.sh: unknown stage '$stage': expected one of: $STAGES" >&2; exit 2 ;; esac
+done
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 PP=$(mktemp -d); ln -sfn "$PWD/kernels" "$PP/dsv4_kernels"        # kernels/ importable as dsv4_kernels, no install
 export PYTHONPATH=$PWD:$PP:${PYTHONPATH:-} DSV4_CACHE_DIR=/tmp/dsv4 PYTHONUNBUFFERED=1 GRAPHCHECK_CACHE_DIR=/tmp/gc
@@ -222,7 +228,7 @@ for stage in "${@:-check}"; do
     run cutedsl-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
     run cutedsl-bench.txt 380 python benchmarks/cutedsl.py --out "$OUT" --only ${CUTEDSL_ONLY:-capture,ab}
     grep -E "^==|clean|FINDINGS|^\|" "$OUT/cutedsl-bench.txt" ;;
-  *) echo "h200.sh: unknown stage '$stage': expected check, tests, memcheck, targets, speculative, spec-bench, kernels, decode, profile, floor, fuse, drift, thirdparty, ncu, ab, cutedsl or cutedsl-bench" >&2; exit 2 ;;
+  *) echo "h200.sh: stage '$stage' is in STAGES but has no case" >&2; exit 2 ;;
   esac
 done
 if [ -s "$OUT/.failed" ]; then echo "h200.sh: non-zero exit in: $(tr '\n' ' ' < "$OUT/.failed")" >&2; exit 1; fi

@@ -73,3 +73,17 @@ def test_every_cited_path_exists():
             if name not in TEMPLATES and not _exists(name, (ROOT / rel).parent):
                 missing.append(f"{rel}:{n}: {name}")
     assert missing == [], "paths cited but not in the tree: " + "; ".join(missing)
+
+
+def test_the_gpu_script_refuses_an_unknown_stage_before_running_any(tmp_path):
+    """`bash benchmarks/h200.sh check bogus` on a device machine ran `check` (minutes of scarce device time) before
+    it reached the typo; every stage named is now checked first, against STAGES, which must list every case."""
+    script = (ROOT / "benchmarks/h200.sh").read_text()
+    stages = set(re.search(r'^STAGES="([^"]+)"', script, re.M).group(1).split())
+    cases = set(re.findall(r"^  ([a-z][a-z-]*)\)", script, re.M))
+    assert stages == cases, f"STAGES and the stage cases differ: {sorted(stages ^ cases)}"
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", "benchmarks/h200.sh", "check", "bogus"], cwd=ROOT, capture_output=True, text=True,
+                       env={"OUT": str(out), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert r.returncode == 2 and "unknown stage 'bogus'" in r.stderr, (r.returncode, r.stderr)
+    assert not out.exists(), "the script wrote into OUT before it refused the stage"

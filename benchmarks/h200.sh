@@ -142,12 +142,13 @@ for stage in "${@:-check}"; do
     # both verifies' CUDA tests (SPEC_K narrows them, e.g. "batched")
     run spec-pytest.txt 420 python -m pytest -q -rfEP -p no:cacheprovider -m cuda tests/dsv4_model/test_speculative.py \
       -k "${SPEC_K:-}" &
-    for t in speculative_decode speculative_batched; do
+    spec_targets="speculative_decode speculative_batched"
+    for t in $spec_targets; do
       run "spec-capture-$t.txt" 240 python -m graphcheck capture "dsv4_model.target:$t" --device cuda \
         --config graphcheck-graphsafe.toml --output-format full &
     done
     wait
-    summary spec-pytest.txt spec-capture-speculative_decode.txt spec-capture-speculative_batched.txt
+    summary spec-pytest.txt $(for t in $spec_targets; do echo "spec-capture-$t.txt"; done)
     cat "$OUT/spec-rows.txt" ;;
   spec-bench)
     run spec-bench.txt 540 python benchmarks/decode.py --speculative 2 ${SPEC_ARGS:---configs tiny,flash --batches 1,8 --steps 20}

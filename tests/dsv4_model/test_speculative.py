@@ -624,8 +624,8 @@ def test_cuda_capture_of_the_speculative_target_is_clean(verify):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("rows", [1, 4])
-@pytest.mark.parametrize("mode", ["positions", "batched"])
-def test_cuda_greedy_speculative_equals_plain_greedy(mode, rows):
+@pytest.mark.parametrize("verify", ["positions", "batched"])
+def test_cuda_greedy_speculative_equals_plain_greedy(verify, rows):
     """On the GPU with the decode kernels (for the batched verify the row-invariant table: rowwise=True), both
     runners captured: greedy speculative decoding (MTP drafts, k = 2) emits plain greedy decoding's tokens over 300
     steps, batch 1 and the staggered batch of 4; a draft forced to agree (the plain stream, read on the device) is
@@ -635,13 +635,13 @@ def test_cuda_greedy_speculative_equals_plain_greedy(mode, rows):
     from conftest import load_benchmark
     bench = load_benchmark("decode", "decode_bench")
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=1024)
-    GraphSafeDecoder(model, 1, kernels=True, rowwise=mode == "batched")     # the table every runner below keeps
+    GraphSafeDecoder(model, 1, kernels=True, rowwise=verify == "batched")   # the table every runner below keeps
     prompts, k = PROMPTS[:rows], 2
     want = _plain(model, prompts, STEPS + 2 * k, graphs=True)
-    got, counts = _speculative(model, prompts, STEPS, k=k, graphs=True, verify=mode)
+    got, counts = _speculative(model, prompts, STEPS, k=k, graphs=True, verify=verify)
     assert got == [s[: STEPS + 1] for s in want]
     table = torch.tensor([s + [0] * (STEPS * k) for s in want], device="cuda")
-    forced, counts = _speculative(model, prompts, STEPS - 2 * k, k=k, graphs=True, verify=mode,
+    forced, counts = _speculative(model, prompts, STEPS - 2 * k, k=k, graphs=True, verify=verify,
                                   draft=bench.table_draft(table, k))
     assert forced == [s[: STEPS - 2 * k + 1] for s in want]
     assert all(c == k + 1 for step in counts for c in step), "a forced draft was rejected"

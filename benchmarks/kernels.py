@@ -358,18 +358,23 @@ def bench_sampler(tab):
         tab.add(f"Sampler.forward B={n} V={V} (penalty, sort, pick, greedy)", run[True], ref=run[False])
 
 
-ATTENTION_SWEEP = [(16, 264), (32, 264), (16, 528)]   # (MIN_SPLIT, PROGRAMS) beside the chosen ones
+# (MIN_SPLIT, PROGRAMS, WARPS_WIDE, STAGES) beside the chosen ones: the split rule moves the fp32 path only (the
+# official bf16 path is one split per 16 heads); the warps and the key loop's pipelining move both
+ATTENTION_SWEEP = [(16, 264, 8, None), (32, 264, 8, None), (16, 528, 8, None), (16, 264, 8, 1), (16, 264, 8, 2),
+                   (16, 264, 8, 3), (16, 264, 4, None), (16, 264, 4, 2)]
+ATTENTION_KNOBS = ("MIN_SPLIT", "PROGRAMS", "WARPS_WIDE", "STAGES")
 
 
 def bench_attention(tab, sweep):
     """The decode attention core (Triton, two launches) vs the reference (casts, two fp32 cuBLAS batched GEMMs,
     masked_fill, cat, softmax) at Flash's heads (64 of 512): CSA layers read a window of 128 and the indexer's 512
     picks, HCA layers the window and the closed blocks (32 at 4096 tokens, 512 at 65536). %copy counts the keys (bf16)
-    and q read once and the fp32 output written."""
+    and q read once and the fp32 output written. With --sweep each configuration's row says whether its output has
+    the chosen configuration's bits (the pipelining depth cannot change them; the warps may: another MMA split)."""
     from dsv4_kernels.attention import triton_kernel as tk
     from dsv4_kernels.attention.reference import attention_ref
     H, D = 64, 512
-    chosen = (tk.MIN_SPLIT, tk.PROGRAMS)
+    chosen = tuple(getattr(tk, k) for k in ATTENTION_KNOBS)
     for n, N, what in ((1, 640, "CSA"), (8, 640, "CSA"), (1, 160, "HCA"), (8, 160, "HCA"), (8, 640, "HCA 64k")):
         q = torch.randn(n, 1, H, D, device="cuda").bfloat16()
         K = torch.randn(n, 1, N, D, device="cuda").bfloat16()
@@ -377,17 +382,25 @@ def bench_attention(tab, sweep):
         sink = torch.randn(H, device="cuda")
         run = lambda: tk.attention_triton(q, K, mask, sink, D ** -0.5)  # noqa: E731
         run_ref = lambda: attention_ref(q, K, mask, sink, D ** -0.5)  # noqa: E731
-        want, ref = run_ref(), both(run_ref)
+        want, ref, bits = run_ref(), both(run_ref), run()
         for cfg in [chosen] + (ATTENTION_SWEEP if sweep else []):
-            tk.MIN_SPLIT, tk.PROGRAMS = cfg            # host-side split rule only: read at each call
+            for k, v in zip(ATTENTION_KNOBS, cfg):     # host-side launch choices only: read at each call
+                setattr(tk, k, v)
             try:
-                tab.add(f"decode_attention {what} B={n} N={N} bf16" + (f" split>={cfg[0]} programs {cfg[1]}" if sweep else ""),
-                        both(run), ref=ref, nbytes=n * N * D * 2 + n * H * D * 2 + n * H * D * 4, err=_relerr(run(), want))
+                got = run()
+                label = f" split>={cfg[0]} programs {cfg[1]} warps {cfg[2]} stages {cfg[3]} " \
+                        f"{'same bits' if torch.equal(got, bits) else 'OTHER BITS'}" if sweep else ""
+                tab.add(f"decode_attention {what} B={n} N={N} bf16{label}", both(run), ref=ref,
+                        nbytes=n * N * D * 2 + n * H * D * 2 + n * H * D * 4, err=_relerr(got, want))
             finally:
-                tk.MIN_SPLIT, tk.PROGRAMS = chosen
+                for k, v in zip(ATTENTION_KNOBS, chosen):
+                    setattr(tk, k, v)
 
 
-def bench_indexer(tab):
+TOPK_SWEEP = [(32, 128), (16, 128), (16, 256), (64, 256), (32, 256)]   # (BI, BJ) beside the chosen ones
+
+
+def bench_indexer(tab, sweep):
     """The indexer's scores and their top-k (Triton, one launch each) vs the references (casts, an fp32 batched GEMM,
     ReLU, weighting, sum over heads; the stable sort) at Flash's indexer (64 heads of 128) over 1024 compressed blocks
     (4096 tokens) and 16384 (65536). %copy counts the keys (bf16) read once and the scores written."""
@@ -404,11 +417,20 @@ def bench_indexer(tab):
     # the top-512 of the scores (the reference is the stable sort); relerr: 0 when the same indices, else 1
     from dsv4_kernels.indexer.reference import topk_blocks_ref
     from dsv4_kernels.indexer.triton_kernel import topk_blocks_triton
+    from dsv4_kernels.indexer import triton_kernel as ik
+    chosen = (ik.BI, ik.BJ)
     for n, N in ((1, 1024), (8, 1024), (8, 4096)):
         s = torch.randn(n, N, device="cuda").relu()
-        same = torch.equal(topk_blocks_triton(s, 512), topk_blocks_ref(s, 512))
-        tab.add(f"topk_blocks B={n} N={N} k=512", both(lambda: topk_blocks_triton(s, 512)),
-                ref=both(lambda: topk_blocks_ref(s, 512)), nbytes=n * N * 4 + n * 512 * 8, err=0.0 if same else 1.0)
+        ref = both(lambda: topk_blocks_ref(s, 512))
+        for cfg in [chosen] + (TOPK_SWEEP if sweep else []):
+            ik.BI, ik.BJ = cfg                         # read at each call: the launch's block sizes
+            try:
+                same = torch.equal(topk_blocks_triton(s, 512), topk_blocks_ref(s, 512))
+                tab.add(f"topk_blocks B={n} N={N} k=512" + (f" BI {cfg[0]} BJ {cfg[1]}" if sweep else ""),
+                        both(lambda: topk_blocks_triton(s, 512)), ref=ref, nbytes=n * N * 4 + n * 512 * 8,
+                        err=0.0 if same else 1.0)
+            finally:
+                ik.BI, ik.BJ = chosen
 
 
 # (BN, BK, num_warps, num_stages, DECODE) tried with --sweep (the first session's sweep of DECODE 0 tiles found
@@ -420,7 +442,7 @@ SWEEP_ROUTED = [(64, 256, 4, 3, 2), (64, 256, 4, 3, 1)]
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
-    ap.add_argument("--sweep", action="store_true", help="also time the tile configurations in SWEEP and the attention core's ATTENTION_SWEEP")
+    ap.add_argument("--sweep", action="store_true", help="also time the tile configurations in SWEEP, the attention core's ATTENTION_SWEEP and the top-k's TOPK_SWEEP")
     ap.add_argument("--only", default="gemv,fp8,head,bf16,routed,swiglu,compressor,kvcache,sampler,attention,indexer")
     a = ap.parse_args()
     if not torch.cuda.is_available():
@@ -439,7 +461,7 @@ def main() -> int:
                      ("gemv", lambda: bench_gemv(tab, a.sweep)), ("fp8", lambda: bench_fp8(tab)), ("head", lambda: bench_head(tab)),
                      ("bf16", lambda: bench_bf16(tab)), ("swiglu", lambda: bench_swiglu(tab)),
                      ("kvcache", lambda: bench_kvcache(tab)), ("sampler", lambda: bench_sampler(tab)),
-                     ("attention", lambda: bench_attention(tab, a.sweep)), ("indexer", lambda: bench_indexer(tab))):
+                     ("attention", lambda: bench_attention(tab, a.sweep)), ("indexer", lambda: bench_indexer(tab, a.sweep))):
         if name in only:
             try:
                 fn()

@@ -30,6 +30,8 @@ BN = 16            # keys per inner step
 MIN_SPLIT = 16     # keys per split at least (H200, BENCHMARKS.md: 16 against 64 took B=1 from 18.3 to 13.0 µs, B=8 the same)
 PROGRAMS = 264     # aim for about two programs per SM of an H200
 MAX_SPLITS = 32    # the merge holds every split's [D] partial at once: more spill (64 x 512 fp32 did not)
+WARPS_WIDE = 8     # warps of the split kernel at head_dim 512 (4 below): the [16, 512] query and accumulator in registers
+STAGES = None      # software-pipelining depth of the split kernel's key loop; None: Triton's default
 
 
 BN_OFFICIAL = 64   # official kernel.py `block = 64`: the online softmax's step, which the P rounding depends on
@@ -168,7 +170,8 @@ def attention_triton(q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None
     _attend_split_kernel[(B, triton.cdiv(H, BH), S)](
         q3, k3, mk, m, l, acc, N, S, scale, q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), mask_row,
         H=H, D=D, DP=DP, SPLIT=split, BH=BH, BN=bn, HAS_MASK=mask is not None,
-        QK_PRECISION="tf32" if exact else "ieee", ROUND_P=official, NATIVE=q.is_cuda, num_warps=8 if DP >= 512 else 4)
+        QK_PRECISION="tf32" if exact else "ieee", ROUND_P=official, NATIVE=q.is_cuda,
+        num_warps=WARPS_WIDE if DP >= 512 else 4, **({} if STAGES is None else {"num_stages": STAGES}))
     _attend_merge_kernel[(B, H)](m, l, acc, sink, out, S, out.stride(0), out.stride(2), H=H, D=D, DP=DP,
                                  SP=max(2, triton.next_power_of_2(S)), OFFICIAL=official, num_warps=4)
     return out

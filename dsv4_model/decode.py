@@ -186,7 +186,7 @@ def attend_position(attn: Attention, st: LayerState, n: int, q: torch.Tensor, kv
         ent = st.icomp.entries[:n]
         _, _, _, closed, valid = ix.blocks(idx.compressor.m, idx.compressor.overlap, ent.shape[1])
         scores = idx.scores(None, at(side["iq"]), ent, at(side["iw"]))[:, 0]           # [n, N]
-        sel = idx.select(scores.masked_fill(~valid, float("-inf")), min(idx.topk, ent.shape[1]))
+        sel = idx.select(torch.where(valid, scores, float("-inf")), min(idx.topk, ent.shape[1]))   # one launch
         sel_valid = sel < closed[:, None]                                            # padded picks masked
     if attn.compressor is not None:
         comp = attn.compressor
@@ -372,8 +372,7 @@ def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     # clamped into the stack it adds exactly zero, at a fixed shape
     y = ex.compute(x, idx.clamp(max=ex.n - 1), weights, ex.w1.astuple(), ex.w3.astuple(),
                    ex.w2.astuple(), moe.limit, act=ex.act_sim)
-    y = moe.reduce(y + moe.shared_experts(x))
-    return y.to(x.dtype).view(shape)
+    return moe.combine(y, moe.shared_experts(x), x.dtype).view(shape)
 
 
 def block_step(blk, st: LayerState, X: torch.Tensor, ids: torch.Tensor, ix: StepIndex, n: int,

@@ -17,7 +17,7 @@ public name. The graph-safe step keeps its own state and control flow and calls 
 - `Attention.qkv(x, cs) -> (q [B,T,H,D], kv [B,T,D], qr [B,T,q_lora])`, `.attend(q, K, mask, cs) -> [B,T,d]`,
   `.nope_fp8(kv)`; `Compressor.wkv/.wgate/.pool/.finish` and its state writes `.ring_write/.close_block`;
   `Indexer.query/.scores/.select/.rotate`; `MoE.gate(x, ids) -> (weights, idx)`, `.experts.compute(...)`,
-  `.shared_experts(x)`, `.reduce(y)` (the tensor-parallel sum).
+  `.shared_experts(x)`, `.combine(y, shared, dtype)` (their sum over the tensor-parallel ranks, rounded).
 - `Transformer.streams(ids) -> X [B,S,hc,d]` (the embedding as hc streams), `.layers`, `.mtp`, `.embed`,
   `.rope_main`/`.rope_compress` (rope rows by position), `.logits(X)` (hc head, norm, LM head: fp32 [B,S,V]).
 - Kernel slots: a module that calls a swappable op (fake quants, RMSNorm, RoPE and the fused norm + RoPE ops, mHC

@@ -185,10 +185,11 @@ class MoE(nn.Module):
                 continue
             rows, slot = torch.where(idx == e)
             y[rows] += self.experts(x[rows], e, weights[rows, slot, None])
-        y += self.shared_experts(x)
-        return self.reduce(y).to(x.dtype).view(shape)
+        return self.combine(y, self.shared_experts(x), x.dtype).view(shape)
 
-    def reduce(self, y: torch.Tensor) -> torch.Tensor:
-        """The sum over tensor-parallel ranks of this rank's partial MoE output (fp32, before the cast, as the
-        reference all-reduces). One rank holds everything: y itself; `parallel.ParallelMoE` all-reduces."""
-        return y
+    def combine(self, y: torch.Tensor, shared: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The routed experts' fp32 sum y [N,d] plus the shared expert's output, summed over the tensor-parallel
+        ranks (fp32, before the cast, as the reference all-reduces), in `dtype`. One rank holds everything: the add
+        and its one rounding in one launch (`(y + shared).to(dtype)`'s values, without the fp32 sum's own kernel
+        and buffer); `parallel.ParallelMoE` all-reduces the fp32 sum between them."""
+        return torch.add(y, shared, out=torch.empty(y.shape, dtype=dtype, device=y.device))

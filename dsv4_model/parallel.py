@@ -154,13 +154,14 @@ class ParallelGate(Gate):
 
 class ParallelMoE(MoE):
     """Local experts and this rank's slice of the shared expert; their sum is all-reduced once, in fp32. Both
-    dispatches (the reference loop in `MoE.forward`, the fixed-shape `decode.moe_step`) end in `reduce`."""
+    dispatches (the reference loop in `MoE.forward`, the fixed-shape `decode.moe_step`) end in `combine`."""
 
     group = None
 
-    def reduce(self, y: torch.Tensor) -> torch.Tensor:
+    def combine(self, y: torch.Tensor, shared: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        y = y + shared
         dist.all_reduce(y, group=self.group)
-        return y
+        return y.to(dtype)
 
 
 def _become(module: nn.Module, cls: type, **attrs) -> nn.Module:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from .reference import act_inputs, expert_rows, sum_pairs
+from .reference import act_inputs, expert_rows
+from .triton_kernel import sum_pairs_triton
 
 _FMT = {"mxfp4": 0, "nvfp4": 1, "fp8": 2}
 WIDTH = 8          # token columns a gemv program carries (1 when there is one row)
@@ -196,8 +197,8 @@ def _experts_mma(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, li
 
 
 def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None, path: str = "auto") -> torch.Tensor:
-    """Two launches: w1 and w3 with SwiGLU (clamp before SiLU) times the routing weight -> h [P, inter] in x.dtype;
-    w2 -> y2 [P, dim] fp32; then the sum over each token's k pairs (a fixed-order reduction: deterministic).
+    """Three launches: w1 and w3 with SwiGLU (clamp before SiLU) times the routing weight -> h [P, inter] in x.dtype;
+    w2 -> y2 [P, dim] fp32; then the sum over each token's k pairs in slot order (`sum_pairs_triton`, one launch).
     path: "rows" (the rows kernel), "mma" (the tensor-core kernel: bf16 x, FP4 experts, dim and inter multiples of
     128) or "auto" (mma where it fits, else rows)."""
     T, k = idx.shape
@@ -218,4 +219,4 @@ def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None, path: str 
         _experts_mma(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2)
     else:
         _rows(h, flat, wflat, y2, w2, None, P, 1, dim, inter, None, 2, 1)
-    return sum_pairs(y2.view(T, k, dim))
+    return sum_pairs_triton(y2.view(T, k, dim))

@@ -166,7 +166,8 @@ class CompiledKernels:
             raise KeyError(f"routed_experts (CuTeDSL): no kernel prepared for (tokens, dtype, act_sim, clamp) = {key}; "
                            f"prepared: {sorted(self.compiled, key=str)} (prepare every bucket at load)")
         up, down = fns
-        from .reference import act_inputs, expert_rows, sum_pairs
+        from .reference import act_inputs, expert_rows
+        from .triton_kernel import sum_pairs_triton
         flat = idx.reshape(-1)
         xr, _ = expert_rows(x, flat, k, w1, act_sim)
         stream = current_stream()
@@ -176,7 +177,7 @@ class CompiledKernels:
         h = act_inputs(h, flat, w2, act_sim).contiguous()
         y = torch.empty(T * k, self.dim, device=x.device, dtype=x.dtype)
         down(h, idx.contiguous(), *_words(w2), y, stream=stream)
-        return sum_pairs(y.float().view(T, k, self.dim))
+        return sum_pairs_triton(y.float().view(T, k, self.dim))
 
 
 def _words(w) -> tuple[torch.Tensor, torch.Tensor]:

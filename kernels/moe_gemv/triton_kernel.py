@@ -13,7 +13,8 @@ Routed experts, without sorting and without host reads: program (p, n-block) han
 slot p % k) only if p is the first of the pairs that chose the same expert (in chunks of 16); it then reads that
 expert's rows once for all those pairs (a token-major loop would read an expert once per token that picked it).
 Stage 1 (w1, w3 together) ends in SwiGLU (clamp before SiLU) times the routing weight and writes h [P, inter] in
-x's dtype, as the reference rounds it before w2; stage 2 (w2) writes y2 [P, dim] fp32; a sum over k gives y.
+x's dtype, as the reference rounds it before w2; stage 2 (w2) writes y2 [P, dim] fp32; a sum over k gives y
+(`sum_pairs_triton`, the routed paths' last launch: one where the reference's slot-order loop takes k - 1).
 Fixed launch shapes; launched by Triton on torch's current stream, so it records into CUDA graphs.
 """
 from __future__ import annotations
@@ -22,9 +23,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .reference import act_inputs, expert_rows, sum_pairs
+from .reference import act_inputs, expert_rows
 
 TP = 16          # token columns per program: the smallest tl.dot width; decode batches are at most 8
+BD_SUM = 512     # output columns per program of the pair sum: 8 programs per token at Flash's dim 4096
 
 
 @triton.jit
@@ -216,6 +218,31 @@ CONFIG = {"gemv": (64, 256, 4, 3, 0), "up": (64, 256, 4, 3, 0), "down": (64, 256
 _FMT = {"mxfp4": (0, 32), "nvfp4": (1, 16)}
 
 
+@triton.jit
+def _sum_pairs_kernel(y_ptr, o_ptr, D, K: tl.constexpr, BD: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    d = tl.program_id(1) * BD + tl.arange(0, BD)
+    m = d < D
+    base = y_ptr + t * K * D + d
+    acc = tl.load(base, mask=m, other=0.0)
+    for j in tl.static_range(1, K):          # slot order, one fp32 add each: the loop's roundings (no products)
+        acc = acc + tl.load(base + j * D, mask=m, other=0.0)
+    tl.store(o_ptr + t * D + d, acc, mask=m)
+
+
+def sum_pairs_triton(y: torch.Tensor) -> torch.Tensor:
+    """`reference.sum_pairs` in one launch: y [T, k, dim] fp32 -> [T, dim], each token's k outputs added one after
+    another in slot order, bit for bit the loop's k - 1 adds (fp32 adds in the same order round the same)."""
+    T, k, D = y.shape
+    y = y.contiguous()
+    out = torch.empty(T, D, dtype=y.dtype, device=y.device)
+    if T and D:
+        if k == 0:
+            raise ValueError(f"sum_pairs_triton: expected at least one pair per token, found y {tuple(y.shape)}")
+        _sum_pairs_kernel[(T, triton.cdiv(D, BD_SUM))](y, out, D, K=k, BD=BD_SUM, num_warps=4)
+    return out
+
+
 def _parts(w):
     """(data, scale, global scale) as the kernel reads them: raw bytes; fp32 global scales (a dummy for MXFP4)."""
     fmt, data, scale, scale2, _ = w
@@ -282,4 +309,4 @@ def routed_experts_triton(x, idx, wts, w1, w3, w2, limit, cfg_up=None, cfg_down=
     y2 = torch.empty(P, dim, dtype=torch.float32, device=x.device)
     _launch((P, triton.cdiv(dim, cd[0])), h, hdt_tl, idx_flat, wts_flat, y2, w2, None, P, 1, dim, inter, None, w2[0], 2, cd,
             rnd=rnd)
-    return sum_pairs(y2.view(T, k, dim))
+    return sum_pairs_triton(y2.view(T, k, dim))

@@ -458,6 +458,47 @@ def test_routed_experts_parity(backend, fmt, T, E, k, dim, inter):
         torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-3 * ref.abs().max().item())
 
 
+SUM_PAIRS_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.moe_gemv.reference import sum_pairs
+    from dsv4_kernels.moe_gemv.triton_kernel import sum_pairs_triton
+    bad = []
+    for T, k, D in ((1, 6, 4096), (3, 6, 700), (8, 1, 64), (2, 2, 1000)):
+        y = torch.randn(T, k, D, generator=torch.Generator().manual_seed(D)) * torch.logspace(-8, 8, D)
+        if not torch.equal(sum_pairs_triton(y), sum_pairs(y)):
+            bad.append((T, k, D))
+    print("BAD", bad)
+""")
+
+
+def _slot_sums(device):
+    """Pair outputs whose sum depends on the order of its adds (magnitudes 1e-8..1e8 side by side): a tree or a
+    reversed order rounds otherwise."""
+    for T, k, D in ((1, 6, 4096), (8, 6, 4096), (32, 6, 4096), (3, 6, 700), (8, 1, 64), (2, 2, 1000)):
+        g = torch.Generator().manual_seed(T * 7 + k + D)
+        yield (torch.randn(T, k, D, generator=g) * torch.logspace(-8, 8, D)).to(device)
+
+
+@pytest.mark.slow
+def test_sum_pairs_under_the_interpreter():
+    """The routed experts' last launch, the pair sum in slot order, on CPU: bit for bit the reference's loop."""
+    _under_interpreter(SUM_PAIRS_INTERPRET, timeout=300)
+
+
+@cuda
+def test_sum_pairs_triton_is_the_slot_order_loop():
+    """The one-launch pair sum against the reference's k - 1 torch adds on the GPU, outputs poisoned first: bit for
+    bit, on sums the add order changes (checked: the reversed order differs)."""
+    from dsv4_kernels.moe_gemv.reference import sum_pairs
+    from dsv4_kernels.moe_gemv.triton_kernel import sum_pairs_triton
+    for y in _slot_sums("cuda"):
+        _poison(y.numel() * 8)
+        want = sum_pairs(y)
+        assert torch.equal(sum_pairs_triton(y), want)
+        if y.shape[1] > 2:
+            assert not torch.equal(sum_pairs(y.flip(1)), want)
+
+
 @cuda
 def test_routed_experts_flash_size_and_weight_before_w2():
     """Flash sizes (top-6 of 256, dim 4096, inter 2048), B=8; the routing weight must act before w2's rounding."""

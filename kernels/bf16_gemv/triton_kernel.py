@@ -6,8 +6,11 @@ and a slice of K: it accumulates x * w elementwise into a [BB, BN, BK] register 
 the BK lanes once at the end. Programs of one weight tile for different 8-row blocks of x are adjacent in the grid
 (axis 0), so past 8 rows the weight comes from L2, not again from memory. Narrow matrices (the router's 256 rows,
 the compressors' 256-1024) give too few programs to fill the GPU: K is then split over up to `split` programs,
-each writing its partial sums, added afterwards in a fixed order (torch's sum over the split axis: deterministic,
-one more launch). Launched on torch's current stream (capturable).
+each writing its partial sums; the last of a tile's programs to finish (an atomic count per tile) adds them one
+after another in slice order and writes y: the same order whichever program comes last (deterministic, no
+atomics in the sums), in the same launch where a reduction over the split axis took another (five a CSA layer,
+run 61). The counts start at zero in a buffer zeroed per call (a memset, not a kernel). Launched on torch's current
+stream (capturable).
 """
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ WAVES = 4         # programs per SM the split aims at
 
 
 @triton.jit
-def _bf16_rows_kernel(x_ptr, w_ptr, o_ptr, B, N, K, k_per_split, x_row, w_row,
-                      BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def _bf16_rows_kernel(x_ptr, w_ptr, part_ptr, y_ptr, count_ptr, B, N, K, k_per_split, x_row, w_row,
+                      SPLIT: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     b = tl.program_id(0) * BB + tl.arange(0, BB)
     n = tl.program_id(1) * BN + tl.arange(0, BN)
     s = tl.program_id(2)
@@ -41,8 +44,22 @@ def _bf16_rows_kernel(x_ptr, w_ptr, o_ptr, B, N, K, k_per_split, x_row, w_row,
         x = tl.load(x_rows + (k + kk)[None, :], mask=bm[:, None] & km[None, :], other=0.0)
         acc += x[:, None, :] * w[None, :, :]
     y = tl.sum(acc, axis=2)
-    out = o_ptr + s.to(tl.int64) * B * N + b.to(tl.int64)[:, None] * N + n[None, :]
-    tl.store(out, y, mask=bm[:, None] & nm[None, :])
+    at = b.to(tl.int64)[:, None] * N + n[None, :]
+    inside = bm[:, None] & nm[None, :]
+    if SPLIT == 1:
+        tl.store(y_ptr + at, y, mask=inside)
+    else:
+        tl.store(part_ptr + s.to(tl.int64) * B * N + at, y, mask=inside)
+        # every thread's partial stored before the count is released (the CUDA threadfence-reduction pattern);
+        # the program that takes the count to SPLIT - 1 sees every other slice's partial through the L2 (.cg)
+        tl.debug_barrier()
+        done = tl.atomic_add(count_ptr + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1), 1,
+                             sem="acq_rel")
+        if done == SPLIT - 1:
+            tot = tl.load(part_ptr + at, mask=inside, other=0.0, cache_modifier=".cg")
+            for i in tl.range(1, SPLIT):
+                tot = tot + tl.load(part_ptr + i * B * N + at, mask=inside, other=0.0, cache_modifier=".cg")
+            tl.store(y_ptr + at, tot, mask=inside)
 
 
 @functools.lru_cache(maxsize=None)
@@ -68,15 +85,15 @@ def shape_for(B: int, N: int, K: int, sms: int) -> tuple[int, int, int]:
 def bf16_linear_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """`bf16_linear_triton` with each row's bits independent of the row count B (the speculative step's batched
     verify, dsv4_model/rowwise.py): the tile and the K split `shape_for` gives 8 rows, whatever B is (the default
-    path chooses both from B), and the split sums added one after another (not a reduction kernel whose shape
-    follows B). The same products and per-slice sums as an 8-row call."""
+    path chooses both from B); the split sums are added one after another in either. The same products and
+    per-slice sums as an 8-row call."""
     return bf16_linear_triton(x, w, rows_block=8)
 
 
 def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = None,
                        rows_block: int | None = None) -> torch.Tensor:
     """x [B, K] fp32, w [N, K] bf16 (last dim contiguous) -> y [B, N] fp32. `split`: K slices (None: `shape_for`).
-    `rows_block`: the tile and split of a call of that many rows at any B, split sums in order (`bf16_linear_rows`)."""
+    `rows_block`: the tile and split of a call of that many rows at any B (`bf16_linear_rows`)."""
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.dtype != torch.float32 or w.dtype != torch.bfloat16:
         raise ValueError(f"bf16_linear_triton: expected x [B, K] fp32 and w [N, K] bf16, found x {tuple(x.shape)} "
                          f"{x.dtype} and w {tuple(w.shape)} {w.dtype}")
@@ -87,14 +104,11 @@ def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = Non
     iters = triton.cdiv(K, BK)
     per = triton.cdiv(iters, max(1, min(split or auto, iters)))      # BK steps per slice; slices cover K exactly
     split = triton.cdiv(iters, per) if K else 1
-    out = (torch.empty if K else torch.zeros)(split, B, N, dtype=torch.float32, device=x.device)
+    y = (torch.empty if K else torch.zeros)(B, N, dtype=torch.float32, device=x.device)
     if B and N and K:
         grid = (triton.cdiv(B, BB), triton.cdiv(N, BN), split)
-        _bf16_rows_kernel[grid](x, w, out, B, N, K, per * BK, x.stride(0), w.stride(0), BB=BB, BN=BN, BK=BK,
-                                num_warps=4)
-    if rows_block is not None:
-        y = out[0]
-        for i in range(1, split):           # host-known split: a fixed sequence of elementwise adds
-            y = y + out[i]
-        return y
-    return out[0] if split == 1 else out.sum(0)
+        part = torch.empty(split, B, N, dtype=torch.float32, device=x.device) if split > 1 else y
+        count = torch.zeros(grid[0] * grid[1] if split > 1 else 1, dtype=torch.int32, device=x.device)
+        _bf16_rows_kernel[grid](x, w, part, y, count, B, N, K, per * BK, x.stride(0), w.stride(0), SPLIT=split,
+                                BB=BB, BN=BN, BK=BK, num_warps=4)
+    return y

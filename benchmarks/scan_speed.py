@@ -1,7 +1,7 @@
 """Static scan speed against the honest floor: a bare `ast.parse` loop over the same files in a fresh interpreter
 that imported nothing else (`python -S`: no site, no torch, no graphcheck).
 
-    python benchmarks/scan_speed.py [--jobs 2] [--serving DIR] [--rounds 2] [--before CHECKOUT]
+    python benchmarks/scan_speed.py [--jobs 2] [--serving DIR] [--rounds 2] [--before CHECKOUT] [--visit]
                                     [--out benchmarks/results/scan_speed-DATE.txt]
 
 Measures, each in its own child process started from a directory with no pyproject (so no configuration applies):
@@ -15,6 +15,10 @@ is not counted, which only favours the floor). Rounds alternate floor and scan; 
 every round's numbers and the load average (other processes share the cores: compare ratios of the same round).
 --before CHECKOUT (another checkout of this repository, e.g. `git worktree add /tmp/before main`) also times that
 checkout's CLI in every round, right after this one's, so a change is judged against its base under the same load.
+--visit also times, in the same kind of bare child, one Python-level visit of every node of each parsed tree (each
+node's fields read, its child nodes pushed on a stack, nothing else): the least any analysis written in Python over
+the `ast` objects does beyond the parse. With N jobs the CLI's wall time is at least (parse + per-file work) / N
+plus the serial part; the report prints what per-file work a ratio of 1.0 leaves, against that one visit.
 The parent imports neither torch nor graphcheck.
 """
 from __future__ import annotations
@@ -45,6 +49,36 @@ for f in files:
     except (SyntaxError, ValueError):
         pass
 print(time.perf_counter() - t0)
+"""
+# --visit's child: the same parse loop, then one bare visit of every node of each tree; prints both sums
+VISIT = r"""
+import ast, sys, time
+files = open(sys.argv[1]).read().split("\0")
+AST = ast.AST
+parse = visit = 0.0
+nodes = 0
+for f in files:
+    t0 = time.perf_counter()
+    try:
+        with open(f, "rb") as fh:
+            tree = ast.parse(fh.read(), f)
+    except (SyntaxError, ValueError):
+        continue
+    t1 = time.perf_counter()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        nodes += 1
+        for name in node._fields:
+            v = getattr(node, name, None)
+            if type(v) is list:
+                stack.extend(c for c in v if isinstance(c, AST))
+            elif isinstance(v, AST):
+                stack.append(v)
+    t2 = time.perf_counter()
+    parse += t1 - t0
+    visit += t2 - t1
+print(parse, visit, nodes)
 """
 # the same discovery as the scan (.gitignore, default excludes), in a child so that this process stays bare
 LIST = r"""
@@ -83,6 +117,13 @@ def _floor(lst: str, tmp: str) -> tuple[float, float]:
     return float(out.stdout), _children_cpu() - c0
 
 
+def _visit(lst: str, tmp: str) -> tuple[float, float, int]:
+    out = subprocess.run([sys.executable, "-S", "-c", VISIT, lst], cwd=tmp, check=True, capture_output=True,
+                         text=True, env={"PATH": os.environ.get("PATH", "")})
+    parse, visit, nodes = out.stdout.split()
+    return float(parse), float(visit), int(nodes)
+
+
 def _cli(top: Path, jobs: int, extra: list[str], tmp: str, root: Path = ROOT) -> tuple[float, float, int]:
     # an empty [tool.graphcheck] table of its own: a tree under a project (torch in this checkout's venv) would
     # otherwise take that project's configuration (entry points, excludes), found upward from the path
@@ -106,6 +147,7 @@ def main() -> int:
     ap.add_argument("--serving", default=None, help="a serving package tree to scan with --all-functions")
     ap.add_argument("--out", default=None, help="also write this report to a file")
     ap.add_argument("--before", default=None, help="another checkout whose CLI is timed in the same rounds")
+    ap.add_argument("--visit", action="store_true", help="also time one bare visit of every node after each parse")
     a = ap.parse_args()
     before = Path(a.before).resolve() if a.before else None
     if before is not None and not (before / "graphcheck" / "__main__.py").is_file():
@@ -127,7 +169,7 @@ def main() -> int:
     lines = [
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; python benchmarks/scan_speed.py "
         f"--jobs {a.jobs} --rounds {a.rounds}" + (f" --serving {a.serving}" if a.serving else "")
-        + (f" --before {a.before}" if a.before else ""),
+        + (f" --before {a.before}" if a.before else "") + (" --visit" if a.visit else ""),
         f"torch {importlib.metadata.version('torch')}, Python {platform.python_version()}, {os.cpu_count()} cores, "
         f"load average at the start {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
     ]
@@ -151,6 +193,14 @@ def main() -> int:
                                  f"{b_cpu / f_cpu:>10.2f}x{b_found:>10}{os.getloadavg()[0]:>7.2f}")
             lines.append(f"  best: floor {best_f:.2f}s, `graphcheck scan {' '.join([*extra, '--no-cache'])} "
                          f"--jobs {a.jobs}` {best_s:.2f}s = {best_s / best_f:.2f}x the floor")
+            if a.visit:
+                parse, visit, nodes = _visit(lst, tmp)
+                # 1.0x the floor with N jobs: N x floor of CPU for everything, the parse included (serial part and
+                # interpreter start not even counted)
+                room = a.jobs * best_f - parse
+                lines.append(f"  one bare visit of every node ({nodes} nodes): {visit:.2f}s = {visit / parse:.2f}x the parse "
+                             f"({parse:.2f}s in the same child); 1.0x the floor with {a.jobs} jobs leaves at most "
+                             f"{room:.2f}s = {room / parse:.2f}x the parse for all per-file work beyond it")
     lines.append(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     text = "\n".join(lines)
     print(text)

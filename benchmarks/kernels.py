@@ -397,7 +397,7 @@ def bench_attention(tab, sweep):
                     setattr(tk, k, v)
 
 
-TOPK_SWEEP = [(32, 128), (16, 128), (16, 256), (64, 256), (32, 256)]   # (BI, BJ) beside the chosen ones
+TOPK_SWEEP = [(64, 128), (32, 128), (16, 128), (64, 256), (32, 256)]   # (BI, BJ) beside the chosen ones
 
 
 def bench_indexer(tab, sweep):

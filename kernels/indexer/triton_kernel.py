@@ -90,11 +90,11 @@ def index_scores_triton(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> to
 # The stable top-k of the indexer by rank: each score's place in the descending stable order is the number of scores
 # above it plus the number of equal ones before it, so a program per (row, block of scores) counts, over the whole
 # row, and writes the score's index at its place if that is below k. O(N^2) comparisons per row where a sort is
-# O(N log N) in several passes: up to N = 1024 blocks (4096 tokens) one launch of 13 µs against a 21 µs radix sort
+# O(N log N) in several passes: up to N = 1024 blocks (4096 tokens) one launch of 4-7 µs against a 21 µs radix sort
 # (H200); past TOPK_MAX_N scores per row or TOPK_MAX_ROWS rows the entry point sorts.
-TOPK_MAX_N = 1024  # H200, 8 rows (BENCHMARKS.md): 13 µs against the sort's 21 at 1024; 121 against 24 at 4096 (O(N^2))
+TOPK_MAX_N = 1024  # H200, 8 rows (run 64): 7.0 µs against the sort's 21 at 1024; 71 against 24 at 4096 (O(N^2))
 TOPK_MAX_ROWS = 64  # decode rows; prefill's B x T rows cost T x N^2: the sort
-BI, BJ = 64, 128   # scores placed per program, scores compared per step
+BI, BJ = 16, 256   # scores placed per program, compared per step (H200 sweep, run 64: 64/128 took 13.2 us at B=1, 16/256 4.1)
 
 
 @triton.jit

@@ -7,7 +7,8 @@
 #                                      target and benchmarks/official_numerics.py (issue 36: graph-safe vs reference
 #                                      bit for bit on this GPU) (correctness only: nothing is timed while they share it);
 #                                      then the Flash-dimension tests alone (CHECK_FLASH=0: not)
-#   bash benchmarks/h200.sh tests      pytest on TESTS_ARGS (e.g. "tests/kernels -k f32"), building the extension first
+#   bash benchmarks/h200.sh tests      pytest on TESTS_ARGS (e.g. "tests/kernels -k 'f32 or bf16'", quotes as in a shell),
+#                                      building the extension first
 #   bash benchmarks/h200.sh memcheck   the kernel parity tests under compute-sanitizer memcheck, in MEMCHECK_SHARDS (4)
 #                                      processes side by side (MEMCHECK_K: the tests' -k, default "parity and not flash")
 #   bash benchmarks/h200.sh targets    `graphcheck capture` of every kernel target
@@ -108,7 +109,9 @@ for stage in "${@:-check}"; do
     grep -vE "^\s*$|Warning|warn" "$OUT/check-numerics.txt" | tail -16 ;;
   tests)
     run tests-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
-    run tests.txt 500 python -m pytest -q -rfE -p no:cacheprovider ${TESTS_ARGS:-tests/kernels}
+    # word-split as the shell would: TESTS_ARGS="tests/kernels -k 'bf16 or topk'" keeps the quoted -k in one piece
+    eval "set -- ${TESTS_ARGS:-tests/kernels}"
+    run tests.txt 500 python -m pytest -q -rfE -p no:cacheprovider "$@"
     summary tests-build.txt tests.txt ;;
   memcheck)
     # one sanitizer process took over 6 minutes for the ~300 parity tests (run 12: cut off at 291): the test ids go

@@ -9,9 +9,8 @@ the compressors' 256-1024) give too few programs to fill the GPU: K is then spli
 each writing its partial sums; the last of a tile's programs to finish (an atomic count per tile) adds them one
 after another in slice order and writes y: the same order whichever program comes last (deterministic, no
 atomics in the sums), in the same launch where a reduction over the split axis took another (five a CSA layer,
-run 61), and sets the count back to zero: one count buffer per device serves every call without a zeroing launch
-(calls on one stream run one after another, so two never count in it at once). Launched on torch's current stream
-(capturable).
+run 61). The counts start at zero in a buffer zeroed per call (a memset, not a kernel). Launched on torch's current
+stream (capturable).
 """
 from __future__ import annotations
 
@@ -24,7 +23,6 @@ import triton.language as tl
 BK = 256          # a program's K step: 256 bf16 (512 bytes) per weight row per iteration
 PAIRS = 32        # BB * BN: the (x row, weight row) pairs a program carries
 WAVES = 4         # programs per SM the split aims at
-COUNTS = 4096     # tiles the shared count buffer holds: a split call has fewer than WAVES programs per SM of tiles
 
 
 @triton.jit
@@ -62,7 +60,6 @@ def _bf16_rows_kernel(x_ptr, w_ptr, part_ptr, y_ptr, count_ptr, B, N, K, k_per_s
             for i in tl.range(1, SPLIT):
                 tot = tot + tl.load(part_ptr + i * B * N + at, mask=inside, other=0.0, cache_modifier=".cg")
             tl.store(y_ptr + at, tot, mask=inside)
-            tl.atomic_xchg(count_ptr + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1), 0)   # for the next call
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,21 +67,6 @@ def _sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 8            # the interpreter (tests): a small "GPU", so narrow test matrices take the split path
     return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-@functools.lru_cache(maxsize=None)
-def _shared_counts(device: torch.device) -> torch.Tensor:
-    return torch.zeros(COUNTS, dtype=torch.int32, device=device)
-
-
-def _counts(device: torch.device, tiles: int) -> torch.Tensor:
-    """The per-tile slice counts, zero on entry: the device's shared buffer (each call leaves it zero), made on the
-    first call outside a graph capture (a warm-up step); under a capture before that, or for more tiles than it
-    holds, a buffer of this call's own, zeroed in its launch sequence."""
-    if tiles <= COUNTS and (device.type != "cuda" or _shared_counts.cache_info().currsize
-                            or not torch.cuda.is_current_stream_capturing()):
-        return _shared_counts(device)
-    return torch.zeros(tiles, dtype=torch.int32, device=device)
 
 
 def shape_for(B: int, N: int, K: int, sms: int) -> tuple[int, int, int]:
@@ -126,7 +108,7 @@ def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = Non
     if B and N and K:
         grid = (triton.cdiv(B, BB), triton.cdiv(N, BN), split)
         part = torch.empty(split, B, N, dtype=torch.float32, device=x.device) if split > 1 else y
-        count = _counts(x.device, grid[0] * grid[1]) if split > 1 else y
+        count = torch.zeros(grid[0] * grid[1] if split > 1 else 1, dtype=torch.int32, device=x.device)
         _bf16_rows_kernel[grid](x, w, part, y, count, B, N, K, per * BK, x.stride(0), w.stride(0), SPLIT=split,
                                 BB=BB, BN=BN, BK=BK, num_warps=4)
     return y

@@ -9,8 +9,9 @@ the compressors' 256-1024) give too few programs to fill the GPU: K is then spli
 each writing its partial sums; the last of a tile's programs to finish (an atomic count per tile) adds them one
 after another in slice order and writes y: the same order whichever program comes last (deterministic, no
 atomics in the sums), in the same launch where a reduction over the split axis took another (five a CSA layer,
-run 61). The counts start at zero in a buffer zeroed per call (a memset, not a kernel). Launched on torch's current
-stream (capturable).
+run 61). The counts start at zero in a buffer zeroed per call: `torch.zeros`, itself a fill kernel (run 65: it took
+the sum kernel's place one for one); a buffer each tile's last slice sets back to zero would drop it (branch
+bf16-counts, not yet run on a GPU). An unsplit call needs no counts. Launched on torch's current stream (capturable).
 """
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = Non
     if B and N and K:
         grid = (triton.cdiv(B, BB), triton.cdiv(N, BN), split)
         part = torch.empty(split, B, N, dtype=torch.float32, device=x.device) if split > 1 else y
-        count = torch.zeros(grid[0] * grid[1] if split > 1 else 1, dtype=torch.int32, device=x.device)
+        # unsplit: never read (SPLIT == 1 compiles without the count), so no zeroing launch for it
+        count = torch.zeros(grid[0] * grid[1], dtype=torch.int32, device=x.device) if split > 1 else y
         _bf16_rows_kernel[grid](x, w, part, y, count, B, N, K, per * BK, x.stride(0), w.stride(0), SPLIT=split,
                                 BB=BB, BN=BN, BK=BK, num_warps=4)
     return y

@@ -131,6 +131,19 @@ def guard(what: str):
         print(f"{what}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", flush=True)
 
 
+@contextlib.contextmanager
+def knobs(module, names: tuple[str, ...], values: tuple):
+    """A kernel module's host-side launch constants (read at each call) set to `values` for the block, then restored."""
+    saved = tuple(getattr(module, n) for n in names)
+    for n, v in zip(names, values):
+        setattr(module, n, v)
+    try:
+        yield
+    finally:
+        for n, v in zip(names, saved):
+            setattr(module, n, v)
+
+
 def _relerr(got, ref) -> float:
     return ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
 
@@ -384,17 +397,12 @@ def bench_attention(tab, sweep):
         run_ref = lambda: attention_ref(q, K, mask, sink, D ** -0.5)  # noqa: E731
         want, ref, bits = run_ref(), both(run_ref), run()
         for cfg in [chosen] + (ATTENTION_SWEEP if sweep else []):
-            for k, v in zip(ATTENTION_KNOBS, cfg):     # host-side launch choices only: read at each call
-                setattr(tk, k, v)
-            try:
+            with knobs(tk, ATTENTION_KNOBS, cfg):
                 got = run()
                 label = f" split>={cfg[0]} programs {cfg[1]} warps {cfg[2]} stages {cfg[3]} " \
                         f"{'same bits' if torch.equal(got, bits) else 'OTHER BITS'}" if sweep else ""
                 tab.add(f"decode_attention {what} B={n} N={N} bf16{label}", both(run), ref=ref,
                         nbytes=n * N * D * 2 + n * H * D * 2 + n * H * D * 4, err=_relerr(got, want))
-            finally:
-                for k, v in zip(ATTENTION_KNOBS, chosen):
-                    setattr(tk, k, v)
 
 
 TOPK_SWEEP = [(64, 128), (32, 128), (16, 128), (64, 256), (32, 256)]   # (BI, BJ) beside the chosen ones
@@ -415,22 +423,18 @@ def bench_indexer(tab, sweep):
         tab.add(f"index_scores B={n} N={N} bf16", both(lambda: index_scores_triton(q, k, w)),
                 ref=both(lambda: index_scores_ref(q, k, w)), nbytes=n * N * D * 2 + n * N * 4, err=err)
     # the top-512 of the scores (the reference is the stable sort); relerr: 0 when the same indices, else 1
-    from dsv4_kernels.indexer.reference import topk_blocks_ref
-    from dsv4_kernels.indexer.triton_kernel import topk_blocks_triton
     from dsv4_kernels.indexer import triton_kernel as ik
+    from dsv4_kernels.indexer.reference import topk_blocks_ref
     chosen = (ik.BI, ik.BJ)
     for n, N in ((1, 1024), (8, 1024), (8, 4096)):
         s = torch.randn(n, N, device="cuda").relu()
-        ref = both(lambda: topk_blocks_ref(s, 512))
+        want, ref = topk_blocks_ref(s, 512), both(lambda: topk_blocks_ref(s, 512))
         for cfg in [chosen] + (TOPK_SWEEP if sweep else []):
-            ik.BI, ik.BJ = cfg                         # read at each call: the launch's block sizes
-            try:
-                same = torch.equal(topk_blocks_triton(s, 512), topk_blocks_ref(s, 512))
+            with knobs(ik, ("BI", "BJ"), cfg):         # the launch's block sizes
+                same = torch.equal(ik.topk_blocks_triton(s, 512), want)
                 tab.add(f"topk_blocks B={n} N={N} k=512" + (f" BI {cfg[0]} BJ {cfg[1]}" if sweep else ""),
-                        both(lambda: topk_blocks_triton(s, 512)), ref=ref, nbytes=n * N * 4 + n * 512 * 8,
+                        both(lambda: ik.topk_blocks_triton(s, 512)), ref=ref, nbytes=n * N * 4 + n * 512 * 8,
                         err=0.0 if same else 1.0)
-            finally:
-                ik.BI, ik.BJ = chosen
 
 
 # (BN, BK, num_warps, num_stages, DECODE) tried with --sweep (the first session's sweep of DECODE 0 tiles found

@@ -16,6 +16,7 @@ Depth mode (issue 37), the layers counted honestly, with no compile:
     python benchmarks/decode.py --depths 2,8 --layer-profile 1 --batches 1,8   # plus layer 1's kernels, timed
     python benchmarks/decode.py --device cpu --configs tiny --depths 2,4 --batches 1,2 --layer-profile 1  # CI
     python benchmarks/decode.py --depths 2,8 --batches 1,8 --unfused    # the fused small-chain ops off (an A/B)
+    python benchmarks/decode.py --depths 2,8 --batches 1,8 --unfused attend_ring    # only that one off
 
 The same random model at each depth (layer 0 hashed, then CSA and HCA alternating), graph replay of the runner's
 step: per layer = the difference of two depths over the layers between them (time, kernels per replay, graph nodes,
@@ -383,7 +384,7 @@ def head_check(model, batch: int) -> str:
 
 
 def depth_point(cfg: str, layers: int, batches: list[int], steps: int, device: str, experts: int | None,
-                profile: list[int], bw: float, unfused: bool = False) -> dict:
+                profile: list[int], bw: float, unfused: str | None = None) -> dict:
     """Every measurement of one depth: per batch the step's time (graph replay on CUDA, eager on CPU), kernels per
     step, graph nodes, the stored floor (rest and per layer) and the held bytes the old floor counted."""
     from dsv4_model.synthetic import random_model
@@ -405,13 +406,13 @@ def depth_point(cfg: str, layers: int, batches: list[int], steps: int, device: s
 
 
 def _depth_batch(cfg: str, layers: int, model, args, b: int, steps: int, cuda: bool, profile: list[int], bw: float,
-                 head: bool, unfused: bool = False) -> dict:
+                 head: bool, unfused: str | None = None) -> dict:
     """One batch of `depth_point` (`head`: also check the LM head's bytes and logits; `unfused`: the fused small-chain
-    ops replaced by the launches they fused, `fuse_ab.unfuse`, before the capture)."""
+    ops replaced by the launches they fused, `fuse_ab.unfuse`, before the capture: "all", or a comma list of slots)."""
     dec, runner = _setup(model, b)
     if unfused:
         from fuse_ab import unfuse
-        unfuse(model)
+        unfuse(model, None if unfused == "all" else unfused.split(","))
     runner.step(b)                                          # captures the bucket's graph (CUDA)
     ms = _ms(lambda: runner.step(b), steps)
     kern = kernels_per_step(lambda: runner.step(b), cuda, reps=5 if cuda else 1)
@@ -461,6 +462,13 @@ def depth_mode(a) -> int:
         print(f"benchmarks/decode.py: --depths takes two different depths >= 1 (e.g. 2,8), found {a.depths!r}",
               file=sys.stderr)
         return 2
+    if a.unfused not in (None, "all"):
+        from fuse_ab import FUSED_SLOTS
+        unknown = sorted(set(a.unfused.split(",")) - set(FUSED_SLOTS))
+        if unknown:
+            print(f"benchmarks/decode.py: --unfused {a.unfused!r}: no fused op {unknown}; expected 'all' or some of "
+                  f"{', '.join(FUSED_SLOTS)}", file=sys.stderr)
+            return 2
     batches = [int(x) for x in a.batches.split(",")]
     bw = copy_bandwidth(1 << 30 if a.device == "cuda" else 1 << 26, a.device)
     name = torch.cuda.get_device_name() if a.device == "cuda" else "CPU (times mean nothing: a crash test)"
@@ -626,8 +634,9 @@ def main(argv=None) -> int:
                     help="depth mode: these layers' kernels in launch order with their times, and fusion projections "
                          "(at the deeper depth)")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: depth mode only (a crash test)")
-    ap.add_argument("--unfused", action="store_true", help="depth mode: the fused small-chain ops (issue 37) replaced "
-                    "by the launches they fused (benchmarks/fuse_ab.py), for the A/B")
+    ap.add_argument("--unfused", nargs="?", const="all", default=None, metavar="SLOT,..",
+                    help="depth mode: the fused small-chain ops (issue 37) replaced by the launches they fused "
+                         "(benchmarks/fuse_ab.py), for the A/B: all of them, or these slots (e.g. attend_ring)")
     ap.add_argument("--verify", default="positions,batched",
                     help="speculative mode: the verify modes timed (positions: k+1 one-position forwards; batched: one "
                          "forward over the k+1 positions, each with its plain step over the same kernel table)")

@@ -23,7 +23,10 @@ loaded model (what the decode ran before them, every link the kernel the decode 
   the product, the cast back and the down-projection's FP8 fake quant (6 launches). (Its input's FP8 simulation,
   once for w1 and w3 since this op came, is not switched: `unfuse` leaves it shared.);
 - hadamard_fp4 (`dsv4_kernels.hadamard_fp4`): the indexer's rotation of q and of each entry: the cast to fp32, the
-  GEMM with the Hadamard matrix, the scale, the cast back and the FP4 fake quant (5 launches, twice per CSA layer).
+  GEMM with the Hadamard matrix, the scale, the cast back and the FP4 fake quant (5 launches, twice per CSA layer);
+- attend_ring (`dsv4_kernels.attention`, the core on the window ring): the window's gather into the official order,
+  the concatenations of keys and of masks, the one-list core and the cast of o to bf16 (5 launches a CSA or HCA
+  layer, 4 a window-only one).
 Parity: fresh inputs, outputs poisoned (freed memory filled with NaN first), the Flash shapes at each batch and odd
 shapes: bit for bit against the chain where the kernel is built to be (BITWISE: norm_rope_fp8, fp8_nope, pool,
 swiglu_fp8), the route's picks equal and its weights within ULPS ulps, else the share of equal elements (held to
@@ -86,42 +89,55 @@ def unfused_ops(device) -> dict:
     def hadamard_fp4(x, hadamard, block=32):
         return fp4(hadamard_ref(x, hadamard), block)
 
+    core = select("decode_attention", device)
+
+    def attend_ring(q, window, order, win_valid, comp, comp_valid, sink, scale):
+        keys = [torch.gather(window, 1, order.unsqueeze(-1).expand(-1, -1, window.shape[-1]))]
+        masks = [win_valid] + ([] if comp is None else [comp_valid])
+        K = torch.cat(keys + ([] if comp is None else [comp]), 1).unsqueeze(1)
+        return core(q, K, torch.cat(masks, 1).unsqueeze(1), sink, scale).to(window.dtype)
+
     return {"q_norm_rope": q_norm_rope, "mhc_pre_norm": mhc_pre_norm, "norm_rope_fp8": norm_rope_fp8,
             "fp8_nope": fp8_nope, "ring_write": ring_write_ref, "close_block": close_block_ref, "pool": pool,
-            "route": moe_route_ref, "swiglu_fp8": swiglu_fp8, "hadamard_fp4": hadamard_fp4}
+            "route": moe_route_ref, "swiglu_fp8": swiglu_fp8, "hadamard_fp4": hadamard_fp4, "attend_ring": attend_ring}
+
+
+# the decode slots of the fused ops (`unfused_ops` gives each one's chain)
+FUSED_SLOTS = ("q_norm_rope", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "ring_write", "close_block", "pool", "route",
+               "swiglu_fp8", "hadamard_fp4", "attend_ring")
 
 
 def fused_ops(device) -> dict:
     """The fused ops as the decode selects them on `device`."""
     from dsv4_model.decode import small_kernels
     small = small_kernels(torch.device(device))
-    return {k: small[k] for k in ("q_norm_rope", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "ring_write",
-                                  "close_block", "pool", "route", "swiglu_fp8", "hadamard_fp4")}
+    return {k: small[k] for k in FUSED_SLOTS}
 
 
-def unfuse(model) -> None:
+def unfuse(model, only: list[str] | None = None) -> None:
     """Put the chains back on a model whose kernels `GraphSafeDecoder` set (call after building the decoder, before
-    capturing): the decode as it ran before the fused ops."""
+    capturing): the decode as it ran before the fused ops; `only`: just these slots' (keys of `unfused_ops`)."""
     from dsv4_model.attention import Attention
     from dsv4_model.compressor import Compressor
     from dsv4_model.indexer import Indexer
     from dsv4_model.mhc import HyperConnection
     from dsv4_model.moe import Expert, Gate
     ops = unfused_ops(model.embed.weight.device)
+    unknown = set(only or ()) - set(ops)
+    if unknown:
+        raise ValueError(f"unfuse: no fused op {sorted(unknown)}; expected some of {sorted(ops)}")
+    swaps = {Attention: {"q_norm_rope": "q_norm_rope", "norm_rope": "norm_rope_fp8", "fp8_nope": "fp8_nope",
+                         "ring_core": "attend_ring"},
+             Compressor: {"norm_rope": "norm_rope_fp8", "ring_write": "ring_write", "close_block": "close_block",
+                          "pool_reduce": "pool"},
+             HyperConnection: {"pre_norm": "mhc_pre_norm"}, Gate: {"route": "route"},
+             Expert: {"swiglu_fp8": "swiglu_fp8"}, Indexer: {"hadamard_fp4": "hadamard_fp4"}}
     for m in model.modules():
-        if isinstance(m, Attention):
-            m.q_norm_rope, m.norm_rope, m.fp8_nope = ops["q_norm_rope"], ops["norm_rope_fp8"], ops["fp8_nope"]
-        elif isinstance(m, Compressor):
-            m.norm_rope, m.ring_write, m.close_block = ops["norm_rope_fp8"], ops["ring_write"], ops["close_block"]
-            m.pool_reduce = ops["pool"]
-        elif isinstance(m, HyperConnection):
-            m.pre_norm = ops["mhc_pre_norm"]
-        elif isinstance(m, Gate):
-            m.route = ops["route"]
-        elif isinstance(m, Expert):
-            m.swiglu_fp8 = ops["swiglu_fp8"]
-        elif isinstance(m, Indexer):
-            m.hadamard_fp4 = ops["hadamard_fp4"]
+        for kind, attrs in swaps.items():
+            if isinstance(m, kind):
+                for attr, slot in attrs.items():
+                    if only is None or slot in only:
+                        setattr(m, attr, ops[slot])
 
 
 def _table(g, *lead, rd, dev):
@@ -137,6 +153,16 @@ def _sylvester(d: int, dev) -> torch.Tensor:
 def _hash_table(g, dev, vocab=1000, experts=256, k=6):
     """A hash layer's tid2eid [vocab, k]: distinct experts per token, as the release's."""
     return torch.stack([torch.randperm(experts, generator=g)[:k] for _ in range(vocab)]).to(dev)
+
+
+def _ring_args(B, H, D, W, M, r, g, dev):
+    """The core on the ring's arguments: q, a ring read from a per-row rotation, M compressed keys (a view of a longer
+    buffer, as the entries), masks with a quarter of each off, a sink and the scale."""
+    order = ((torch.randint(0, W, (B, 1), generator=g) + torch.arange(W)) % W).to(dev)
+    comp = None if M is None else r(B, M + 3, D)[:, :M]
+    cv = None if M is None else (torch.rand(B, M, generator=g) > 0.25).to(dev)
+    return (r(B, 1, H, D), r(B, W, D), order, (torch.rand(B, W, generator=g) > 0.25).to(dev), comp, cv,
+            torch.randn(H, generator=g).to(dev), D ** -0.5)
 
 
 def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple[str, str, tuple]]:
@@ -159,7 +185,9 @@ def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple
                 (f"pool CSA {B}x8x80", "pool", (f(B, 8, 80), f(B, 8, 80) * 3, f(4, 80), 4, True)),
                 (f"route {B}x72/8 sigmoid", "route", (f(B, 72) * 3, 8, 2.5, "sigmoid", f(72) * 0.3)),
                 (f"swiglu {B}x1x96 L10", "swiglu_fp8", (r(B, 1, 96, scale=8.0), r(B, 1, 96, scale=8.0), 10.0, 96)),
-                (f"rotate {B}x1x2x64", "hadamard_fp4", (r(B, 1, 2, 64), _sylvester(64, dev), 32))]
+                (f"rotate {B}x1x2x64", "hadamard_fp4", (r(B, 1, 2, 64), _sylvester(64, dev), 32)),
+                (f"attend {B}x2x128 16+40", "attend_ring", _ring_args(B, 2, 128, 16, 40, r, g, dev)),
+                (f"attend {B}x3x96 20", "attend_ring", _ring_args(B, 3, 96, 20, None, r, g, dev))]
     X = r(B, 1, 4, 4096)
     return [(f"q {B}x1x64x512", "q_norm_rope", (r(B, 1, 64, 512), _table(g, B, 1, 1, rd=64, dev=dev), 1e-6, 64)),
             (f"mhc {B}x4x4096", "mhc_pre_norm", (X, X.flatten(-2).float() @ (f(24, 16384) * 0.01).T, w(3), f(24),
@@ -175,11 +203,13 @@ def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple
                                                  torch.randint(0, 1000, (B,), generator=g).to(dev))),
             (f"swiglu {B}x1x2048", "swiglu_fp8", (r(B, 1, 2048, scale=4.0), r(B, 1, 2048, scale=4.0), None, 128)),
             (f"rotate q {B}x1x64x128", "hadamard_fp4", (r(B, 1, 64, 128), _sylvester(128, dev), 32)),
-            (f"rotate entry {B}x128", "hadamard_fp4", (r(B, 128), _sylvester(128, dev), 32))]
+            (f"rotate entry {B}x128", "hadamard_fp4", (r(B, 128), _sylvester(128, dev), 32)),
+            (f"attend CSA {B}x64x512", "attend_ring", _ring_args(B, 64, 512, 128, 512, r, g, dev)),
+            (f"attend HCA {B}x64x512", "attend_ring", _ring_args(B, 64, 512, 128, 64, r, g, dev))]
 
 
 # built to give the chain's bits (the same steps at the same rounding points); the others are within a rounding
-BITWISE = {"norm_rope_fp8", "fp8_nope", "pool", "swiglu_fp8"}
+BITWISE = {"norm_rope_fp8", "fp8_nope", "pool", "swiglu_fp8", "attend_ring"}
 # the picks equal, the weights within ULPS fp32 ulps: the route's renormalising sum runs in another order than torch's
 # CUDA row sum (run 55: 1-2 ulps)
 ULPS = {"route": 4}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dsv4_kernels.attention.reference import attention_ref
+from dsv4_kernels.attention.reference import attention_ref, attention_ring_ref
 from dsv4_kernels.head_norm_rope.reference import head_norm_rope_ref
 from dsv4_kernels.norm_rope_fp8.reference import fp8_nope_ref, norm_rope_fp8_ref
 
@@ -53,6 +53,9 @@ class Attention(nn.Module):
         # rounding, official) with its RoPE, the kv path's norm, RoPE and FP8 sim, and the attention core (scores,
         # sink softmax, weighted keys): the references, or kernels (`use_kernels`)
         self.fp8_nope, self.rope, self.core = fp8_nope_ref, rope_tail, attention_ref
+        # the core over the keys where the graph-safe decode keeps them (`core_ring`): the reference (gather, concatenate,
+        # the core, o in the model dtype), or the kernel that reads them in place
+        self.ring_core = attention_ring_ref
         self.q_norm_rope, self.norm_rope = head_norm_rope_ref, norm_rope_fp8_ref
         # the output's grouped low-rank product (the reference's einsum, or a row-invariant one: rowwise.py)
         self.grouped = grouped_ref
@@ -62,6 +65,7 @@ class Attention(nn.Module):
         """This module's kernel slots from a kernel table (`decode.KernelTable`); its projections, norms,
         compressor and indexer take their own."""
         self.fp8_nope, self.rope, self.core = table["fp8_nope"], table["rope"], table["attend"]
+        self.ring_core = table["attend_ring"]
         self.q_norm_rope, self.norm_rope = table["q_norm_rope"], table["norm_rope_fp8"]
         self.grouped = table["grouped"]
 
@@ -98,6 +102,14 @@ class Attention(nn.Module):
         """`attend` before the output projection: the attention core, de-rotated -> o [B,T,H,D]."""
         # official: the kernel stores o in bf16, the inverse RoPE computes in fp32 and writes back into it: two roundings
         o = self.core(q, K, mask, self.attn_sink, self.D ** -0.5).to(q.dtype)           # [B,T,H,D]
+        return self.rope(o, cs.unsqueeze(-3), self.rd, inverse=True).to(q.dtype)       # de-rotate by -t
+
+    def core_ring(self, q: torch.Tensor, window: torch.Tensor, order: torch.Tensor, win_valid: torch.Tensor,
+                  comp: torch.Tensor | None, comp_valid: torch.Tensor | None, cs: torch.Tensor) -> torch.Tensor:
+        """`core_out` over the keys where the graph-safe decode keeps them: the window ring [B,W,D] read in order
+        [B,W] (oldest first) with win_valid [B,W], then comp [B,M,D] with comp_valid [B,M] (or neither); q [B,1,H,D]
+        -> o [B,1,H,D]. The same keys, masks and roundings as `core_out` on them concatenated."""
+        o = self.ring_core(q, window, order, win_valid, comp, comp_valid, self.attn_sink, self.D ** -0.5)
         return self.rope(o, cs.unsqueeze(-3), self.rd, inverse=True).to(q.dtype)       # de-rotate by -t
 
     def project(self, o: torch.Tensor) -> torch.Tensor:

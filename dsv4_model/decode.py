@@ -176,10 +176,10 @@ def attend_position(attn: Attention, st: LayerState, n: int, q: torch.Tensor, kv
     slot, win_valid = ix.window(window.shape[1])
     window.index_put_((ix.rows, slot), kv[:, j])
     # oldest first, as the official index list (the order of the 64-key blocks of the attention's online softmax);
-    # the valid slots of the ordered ring are the same first pos+1 (all once it is full)
+    # the valid slots of the ordered ring are the same first pos+1 (all once it is full). The core reads the ring in
+    # that order where it lies (`Attention.core_ring`), then the compressed keys
     order = ix.window_order(window.shape[1])
-    keys, masks = [torch.gather(window, 1, order.unsqueeze(-1).expand(-1, -1, window.shape[-1]))], [win_valid]
-    sel = None
+    comp = comp_valid = sel = None
     if attn.indexer is not None:
         idx = attn.indexer
         compressor_fold(idx.compressor, st.icomp, n, side["iC"][:, j], side["iZ"][:, j], ix, compressed, idx.rotate)
@@ -189,17 +189,14 @@ def attend_position(attn: Attention, st: LayerState, n: int, q: torch.Tensor, kv
         sel = idx.select(torch.where(valid, scores, float("-inf")), min(idx.topk, ent.shape[1]))   # one launch
         sel_valid = sel < closed[:, None]                                            # padded picks masked
     if attn.compressor is not None:
-        comp = attn.compressor
-        compressor_fold(comp, st.comp, n, side["C"][:, j], side["Z"][:, j], ix, compressed, attn.nope_fp8)
+        comp_m = attn.compressor
+        compressor_fold(comp_m, st.comp, n, side["C"][:, j], side["Z"][:, j], ix, compressed, attn.nope_fp8)
         ent = st.comp.entries[:n]
         if sel is None:                                                              # HCA: every closed block
-            keys.append(ent)
-            masks.append(ix.blocks(comp.m, comp.overlap, ent.shape[1])[4])
+            comp, comp_valid = ent, ix.blocks(comp_m.m, comp_m.overlap, ent.shape[1])[4]
         else:                                                                        # CSA: the fixed-k picks
-            keys.append(gather(ent, sel))
-            masks.append(sel_valid)
-    K = torch.cat(keys, 1).unsqueeze(1)                                              # [n,1,W+k,D]
-    return attn.core_out(at(q), K, torch.cat(masks, 1).unsqueeze(1), cs)
+            comp, comp_valid = gather(ent, sel), sel_valid
+    return attn.core_ring(at(q), window, order, win_valid, comp, comp_valid, cs)
 
 
 def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool,
@@ -235,7 +232,7 @@ SMALL_KERNELS = {op.decode[0]: (op.name, op.reference, op.decode[1]) for op in K
 def small_kernels(device: torch.device, use_kernels: bool = True) -> dict:
     """The kernels of the small ops, decided once at load: each key of SMALL_KERNELS ("fp8", "rms", "rope",
     "q_norm_rope", "mhc_pre", "mhc_post", "mhc_head", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "pool",
-    "ring_write", "close_block", "attend", "score", "select", "route", "swiglu_fp8", "hadamard_fp4") -> the function, the Triton kernel where the device is
+    "ring_write", "close_block", "attend", "attend_ring", "score", "select", "route", "swiglu_fp8", "hadamard_fp4") -> the function, the Triton kernel where the device is
     CUDA and it is usable, else its PyTorch reference."""
     chosen = {key: ref for key, (_, ref, _) in SMALL_KERNELS.items()}
     if use_kernels and torch.device(device).type == "cuda":

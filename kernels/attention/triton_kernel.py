@@ -1,17 +1,25 @@
 """The decode attention core in Triton (one query token per sequence): scores against every key, the mask, the
-softmax with the head's sink logit, and the probability-weighted sum of the keys (V = K), in two launches where the
-reference runs about a dozen (casts, two fp32 cuBLAS batched GEMMs, masked_fill, cat, softmax, slice).
+softmax with the head's sink logit, and the probability-weighted sum of the keys (V = K), in one launch (official
+numerics) or two (fp32 keys) where the reference runs about a dozen (casts, two fp32 cuBLAS batched GEMMs,
+masked_fill, cat, softmax, slice).
 
-Split over the keys (flash-decoding): at decode the grid would otherwise be batch x head-blocks, 4 to 32 programs on a
-132-SM GPU, each streaming every key. Launch 1 gives each (row, block of 16 heads, split of keys) program its keys
-and keeps an online softmax (running max, sum, weighted keys) in registers; launch 2 merges the splits with the
+The keys come as one list [B, N, D] with its mask (`attention_triton`), or where the decode keeps them
+(`attention_ring_triton`): the window ring read in the official order (an index list per row), then the compressed
+keys (HCA's entries, CSA's gathered picks), each with its own mask. The second form is the same list, so the same
+values, without the gather and the concatenations of keys and masks that built it (three to four launches a layer).
+
+Split over the keys (flash-decoding) for fp32 keys: the grid would otherwise be batch x head-blocks, 4 to 32 programs
+on a 132-SM GPU, each streaming every key. Launch 1 gives each (row, block of 16 heads, split of keys) program its
+keys and keeps an online softmax (running max, sum, weighted keys) in registers; launch 2 merges the splits with the
 sink logit. Deterministic (no atomics): a replayed graph gives the same bits.
 
 Official numerics (bf16 or fp16 keys, the model dtype): one split per (row, 16 heads), the keys in their given order
 in steps of 64 (the official sparse_attn's blocks), the probabilities rounded to the keys' dtype before P . V
-(row sum from the unrounded ones), the sink added to the sum after the last step: the reference's algorithm, so the
-same roundings; the products on tensor cores (bf16 in, fp32 accumulation: exact products, another summation order
-than the CPU's). One split streams all keys in one program per 16 heads: 4 programs per row at Flash's 64 heads.
+(row sum from the unrounded ones), the sink added to the sum after the last step, then the division, in the same
+launch: the reference's algorithm, so the same roundings; the products on tensor cores (bf16 in, fp32 accumulation:
+exact products, another summation order than the CPU's). One split streams all keys in one program per 16 heads:
+4 programs per row at Flash's 64 heads. o is stored in fp32 (`attention_triton`) or in the keys' dtype
+(`attention_ring_triton`, as the official kernel stores it: the caller's cast in the same launch).
 
 fp32 keys (the debugging dtype): fp32 throughout, as the reference's fp32 einsums. The weighted sum of the keys runs on tensor cores as
 TF32x3 (each fp32 operand split into a TF32 high part and a TF32 remainder; three products), whose error is near fp32
@@ -38,10 +46,45 @@ BN_OFFICIAL = 64   # official kernel.py `block = 64`: the online softmax's step,
 
 
 @triton.jit
-def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, N, S, scale, q_row, q_head, k_row, k_key,
-                         mask_row, H: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, SPLIT: tl.constexpr,
+def _keys(k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, b, j, d, dm, N, W, k_row, k_key, mask_row, k2_row, k2_key,
+          order_row, mask2_row, HAS_MASK: tl.constexpr, RING: tl.constexpr):
+    """Keys j [BN] of row b -> (k [BN, DP], valid [BN]). One list: K[b, j], masked by mask[b, j]. RING: the window
+    ring's W slots in the order order[b, :] (the official list's oldest first), then the compressed keys K2[b, j - W],
+    masked by mask[b, j] and mask2[b, j - W]: the list the decode used to gather and concatenate, read in place."""
+    valid = j < N
+    if RING:
+        inw = j < W
+        inc = valid & (j >= W)
+        slot = tl.load(order_ptr + b * order_row + j, mask=inw, other=0)
+        kw = tl.load(k_ptr + b * k_row + slot[:, None] * k_key + d[None, :], mask=inw[:, None] & dm[None, :], other=0.0)
+        kc = tl.load(k2_ptr + b * k2_row + (j - W)[:, None] * k2_key + d[None, :], mask=inc[:, None] & dm[None, :],
+                     other=0.0)
+        k = tl.where(inw[:, None], kw, kc)                                              # [BN, DP]
+        if HAS_MASK:
+            vw = tl.load(mask_ptr + b * mask_row + j, mask=inw, other=0)
+            vc = tl.load(mask2_ptr + b * mask2_row + (j - W), mask=inc, other=0)
+            valid = valid & (tl.where(inw, vw, vc) != 0)
+    else:
+        k = tl.load(k_ptr + b * k_row + j[:, None] * k_key + d[None, :], mask=valid[:, None] & dm[None, :],
+                    other=0.0)                                                          # [BN, DP]
+        if HAS_MASK:
+            valid = valid & (tl.load(mask_ptr + b * mask_row + j, mask=valid, other=0) != 0)
+    return k, valid
+
+
+@triton.jit
+def _round_bf16(x):
+    """x (finite fp32) rounded to the nearest bf16, ties to even, held in fp32: the interpreter's own cast truncates."""
+    bits = x.to(tl.int32, bitcast=True)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, m_ptr, l_ptr, acc_ptr, sink_ptr, o_ptr,
+                         N, W, S, scale, q_row, q_head, k_row, k_key, mask_row, k2_row, k2_key, order_row, mask2_row,
+                         o_row, o_head, H: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, SPLIT: tl.constexpr,
                          BH: tl.constexpr, BN: tl.constexpr, HAS_MASK: tl.constexpr, QK_PRECISION: tl.constexpr,
-                         ROUND_P: tl.constexpr, NATIVE: tl.constexpr):
+                         ROUND_P: tl.constexpr, NATIVE: tl.constexpr, RING: tl.constexpr, FINISH: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     hb, sp = tl.program_id(1), tl.program_id(2)
     h = hb * BH + tl.arange(0, BH)
@@ -56,13 +99,10 @@ def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, N, S, sc
     acc = tl.zeros([BH, DP], tl.float32)
     for start in tl.range(sp * SPLIT, sp * SPLIT + SPLIT, BN):
         j = start + tl.arange(0, BN)
-        valid = j < N
-        k = tl.load(k_ptr + b * k_row + j[:, None] * k_key + d[None, :], mask=valid[:, None] & dm[None, :],
-                    other=0.0)                                                          # [BN, DP]
+        k, valid = _keys(k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, b, j, d, dm, N, W, k_row, k_key, mask_row,
+                         k2_row, k2_key, order_row, mask2_row, HAS_MASK, RING)
         if not ROUND_P:
             k = k.to(tl.float32)
-        if HAS_MASK:
-            valid = valid & (tl.load(mask_ptr + b * mask_row + j, mask=valid, other=0) != 0)
         if ROUND_P and NATIVE:
             s = tl.dot(q, tl.trans(k)) * scale                                          # bf16 in, fp32 sums
         elif ROUND_P:   # the interpreter (CPU tensors) has no bf16 dot: the same exact products in fp32
@@ -79,21 +119,28 @@ def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, N, S, sc
             acc = acc * alpha[:, None] + tl.dot(p.to(k.dtype), k)
         elif ROUND_P:
             # and its fp32 -> bf16 cast truncates: round to nearest even on the bits (p is finite, >= 0)
-            bits = p.to(tl.int32, bitcast=True)
-            p16 = ((bits + 0x7FFF + ((bits >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
-            acc = acc * alpha[:, None] + tl.dot(p16, k.to(tl.float32), input_precision="ieee")
+            acc = acc * alpha[:, None] + tl.dot(_round_bf16(p), k.to(tl.float32), input_precision="ieee")
         else:
             acc = acc * alpha[:, None] + tl.dot(p, k, input_precision="tf32x3")
         m_i = m_new
-    part = (b * S + sp) * H + h                                                         # [BH] rows of the partials
-    tl.store(m_ptr + part, m_i, mask=hm)
-    tl.store(l_ptr + part, l_i, mask=hm)
-    tl.store(acc_ptr + part[:, None] * DP + d[None, :], acc, mask=hm[:, None] & dm[None, :])
+    if FINISH:      # one split (official): the merge's end here, row sum + exp(sink - max), the division, o's dtype
+        sink = tl.load(sink_ptr + h, mask=hm, other=0.0).to(tl.float32)
+        mx = tl.where(m_i == float("-inf"), 0.0, m_i)                                   # no valid key: o = 0
+        o = acc / (l_i + tl.exp(sink - mx))[:, None]
+        if not NATIVE and o_ptr.dtype.element_ty == tl.bfloat16:
+            o = _round_bf16(o)
+        tl.store(o_ptr + b * o_row + h[:, None] * o_head + d[None, :], o.to(o_ptr.dtype.element_ty),
+                 mask=hm[:, None] & dm[None, :])
+    else:
+        part = (b * S + sp) * H + h                                                     # [BH] rows of the partials
+        tl.store(m_ptr + part, m_i, mask=hm)
+        tl.store(l_ptr + part, l_i, mask=hm)
+        tl.store(acc_ptr + part[:, None] * DP + d[None, :], acc, mask=hm[:, None] & dm[None, :])
 
 
 @triton.jit
 def _attend_merge_kernel(m_ptr, l_ptr, acc_ptr, sink_ptr, o_ptr, S, o_row, o_head, H: tl.constexpr,
-                         D: tl.constexpr, DP: tl.constexpr, SP: tl.constexpr, OFFICIAL: tl.constexpr):
+                         D: tl.constexpr, DP: tl.constexpr, SP: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     s = tl.arange(0, SP)
@@ -104,15 +151,10 @@ def _attend_merge_kernel(m_ptr, l_ptr, acc_ptr, sink_ptr, o_ptr, S, o_row, o_hea
     l = tl.load(l_ptr + part, mask=sm, other=0.0)
     sink = tl.load(sink_ptr + h).to(tl.float32)
     acc = tl.load(acc_ptr + part[:, None] * DP + d[None, :], mask=sm[:, None] & dm[None, :], other=0.0)
-    if OFFICIAL:        # one split: the official end, row sum + exp(sink - max), then the division
-        mx = tl.max(m, 0)
-        mx = tl.where(mx == float("-inf"), 0.0, mx)                                     # no valid key: o = 0
-        o = tl.sum(acc, 0) / (tl.sum(l, 0) + tl.exp(sink - mx))
-    else:
-        top = tl.maximum(tl.max(m, 0), sink)
-        w = tl.exp(m - top)                                                             # a split with no valid key: 0
-        total = tl.sum(l * w, 0) + tl.exp(sink - top)                                   # the sink's share, no value
-        o = tl.sum(acc * w[:, None], 0) / total
+    top = tl.maximum(tl.max(m, 0), sink)
+    w = tl.exp(m - top)                                                                 # a split with no valid key: 0
+    total = tl.sum(l * w, 0) + tl.exp(sink - top)                                       # the sink's share, no value
+    o = tl.sum(acc * w[:, None], 0) / total
     tl.store(o_ptr + b * o_row + h * o_head + d, o, mask=dm)
 
 
@@ -130,48 +172,79 @@ def attention_triton(q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None
                      scale: float) -> torch.Tensor:
     """q [B,1,H,D], K [B,1,N,D], mask [B|1,1,N] bool or None, sink [H] -> o [B,1,H,D] fp32 (shapes checked by the
     caller)."""
+    k3 = K[:, 0]
+    mk = None if mask is None else mask[:, 0]
+    return _attend(q, k3, mk, None, None, None, sink, scale, torch.float32)
+
+
+def attention_ring_triton(q: torch.Tensor, window: torch.Tensor, order: torch.Tensor, win_valid: torch.Tensor,
+                          comp: torch.Tensor | None, comp_valid: torch.Tensor | None, sink: torch.Tensor,
+                          scale: float) -> torch.Tensor:
+    """q [B,1,H,D], the window ring [B,W,D] read in order [B,W] (int64 slots) with win_valid [B,W], then comp [B,M,D]
+    with comp_valid [B,M] (or neither) -> o [B,1,H,D] in the keys' dtype (official: the kernel stores o in bf16).
+    The keys `attention_triton` would take concatenated, read where they lie (shapes checked by the caller)."""
+    return _attend(q, window, win_valid, order, comp, comp_valid, sink, scale, window.dtype)
+
+
+def _last_contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _attend(q, k3, mk, order, k2, mk2, sink, scale, out_dtype) -> torch.Tensor:
+    """The launches: keys k3 [B,N,D] masked by mk [B|1,N] (or None); with `order` [B,W], k3 is a window ring read in
+    that order and k2 [B,M,D] (masked by mk2 [B,M], or None: no compressed keys) follows it."""
     B, _, H, D = q.shape
-    N = K.shape[2]
-    q3, k3 = q[:, 0], K[:, 0]
-    if q3.stride(-1) != 1:
-        q3 = q3.contiguous()
-    if k3.stride(-1) != 1:
-        k3 = k3.contiguous()
-    if sink.stride(0) != 1:                                                             # the merge reads sink[h]
-        sink = sink.contiguous()
-    out = torch.empty(B, 1, H, D, dtype=torch.float32, device=q.device)
+    ring = order is not None
+    W = k3.shape[1] if ring else 0
+    N = W + (k2.shape[1] if k2 is not None else 0) if ring else k3.shape[1]
+    q3 = _last_contiguous(q[:, 0])
+    k3 = _last_contiguous(k3)
+    sink = sink if sink.stride(0) == 1 else sink.contiguous()                       # read as sink[h]
+    out = torch.empty(B, 1, H, D, dtype=out_dtype, device=q.device)
     if B == 0 or H == 0 or D == 0:
         return out
     DP = max(16, triton.next_power_of_2(D))
-    # bf16 (or fp16) keys: the official numerics (P rounded to their dtype per 64-key step): one split, the keys in order
-    official = K.dtype in (torch.bfloat16, torch.float16)
+    # bf16 (or fp16) keys: the official numerics (P rounded to their dtype per 64-key step): one split, the keys in
+    # order, and the merge's end in the same launch
+    official = k3.dtype in (torch.bfloat16, torch.float16)
     if official:
-        if q.dtype != K.dtype:
-            q3 = q3.to(K.dtype)
+        if q3.dtype != k3.dtype:
+            q3 = q3.to(k3.dtype)
         bn = BN_OFFICIAL
         split, S = triton.cdiv(max(N, 1), bn) * bn, 1
     else:
         bn = BN
         split, S = splits(B, H, N) if N else (BN, 1)
-    m = torch.empty(B, S, H, dtype=torch.float32, device=q.device)
-    l = torch.empty_like(m)
-    acc = torch.empty(B, S, H, DP, dtype=torch.float32, device=q.device)
-    if mask is not None:
-        mk = mask[:, 0]
-        if mk.stride(-1) != 1:
-            mk = mk.contiguous()
-        mask_row = 0 if mk.shape[0] == 1 else mk.stride(0)
-        mk = mk.view(torch.uint8)
+    m = l = acc = out                                                                   # official: never written
+    if not official:
+        m = torch.empty(B, S, H, dtype=torch.float32, device=q.device)
+        l = torch.empty_like(m)
+        acc = torch.empty(B, S, H, DP, dtype=torch.float32, device=q.device)
+
+    def flags(t):                                   # a bool mask [B|1, n] as bytes and its row stride (0: broadcast)
+        if t is None:
+            return k3, 0                                                                # never read
+        t = _last_contiguous(t)
+        return t.view(torch.uint8), 0 if t.shape[0] == 1 else t.stride(0)
+    has_mask = mk is not None
+    mk, mask_row = flags(mk)
+    if ring:
+        k2 = k3 if k2 is None else _last_contiguous(k2)                                # M = 0: never read
+        mk2, mask2_row = flags(mk2) if mk2 is not None else (mk, 0)
+        order = _last_contiguous(order)
+        k2_row, k2_key, order_row = k2.stride(0), k2.stride(1), order.stride(0)
     else:
-        mk, mask_row = k3, 0                                                            # never read
+        k2, mk2, order, k2_row, k2_key, order_row, mask2_row = k3, mk, k3, 0, 0, 0, 0
     # bf16 (or fp16) q and keys are exact in TF32: one product per element is exact there; 8 warps at head_dim 512
     # keep the [16, 512] query, keys and accumulator in registers (4 spill)
-    exact = q.dtype in (torch.bfloat16, torch.float16) and K.dtype in (torch.bfloat16, torch.float16)
+    exact = q.dtype in (torch.bfloat16, torch.float16) and k3.dtype in (torch.bfloat16, torch.float16)
     _attend_split_kernel[(B, triton.cdiv(H, BH), S)](
-        q3, k3, mk, m, l, acc, N, S, scale, q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), mask_row,
-        H=H, D=D, DP=DP, SPLIT=split, BH=BH, BN=bn, HAS_MASK=mask is not None,
-        QK_PRECISION="tf32" if exact else "ieee", ROUND_P=official, NATIVE=q.is_cuda,
+        q3, k3, mk, k2, order, mk2, m, l, acc, sink, out, N, W, S, scale, q3.stride(0), q3.stride(1), k3.stride(0),
+        k3.stride(1), mask_row, k2_row, k2_key, order_row, mask2_row, out.stride(0), out.stride(2),
+        H=H, D=D, DP=DP, SPLIT=split, BH=BH, BN=bn, HAS_MASK=has_mask,
+        QK_PRECISION="tf32" if exact else "ieee", ROUND_P=official, NATIVE=q.is_cuda, RING=ring, FINISH=official,
         num_warps=WARPS_WIDE if DP >= 512 else 4, **({} if STAGES is None else {"num_stages": STAGES}))
-    _attend_merge_kernel[(B, H)](m, l, acc, sink, out, S, out.stride(0), out.stride(2), H=H, D=D, DP=DP,
-                                 SP=max(2, triton.next_power_of_2(S)), OFFICIAL=official, num_warps=4)
+    if not official:
+        _attend_merge_kernel[(B, H)](m, l, acc, sink, out, S, out.stride(0), out.stride(2), H=H, D=D, DP=DP,
+                                     SP=max(2, triton.next_power_of_2(S)), num_warps=4)
     return out

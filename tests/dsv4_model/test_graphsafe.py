@@ -487,7 +487,7 @@ def _small_kernels_of(model):
     from dsv4_model.moe import Expert, Gate
     seen = {}
     for m in model.modules():
-        for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("q_norm_rope", "norm_rope", "fp8_nope", "rope", "core")),
+        for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("q_norm_rope", "norm_rope", "fp8_nope", "rope", "core", "ring_core")),
                             (Indexer, ("hadamard_fp4", "rope", "score", "select")), (Compressor, ("norm_rope", "pool_reduce", "ring_write", "close_block")),
                             (HyperConnection, ("pre_mix", "post_mix", "pre_norm", "matmul")), (HyperHead, ("head_mix", "matmul")),
                             (Gate, ("matmul", "route")), (Expert, ("swiglu_fp8",))):
@@ -508,12 +508,12 @@ def test_small_kernels_stay_references_on_cpu(model):
         assert set(listed.removesuffix(": PyTorch").split(", ")) == {
             "FP8 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post", "mHC head",
             "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope", "compressor pooling", "attention core",
-            "indexer scores", "indexer top-k", "compressor ring write", "compressor block close", "MoE routing",
+            "attention core on the ring", "indexer scores", "indexer top-k", "compressor ring write", "compressor block close", "MoE routing",
             "shared expert SwiGLU + FP8", "indexer rotation + FP4"}, dec.kernel_note
         seen = _small_kernels_of(model)
         assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "q_norm_rope"),
                              ("Attention", "norm_rope"), ("Attention", "fp8_nope"), ("Indexer", "hadamard_fp4"),
-                             ("Attention", "rope"), ("Attention", "core"),
+                             ("Attention", "rope"), ("Attention", "core"), ("Attention", "ring_core"),
                              ("Indexer", "score"), ("Indexer", "select"),
                              ("Indexer", "rope"), ("Compressor", "norm_rope"), ("Compressor", "pool_reduce"),
                              ("Compressor", "ring_write"), ("Compressor", "close_block"),
@@ -525,7 +525,7 @@ def test_small_kernels_stay_references_on_cpu(model):
 
 def _slots(model):
     """{(module name, attribute): the callable or None it holds} for every attribute a kernel table can set."""
-    names = {"gemv", "fp8_quant", "hadamard_fp4", "kernel", "rope", "core", "score", "select", "reduce", "sinkhorn",
+    names = {"gemv", "fp8_quant", "hadamard_fp4", "kernel", "rope", "core", "ring_core", "score", "select", "reduce", "sinkhorn",
              "pre_mix", "post_mix", "head_mix", "matmul", "compute", "fp8_nope", "q_norm_rope", "norm_rope", "pre_norm",
              "pool_reduce", "ring_write", "close_block", "route", "swiglu_fp8", "dense", "grouped"}
     return {(name, a): m.__dict__[a] for name, m in model.named_modules() for a in names if a in m.__dict__}
@@ -570,8 +570,8 @@ def test_building_a_decoder_leaves_the_model_as_its_holder_set_it():
     assert {"fp8", "rms", "rope", "attend", "mhc_pre_norm", "mhc_post", "q_norm_rope", "norm_rope_fp8", "experts",
             "f32"} <= set(calls), calls
     assert dec.kernel_note.startswith("counting references; CSA gather: torch.gather"), dec.kernel_note
-    dec.step(2)                                     # the decoder runs the model's table too
-    assert calls["attend"] > 3 * len(model.layers), calls
+    dec.step(2)                                     # the decoder runs the model's table too (its core on the ring)
+    assert calls["attend"] == 3 * len(model.layers) and calls["attend_ring"] == len(model.layers), calls
     GraphSafeDecoder(model, batch=2, kernels=False)               # asked: the references go on the model
     assert model.kernels is not table and not model.kernels.cuda
     assert all(v is not before[k] for k, v in _slots(model).items() if v is not None)
@@ -598,13 +598,14 @@ def test_use_kernels_reaches_every_kernel_slot():
 def test_cuda_small_kernels_chosen_once_at_load():
     """On CUDA the decode's kernel table (decode_kernels, put on the model by kernels=True) gives the modules the
     one-launch fake quants, RMSNorm, RoPE, mHC mixes and compressor pooling, the indexer's one-launch scores and top-k
-    and the two-launch attention core; kernels=False puts the references back."""
+    and the one-launch attention cores (the keys as one list, and on the window ring); kernels=False puts the references back."""
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
     dec = GraphSafeDecoder(model, batch=1, kernels=True)
     listed = set(dec.kernel_note.rpartition("Triton: ")[2].split(", "))
     assert listed == {"FP8 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post",
                       "mHC head", "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope",
-                      "compressor pooling", "compressor ring write", "compressor block close", "attention core", "indexer scores", "indexer top-k",
+                      "compressor pooling", "compressor ring write", "compressor block close", "attention core",
+                      "attention core on the ring", "indexer scores", "indexer top-k",
                       "MoE routing", "shared expert SwiGLU + FP8", "indexer rotation + FP4"}, dec.kernel_note
     assert dec.kernel_note.startswith("routed experts: fused Triton kernel"), dec.kernel_note
     seen = _small_kernels_of(model)
@@ -616,6 +617,7 @@ def test_cuda_small_kernels_chosen_once_at_load():
     assert seen[("Indexer", "hadamard_fp4")] == {"hadamard_fp4"}
     assert seen[("Attention", "rope")] == seen[("Indexer", "rope")] == {"rope_tail"}
     assert seen[("Attention", "core")] == {"decode_attention"} and seen[("Indexer", "score")] == {"index_scores"}
+    assert seen[("Attention", "ring_core")] == {"decode_attention_ring"}
     assert seen[("Indexer", "select")] == {"topk_blocks"}
     assert seen[("HyperConnection", "pre_mix")] == {"mhc_pre"} and seen[("HyperConnection", "post_mix")] == {"mhc_post"}
     assert seen[("HyperConnection", "pre_norm")] == {"mhc_pre_norm"}

@@ -40,9 +40,10 @@ def test_unfuse_puts_the_chains_back_with_the_same_bits(fuse_ab):
                      {m.route.__name__ for m in model.modules() if isinstance(m, Gate)} | \
                      {m.swiglu_fp8.__name__ for m in model.modules() if isinstance(m, Expert)}
             chains |= {m.hadamard_fp4.__name__ for m in model.modules() if isinstance(m, Indexer)}
+            chains |= {m.ring_core.__name__ for m in model.modules() if isinstance(m, Attention)}
             # the route's chain is its reference, the torch calls it replaced
             assert chains == {"q_norm_rope", "norm_rope_fp8", "mhc_pre_norm", "moe_route_ref", "swiglu_fp8",
-                              "hadamard_fp4"}, chains
+                              "hadamard_fp4", "attend_ring"}, chains
         dec.reset()
         dec.tokens.copy_(torch.tensor([3, 5]))
         logits = [dec.step().clone() for _ in range(3)]
@@ -50,6 +51,22 @@ def test_unfuse_puts_the_chains_back_with_the_same_bits(fuse_ab):
     (a, sa), (b, sb) = runs
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_unfuse_only_some_slots(fuse_ab):
+    """`unfuse(model, only)` swaps just those slots' chains in, and a slot that is no fused op is named in the error."""
+    from dsv4_model.attention import Attention
+    from dsv4_model.config import tiny
+    from dsv4_model.decode import GraphSafeDecoder
+    from dsv4_model.synthetic import random_model
+    model = random_model(dataclasses.replace(tiny(), max_seq_len=64), device="cpu")
+    GraphSafeDecoder(model, batch=1)
+    fuse_ab.unfuse(model, ["attend_ring"])
+    attn = [m for m in model.modules() if isinstance(m, Attention)]
+    assert {m.ring_core.__name__ for m in attn} == {"attend_ring"}
+    assert {m.q_norm_rope.__name__ for m in attn} == {"head_norm_rope_ref"}
+    with pytest.raises(ValueError, match="no fused op \\['attend'\\]"):
+        fuse_ab.unfuse(model, ["attend"])
 
 
 def test_parity_fails_a_wrong_kernel(fuse_ab, monkeypatch):

@@ -2203,11 +2203,58 @@ def test_attention_under_the_interpreter():
     _under_interpreter(ATTENTION_INTERPRET, timeout=600)
 
 
+ATTENTION_RING_INTERPRET = textwrap.dedent("""
+    import torch
+    from dsv4_kernels.attention.reference import attention_ring_ref
+    from dsv4_kernels.attention.triton_kernel import attention_ring_triton, attention_triton
+    g = torch.Generator().manual_seed(11)
+    bad = []
+    # Flash's CSA (a 128-slot ring and 150 picks) and HCA-like shapes, the tiny preset's, a window not a multiple of the
+    # 64-key step, no compressed keys; bf16 (official: one launch) and fp32 (splits and the merge)
+    for B, H, D, W, M, dt in ((3, 64, 512, 128, 150, torch.bfloat16), (2, 2, 128, 16, 40, torch.bfloat16),
+                              (2, 17, 96, 20, None, torch.bfloat16), (2, 2, 128, 16, 40, torch.float32),
+                              (4, 3, 32, 20, 300, torch.float32), (2, 4, 64, 16, None, torch.float32)):
+        q = torch.randn(B, 1, H, D, generator=g).to(dt)
+        ring = torch.randn(B, W, D, generator=g).to(dt)
+        order = (torch.randint(0, W, (B, 1), generator=g) + torch.arange(W)) % W          # a rotation per row
+        wv = torch.rand(B, W, generator=g) > 0.3
+        comp = cv = None
+        if M is not None:
+            comp = torch.randn(B + 1, M + 5, D, generator=g).to(dt)[:B, :M]                # a view of a bigger buffer
+            cv = torch.rand(B, M, generator=g) > 0.4
+            cv[0] = False
+        wv[0] = False                                                                      # row 0: only the sink
+        sink = torch.randn(H, generator=g)
+        got = attention_ring_triton(q, ring, order, wv, comp, cv, sink, D ** -0.5)
+        keys = [torch.gather(ring, 1, order.unsqueeze(-1).expand(-1, -1, D))] + ([] if comp is None else [comp])
+        masks = [wv] + ([] if cv is None else [cv])
+        want = attention_triton(q, torch.cat(keys, 1).unsqueeze(1), torch.cat(masks, 1).unsqueeze(1), sink, D ** -0.5)
+        if got.dtype != dt or not torch.equal(got.view(torch.int16 if dt == torch.bfloat16 else torch.int32),
+                                              want.to(dt).view(torch.int16 if dt == torch.bfloat16 else torch.int32)):
+            bad.append(f"ring != list B={B} H={H} D={D} W={W} M={M} {dt}")
+        if not torch.equal(got[0], torch.zeros_like(got[0])):
+            bad.append(f"masked row not zero B={B} W={W} M={M}")
+        ref = attention_ring_ref(q, ring, order, wv, comp, cv, sink, D ** -0.5).float()
+        if (got.float() - ref).abs().max().item() > 1e-2 * (1 + ref.abs().max().item()):
+            bad.append(f"ring vs reference B={B} W={W} M={M} {dt}")
+    print("BAD", bad)
+""")
+
+
+@pytest.mark.slow
+def test_attention_ring_under_the_interpreter():
+    """The core on the window ring (the graph-safe decode's: ring slots read in an order per row, then the compressed
+    keys, each masked by its own list) under the interpreter is, bit for bit, the one-list core on the same keys
+    gathered and concatenated, cast to the keys' dtype (bf16: its in-launch end of the softmax and bf16 store; fp32:
+    the splits and merge), with a fully masked row giving zeros; near the reference."""
+    _under_interpreter(ATTENTION_RING_INTERPRET, timeout=600)
+
+
 ATTENTION_WIRING_INTERPRET = textwrap.dedent("""
     import torch
     import dsv4_model
-    from dsv4_kernels.attention.reference import attention_ref
-    from dsv4_kernels.attention.triton_kernel import attention_triton
+    from dsv4_kernels.attention.reference import attention_ref, attention_ring_ref
+    from dsv4_kernels.attention.triton_kernel import attention_ring_triton, attention_triton
     from dsv4_kernels.indexer.reference import index_scores_ref
     from dsv4_kernels.indexer.triton_kernel import index_scores_triton
     from dsv4_model.attention import Attention
@@ -2227,8 +2274,8 @@ ATTENTION_WIRING_INTERPRET = textwrap.dedent("""
     for kern in (False, True):
         dec = GraphSafeDecoder(model, batch=4, kernels=False)
         for m in model.modules():
-            if isinstance(m, Attention):
-                m.core = core if kern else attention_ref
+            if isinstance(m, Attention):        # the graph-safe step runs the core on the ring
+                m.core, m.ring_core = (core, attention_ring_triton) if kern else (attention_ref, attention_ring_ref)
             elif isinstance(m, Indexer):
                 m.score, m.select = (score, topk_blocks_triton) if kern else (index_scores_ref, topk_blocks_ref)
         dec.reset()
@@ -2249,8 +2296,8 @@ def test_attention_kernels_in_the_decode_under_the_interpreter():
     """The attention core, indexer score and top-k kernels wired into the graph-safe decode as CUDA gets them, under
     the interpreter on the tiny model:
     40 steps of 4 rows at different positions (window wrap, HCA and CSA entries, the indexer's picks) give the
-    reference core's greedy tokens and logits within 1e-5, so the glue (the decode's concatenated keys and masks)
-    is exercised before a GPU runs it."""
+    reference core's greedy tokens and logits within 1e-5, so the glue (the decode's window ring, its order and the
+    compressed keys and masks) is exercised before a GPU runs it."""
     _under_interpreter(ATTENTION_WIRING_INTERPRET, timeout=600)
 
 
@@ -2305,6 +2352,36 @@ def test_decode_attention_parity(dt, n, H, D, N):
             assert (got.double() - exact).abs().max().item() <= 2 * ref_err + 1e-5 * exact.abs().max().item()
             if mask is not None and mask.shape[0] > 1:
                 assert torch.equal(got[0], torch.zeros_like(got[0]))
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n,H,D,W,M", [(1, 64, 512, 128, 512), (8, 64, 512, 128, 512), (8, 64, 512, 128, 32),
+                                       (4, 2, 128, 16, None), (3, 17, 96, 20, 100)])
+def test_decode_attention_ring_is_the_list_form(dt, n, H, D, W, M):
+    """On the GPU: the core on the window ring (read in a per-row order, then the compressed keys) is bit for bit the
+    one-list core on the same keys gathered and concatenated, cast to the keys' dtype (what the graph-safe decode's
+    values rest on: the reference path runs the list form); output poisoned first, a fully masked row gives zeros."""
+    from dsv4_kernels.attention import decode_attention, decode_attention_ring
+    g = torch.Generator().manual_seed(n * 100 + W)
+    q = torch.randn(n, 1, H, D, generator=g).to("cuda", dt)
+    ring = torch.randn(n, W, D, generator=g).to("cuda", dt)
+    order = ((torch.randint(0, W, (n, 1), generator=g) + torch.arange(W)) % W).cuda()
+    wv = (torch.rand(n, W, generator=g) > 0.2).cuda()
+    comp = cv = None
+    if M is not None:
+        comp = torch.randn(n, M + 7, D, generator=g).to("cuda", dt)[:, :M]           # entries: a strided view
+        cv = (torch.rand(n, M, generator=g) > 0.3).cuda()
+        cv[0] = False
+    wv[0] = False
+    sink = torch.randn(H, generator=g).cuda()
+    _poison(n * H * D * 8)
+    got = decode_attention_ring(q, ring, order, wv, comp, cv, sink, D ** -0.5)
+    K = torch.cat([torch.gather(ring, 1, order.unsqueeze(-1).expand(-1, -1, D))] + ([] if comp is None else [comp]), 1)
+    mask = torch.cat([wv] + ([] if cv is None else [cv]), 1)
+    want = decode_attention(q, K.unsqueeze(1), mask.unsqueeze(1), sink, D ** -0.5).to(dt)
+    assert got.dtype == dt and _bit_equal(got, want)
+    assert torch.equal(got[0], torch.zeros_like(got[0]))
 
 
 @cuda

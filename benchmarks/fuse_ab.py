@@ -353,12 +353,12 @@ def ring(batches: list[int], dev: str, reps: int) -> int:
 ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s")
 
 
-def depth(args: list[str], timeout: float) -> None:
-    """benchmarks/decode.py's per-layer measure with the fused ops on, then off (`--unfused`), each in its own
-    process; their tables side by side."""
+def depth(args: list[str], timeout: float, unfused: str = "all") -> None:
+    """benchmarks/decode.py's per-layer measure with the fused ops on, then off (`--unfused`: all, or the slots in
+    `unfused`), each in its own process; their tables side by side."""
     here = os.path.dirname(os.path.abspath(__file__))
     rows = {}
-    for name, extra in (("fused", []), ("unfused", ["--unfused"])):
+    for name, extra in (("fused", []), ("unfused", ["--unfused", unfused])):
         cmd = [sys.executable, os.path.join(here, "decode.py"), *args, *extra]
         print(f"$ {' '.join(cmd[1:])}", flush=True)
         # streamed as it comes (a call cut off by its time limit keeps what was measured), kept for the table
@@ -393,7 +393,14 @@ def main(argv=None) -> int:
     ap.add_argument("--depth-args", default="--configs flash --depths 2,8 --batches 1,8 --steps 30 --experts 64",
                     help="decode.py's options for --depth")
     ap.add_argument("--depth-timeout", type=float, default=240, help="seconds for each decode.py run")
+    ap.add_argument("--depth-unfused", default="all", metavar="SLOT,..",
+                    help="the fused ops the unfused run replaces: all, or these slots (e.g. attend_ring)")
     a = ap.parse_args(argv)
+    unknown = set(a.depth_unfused.split(",")) - set(FUSED_SLOTS) if a.depth_unfused != "all" else set()
+    if unknown:
+        print(f"benchmarks/fuse_ab.py: --depth-unfused {a.depth_unfused!r}: no fused op {sorted(unknown)}; expected "
+              f"'all' or some of {', '.join(FUSED_SLOTS)}", file=sys.stderr)
+        return 2
     if a.device == "cuda" and not torch.cuda.is_available() and not a.depth_only:
         print("benchmarks/fuse_ab.py: --device cuda and no CUDA GPU (--device cpu runs the references: a crash test)",
               file=sys.stderr)
@@ -411,7 +418,7 @@ def main(argv=None) -> int:
         bad += ring(batches, a.device, a.reps)
     if a.depth or a.depth_only:
         print("== per layer, fused ops on and off", flush=True)
-        depth(a.depth_args.split(), a.depth_timeout)
+        depth(a.depth_args.split(), a.depth_timeout, a.depth_unfused)
     print(f"parity failures: {bad}")
     return 1 if bad else 0
 

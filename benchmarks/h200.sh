@@ -6,7 +6,8 @@
 #                                      (graph-safe decode, runtime layers), `graphcheck capture` of the graph-safe
 #                                      target and benchmarks/official_numerics.py (issue 36: graph-safe vs reference
 #                                      bit for bit on this GPU) (correctness only: nothing is timed while they share it);
-#                                      then the Flash-dimension tests alone (CHECK_FLASH=0: not)
+#                                      then the Flash-dimension tests alone (CHECK_FLASH=0: not; CHECK_K: the kernel
+#                                      tests' -k, e.g. "attention")
 #   bash benchmarks/h200.sh tests      pytest on TESTS_ARGS (e.g. "tests/kernels -k 'f32 or bf16'", quotes as in a shell),
 #                                      building the extension first
 #   bash benchmarks/h200.sh memcheck   the kernel parity tests under compute-sanitizer memcheck, in MEMCHECK_SHARDS (4)
@@ -25,7 +26,8 @@
 #                                      `graphcheck capture` of their targets (side by side, while the extension builds),
 #                                      then alone on the GPU: fused vs the launches they replaced (parity on poisoned
 #                                      outputs, A/B at B=1,8,32), then decode.py --depths 2,8 --batches 1,8 --experts 64
-#                                      with the fused ops on and off (FUSE_ONLY: some of tests,ab,depth; default all)
+#                                      with the fused ops on and off (FUSE_ONLY: some of tests,ab,depth; default all;
+#                                      FUSE_UNFUSED: the slots the "off" run replaces, e.g. attend_ring; default all)
 #   bash benchmarks/h200.sh drift      benchmarks/kernel_drift.py: where kernels and references part over steps
 #                                      (DRIFT_ARGS, e.g. "--no-sim")
 #   bash benchmarks/h200.sh speculative  issue 41's batched verify: side by side, benchmarks/row_invariance.py (which
@@ -89,7 +91,9 @@ for stage in "${@:-check}"; do
     run check-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
     grep -E "build|exit" "$OUT/check-build.txt"
     # the slow tests are CPU work (the Triton interpreter, the sm_90 build): CPU CI runs them
-    run check-pytest-kernels.txt 330 python -X faulthandler -m pytest -q -rfE -p no:cacheprovider -m "not slow" tests/kernels &
+    # CHECK_K: only the kernel tests it selects (pytest -k; the whole set has outgrown 330 s beside the rest on the H200)
+    run check-pytest-kernels.txt 330 python -X faulthandler -m pytest -q -rfE -p no:cacheprovider -m "not slow" tests/kernels \
+      ${CHECK_K:+-k "$CHECK_K"} &
     # the Flash-dimension tests hold ~25 GB each: beside the numerics script (~50 GB) they ran out of an H100's 80 GB
     # (run 49), so they run after it, alone
     run check-pytest-cuda.txt 330 python -m pytest -q -rfEP -p no:cacheprovider -m cuda tests --ignore=tests/kernels \
@@ -188,8 +192,8 @@ for stage in "${@:-check}"; do
     run fuse-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())" &
     if [[ $only == *,tests,* ]]; then
       run fuse-tests.txt 300 python -m pytest -q -rfE -p no:cacheprovider -m cuda tests/kernels/test_kernels.py \
-        -k "head_norm_rope or norm_rope_fp8 or fp8_nope or mhc_pre_norm or compressor_ring or compressor_pool or record or moe_route or row_sum or swiglu_fp8 or fake_quant_parity or hadamard_fp4" &
-      for t in head_norm_rope norm_rope_fp8_kv norm_rope_fp8_entry fp8_nope mhc_pre_norm ring_write close_block compressor_pool_csa compressor_pool_hca moe_route moe_route_hash swiglu_fp8 fp8_fake_quant hadamard_fp4_q hadamard_fp4_entry fp4_fake_quant; do
+        -k "head_norm_rope or norm_rope_fp8 or fp8_nope or mhc_pre_norm or compressor_ring or compressor_pool or record or moe_route or row_sum or swiglu_fp8 or fake_quant_parity or hadamard_fp4 or attention" &
+      for t in head_norm_rope norm_rope_fp8_kv norm_rope_fp8_entry fp8_nope mhc_pre_norm ring_write close_block compressor_pool_csa compressor_pool_hca moe_route moe_route_hash swiglu_fp8 fp8_fake_quant hadamard_fp4_q hadamard_fp4_entry fp4_fake_quant decode_attention decode_attention_ring; do
         echo "== capture dsv4_kernels.targets:$t"
         timeout 90 python -m graphcheck capture "dsv4_kernels.targets:$t" --device cuda 2>&1 | grep -E "GC0|clean|passed|Error" | cut -c1-220
       done > "$OUT/fuse-capture.txt" 2>&1
@@ -201,7 +205,7 @@ for stage in "${@:-check}"; do
       run fuse-ab.txt 240 python benchmarks/fuse_ab.py
       grep -vE "^\s*$|Warning|warn" "$OUT/fuse-ab.txt" | tail -90; fi
     if [[ $only == *,depth,* ]]; then
-      run fuse-depth.txt 470 python benchmarks/fuse_ab.py --depth-only --depth-timeout 230
+      run fuse-depth.txt 470 python benchmarks/fuse_ab.py --depth-only --depth-timeout 230 --depth-unfused "${FUSE_UNFUSED:-all}"
       grep -A4 -E "^ *B +layer ms fused" "$OUT/fuse-depth.txt"; grep -E "^  flash depth|^exit|Error" "$OUT/fuse-depth.txt"; fi ;;
   drift)
     run drift.txt 300 python benchmarks/kernel_drift.py ${DRIFT_ARGS:-}; tail -30 "$OUT/drift.txt" ;;

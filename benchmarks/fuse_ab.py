@@ -26,7 +26,9 @@ loaded model (what the decode ran before them, every link the kernel the decode 
   GEMM with the Hadamard matrix, the scale, the cast back and the FP4 fake quant (5 launches, twice per CSA layer);
 - attend_ring (`dsv4_kernels.attention`, the core on the window ring): the window's gather into the official order,
   the concatenations of keys and of masks, the one-list core and the cast of o to bf16 (5 launches a CSA or HCA
-  layer, 4 a window-only one).
+  layer, 4 a window-only one);
+- score (`dsv4_kernels.indexer`, the scores with the head weights' scale in the launch): the scale as the indexer made
+  it before (a cast to fp32, the product, the cast back: 3 launches a CSA layer) and the scores.
 Parity: fresh inputs, outputs poisoned (freed memory filled with NaN first), the Flash shapes at each batch and odd
 shapes: bit for bit against the chain where the kernel is built to be (BITWISE: norm_rope_fp8, fp8_nope, pool,
 swiglu_fp8), the route's picks equal and its weights within ULPS ulps, else the share of equal elements (held to
@@ -97,14 +99,19 @@ def unfused_ops(device) -> dict:
         K = torch.cat(keys + ([] if comp is None else [comp]), 1).unsqueeze(1)
         return core(q, K, torch.cat(masks, 1).unsqueeze(1), sink, scale).to(window.dtype)
 
-    return {"q_norm_rope": q_norm_rope, "mhc_pre_norm": mhc_pre_norm, "norm_rope_fp8": norm_rope_fp8,
+    scores = select("index_scores", device)
+
+    def score(q, k, w, scale=None):
+        return scores(q, k, w if scale is None else (w.float() * scale).to(w.dtype))
+
+    return {"score": score, "q_norm_rope": q_norm_rope, "mhc_pre_norm": mhc_pre_norm, "norm_rope_fp8": norm_rope_fp8,
             "fp8_nope": fp8_nope, "ring_write": ring_write_ref, "close_block": close_block_ref, "pool": pool,
             "route": moe_route_ref, "swiglu_fp8": swiglu_fp8, "hadamard_fp4": hadamard_fp4, "attend_ring": attend_ring}
 
 
 # the decode slots of the fused ops (`unfused_ops` gives each one's chain)
 FUSED_SLOTS = ("q_norm_rope", "mhc_pre_norm", "norm_rope_fp8", "fp8_nope", "ring_write", "close_block", "pool", "route",
-               "swiglu_fp8", "hadamard_fp4", "attend_ring")
+               "swiglu_fp8", "hadamard_fp4", "attend_ring", "score")
 
 
 def fused_ops(device) -> dict:
@@ -131,7 +138,7 @@ def unfuse(model, only: list[str] | None = None) -> None:
              Compressor: {"norm_rope": "norm_rope_fp8", "ring_write": "ring_write", "close_block": "close_block",
                           "pool_reduce": "pool"},
              HyperConnection: {"pre_norm": "mhc_pre_norm"}, Gate: {"route": "route"},
-             Expert: {"swiglu_fp8": "swiglu_fp8"}, Indexer: {"hadamard_fp4": "hadamard_fp4"}}
+             Expert: {"swiglu_fp8": "swiglu_fp8"}, Indexer: {"hadamard_fp4": "hadamard_fp4", "score": "score"}}
     for m in model.modules():
         for kind, attrs in swaps.items():
             if isinstance(m, kind):
@@ -187,7 +194,8 @@ def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple
                 (f"swiglu {B}x1x96 L10", "swiglu_fp8", (r(B, 1, 96, scale=8.0), r(B, 1, 96, scale=8.0), 10.0, 96)),
                 (f"rotate {B}x1x2x64", "hadamard_fp4", (r(B, 1, 2, 64), _sylvester(64, dev), 32)),
                 (f"attend {B}x2x128 16+40", "attend_ring", _ring_args(B, 2, 128, 16, 40, r, g, dev)),
-                (f"attend {B}x3x96 20", "attend_ring", _ring_args(B, 3, 96, 20, None, r, g, dev))]
+                (f"attend {B}x3x96 20", "attend_ring", _ring_args(B, 3, 96, 20, None, r, g, dev)),
+                (f"score {B}x2x64 40", "score", (r(B, 1, 2, 64), r(B, 40, 64), r(B, 1, 2), 0.09))]
     X = r(B, 1, 4, 4096)
     return [(f"q {B}x1x64x512", "q_norm_rope", (r(B, 1, 64, 512), _table(g, B, 1, 1, rd=64, dev=dev), 1e-6, 64)),
             (f"mhc {B}x4x4096", "mhc_pre_norm", (X, X.flatten(-2).float() @ (f(24, 16384) * 0.01).T, w(3), f(24),
@@ -205,11 +213,12 @@ def cases(B: int, dev: str, g: torch.Generator, odd: bool = False) -> list[tuple
             (f"rotate q {B}x1x64x128", "hadamard_fp4", (r(B, 1, 64, 128), _sylvester(128, dev), 32)),
             (f"rotate entry {B}x128", "hadamard_fp4", (r(B, 128), _sylvester(128, dev), 32)),
             (f"attend CSA {B}x64x512", "attend_ring", _ring_args(B, 64, 512, 128, 512, r, g, dev)),
-            (f"attend HCA {B}x64x512", "attend_ring", _ring_args(B, 64, 512, 128, 64, r, g, dev))]
+            (f"attend HCA {B}x64x512", "attend_ring", _ring_args(B, 64, 512, 128, 64, r, g, dev)),
+            (f"score {B}x64x128 1024", "score", (r(B, 1, 64, 128), r(B, 1024, 128), r(B, 1, 64), 128 ** -0.5 / 8))]
 
 
 # built to give the chain's bits (the same steps at the same rounding points); the others are within a rounding
-BITWISE = {"norm_rope_fp8", "fp8_nope", "pool", "swiglu_fp8", "attend_ring"}
+BITWISE = {"norm_rope_fp8", "fp8_nope", "pool", "swiglu_fp8", "attend_ring", "score"}
 # the picks equal, the weights within ULPS fp32 ulps: the route's renormalising sum runs in another order than torch's
 # CUDA row sum (run 55: 1-2 ulps)
 ULPS = {"route": 4}

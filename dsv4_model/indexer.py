@@ -57,15 +57,18 @@ class Indexer(nn.Module):
         return self.rotate(self.rope(q, cs_q, self.rd))
 
     def weights(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B,T,d] -> the heads' score weights [B,T,Hi]: in the model dtype, as the official score chain (the
-        product rounded); index_scores keeps that dtype."""
-        w = self.weights_proj(x)
-        return (w.float() * (self.Di ** -0.5 * self.Hi ** -0.5)).to(w.dtype)
+        """x [B,T,d] -> the weight projection [B,T,Hi] in the model dtype; the score applies `w_scale` (an fp32
+        product rounded back to that dtype, as the official score chain: index_scores' `scale`)."""
+        return self.weights_proj(x)
+
+    @property
+    def w_scale(self) -> float:
+        return self.Di ** -0.5 * self.Hi ** -0.5
 
     def scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
-        """-> [B,T,n]; w: `weights(x)` when the caller has it already (the batched verify projects every position
+        """-> [B,T,n]; w: `weights(x)` when the caller has it already (the graph-safe step projects every position
         at once)."""
-        return self.score(q, k, self.weights(x) if w is None else w)
+        return self.score(q, k, self.weights(x) if w is None else w, self.w_scale)
 
     def step(self, x: torch.Tensor, qr: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor | None:
         """Decode: run the private compressor, then top-k over the completed blocks; None when there are none."""

@@ -2,7 +2,10 @@
 one query token per sequence (``triton_kernel.py``; within fp32 rounding of the reference, not bit-exact), the
 PyTorch reference (``reference.py``) elsewhere and for prefill (T > 1).
 
-    index_scores(q [B,T,Hi,Di], k [B,N,Di], w [B,T,Hi] fp32) -> [B,T,N] fp32
+    index_scores(q [B,T,Hi,Di], k [B,N,Di], w [B,T,Hi], scale=None) -> [B,T,N] fp32
+
+(`scale`: the head weights are (w.float() * scale) rounded to w's dtype, the weight projection's scaling made in the
+same launch.)
 
 and its top-k, the indices of the k best scores per row in the stable descending order (ties to the lower index),
 in one Triton launch on CUDA for at most 64 rows of at most 1024 scores (decode), bit for bit the indices of the
@@ -24,7 +27,7 @@ from .._record import Kernel, Op
 from .reference import gather_picks_ref, index_scores_ref, topk_blocks_ref
 
 
-def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, scale: float | None = None) -> torch.Tensor:
     if q.dim() != 4 or k.dim() != 3 or k.shape[0] != q.shape[0] or k.shape[-1] != q.shape[-1]:
         raise ValueError(f"index_scores: expected q [B,T,Hi,Di] and k [B,N,Di], found q {tuple(q.shape)} and k "
                          f"{tuple(k.shape)}")
@@ -33,8 +36,8 @@ def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Ten
                          f"{tuple(w.shape)}")
     if q.shape[1] == 1 and q.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import index_scores_triton
-        return index_scores_triton(q, k, w)
-    return index_scores_ref(q, k, w)
+        return index_scores_triton(q, k, w, scale)
+    return index_scores_ref(q, k, w, scale)
 
 
 def topk_blocks(scores: torch.Tensor, k: int) -> torch.Tensor:

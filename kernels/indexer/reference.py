@@ -8,9 +8,12 @@ from __future__ import annotations
 import torch
 
 
-def index_scores_ref(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """q [B,T,Hi,Di], k [B,N,Di] (the compressed index keys), w [B,T,Hi] (per-head weights, scale included, in the
-    model dtype) -> I [B,T,N] fp32 holding the model-dtype values of sum_h w_h * ReLU(q_h . k_n)."""
+def index_scores_ref(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """q [B,T,Hi,Di], k [B,N,Di] (the compressed index keys), w [B,T,Hi] (per-head weights in the model dtype; with
+    `scale`, the weight projection's output, the head weights being w.float() * scale rounded back to w's dtype)
+    -> I [B,T,N] fp32 holding the model-dtype values of sum_h w_h * ReLU(q_h . k_n)."""
+    if scale is not None:
+        w = (w.float() * scale).to(w.dtype)
     dt = q.dtype
     s = torch.einsum("bthd,bnd->bthn", q.float(), k.float()).to(dt).relu()
     return (s * w.to(dt).unsqueeze(-1)).float().sum(-2).to(dt).float()

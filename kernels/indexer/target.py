@@ -9,7 +9,8 @@ from .._capture import cutedsl_or_reference, device as _dev, generator as _gen
 
 
 def index_scores(rows: int = 8, heads: int = 64, d: int = 128, keys: int = 1024) -> Target:
-    """Fresh index queries, compressed keys (Flash: 64 heads of 128, 1024 blocks at 4096 tokens) and weights."""
+    """Fresh index queries, compressed keys (Flash: 64 heads of 128, 1024 blocks at 4096 tokens) and weight
+    projections, scaled in the launch as the decode's (`Indexer.w_scale`)."""
     from . import index_scores as fn
     dev = _dev()
     dt = torch.bfloat16 if dev == "cuda" else torch.float32
@@ -17,9 +18,9 @@ def index_scores(rows: int = 8, heads: int = 64, d: int = 128, keys: int = 1024)
     def inputs(i):
         g = _gen(i)
         q, k = torch.randn(rows, 1, heads, d, generator=g), torch.randn(rows, keys, d, generator=g)
-        return q.to(dev, dt), k.to(dev, dt), torch.randn(rows, 1, heads, generator=g).to(dev)
+        return q.to(dev, dt), k.to(dev, dt), torch.randn(rows, 1, heads, generator=g).to(dev, dt)
 
-    return Target(step=lambda a: fn(*a), make_inputs=inputs, state=dict,
+    return Target(step=lambda a: fn(*a, d ** -0.5 * heads ** -0.5), make_inputs=inputs, state=dict,
                   name=f"index_scores[{rows}x{heads}x{d}, {keys} keys]", device=dev)
 
 

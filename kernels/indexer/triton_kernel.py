@@ -34,9 +34,9 @@ def _bf16(x, NATIVE: tl.constexpr):
 
 
 @triton.jit
-def _index_scores_kernel(q_ptr, k_ptr, w_ptr, o_ptr, N, q_row, q_head, k_row, k_key, w_row, o_row,
+def _index_scores_kernel(q_ptr, k_ptr, w_ptr, o_ptr, N, w_scale, q_row, q_head, k_row, k_key, w_row, o_row,
                          H: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, BN: tl.constexpr,
-                         PRECISION: tl.constexpr, ROUND: tl.constexpr, NATIVE: tl.constexpr):
+                         PRECISION: tl.constexpr, ROUND: tl.constexpr, NATIVE: tl.constexpr, SCALE: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1) * BN + tl.arange(0, BN)
     h = tl.arange(0, HP)
@@ -46,7 +46,11 @@ def _index_scores_kernel(q_ptr, k_ptr, w_ptr, o_ptr, N, q_row, q_head, k_row, k_
                 other=0.0).to(tl.float32)                                               # [HP, DP]
     k = tl.load(k_ptr + b * k_row + j[:, None].to(tl.int64) * k_key + d[None, :], mask=jm[:, None] & dm[None, :],
                 other=0.0).to(tl.float32)                                               # [BN, DP]
-    w = tl.load(w_ptr + b * w_row + h, mask=hm, other=0.0)                              # padded heads weigh 0
+    w = tl.load(w_ptr + b * w_row + h, mask=hm, other=0.0).to(tl.float32)              # padded heads weigh 0
+    if SCALE:       # the head weights' scale: an fp32 product, rounded to the weights' dtype (q's) below
+        w = w * w_scale
+    if ROUND:       # the chain's head weights in bf16
+        w = _bf16(w, NATIVE)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
     if ROUND:
         s = _bf16(s, NATIVE)
@@ -61,17 +65,23 @@ def _index_scores_kernel(q_ptr, k_ptr, w_ptr, o_ptr, N, q_row, q_head, k_row, k_
     tl.store(o_ptr + b * o_row + j, out, mask=jm)
 
 
-def index_scores_triton(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """q [B,1,Hi,Di], k [B,N,Di], w [B,1,Hi] -> [B,1,N] fp32 (shapes checked by the caller); bf16 q: the bf16 chain."""
+def index_scores_triton(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """q [B,1,Hi,Di], k [B,N,Di], w [B,1,Hi] -> [B,1,N] fp32 (shapes checked by the caller); bf16 q: the bf16 chain.
+    `scale`: the head weights are (w.float() * scale) in w's dtype, made here rather than in three launches before."""
     B, _, H, D = q.shape
     N = k.shape[1]
-    q3, w2 = q[:, 0], w[:, 0].to(q.dtype).float()           # bf16 q: the head weights in bf16, as the chain has them
+    q3, w2 = q[:, 0], w[:, 0]
     if q3.stride(-1) != 1:
         q3 = q3.contiguous()
     if k.stride(-1) != 1:
         k = k.contiguous()
     if w2.stride(-1) != 1:
         w2 = w2.contiguous()
+    if w2.dtype != q.dtype or q.dtype not in (torch.bfloat16, torch.float32):
+        # the kernel rounds the weights to q's dtype, bf16 or fp32; any other pairing gets its roundings here
+        if scale is not None:
+            w2, scale = (w2.float() * scale).to(w2.dtype), None
+        w2 = w2.to(q.dtype).float()
     out = torch.empty(B, 1, N, dtype=torch.float32, device=q.device)
     if B == 0 or N == 0:
         return out
@@ -81,9 +91,9 @@ def index_scores_triton(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> to
     HP, DP = max(16, triton.next_power_of_2(H)), max(16, triton.next_power_of_2(D))
     bn = BN if exact else BN // 2
     _index_scores_kernel[(B, triton.cdiv(N, bn))](
-        q3, k, w2, out, N, q3.stride(0), q3.stride(1), k.stride(0), k.stride(1), w2.stride(0), out.stride(0),
-        H=H, HP=HP, D=D, DP=DP, BN=bn, PRECISION="tf32" if exact else "tf32x3", ROUND=q.dtype == torch.bfloat16,
-        NATIVE=q.is_cuda, num_warps=4)
+        q3, k, w2, out, N, 1.0 if scale is None else scale, q3.stride(0), q3.stride(1), k.stride(0), k.stride(1),
+        w2.stride(0), out.stride(0), H=H, HP=HP, D=D, DP=DP, BN=bn, PRECISION="tf32" if exact else "tf32x3",
+        ROUND=q.dtype == torch.bfloat16, NATIVE=q.is_cuda, SCALE=scale is not None, num_warps=4)
     return out
 
 

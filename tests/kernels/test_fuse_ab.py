@@ -41,9 +41,10 @@ def test_unfuse_puts_the_chains_back_with_the_same_bits(fuse_ab):
                      {m.swiglu_fp8.__name__ for m in model.modules() if isinstance(m, Expert)}
             chains |= {m.hadamard_fp4.__name__ for m in model.modules() if isinstance(m, Indexer)}
             chains |= {m.ring_core.__name__ for m in model.modules() if isinstance(m, Attention)}
+            chains |= {m.score.__name__ for m in model.modules() if isinstance(m, Indexer)}
             # the route's chain is its reference, the torch calls it replaced
             assert chains == {"q_norm_rope", "norm_rope_fp8", "mhc_pre_norm", "moe_route_ref", "swiglu_fp8",
-                              "hadamard_fp4", "attend_ring"}, chains
+                              "hadamard_fp4", "attend_ring", "score"}, chains
         dec.reset()
         dec.tokens.copy_(torch.tensor([3, 5]))
         logits = [dec.step().clone() for _ in range(3)]

@@ -2267,7 +2267,7 @@ ATTENTION_WIRING_INTERPRET = textwrap.dedent("""
     # what the decode's kernel table (decode_kernels) gives Attention and Indexer on CUDA: the kernels for one
     # query token, the references for prefill
     core = lambda q, K, mask, sink, scale: (attention_triton if q.shape[1] == 1 else attention_ref)(q, K, mask, sink, scale)
-    score = lambda q, k, w: (index_scores_triton if q.shape[1] == 1 else index_scores_ref)(q, k, w)
+    score = lambda q, k, w, scale=None: (index_scores_triton if q.shape[1] == 1 else index_scores_ref)(q, k, w, scale)
     from dsv4_kernels.indexer.reference import topk_blocks_ref
     from dsv4_kernels.indexer.triton_kernel import topk_blocks_triton
     runs = []
@@ -2407,6 +2407,12 @@ def test_index_scores_reference_is_the_old_formula():
         s = torch.einsum("bthd,bnd->bthn", q.float(), k.float()).relu()
         old = (s * w.unsqueeze(-1)).sum(-2)
         assert _bit_equal(index_scores_ref(q, k, w), old) and _bit_equal(index_scores(q, k, w), old)
+        # `scale`: the head weights scaled as Indexer.weights did before the score took it (an fp32 product rounded
+        # back to w's dtype)
+        for wd in (torch.float32, torch.bfloat16):
+            raw = w.to(wd)
+            assert _bit_equal(index_scores(q.to(wd), k.to(wd), raw, 0.07),
+                              index_scores_ref(q.to(wd), k.to(wd), (raw.float() * 0.07).to(wd)))
 
 
 def test_index_scores_checks_name_the_culprit():
@@ -2456,6 +2462,14 @@ INDEX_SCORES_INTERPRET = textwrap.dedent("""
         want = index_scores_ref(q, k, w)
         bad += [] if torch.equal(index_scores_triton(q, k, w), want) else [f"bf16 B={B} H={H}"]
         bad += [] if not torch.equal(index_scores_ref(q.float(), k.float(), w.float()), want) else ["bf16 chain not visible"]
+        # the head weights' scale made in the launch (the decode's: Indexer.w_scale) is the three ops it replaced
+        raw, c = (torch.randn(B, 1, H, generator=g) * 4).bfloat16(), D ** -0.5 * H ** -0.5
+        want = index_scores_ref(q, k, (raw.float() * c).bfloat16())
+        bad += [] if torch.equal(index_scores_triton(q, k, raw, c), want) else [f"bf16 scale B={B} H={H}"]
+        bad += [] if torch.equal(index_scores_ref(q, k, raw, c), want) else [f"bf16 scale ref B={B} H={H}"]
+        bad += [] if not torch.equal(index_scores_triton(q, k, raw), want) else ["scale not visible"]
+    q, k, w = torch.randn(2, 1, 5, 64, generator=g), torch.randn(2, 70, 64, generator=g), torch.randn(2, 1, 5, generator=g)
+    bad += [] if torch.equal(index_scores_triton(q, k, w, 0.3), index_scores_triton(q, k, w * 0.3)) else ["fp32 scale"]
     print("BAD", bad)
 """)
 
@@ -2484,6 +2498,9 @@ def test_index_scores_parity(dt, n, H, D, N):
         _poison(n * N * 8)
         got, want = index_scores(q, k, w), index_scores_ref(q, k, w)
         assert got.dtype == torch.float32 and torch.isfinite(got).all()
+        # the head weights' scale in the launch: the scaled weights' scores bit for bit
+        raw = w.to(dt)
+        assert _bit_equal(index_scores(q, k, raw, 0.011), index_scores(q, k, (raw.float() * 0.011).to(dt)))
         # the sum over heads cancels: the tolerance is on the terms' size, not the result's
         terms = (torch.einsum("bthd,bnd->bthn", q.float(), k.float()).relu() * w.abs().unsqueeze(-1)).sum(-2)
         # bf16: the chain rounds each dot, product and the sum to bf16 (official): another order of the sum over

@@ -80,11 +80,41 @@ def _round_bf16(x):
 
 
 @triton.jit
+def _step(q, k, valid, m_i, l_i, acc, scale, QK_PRECISION: tl.constexpr, ROUND_P: tl.constexpr,
+          NATIVE: tl.constexpr):
+    """One step of the online softmax over keys k [BN, DP] (valid [BN]) -> (m_i, l_i, acc). Every loop of the kernel
+    runs this one body, so each key layout takes the same operations, hence the same bits."""
+    if not ROUND_P:
+        k = k.to(tl.float32)
+    if ROUND_P and NATIVE:
+        s = tl.dot(q, tl.trans(k)) * scale                                              # bf16 in, fp32 sums
+    elif ROUND_P:   # the interpreter (CPU tensors) has no bf16 dot: the same exact products in fp32
+        s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee") * scale
+    else:
+        s = tl.dot(q, tl.trans(k), input_precision=QK_PRECISION) * scale              # [BH, BN]
+    s = tl.where(valid[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)                                # nothing valid yet: exp(-inf) = 0
+    alpha = tl.exp(m_i - m_use)
+    p = tl.exp(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if ROUND_P and NATIVE:      # official: the row sum from P, then P in the keys' dtype for P . V
+        acc = acc * alpha[:, None] + tl.dot(p.to(k.dtype), k)
+    elif ROUND_P:
+        # and its fp32 -> bf16 cast truncates: round to nearest even on the bits (p is finite, >= 0)
+        acc = acc * alpha[:, None] + tl.dot(_round_bf16(p), k.to(tl.float32), input_precision="ieee")
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p, k, input_precision="tf32x3")
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, m_ptr, l_ptr, acc_ptr, sink_ptr, o_ptr,
                          N, W, S, scale, q_row, q_head, k_row, k_key, mask_row, k2_row, k2_key, order_row, mask2_row,
                          o_row, o_head, H: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, SPLIT: tl.constexpr,
                          BH: tl.constexpr, BN: tl.constexpr, HAS_MASK: tl.constexpr, QK_PRECISION: tl.constexpr,
-                         ROUND_P: tl.constexpr, NATIVE: tl.constexpr, RING: tl.constexpr, FINISH: tl.constexpr):
+                         ROUND_P: tl.constexpr, NATIVE: tl.constexpr, RING: tl.constexpr, RING_BLOCKS: tl.constexpr,
+                         FINISH: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     hb, sp = tl.program_id(1), tl.program_id(2)
     h = hb * BH + tl.arange(0, BH)
@@ -97,32 +127,31 @@ def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, m
     m_i = tl.full([BH], float("-inf"), tl.float32)
     l_i = tl.zeros([BH], tl.float32)
     acc = tl.zeros([BH, DP], tl.float32)
-    for start in tl.range(sp * SPLIT, sp * SPLIT + SPLIT, BN):
-        j = start + tl.arange(0, BN)
-        k, valid = _keys(k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, b, j, d, dm, N, W, k_row, k_key, mask_row,
-                         k2_row, k2_key, order_row, mask2_row, HAS_MASK, RING)
-        if not ROUND_P:
-            k = k.to(tl.float32)
-        if ROUND_P and NATIVE:
-            s = tl.dot(q, tl.trans(k)) * scale                                          # bf16 in, fp32 sums
-        elif ROUND_P:   # the interpreter (CPU tensors) has no bf16 dot: the same exact products in fp32
-            s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee") * scale
-        else:
-            s = tl.dot(q, tl.trans(k), input_precision=QK_PRECISION) * scale          # [BH, BN]
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)                            # nothing valid yet: exp(-inf) = 0
-        alpha = tl.exp(m_i - m_use)
-        p = tl.exp(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if ROUND_P and NATIVE:      # official: the row sum from P, then P in the keys' dtype for P . V
-            acc = acc * alpha[:, None] + tl.dot(p.to(k.dtype), k)
-        elif ROUND_P:
-            # and its fp32 -> bf16 cast truncates: round to nearest even on the bits (p is finite, >= 0)
-            acc = acc * alpha[:, None] + tl.dot(_round_bf16(p), k.to(tl.float32), input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p, k, input_precision="tf32x3")
-        m_i = m_new
+    if RING_BLOCKS:
+        # one split, the ring a whole number of steps (Flash: 128 slots, 2 steps): its steps read the ring by slot,
+        # the rest the compressed keys, each one load (a step that straddles both, or a select between them, loads
+        # twice: the CSA core took 1.6x as long on the H100, run 66)
+        for start in tl.range(0, W, BN):
+            j = start + tl.arange(0, BN)
+            inw = j < W
+            slot = tl.load(order_ptr + b * order_row + j, mask=inw, other=0)
+            k = tl.load(k_ptr + b * k_row + slot[:, None] * k_key + d[None, :], mask=inw[:, None] & dm[None, :],
+                        other=0.0)
+            valid = inw & (tl.load(mask_ptr + b * mask_row + j, mask=inw, other=0) != 0)
+            m_i, l_i, acc = _step(q, k, valid, m_i, l_i, acc, scale, QK_PRECISION, ROUND_P, NATIVE)
+        for start in tl.range(W, N, BN):
+            j = start + tl.arange(0, BN)
+            inc = j < N
+            k = tl.load(k2_ptr + b * k2_row + (j - W)[:, None] * k2_key + d[None, :], mask=inc[:, None] & dm[None, :],
+                        other=0.0)
+            valid = inc & (tl.load(mask2_ptr + b * mask2_row + (j - W), mask=inc, other=0) != 0)
+            m_i, l_i, acc = _step(q, k, valid, m_i, l_i, acc, scale, QK_PRECISION, ROUND_P, NATIVE)
+    else:
+        for start in tl.range(sp * SPLIT, sp * SPLIT + SPLIT, BN):
+            j = start + tl.arange(0, BN)
+            k, valid = _keys(k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, b, j, d, dm, N, W, k_row, k_key,
+                             mask_row, k2_row, k2_key, order_row, mask2_row, HAS_MASK, RING)
+            m_i, l_i, acc = _step(q, k, valid, m_i, l_i, acc, scale, QK_PRECISION, ROUND_P, NATIVE)
     if FINISH:      # one split (official): the merge's end here, row sum + exp(sink - max), the division, o's dtype
         sink = tl.load(sink_ptr + h, mask=hm, other=0.0).to(tl.float32)
         mx = tl.where(m_i == float("-inf"), 0.0, m_i)                                   # no valid key: o = 0
@@ -242,7 +271,8 @@ def _attend(q, k3, mk, order, k2, mk2, sink, scale, out_dtype) -> torch.Tensor:
         q3, k3, mk, k2, order, mk2, m, l, acc, sink, out, N, W, S, scale, q3.stride(0), q3.stride(1), k3.stride(0),
         k3.stride(1), mask_row, k2_row, k2_key, order_row, mask2_row, out.stride(0), out.stride(2),
         H=H, D=D, DP=DP, SPLIT=split, BH=BH, BN=bn, HAS_MASK=has_mask,
-        QK_PRECISION="tf32" if exact else "ieee", ROUND_P=official, NATIVE=q.is_cuda, RING=ring, FINISH=official,
+        QK_PRECISION="tf32" if exact else "ieee", ROUND_P=official, NATIVE=q.is_cuda, RING=ring,
+        RING_BLOCKS=ring and official and W % bn == 0 and has_mask, FINISH=official,
         num_warps=WARPS_WIDE if DP >= 512 else 4, **({} if STAGES is None else {"num_stages": STAGES}))
     if not official:
         _attend_merge_kernel[(B, H)](m, l, acc, sink, out, S, out.stride(0), out.stride(2), H=H, D=D, DP=DP,

@@ -2210,10 +2210,12 @@ ATTENTION_RING_INTERPRET = textwrap.dedent("""
     g = torch.Generator().manual_seed(11)
     bad = []
     # Flash's CSA (a 128-slot ring and 150 picks) and HCA-like shapes, the tiny preset's, a window not a multiple of the
-    # 64-key step, no compressed keys; bf16 (official: one launch) and fp32 (splits and the merge)
+    # 64-key step, no compressed keys; bf16 (official: one launch; a ring of whole 64-key steps takes its own loops)
+    # and fp32 (splits and the merge)
     for B, H, D, W, M, dt in ((3, 64, 512, 128, 150, torch.bfloat16), (2, 2, 128, 16, 40, torch.bfloat16),
                               (2, 17, 96, 20, None, torch.bfloat16), (2, 2, 128, 16, 40, torch.float32),
-                              (4, 3, 32, 20, 300, torch.float32), (2, 4, 64, 16, None, torch.float32)):
+                              (4, 3, 32, 20, 300, torch.float32), (2, 4, 64, 16, None, torch.float32),
+                              (2, 4, 64, 128, None, torch.bfloat16), (2, 4, 64, 64, 64, torch.bfloat16)):
         q = torch.randn(B, 1, H, D, generator=g).to(dt)
         ring = torch.randn(B, W, D, generator=g).to(dt)
         order = (torch.randint(0, W, (B, 1), generator=g) + torch.arange(W)) % W          # a rotation per row

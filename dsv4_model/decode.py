@@ -366,9 +366,11 @@ def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     weights, idx = moe.gate(x, ids.reshape(-1))
     ex = moe.experts
     # under tensor parallelism a pick of another rank's expert has index ex.n and weight 0 (parallel.ParallelGate):
-    # clamped into the stack it adds exactly zero, at a fixed shape
-    y = ex.compute(x, idx.clamp(max=ex.n - 1), weights, ex.w1.astuple(), ex.w3.astuple(),
-                   ex.w2.astuple(), moe.limit, act=ex.act_sim)
+    # clamped into the stack it adds exactly zero, at a fixed shape (a gate whose picks are all local needs no clamp:
+    # one launch a layer fewer)
+    if moe.gate.picks_past_experts:
+        idx = idx.clamp(max=ex.n - 1)
+    y = ex.compute(x, idx, weights, ex.w1.astuple(), ex.w3.astuple(), ex.w2.astuple(), moe.limit, act=ex.act_sim)
     return moe.combine(y, moe.shared_experts(x), x.dtype).view(shape)
 
 

@@ -125,6 +125,10 @@ def routed_experts_with(x, idx, wts, w1, w3, w2, limit, act, matvec) -> torch.Te
 
 
 class Gate(nn.Module):
+    # whether a pick can index past the experts this module's MoE holds (a tensor-parallel rank's gate marks another
+    # rank's experts so: parallel.ParallelGate); a fixed-shape dispatch clamps such picks, the others need no clamp
+    picks_past_experts = False
+
     def __init__(self, args, layer: int, dtype):
         super().__init__()
         self.k, self.route_scale, self.score_func = args.n_activated_experts, args.route_scale, args.score_func

@@ -141,6 +141,7 @@ class ParallelGate(Gate):
 
     start = 0
     n_local = 0
+    picks_past_experts = True
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         w, idx = super().forward(x, ids)

@@ -330,8 +330,8 @@ def decode_kernels(device: torch.device, use_kernels: bool = True, rowwise: bool
     dense, grouped = F.linear, grouped_ref
     if rowwise:
         from . import rowwise as rows
-        # the fp32 products too (fp32 x, the weight widened exactly): rows_linear takes any weight dtype
-        dense, grouped, f32 = rows.rows_linear, rows.rows_grouped, rows.rows_linear
+        # the fp32 products too (x and the weight widened exactly): rows_linear takes any weight dtype
+        dense, grouped, f32 = rows.rows_linear, rows.rows_grouped, rows.rows_f32
         f32_note = "row-invariant (rowwise.py)"
         if on:                              # the project's kernels, called so that their rows are invariant
             cuda = rows.cuda_products()

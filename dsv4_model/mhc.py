@@ -1,7 +1,8 @@
 """mHC: manifold-constrained hyper-connections. The residual is hc copies X [B,S,hc,d]; each sublayer reads a
 sigmoid-weighted mix and writes back through a Sinkhorn-normalised hc x hc matrix (fixed 20 iterations).
 
-The `f @ fn.T` matmul is `f32_linear_ref` (fp32, as the reference) or the fp32 decode GEMV; what surrounds it (the
+The `f @ fn.T` matmul is `f32_linear_ref` (fp32, as the reference: the bf16 streams widened, in the product) or the
+fp32 decode GEMV (which widens them as it reads them: no fp32 copy of the streams per sublayer); what surrounds it (the
 rsqrt norm, sigmoids, scale/base, the weighted sums) is `dsv4_kernels.mhc`'s reference, or its one-launch kernel:
 kernel slots, set by `use_kernels`."""
 from __future__ import annotations
@@ -38,7 +39,7 @@ class HyperConnection(nn.Module):
 
     def pre(self, X: torch.Tensor):
         """X [B,S,hc,d] -> (x [B,S,d], post [B,S,hc], comb [B,S,hc,hc])."""
-        mix = self.matmul(X.flatten(-2).float(), self.fn)                          # [B,S,24], before the norm
+        mix = self.matmul(X.flatten(-2), self.fn)          # [B,S,24] fp32 (X widened in the product), before the norm
         x, post, comb = self.pre_mix(X, mix, self.scale, self.base, self.eps, self.norm_eps)
         comb = self.sinkhorn(comb, self.iters, self.eps)     # fixed count: no host convergence check
         return x, post, comb
@@ -46,7 +47,7 @@ class HyperConnection(nn.Module):
     def pre_normed(self, X: torch.Tensor, norm) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`pre`, then the sublayer's RMSNorm `norm` (a `linear.RMSNorm`) of its x, the only reader of x:
         X [B,S,hc,d] -> (norm(x) [B,S,d], post [B,S,hc], comb [B,S,hc,hc])."""
-        mix = self.matmul(X.flatten(-2).float(), self.fn)                          # [B,S,24], before the norm
+        mix = self.matmul(X.flatten(-2), self.fn)          # [B,S,24] fp32 (X widened in the product), before the norm
         return self.pre_norm(X, mix, self.scale, self.base, self.eps, self.norm_eps, self.iters, norm.weight, norm.eps)
 
     def post(self, y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
@@ -69,5 +70,5 @@ class HyperHead(nn.Module):
         self.head_mix, self.matmul = table["mhc_head"], table["f32"]
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        mix = self.matmul(X.flatten(-2).float(), self.fn)                          # [B,S,hc], before the norm
+        mix = self.matmul(X.flatten(-2), self.fn)          # [B,S,hc] fp32 (X widened in the product), before the norm
         return self.head_mix(X, mix, self.scale, self.base, self.eps, self.norm_eps)

@@ -160,7 +160,7 @@ class Gate(nn.Module):
         qw = get_qweight(self)
         # a plain weight goes in as held (bf16 as stored): the fp32 product widens it, exactly, without a copy
         w = qw.data if qw.fmt == "plain" else dequant(qw, dtype=self.dtype)
-        logits = self.matmul(x.float(), w)
+        logits = self.matmul(x, w)          # fp32: x widened in the product (no fp32 copy of it in a launch)
         if self.hash:
             return self.route(logits, self.k, self.route_scale, self.score_func, None, self.tid2eid, ids)
         return self.route(logits, self.k, self.route_scale, self.score_func, self.bias)

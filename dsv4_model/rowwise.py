@@ -53,6 +53,11 @@ def rows_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.bmm(x2, w.t().expand(x2.shape[0], K, N)).view(*x.shape[:-1], N)
 
 
+def rows_f32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The fp32 products (the `f32` slot: `f32_linear_ref`, x widened to fp32 whatever its dtype) as `rows_linear`."""
+    return rows_linear(x.float(), w)
+
+
 def rows_hadamard_fp4(x: torch.Tensor, hadamard: torch.Tensor, block: int = 32) -> torch.Tensor:
     """The indexer's rotation with its FP4 sim (the `hadamard_fp4` slot: `hadamard_fp4_ref`), its product
     x.float() @ H per row (`rows_linear` with H^T)."""
@@ -120,5 +125,5 @@ def cuda_products() -> dict:
             return cuda_kernel.fp4_gemv_cuda(x, w, path="rows")
         return linear(x.float(), dequant(QWeight(*w))).to(x.dtype)
 
-    return {"dense": linear, "f32": linear, "gemv": gemv,
+    return {"dense": linear, "f32": lambda x, w: linear(x.float(), w), "gemv": gemv,
             "grouped": lambda o, wa: grouped_with(o, wa, linear)}

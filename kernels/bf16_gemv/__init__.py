@@ -2,7 +2,7 @@
 head, the router and the compressor projections at decode sizes, reading 2 bytes per weight where the fp32-held
 copy read 4.
 
-    bf16_linear(x [..., K] fp32, w [N, K] bf16) -> y [..., N] fp32
+    bf16_linear(x [..., K] fp32 or bf16, w [N, K] bf16) -> y [..., N] fp32 (bf16 x widened exactly, in the kernel)
 
 Triton on CUDA (`triton_kernel.py`: fp32 FMA over the widened weight, K split over programs for narrow matrices,
 split sums added in a fixed order: deterministic), up to MAX_ROWS rows; the PyTorch reference (`reference.py`)
@@ -22,8 +22,9 @@ MAX_ROWS = 64     # decode buckets (32 at most today); the kernel re-streams the
 def _check(x: torch.Tensor, w: torch.Tensor) -> None:
     if w.dim() != 2 or x.shape[-1] != w.shape[1]:
         raise ValueError(f"bf16_linear: x {tuple(x.shape)} and w {tuple(w.shape)}: expected x [..., K] and w [N, K]")
-    if x.dtype != torch.float32 or w.dtype not in (torch.bfloat16, torch.float32):
-        raise TypeError(f"bf16_linear: expected fp32 x and a bf16 (or fp32) weight, found {x.dtype} x and {w.dtype} w")
+    if x.dtype not in (torch.float32, torch.bfloat16) or w.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"bf16_linear: expected fp32 (or bf16) x and a bf16 (or fp32) weight, found {x.dtype} x and "
+                        f"{w.dtype} w")
 
 
 def bf16_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

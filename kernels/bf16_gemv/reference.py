@@ -12,5 +12,6 @@ import torch.nn.functional as F
 
 
 def bf16_linear_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """y [..., N] fp32 = x [..., K] fp32 @ w [N, K]^T, w bf16 (or fp32: then exactly `F.linear(x, w)`)."""
-    return F.linear(x, w.to(x.dtype))
+    """y [..., N] fp32 = x [..., K] @ w [N, K]^T in fp32: w bf16 (or fp32: then exactly `F.linear(x, w)`), x fp32 or
+    bf16 (widened, exactly: the product the caller's fp32 copy of it gave)."""
+    return F.linear(x.float(), w.float())

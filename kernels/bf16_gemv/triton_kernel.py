@@ -42,7 +42,7 @@ def _bf16_rows_kernel(x_ptr, w_ptr, part_ptr, y_ptr, count_ptr, B, N, K, k_per_s
     for k in range(k0, k1, BK):
         km = (k + kk) < k1
         w = tl.load(w_rows + (k + kk)[None, :], mask=nm[:, None] & km[None, :], other=0.0).to(tl.float32)
-        x = tl.load(x_rows + (k + kk)[None, :], mask=bm[:, None] & km[None, :], other=0.0)
+        x = tl.load(x_rows + (k + kk)[None, :], mask=bm[:, None] & km[None, :], other=0.0).to(tl.float32)
         acc += x[:, None, :] * w[None, :, :]
     y = tl.sum(acc, axis=2)
     at = b.to(tl.int64)[:, None] * N + n[None, :]
@@ -93,10 +93,11 @@ def bf16_linear_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = None,
                        rows_block: int | None = None) -> torch.Tensor:
-    """x [B, K] fp32, w [N, K] bf16 (last dim contiguous) -> y [B, N] fp32. `split`: K slices (None: `shape_for`).
+    """x [B, K] fp32 (or bf16: widened in the kernel, exactly), w [N, K] bf16 (last dim contiguous) -> y [B, N] fp32. `split`: K slices (None: `shape_for`).
     `rows_block`: the tile and split of a call of that many rows at any B (`bf16_linear_rows`)."""
-    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.dtype != torch.float32 or w.dtype != torch.bfloat16:
-        raise ValueError(f"bf16_linear_triton: expected x [B, K] fp32 and w [N, K] bf16, found x {tuple(x.shape)} "
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.dtype not in (torch.float32, torch.bfloat16) \
+            or w.dtype != torch.bfloat16:
+        raise ValueError(f"bf16_linear_triton: expected x [B, K] fp32 or bf16 and w [N, K] bf16, found x {tuple(x.shape)} "
                          f"{x.dtype} and w {tuple(w.shape)} {w.dtype}")
     x = x if x.stride(-1) == 1 else x.contiguous()
     w = w if w.stride(-1) == 1 else w.contiguous()

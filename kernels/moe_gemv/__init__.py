@@ -102,17 +102,18 @@ def weight_gemv(x: torch.Tensor, w) -> torch.Tensor:
 
 
 def f32_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """y = x @ w^T for fp32 x [..., K] and an fp32 weight [N, K]: the CUDA fp32 rows kernel (K split for narrow
+    """y = x @ w^T in fp32 for fp32 or bf16 x [..., K] (bf16 widened exactly, in the kernel: the caller's fp32 copy was a
+    launch of its own) and an fp32 weight [N, K]: the CUDA fp32 rows kernel (K split for narrow
     matrices) where it builds and takes them (1..8 rows on CUDA), else `f32_linear_ref`. The reference keeps these
     in fp32: the LM head, the compressor's projections, the mHC mixes and the router; at 8 rows cuBLAS ran them at
     a fraction of the copy bandwidth (4-20 us each plus split-K reduces, with the attention's fp32 products ~0.5 ms
     of the Flash B=8 step on the H200). A bf16 weight (the head, router and compressor as the checkpoint stores
     them) goes to `bf16_linear`: the same fp32 product, reading half the bytes."""
-    if w.dtype == torch.bfloat16 and x.dtype == torch.float32:
+    if w.dtype == torch.bfloat16 and x.dtype in (torch.float32, torch.bfloat16):
         from ..bf16_gemv import bf16_linear
         return bf16_linear(x, w)
     K = x.shape[-1]
-    if (_kernel_input(x) and x.dtype == torch.float32 and w.dtype == torch.float32 and K
+    if (_kernel_input(x) and x.dtype in (torch.float32, torch.bfloat16) and w.dtype == torch.float32 and K
             and 1 <= x.numel() // K <= 8):
         from . import cuda_kernel
         xc = x.reshape(-1, K).contiguous()

@@ -349,7 +349,7 @@ void by_width(int maxt, const torch::Tensor& x, const torch::Tensor& idx, const 
   else if constexpr (MODE == 0) by_dtype<FMT, MODE, 8, 2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, P, xdiv, N, K, limit, has_limit, round);
 }
 
-// fp32 weights against 1..8 fp32 token rows: out[b, n] = x[b] . W[n] (the LM head, the compressor's projections,
+// fp32 weights against 1..8 fp32 (or bf16, widened exactly) token rows: out[b, n] = x[b] . W[n] (the LM head, the compressor's projections,
 // the mHC mixes and the router, all of which the reference computes in fp32). The same streaming as the FP4 rows
 // kernel: each lane takes 16-byte pieces of R = 4 rows, the next piece in flight while the current one is
 // multiplied, the 4 rows sharing each read of x (from L1: the weights bypass it), a shuffle sum per row. cuBLAS's
@@ -364,8 +364,20 @@ void by_width(int maxt, const torch::Tensor& x, const torch::Tensor& idx, const 
 constexpr int SPLIT_WARPS = 8;
 constexpr int MAX_CLUSTER = 8;    // the portable cluster size
 
-template <int MAXT, int R, int STEP, bool XBATCH>
-__device__ __forceinline__ void f32_dot(const float* __restrict__ x, const float* __restrict__ w, int nb, int N, int K,
+// four consecutive x values from piece c of row b as fp32: fp32 x read as it is, bf16 x (the residual stream the mHC
+// mixes and the router read) widened here, exactly, where the caller used to make an fp32 copy in a launch of its own
+__device__ __forceinline__ float4 x_piece(const float* __restrict__ x, int64_t row, int c) {
+  return __ldg(reinterpret_cast<const float4*>(x + row) + c);
+}
+__device__ __forceinline__ float4 x_piece(const __nv_bfloat16* __restrict__ x, int64_t row, int c) {
+  const uint2 u = __ldg(reinterpret_cast<const uint2*>(x + row) + c);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+template <int MAXT, int R, int STEP, bool XBATCH, typename XT>
+__device__ __forceinline__ void f32_dot(const XT* __restrict__ x, const float* __restrict__ w, int nb, int N, int K,
                                         int end, int row0, int c, float (&acc)[1][R][MAXT]) {
   auto fetch = [&](int c, float4 (&dst)[R]) {
 #pragma unroll
@@ -394,13 +406,13 @@ __device__ __forceinline__ void f32_dot(const float* __restrict__ x, const float
       float4 xv[MAXT];
 #pragma unroll
       for (int b = 0; b < MAXT; ++b)
-        xv[b] = b < nb ? __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(b) * K) + c) : make_float4(0, 0, 0, 0);
+        xv[b] = b < nb ? x_piece(x, static_cast<int64_t>(b) * K, c) : make_float4(0, 0, 0, 0);
 #pragma unroll
       for (int b = 0; b < MAXT; ++b) fma4(xv[b], b, q);
     } else {                         // fewer registers: the head's occupancy (89 % of copy bandwidth batched, 94 % not)
 #pragma unroll
       for (int b = 0; b < MAXT; ++b)
-        if (b < nb) fma4(__ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(b) * K) + c), b, q);
+        if (b < nb) fma4(x_piece(x, static_cast<int64_t>(b) * K, c), b, q);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) q[r] = next[r];
@@ -408,16 +420,16 @@ __device__ __forceinline__ void f32_dot(const float* __restrict__ x, const float
   warp_sum<1, R, MAXT>(acc, nb);
 }
 
-template <int MAXT>
+template <int MAXT, typename XT>
 __global__ void __launch_bounds__(WARPS * 32)
-f32_rows_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int nb, int N, int K) {
+f32_rows_kernel(const XT* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int nb, int N, int K) {
   constexpr int R = 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = (blockIdx.x * WARPS + warp) * R;
   if (row0 >= N) return;
   float acc[1][R][MAXT];                               // [1]: the shape zero() and warp_sum() take (one matrix)
   zero(acc);
-  f32_dot<MAXT, R, 32, false>(x, w, nb, N, K, K / 4, row0, lane, acc);
+  f32_dot<MAXT, R, 32, false, XT>(x, w, nb, N, K, K / 4, row0, lane, acc);
   // lane (r * MAXT + b) stores (row0 + r, b): the stores spread over the warp
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -427,9 +439,9 @@ f32_rows_kernel(const float* __restrict__ x, const float* __restrict__ w, float*
 }
 
 // blockIdx.x: the block's slice of K (its rank in the cluster of gridDim.x blocks), blockIdx.y: the 4-row tile
-template <int MAXT>
+template <int MAXT, typename XT>
 __global__ void __launch_bounds__(SPLIT_WARPS * 32)
-f32_cluster_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int nb, int N,
+f32_cluster_kernel(const XT* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int nb, int N,
                    int K, int slice) {
   constexpr int R = 4;
   __shared__ float part[SPLIT_WARPS][R * MAXT];
@@ -438,7 +450,7 @@ f32_cluster_kernel(const float* __restrict__ x, const float* __restrict__ w, flo
   const int row0 = blockIdx.y * R, first = blockIdx.x * slice;
   float acc[1][R][MAXT];
   zero(acc);
-  f32_dot<MAXT, R, SPLIT_WARPS * 32, true>(x, w, nb, N, K, min(K / 4, first + slice), row0, first + warp * 32 + lane, acc);
+  f32_dot<MAXT, R, SPLIT_WARPS * 32, true, XT>(x, w, nb, N, K, min(K / 4, first + slice), row0, first + warp * 32 + lane, acc);
   if (lane == 0)
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -510,16 +522,16 @@ bool f32_clusters() {
   TORCH_CHECK(dev >= 0 && dev < 256, "f32_rows: device index ", dev, " out of range");
   if (!known[dev]) {
     cudaFuncAttributes a;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&a, f32_cluster_kernel<1>));
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&a, f32_cluster_kernel<1, float>));
     known[dev] = a.ptxVersion >= 90 && at::cuda::getCurrentDeviceProperties()->major >= 9 ? 2 : 1;
   }
   return known[dev] == 2;
 }
 
-template <int MAXT>
-void f32_launch(const float* xp, const float* wp, float* op, int nb, int N, int K, int cluster, cudaStream_t stream) {
+template <int MAXT, typename XT>
+void f32_launch(const XT* xp, const float* wp, float* op, int nb, int N, int K, int cluster, cudaStream_t stream) {
   if (cluster == 0) {
-    f32_rows_kernel<MAXT><<<(N + WARPS * 4 - 1) / (WARPS * 4), WARPS * 32, 0, stream>>>(xp, wp, op, nb, N, K);
+    f32_rows_kernel<MAXT, XT><<<(N + WARPS * 4 - 1) / (WARPS * 4), WARPS * 32, 0, stream>>>(xp, wp, op, nb, N, K);
     return;
   }
   const int pieces = K / 4, slice = (pieces + cluster - 1) / cluster;
@@ -538,12 +550,21 @@ void f32_launch(const float* xp, const float* wp, float* op, int nb, int N, int 
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = clusters ? 1 : 0;                     // without clusters: the kernel's one-block path
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, f32_cluster_kernel<MAXT>, xp, wp, op, nb, N, K, slice));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, f32_cluster_kernel<MAXT, XT>, xp, wp, op, nb, N, K, slice));
+}
+
+template <typename XT>
+void f32_dispatch(const XT* xp, const float* wp, float* op, int nb, int N, int K, int cl, cudaStream_t stream) {
+  if (nb == 1) f32_launch<1>(xp, wp, op, nb, N, K, cl, stream);
+  else if (nb <= 2) f32_launch<2>(xp, wp, op, nb, N, K, cl, stream);
+  else if (nb <= 4) f32_launch<4>(xp, wp, op, nb, N, K, cl, stream);
+  else f32_launch<8>(xp, wp, op, nb, N, K, cl, stream);
 }
 
 void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out, int64_t cluster) {
-  TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kFloat && x.dim() == 2 && x.size(0) >= 1 && x.size(0) <= 8,
-              "f32_rows: x must be contiguous fp32 [1..8, K] on CUDA");
+  const bool bf = x.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(x.is_cuda() && x.is_contiguous() && (x.scalar_type() == at::kFloat || bf) && x.dim() == 2 && x.size(0) >= 1 &&
+              x.size(0) <= 8, "f32_rows: x must be contiguous fp32 or bf16 [1..8, K] on CUDA");
   TORCH_CHECK(w.is_contiguous() && w.scalar_type() == at::kFloat && w.dim() == 2 && w.size(1) == x.size(1) && x.size(1) % 4 == 0 &&
               reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
               "f32_rows: w must be contiguous 16-byte-aligned fp32 [N, K], K a multiple of 4");
@@ -555,14 +576,13 @@ void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out,
   if (N == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const float* xp = x.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const int cl = static_cast<int>(cluster);
-  if (nb == 1) f32_launch<1>(xp, wp, op, nb, N, K, cl, stream);
-  else if (nb <= 2) f32_launch<2>(xp, wp, op, nb, N, K, cl, stream);
-  else if (nb <= 4) f32_launch<4>(xp, wp, op, nb, N, K, cl, stream);
-  else f32_launch<8>(xp, wp, op, nb, N, K, cl, stream);
+  if (bf)
+    f32_dispatch(reinterpret_cast<const __nv_bfloat16*>(x.data_ptr<at::BFloat16>()), wp, op, nb, N, K, cl, stream);
+  else
+    f32_dispatch(x.data_ptr<float>(), wp, op, nb, N, K, cl, stream);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -133,10 +133,11 @@ def fp4_gemv_cuda(x: torch.Tensor, w, path: str = "auto") -> torch.Tensor:
 
 
 def f32_fits(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Inputs the fp32 rows kernel takes: x contiguous fp32 [1..8, K] on CUDA, w contiguous fp32 [N, K], K a
+    """Inputs the fp32 rows kernel takes: x contiguous fp32 or bf16 [1..8, K] on CUDA, w contiguous fp32 [N, K], K a
     multiple of 4, both 16-byte aligned; a matrix it would split over a cluster of blocks only where clusters run
     (without them such a matrix would run in a few blocks: cuBLAS is the better choice there)."""
-    return (x.is_cuda and x.dim() == 2 and x.dtype == torch.float32 and 1 <= x.shape[0] <= 8 and x.is_contiguous()
+    return (x.is_cuda and x.dim() == 2 and x.dtype in (torch.float32, torch.bfloat16) and 1 <= x.shape[0] <= 8
+            and x.is_contiguous()
             and w.dim() == 2 and w.dtype == torch.float32 and w.is_contiguous() and w.shape[1] == x.shape[1]
             and x.shape[1] % 4 == 0 and x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0
             and (f32_cluster(*w.shape) <= 1 or _clusters(x.device.index)))
@@ -168,11 +169,13 @@ def f32_cluster(N: int, K: int) -> int:
 
 
 def f32_gemv_cuda(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """y = x @ w^T for fp32 x [1..8, K] and a plain fp32 weight [N, K], fp32 sums in a fixed order (deterministic);
+    """y = x @ w^T for fp32 (or bf16, widened) x [1..8, K] and a plain fp32 weight [N, K], fp32 sums in a fixed order
+    (deterministic);
     `f32_cluster` picks the kernel's shape."""
     if not f32_fits(x, w):
         raise ValueError(f"f32_rows: x {tuple(x.shape)} {x.dtype} and w {tuple(w.shape)} {w.dtype} are not taken "
-                         "(contiguous 16-byte-aligned fp32, 1..8 rows of x on CUDA, K a multiple of 4)")
+                         "(contiguous 16-byte-aligned fp32 weights and fp32 or bf16 x, 1..8 rows of x on CUDA, K a "
+                         "multiple of 4)")
     y = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
     _ext().f32_rows(x, w, y, f32_cluster(*w.shape))
     return y

@@ -109,8 +109,9 @@ def fp4_gemv_ref(x: torch.Tensor, w) -> torch.Tensor:
 
 def f32_linear_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """y = x @ w^T in fp32, written as the reference model writes its fp32 products (mHC mixes, the router). A bf16
-    weight (the router as stored) is widened for this product only: exact, so the same values as an fp32-held one."""
-    return x @ w.to(x.dtype).T
+    weight (the router as stored) and bf16 x (the residual stream) are widened for this product only: exact, so the
+    same values as fp32-held ones (the reference's `x.float()`)."""
+    return x.float() @ w.float().T
 
 
 def fp8_gemv_ref(x: torch.Tensor, w) -> torch.Tensor:

@@ -586,6 +586,11 @@ def test_f32_gemv_parity(B, N, K):
     torch.testing.assert_close(cuda_kernel.f32_gemv_cuda(x, w), got, rtol=0, atol=0)     # the entry took the kernel
     _poison(B * N * 4)
     torch.testing.assert_close(f32_linear(x.view(B, 1, K), w), got.view(B, 1, N), rtol=0, atol=0)   # [B,S,K] as mHC
+    # bf16 x (the mHC streams, the router's rows): widened as read, bit for bit the product of its fp32 copy
+    xb = x.bfloat16()
+    want = cuda_kernel.f32_gemv_cuda(xb.float(), w)
+    assert _bit_equal(cuda_kernel.f32_gemv_cuda(xb, w), want)
+    assert _bit_equal(f32_linear(xb.view(B, 1, K), w), want.view(B, 1, N))
     wrong = torch.nn.functional.linear(x, w.roll(1, 0))                                  # a row off: detectably different
     assert not torch.allclose(got, wrong, atol=1e-2)
     # each row's sums run in an order that does not depend on how many rows came with it (batch invariance)
@@ -603,25 +608,28 @@ def test_f32_cluster_shape():
 
 
 def test_f32_linear_takes_narrow_matrices(monkeypatch):
-    """Every fp32 weight with 1..8 fp32 rows goes to the kernel (the split of K made narrow ones worth it: the mHC
-    mixes, the router and the compressor ran in cuBLAS at a fraction of the bandwidth); 9 rows, bf16 x or a CPU
-    tensor take the reference, `x @ w.T` exactly. Checked on any machine by making the kernel look built."""
+    """Every fp32 weight with 1..8 fp32 or bf16 rows goes to the kernel (the split of K made narrow ones worth it: the
+    mHC mixes, the router and the compressor ran in cuBLAS at a fraction of the bandwidth; bf16 rows, the mHC streams,
+    are widened in it); 9 rows or a CPU tensor take the reference, `x.float() @ w.T` exactly; a plain bf16 weight
+    under bf16 rows keeps F.linear. Checked on any machine by making the kernel look built."""
     from dsv4_kernels import moe_gemv
     from dsv4_kernels.moe_gemv import cuda_kernel
     calls = []
     x, w = torch.randn(2, 1, 16), torch.randn(24, 16)
     assert torch.equal(moe_gemv.f32_linear(x, w), x @ w.T)                   # CPU: the reference, bit for bit
+    assert torch.equal(moe_gemv.f32_linear(x.bfloat16(), w), x.bfloat16().float() @ w.T)
     monkeypatch.setattr(moe_gemv, "_kernel_input", lambda x: True)
     monkeypatch.setattr(cuda_kernel, "build", lambda: (True, "ok"))
     monkeypatch.setattr(cuda_kernel, "f32_fits", lambda x, w: True)       # the row bound is f32_linear's own
-    monkeypatch.setattr(cuda_kernel, "f32_gemv_cuda", lambda x, w: calls.append(tuple(x.shape)) or x @ w.T)
+    monkeypatch.setattr(cuda_kernel, "f32_gemv_cuda", lambda x, w: calls.append(tuple(x.shape)) or x.float() @ w.T)
     for n in (4, 24, 1024, 129280):
         y = moe_gemv.weight_gemv(x[:, 0], ("plain", torch.randn(n, 16), None, None, None))
         assert y.shape == (2, n)
     assert moe_gemv.f32_linear(x, w).shape == (2, 1, 24)
     moe_gemv.f32_linear(torch.randn(9, 16), w)                                 # 9 rows: reference
     moe_gemv.weight_gemv(x[:, 0].bfloat16(), ("plain", w.bfloat16(), None, None, None))   # bf16: F.linear
-    assert calls == [(2, 16)] * 5
+    assert moe_gemv.f32_linear(x.bfloat16(), w).dtype == torch.float32      # bf16 rows: the kernel
+    assert calls == [(2, 16)] * 6
 
 
 @cuda
@@ -906,6 +914,10 @@ BF16_INTERPRET = textwrap.dedent("""
             bad.append(f"{B}x{N}x{K}/{split}")
         if torch.allclose(got, bf16_linear_ref(x, w.roll(1, 0)), atol=1e-3):                 # a row off must show
             bad.append(f"{B}x{N}x{K} roll")
+        # bf16 x (the router's rows): widened in the kernel, bit for bit the call on its fp32 copy
+        xb = x.bfloat16()
+        if not torch.equal(bf16_linear_triton(xb, w, split=split), bf16_linear_triton(xb.float(), w, split=split)):
+            bad.append(f"{B}x{N}x{K}/{split} bf16 x")
     if not torch.equal(bf16_linear_triton(torch.zeros(2, 0), torch.zeros(3, 0, dtype=torch.bfloat16)), torch.zeros(2, 3)):
         bad.append("K=0")
     print("BAD", bad)
@@ -929,8 +941,11 @@ def test_bf16_linear_reference_is_the_fp32_weight_product():
     assert kernels.select("bf16_linear", "cpu") is bf16_linear_ref and MAX_ROWS >= 32
     with pytest.raises(ValueError, match=r"x \(3, 1, 63\) and w \(50, 64\)"):
         bf16_linear(x[..., :63], w)
-    with pytest.raises(TypeError, match="fp32 x and a bf16.*found torch.bfloat16 x"):
-        bf16_linear(x.bfloat16(), w)
+    # bf16 x (the residual stream the router reads): widened, exactly, the product of its fp32 copy
+    xb = x.bfloat16()
+    assert torch.equal(bf16_linear(xb, w), F.linear(xb.float(), w.float()))
+    with pytest.raises(TypeError, match=r"fp32 \(or bf16\) x and a bf16.*found torch.float16 x"):
+        bf16_linear(x.half(), w)
 
 
 def test_bf16_weights_take_the_bf16_kernel(monkeypatch):
@@ -979,6 +994,8 @@ def test_bf16_linear_parity(B, N, K):
     assert err <= 5e-7 and err32 <= cublas + 1e-6, (err, err32, cublas)
     assert torch.equal(bf16_linear(x, w), got)
     assert not torch.allclose(got, F.linear(x, w.roll(1, 0).float()), atol=1e-3)
+    xb = x.bfloat16()                                   # bf16 rows: widened in the kernel, as their fp32 copy's product
+    assert torch.equal(bf16_linear(xb, w), bf16_linear(xb.float(), w))
 
 
 MHC_PRE_NORM_INTERPRET = textwrap.dedent("""

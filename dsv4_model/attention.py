@@ -18,7 +18,7 @@ from dsv4_kernels.norm_rope_fp8.reference import fp8_nope_ref, norm_rope_fp8_ref
 
 from .compressor import Compressor
 from .indexer import Indexer
-from .linear import Linear, RMSNorm
+from .linear import Linear, RMSNorm, shared_sim
 from .quant import dequant
 from .rope import rope_tail
 
@@ -87,10 +87,11 @@ class Attention(nn.Module):
 
     def qkv(self, x: torch.Tensor, cs: torch.Tensor):
         """q [B,T,H,D], kv [B,T,D] (rotated at the positions in cs [T, rd/2, 2]), qr [B,T,q_lora]."""
-        qr = self.q_norm(self.wq_a(x))
+        xs, sim = shared_sim(x, self.wq_a, self.wkv)     # x's FP8 simulation once for both of its projections
+        qr = self.q_norm(self.wq_a(xs, simulated=sim))
         q = self.q_norm_rope(self.wq_b(qr).unflatten(-1, (self.H, self.D)), cs.unsqueeze(-3), self.eps, self.rd)
         # kv_norm, the RoPE and nope_fp8 as one op
-        kv = self.norm_rope(self.wkv(x), self.kv_norm.weight, self.kv_norm.eps, cs, self.rd, None,
+        kv = self.norm_rope(self.wkv(xs, simulated=sim), self.kv_norm.weight, self.kv_norm.eps, cs, self.rd, None,
                             64 if self.fp8_sim else 0)
         return q, kv, qr
 

@@ -60,6 +60,17 @@ def set_qweight(module: nn.Module, prefix: str, qw: QWeight) -> None:
     module.fmts[prefix] = qw.fmt
 
 
+def shared_sim(x: torch.Tensor, *linears: "Linear") -> tuple[torch.Tensor, bool]:
+    """x with the activation simulation that every one of `linears` applies, made once: (simulated x, True) where they
+    all take the same per-block FP8 fake quant (`Linear.fp8_block`), else (x, False) and each simulates its own. Pass
+    the flag as their `simulated`: the values are each projection's own simulation's, in one launch instead of one
+    each."""
+    block = linears[0].fp8_block()
+    if block is None or any(lin.fp8_block() != block for lin in linears[1:]):
+        return x, False
+    return linears[0].fp8_quant(x, block), True
+
+
 class Linear(nn.Module):
     """y = act_sim(x) @ dequant(W)^T with W in the format the checkpoint stores (see quant.py).
 

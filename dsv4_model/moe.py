@@ -16,7 +16,7 @@ from dsv4_kernels.moe_gemv.reference import f32_linear_ref, sum_pairs
 from dsv4_kernels.moe_route.reference import SCORE_FUNCS, moe_route_ref
 from dsv4_kernels.swiglu_fp8.reference import swiglu_fp8_ref
 
-from .linear import Linear, get_qweight, init_qweight
+from .linear import Linear, get_qweight, init_qweight, shared_sim
 from .quant import QWeight, act_sim, dequant
 
 
@@ -48,9 +48,7 @@ class Expert(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w1, w2, w3 = self.w1, self.w2, self.w3
-        block = w1.fp8_block()
-        shared = block is not None and w3.fp8_block() == block
-        xs = w1.fp8_quant(x, block) if shared else x
+        xs, shared = shared_sim(x, w1, w3)
         g, u = w1(xs, simulated=shared), w3(xs, simulated=shared)
         block = w2.fp8_block()
         if block is not None and g.dtype == x.dtype:

@@ -1,0 +1,105 @@
+"""KV compressor: CSA (ratio 4, two overlapping series, 8 slots) and HCA (ratio 128, one series).
+
+Per token: C = x Wkv^T, Z = x Wgate^T. A block closes when (p+1) % m == 0 and pools
+c_b = sum softmax(Z + ape) * C per feature (ape on the logits only), then RMSNorm, RoPE at p+1-m, and the
+caller's post-processing (FP8 sim for attention, Hadamard + FP4 sim for the indexer).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dsv4_kernels.compressor_pool.reference import compressor_pool_ref
+from dsv4_kernels.compressor_ring.reference import close_block_ref, ring_write_ref
+from dsv4_kernels.norm_rope_fp8.reference import norm_rope_fp8_ref
+
+from .linear import Linear, RMSNorm
+
+# shapes: B batch, T tokens, m ratio, D output width, coff 2 (CSA) or 1 (HCA)
+
+
+class Compressor(nn.Module):
+    def __init__(self, dim: int, width: int, ratio: int, rd: int, eps: float, dtype, batch: int, capacity: int):
+        super().__init__()
+        self.m, self.D, self.rd = ratio, width, rd
+        self.overlap = ratio == 4          # the reference hard-codes the overlap for ratio 4
+        coff = 2 if self.overlap else 1
+        # The reference declares these fp32 ("compression need fp32"): fp32 weights, fp32 activations.
+        self.wkv = Linear(dim, coff * width, torch.float32)
+        self.wgate = Linear(dim, coff * width, torch.float32)
+        self.ape = nn.Parameter(torch.zeros(ratio, coff * width), requires_grad=False)
+        self.norm = RMSNorm(width, eps)
+        # the pooling from the rings (`pool`) and an entry's cast, norm and RoPE (`finish`): the references, or
+        # one-launch kernels (`use_kernels`)
+        self.pool_reduce, self.norm_rope = compressor_pool_ref, norm_rope_fp8_ref
+        # the graph-safe step's writes of its per-row state (decode.compressor_fold; the reference path writes its
+        # own under host branches): likewise
+        self.ring_write, self.close_block = ring_write_ref, close_block_ref
+        self.dtype, self.batch, self.capacity, self.coff = dtype, batch, capacity, coff
+        self.init_state()
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slots from a kernel table (`decode.KernelTable`)."""
+        self.pool_reduce, self.norm_rope = table["pool"], table["norm_rope_fp8"]
+        self.ring_write, self.close_block = table["ring_write"], table["close_block"]
+
+    def init_state(self, device=None) -> None:
+        slots, w = (2 * self.m if self.overlap else self.m), self.coff * self.D
+        # decode state: rows [0, m) the previous block (CSA only), [m, 2m) the current one; raw C and Z in fp32
+        self.register_buffer("kv_state", torch.zeros(self.batch, slots, w, device=device), persistent=False)
+        self.register_buffer("gate_state", torch.full((self.batch, slots, w), float("-inf"), device=device), persistent=False)
+        self.register_buffer("entries", torch.zeros(self.batch, self.capacity // self.m + 1, self.D, dtype=self.dtype,
+                                                    device=device), persistent=False)
+
+    def reset(self) -> None:
+        self.kv_state.zero_()
+        self.gate_state.fill_(float("-inf"))
+        self.entries.zero_()
+
+    def pool(self, kv: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """The rings [.., S, W] -> the pooled c [.., D] fp32: the open block's rows (CSA: the previous block's series
+        a, the current block's series b; HCA: the rows as they are) softmax-weighted per feature with the position
+        bias (ape, on the logits only)."""
+        lead = kv.shape[:-2]
+        c = self.pool_reduce(kv.reshape(-1, *kv.shape[-2:]), gate.reshape(-1, *gate.shape[-2:]), self.ape, self.m,
+                             self.overlap)
+        return c.view(*lead, self.D)
+
+    def finish(self, c: torch.Tensor, cs_start: torch.Tensor, post) -> torch.Tensor:
+        """Pooled c [.., D] -> the entry: RMSNorm, RoPE by the rows cs_start of the table at each block's first
+        position (cs[block_start]), then `post`."""
+        return post(self.norm_rope(c, self.norm.weight, self.norm.eps, cs_start, self.rd, self.entries.dtype))
+
+    def step(self, x: torch.Tensor, pos: int, cs: torch.Tensor, post) -> None:
+        """Decode: fold token `pos` into the partial block; emit an entry when the block closes."""
+        m = self.m
+        C = self.wkv(x.float())[:, 0]
+        Z = self.wgate(x.float())[:, 0]
+        slot = (m if self.overlap else 0) + pos % m
+        self.kv_state[:, slot] = C
+        self.gate_state[:, slot] = Z
+        if (pos + 1) % m:
+            return
+        c = self.pool(self.kv_state, self.gate_state)                            # [B, D] fp32
+        b = pos // m
+        self.entries[:, b] = self.finish(c, cs[b * m], post)
+        if self.overlap:  # the closed block becomes "previous"
+            self.kv_state[:, :m] = self.kv_state[:, m:]
+            self.gate_state[:, :m] = self.gate_state[:, m:]
+
+    def compress_all(self, x: torch.Tensor, cs: torch.Tensor, post) -> torch.Tensor:
+        """Prefill: entries of every complete block of x [B,T,d] -> [B, T // m, D]."""
+        B, T, _ = x.shape
+        m, D = self.m, self.D
+        nb = T // m
+        if nb == 0:
+            return x.new_zeros(B, 0, D)
+        C = self.wkv(x[:, : nb * m].float()).view(B, nb, m, -1)
+        Z = self.wgate(x[:, : nb * m].float()).view(B, nb, m, -1)
+        if self.overlap:
+            prevC = torch.cat([C.new_zeros(B, 1, m, 2 * D), C[:, :-1]], 1)
+            prevZ = torch.cat([Z.new_full((B, 1, m, 2 * D), float("-inf")), Z[:, :-1]], 1)
+            C, Z = torch.cat([prevC, C], 2), torch.cat([prevZ, Z], 2)
+        c = self.pool(C, Z)                                                     # [B, nb, D]
+        starts = torch.arange(nb, device=x.device) * m
+        return self.finish(c, cs[starts], post)

@@ -1,0 +1,125 @@
+"""RMSNorm, stored-format weight buffers, and the format-faithful Linear shared by every layer."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dsv4_kernels.rms_norm.reference import rms_norm_ref
+
+from .quant import QWeight, act_sim, dequant, fp8_block, fp8_fake_quant
+
+
+class RMSNorm(nn.Module):
+    """`kernel`: `(x, weight, eps) -> y`, the reference formula, or the one-launch kernel (`use_kernels`)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)  # fp32, as the reference keeps it
+        self.kernel = rms_norm_ref
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slot from a kernel table (`decode.KernelTable`)."""
+        self.kernel = table["rms"]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernel(x, self.weight, self.eps)
+
+
+def unweighted_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return rms_norm_ref(x, None, eps)
+
+
+# A QWeight lives in a module as buffers (so `.to(device)` moves it and the state_dict holds it):
+# prefix "" -> weight, scale, scale2, input_scale; prefix "w1" -> w1_weight, w1_scale, ...
+_PARTS = ("weight", "scale", "scale2", "input_scale")
+
+
+def _names(prefix: str) -> tuple[str, ...]:
+    return tuple(f"{prefix}_{p}" if prefix else p for p in _PARTS)
+
+
+def init_qweight(module: nn.Module, prefix: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    names = _names(prefix)
+    module.register_buffer(names[0], torch.zeros(shape, dtype=dtype))
+    for n in names[1:]:
+        module.register_buffer(n, None)
+    module.fmts = {**getattr(module, "fmts", {}), prefix: "plain"}
+
+
+def get_qweight(module: nn.Module, prefix: str = "") -> QWeight:
+    w, s, s2, inp = (getattr(module, n) for n in _names(prefix))
+    return QWeight(module.fmts[prefix], w, s, s2, inp)
+
+
+def set_qweight(module: nn.Module, prefix: str, qw: QWeight) -> None:
+    """Replace the stored weight (format, tensors) of `module` in place of its placeholder."""
+    for n, t in zip(_names(prefix), (qw.data, qw.scale, qw.scale2, qw.input_scale)):
+        module._buffers[n] = t
+    module.fmts[prefix] = qw.fmt
+
+
+class Linear(nn.Module):
+    """y = act_sim(x) @ dequant(W)^T with W in the format the checkpoint stores (see quant.py).
+
+    `act_sim = False` switches the activation simulation off for A/B runs. `gemv`: a weight-only kernel
+    `(x [B, K], weight tuple) -> y [B, N]` for decode-sized inputs (at most 8 rows), or None: the dequantised
+    F.linear. `fp8_quant`: the FP8 activation fake quant `(x, block) -> x`, the reference or its one-launch kernel.
+    `dense`: the product of the rest `(x, W) -> x @ W^T`, F.linear or a row-invariant one (`rowwise.rows_linear`,
+    what the speculative step's batched verify needs). All three are kernel slots (`use_kernels`).
+    """
+
+    def __init__(self, in_features: int, out_features: int, dtype=torch.float32):
+        super().__init__()
+        self.in_features, self.out_features, self.dtype = in_features, out_features, dtype
+        self.act_sim = True
+        self.gemv = None
+        self.fp8_quant = fp8_fake_quant
+        self.dense = F.linear
+        self.gemv_rows = 8          # the most rows the GEMV takes (any, under a row-invariant table: `use_kernels`)
+        init_qweight(self, "", (out_features, in_features), dtype)
+
+    @property
+    def fmt(self) -> str:
+        return self.fmts[""]
+
+    @property
+    def qweight(self) -> QWeight:
+        return get_qweight(self, "")
+
+    def use_kernels(self, table) -> None:
+        """This module's kernel slots from a kernel table (`decode.KernelTable`): the stored-format GEMV for the
+        quantised projections and the fp32 ones (LM head, compressor; cuBLAS ran them at half the bandwidth or less
+        for 8 rows), the table's dense product for the rest; the FP8 fake quant."""
+        gemv = self.fmt in ("fp8", "mxfp4", "nvfp4") or self.fmt == "plain" and self.dtype == torch.float32
+        self.gemv = table["gemv"] if gemv else None
+        self.fp8_quant = table["fp8"]
+        self.dense = table["dense"]
+        # a row-invariant table (the batched verify's, decode_kernels(rowwise=True)): the plain step's n rows and
+        # the verify's n*(k+1) take the same product, so the GEMV at every row count, never F.linear past 8 rows
+        self.gemv_rows = 1 << 62 if table.rowwise else 8
+
+    def fp8_block(self) -> int | None:
+        """The block of this projection's activation simulation where that is the per-block FP8 fake quant alone
+        (an FP8 or MXFP4 weight, simulation on), which a caller may apply itself (a fused op's epilogue, or once
+        for two projections of one input) and pass with `simulated=True`; None where it simulates nothing or
+        something else."""
+        return fp8_block(self.in_features) if self.act_sim and self.fmt in ("fp8", "mxfp4") else None
+
+    def forward(self, x: torch.Tensor, simulated: bool = False) -> torch.Tensor:
+        """`simulated`: x already carries this projection's activation simulation (see `fp8_block`)."""
+        qw = self.qweight
+        if self.act_sim and not simulated:
+            x = act_sim(x, qw.fmt, qw.input_scale, self.fp8_quant)
+        x = x.to(self.dtype)
+        rows = x.numel() // self.in_features if self.in_features else 0
+        # decode rows: read the stored bytes. A plain weight held narrower than the product (bf16 as stored, fp32
+        # compute) up to 64 rows too (decode buckets past 8): the fallback would widen a copy of it every step
+        if self.gemv is not None and (rows <= self.gemv_rows or qw.fmt == "plain" and qw.data.dtype != self.dtype
+                                      and rows <= 64):
+            return self.gemv(x.reshape(-1, self.in_features), qw.astuple()).view(*x.shape[:-1], self.out_features)
+        return self.dense(x, dequant(qw, dtype=self.dtype))
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}->{self.out_features}, fmt={self.fmt}"

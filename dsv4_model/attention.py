@@ -18,7 +18,7 @@ from dsv4_kernels.norm_rope_fp8.reference import fp8_nope_ref, norm_rope_fp8_ref
 
 from .compressor import Compressor
 from .indexer import Indexer
-from .linear import Linear, RMSNorm, shared_sim
+from .linear import Linear, RMSNorm, common_block, shared_sim
 from .quant import dequant
 from .rope import rope_tail
 
@@ -85,11 +85,21 @@ class Attention(nn.Module):
             return kv
         return self.fp8_nope(kv, self.rd, 64)
 
+    def qr_simulated(self) -> bool:
+        """Whether `qkv`'s qr comes with its FP8 simulation: where its two readers, wq_b and the indexer's wq_b, take
+        the same one, it is made once for both (pass this as the indexer query's `simulated`)."""
+        return self.indexer is not None and common_block(self.wq_b, self.indexer.wq_b) is not None
+
     def qkv(self, x: torch.Tensor, cs: torch.Tensor):
-        """q [B,T,H,D], kv [B,T,D] (rotated at the positions in cs [T, rd/2, 2]), qr [B,T,q_lora]."""
+        """q [B,T,H,D], kv [B,T,D] (rotated at the positions in cs [T, rd/2, 2]), qr [B,T,q_lora] (simulated where
+        `qr_simulated`)."""
         xs, sim = shared_sim(x, self.wq_a, self.wkv)     # x's FP8 simulation once for both of its projections
         qr = self.q_norm(self.wq_a(xs, simulated=sim))
-        q = self.q_norm_rope(self.wq_b(qr).unflatten(-1, (self.H, self.D)), cs.unsqueeze(-3), self.eps, self.rd)
+        sq = self.qr_simulated()
+        if sq:                                           # and qr's once for its two (wq_b, the indexer's wq_b)
+            qr = self.wq_b.fp8_quant(qr, self.wq_b.fp8_block())
+        q = self.q_norm_rope(self.wq_b(qr, simulated=sq).unflatten(-1, (self.H, self.D)), cs.unsqueeze(-3), self.eps,
+                             self.rd)
         # kv_norm, the RoPE and nope_fp8 as one op
         kv = self.norm_rope(self.wkv(xs, simulated=sim), self.kv_norm.weight, self.kv_norm.eps, cs, self.rd, None,
                             64 if self.fp8_sim else 0)
@@ -125,7 +135,7 @@ class Attention(nn.Module):
     def decode(self, x: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor:
         q, kv, qr = self.qkv(x, cs[pos:pos + 1])
         self.kv_window[:, pos % self.W] = kv[:, 0]
-        sel = self.indexer.step(x, qr, pos, cs) if self.indexer is not None else None
+        sel = self.indexer.step(x, qr, pos, cs, self.qr_simulated()) if self.indexer is not None else None
         if self.compressor is not None:
             self.compressor.step(x, pos, cs, self.nope_fp8)
         parts, valid = [self.window_keys(self.kv_window, pos)], [self.window_valid(pos)]
@@ -165,7 +175,7 @@ class Attention(nn.Module):
             if nb:
                 visible = torch.arange(nb, device=x.device)[None, :] < ((t + 1) // self.ratio)[:, None]
                 if self.indexer is not None:
-                    sel = self.indexer.prefill(x, qr, cs)                                # [B, T, k], -1 = none
+                    sel = self.indexer.prefill(x, qr, cs, self.qr_simulated())           # [B, T, k], -1 = none
                     picked = torch.zeros(B, T, nb + 1, dtype=torch.bool, device=x.device)
                     picked.scatter_(2, torch.where(sel < 0, nb, sel), True)
                     visible = visible & picked[..., :nb]

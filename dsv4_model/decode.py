@@ -157,7 +157,7 @@ def side_projections(attn: Attention, x: torch.Tensor, qr: torch.Tensor, cs: tor
     if attn.indexer is not None:
         idx = attn.indexer
         side["iC"], side["iZ"] = idx.compressor.wkv(xf).float(), idx.compressor.wgate(xf).float()
-        side["iq"], side["iw"] = idx.query(qr, cs.unsqueeze(-3)), idx.weights(x)
+        side["iq"], side["iw"] = idx.query(qr, cs.unsqueeze(-3), attn.qr_simulated()), idx.weights(x)
     if attn.compressor is not None:
         side["C"], side["Z"] = attn.compressor.wkv(xf).float(), attn.compressor.wgate(xf).float()
     return side

@@ -52,8 +52,9 @@ class Indexer(nn.Module):
         of 32 (`hadamard_fp4`: the reference calls, or one launch)."""
         return self.hadamard_fp4(t, self.hadamard, 32) if self.fp4_sim else hadamard_ref(t, self.hadamard)
 
-    def query(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
-        q = self.wq_b(qr).unflatten(-1, (self.Hi, self.Di))
+    def query(self, qr: torch.Tensor, cs_q: torch.Tensor, simulated: bool = False) -> torch.Tensor:
+        """`simulated`: qr carries wq_b's FP8 simulation already (`Attention.qr_simulated`)."""
+        q = self.wq_b(qr, simulated=simulated).unflatten(-1, (-1, self.Di))  # [B,T,Hi,Di] (a TP rank's: its heads)
         return self.rotate(self.rope(q, cs_q, self.rd))
 
     def weights(self, x: torch.Tensor) -> torch.Tensor:
@@ -70,24 +71,25 @@ class Indexer(nn.Module):
         at once)."""
         return self.score(q, k, self.weights(x) if w is None else w, self.w_scale)
 
-    def step(self, x: torch.Tensor, qr: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor | None:
+    def step(self, x: torch.Tensor, qr: torch.Tensor, pos: int, cs: torch.Tensor,
+             simulated: bool = False) -> torch.Tensor | None:
         """Decode: run the private compressor, then top-k over the completed blocks; None when there are none."""
         self.compressor.step(x, pos, cs, self.rotate)
         n = (pos + 1) // 4
         if n == 0:
             return None
-        q = self.query(qr, cs[pos].view(1, 1, 1, -1, 2))
+        q = self.query(qr, cs[pos].view(1, 1, 1, -1, 2), simulated)
         scores = self.scores(x, q, self.compressor.entries[:, :n])[:, 0]               # [B, n]
         return self.select(scores, min(self.topk, n))
 
-    def prefill(self, x: torch.Tensor, qr: torch.Tensor, cs: torch.Tensor) -> torch.Tensor | None:
+    def prefill(self, x: torch.Tensor, qr: torch.Tensor, cs: torch.Tensor, simulated: bool = False) -> torch.Tensor | None:
         """Top-k block indices per query [B,T,k]; picks of blocks not yet closed at t are -1."""
         B, T, _ = x.shape
         k = self.compressor.compress_all(x, cs, self.rotate)
         nb = k.shape[1]
         if nb == 0:
             return None
-        q = self.query(qr, cs[:T].view(1, T, 1, -1, 2))
+        q = self.query(qr, cs[:T].view(1, T, 1, -1, 2), simulated)
         scores = self.scores(x, q, k)
         t = torch.arange(T, device=x.device)
         visible = torch.arange(nb, device=x.device)[None, :] < ((t + 1) // 4)[:, None]  # [T, nb]

@@ -60,15 +60,20 @@ def set_qweight(module: nn.Module, prefix: str, qw: QWeight) -> None:
     module.fmts[prefix] = qw.fmt
 
 
+def common_block(*linears: "Linear") -> int | None:
+    """The per-block FP8 fake quant block every one of `linears` simulates its input with (`Linear.fp8_block`), or
+    None where they do not all take the same one."""
+    block = linears[0].fp8_block()
+    return None if block is None or any(lin.fp8_block() != block for lin in linears[1:]) else block
+
+
 def shared_sim(x: torch.Tensor, *linears: "Linear") -> tuple[torch.Tensor, bool]:
     """x with the activation simulation that every one of `linears` applies, made once: (simulated x, True) where they
-    all take the same per-block FP8 fake quant (`Linear.fp8_block`), else (x, False) and each simulates its own. Pass
+    all take the same per-block FP8 fake quant (`common_block`), else (x, False) and each simulates its own. Pass
     the flag as their `simulated`: the values are each projection's own simulation's, in one launch instead of one
     each."""
-    block = linears[0].fp8_block()
-    if block is None or any(lin.fp8_block() != block for lin in linears[1:]):
-        return x, False
-    return linears[0].fp8_quant(x, block), True
+    block = common_block(*linears)
+    return (x, False) if block is None else (linears[0].fp8_quant(x, block), True)
 
 
 class Linear(nn.Module):

@@ -118,14 +118,10 @@ class ParallelHead(Linear):
 
 
 class ParallelIndexer(Indexer):
-    """This rank's index heads; the per-head ReLU scores are summed over all heads by an all-reduce before
-    top-k, as the reference does. `Hi` stays the global head count: the 1/sqrt(Hi) score scale is over all heads."""
+    """This rank's index heads (`Indexer.query` takes the heads wq_b gives: Hi/N here); the per-head ReLU scores are
+    summed over all heads by an all-reduce before top-k, as the reference does. `Hi` stays the global head count: the 1/sqrt(Hi) score scale is over all heads."""
 
     group = None
-
-    def query(self, qr: torch.Tensor, cs_q: torch.Tensor) -> torch.Tensor:
-        q = self.wq_b(qr).unflatten(-1, (-1, self.Di))                    # [B,T,Hi/N,Di]: this rank's heads
-        return self.rotate(self.rope(q, cs_q, self.rd))
 
     def scores(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
         s = super().scores(x, q, k, w)

@@ -47,13 +47,15 @@ class Expert(nn.Module):
         self.swiglu_fp8 = table["swiglu_fp8"]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [.., dim] -> [.., dim] in w2's dtype (the model's): `MoE.combine` widens it, exactly, in its fp32 add (an
+        fp32 copy here was a launch of its own)."""
         w1, w2, w3 = self.w1, self.w2, self.w3
         xs, shared = shared_sim(x, w1, w3)
         g, u = w1(xs, simulated=shared), w3(xs, simulated=shared)
         block = w2.fp8_block()
         if block is not None and g.dtype == x.dtype:
-            return w2(self.swiglu_fp8(g, u, self.limit, block), simulated=True).float()
-        return w2(swiglu(g, u, self.limit).to(x.dtype)).float()
+            return w2(self.swiglu_fp8(g, u, self.limit, block), simulated=True)
+        return w2(swiglu(g, u, self.limit).to(x.dtype))
 
 
 class Experts(nn.Module):
@@ -192,6 +194,6 @@ class MoE(nn.Module):
     def combine(self, y: torch.Tensor, shared: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The routed experts' fp32 sum y [N,d] plus the shared expert's output, summed over the tensor-parallel
         ranks (fp32, before the cast, as the reference all-reduces), in `dtype`. One rank holds everything: the add
-        and its one rounding in one launch (`(y + shared).to(dtype)`'s values, without the fp32 sum's own kernel
-        and buffer); `parallel.ParallelMoE` all-reduces the fp32 sum between them."""
+        and its one rounding in one launch (`(y + shared.float()).to(dtype)`'s values, shared widened in the add,
+        without the fp32 sum's own kernel and buffer); `parallel.ParallelMoE` all-reduces the fp32 sum between them."""
         return torch.add(y, shared, out=torch.empty(y.shape, dtype=dtype, device=y.device))

@@ -2809,7 +2809,8 @@ def test_shared_expert_is_the_projections_chained():
         want = ex.w2(swiglu(ex.w1(x), ex.w3(x), limit).to(dt)).float()
         calls = []
         ex.swiglu_fp8 = lambda *a, _f=ex.swiglu_fp8: calls.append(a[2:]) or _f(*a)
-        assert torch.equal(ex(x), want)
+        got = ex(x)
+        assert got.dtype == dt and torch.equal(got.float(), want)       # in the model dtype: combine widens it
         assert calls == [(limit, 128 if inter % 128 == 0 else inter)]
 
 

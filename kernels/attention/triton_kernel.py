@@ -33,6 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._bf16 import round_bf16
+
 BH = 16            # heads per program: the smallest tl.dot M; Flash's 64 heads are 4 blocks
 BN = 16            # keys per inner step
 MIN_SPLIT = 16     # keys per split at least (H200, BENCHMARKS.md: 16 against 64 took B=1 from 18.3 to 13.0 µs, B=8 the same)
@@ -46,37 +48,42 @@ BN_OFFICIAL = 64   # official kernel.py `block = 64`: the online softmax's step,
 
 
 @triton.jit
-def _keys(k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, b, j, d, dm, N, W, k_row, k_key, mask_row, k2_row, k2_key,
-          order_row, mask2_row, HAS_MASK: tl.constexpr, RING: tl.constexpr):
-    """Keys j [BN] of row b -> (k [BN, DP], valid [BN]). One list: K[b, j], masked by mask[b, j]. RING: the window
-    ring's W slots in the order order[b, :] (the official list's oldest first), then the compressed keys K2[b, j - W],
-    masked by mask[b, j] and mask2[b, j - W]: the list the decode used to gather and concatenate, read in place."""
-    valid = j < N
-    if RING:
-        inw = j < W
-        inc = valid & (j >= W)
-        slot = tl.load(order_ptr + b * order_row + j, mask=inw, other=0)
-        kw = tl.load(k_ptr + b * k_row + slot[:, None] * k_key + d[None, :], mask=inw[:, None] & dm[None, :], other=0.0)
-        kc = tl.load(k2_ptr + b * k2_row + (j - W)[:, None] * k2_key + d[None, :], mask=inc[:, None] & dm[None, :],
-                     other=0.0)
-        k = tl.where(inw[:, None], kw, kc)                                              # [BN, DP]
-        if HAS_MASK:
-            vw = tl.load(mask_ptr + b * mask_row + j, mask=inw, other=0)
-            vc = tl.load(mask2_ptr + b * mask2_row + (j - W), mask=inc, other=0)
-            valid = valid & (tl.where(inw, vw, vc) != 0)
-    else:
-        k = tl.load(k_ptr + b * k_row + j[:, None] * k_key + d[None, :], mask=valid[:, None] & dm[None, :],
-                    other=0.0)                                                          # [BN, DP]
-        if HAS_MASK:
-            valid = valid & (tl.load(mask_ptr + b * mask_row + j, mask=valid, other=0) != 0)
+def _list_keys(k_ptr, mask_ptr, b, j, d, dm, N, k_row, k_key, mask_row, HAS_MASK: tl.constexpr):
+    """Keys j [BN] of row b of a list K [B, N, D] -> (k [BN, DP], valid [BN]): in the list (0 <= j < N) and, with a
+    mask, set in mask[b, j]. (j < 0: `_keys` asks for the compressed keys at j - W on a step's ring lanes too; those
+    are not read.)"""
+    valid = (j >= 0) & (j < N)
+    k = tl.load(k_ptr + b * k_row + j[:, None] * k_key + d[None, :], mask=valid[:, None] & dm[None, :], other=0.0)
+    if HAS_MASK:
+        valid = valid & (tl.load(mask_ptr + b * mask_row + j, mask=valid, other=0) != 0)
     return k, valid
 
 
 @triton.jit
-def _round_bf16(x):
-    """x (finite fp32) rounded to the nearest bf16, ties to even, held in fp32: the interpreter's own cast truncates."""
-    bits = x.to(tl.int32, bitcast=True)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
+def _ring_keys(k_ptr, mask_ptr, order_ptr, b, j, d, dm, W, k_row, k_key, mask_row, order_row, HAS_MASK: tl.constexpr):
+    """Keys j [BN] of row b's window ring [B, W, D] read in the order order[b, :] (the official list's oldest first)
+    -> (k, valid): j < W and, with a mask, set in mask[b, j]."""
+    inw = j < W
+    slot = tl.load(order_ptr + b * order_row + j, mask=inw, other=0)
+    k = tl.load(k_ptr + b * k_row + slot[:, None] * k_key + d[None, :], mask=inw[:, None] & dm[None, :], other=0.0)
+    valid = inw
+    if HAS_MASK:
+        valid = valid & (tl.load(mask_ptr + b * mask_row + j, mask=inw, other=0) != 0)
+    return k, valid
+
+
+@triton.jit
+def _keys(k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, b, j, d, dm, N, W, k_row, k_key, mask_row, k2_row, k2_key,
+          order_row, mask2_row, HAS_MASK: tl.constexpr, RING: tl.constexpr):
+    """Keys j [BN] of row b of the whole list -> (k [BN, DP], valid [BN]). One list: K[b, j]. RING: the window ring's
+    W slots in order, then the compressed keys K2[b, j - W] (masked by mask2): the list the decode used to gather and
+    concatenate, read in place; a step across both loads both and selects."""
+    if RING:
+        kw, vw = _ring_keys(k_ptr, mask_ptr, order_ptr, b, j, d, dm, W, k_row, k_key, mask_row, order_row, HAS_MASK)
+        kc, vc = _list_keys(k2_ptr, mask2_ptr, b, j - W, d, dm, N - W, k2_row, k2_key, mask2_row, HAS_MASK)
+        inw = j < W
+        return tl.where(inw[:, None], kw, kc), tl.where(inw, vw, vc)
+    return _list_keys(k_ptr, mask_ptr, b, j, d, dm, N, k_row, k_key, mask_row, HAS_MASK)
 
 
 @triton.jit
@@ -102,7 +109,7 @@ def _step(q, k, valid, m_i, l_i, acc, scale, QK_PRECISION: tl.constexpr, ROUND_P
         acc = acc * alpha[:, None] + tl.dot(p.to(k.dtype), k)
     elif ROUND_P:
         # and its fp32 -> bf16 cast truncates: round to nearest even on the bits (p is finite, >= 0)
-        acc = acc * alpha[:, None] + tl.dot(_round_bf16(p), k.to(tl.float32), input_precision="ieee")
+        acc = acc * alpha[:, None] + tl.dot(round_bf16(p, NATIVE), k.to(tl.float32), input_precision="ieee")
     else:
         acc = acc * alpha[:, None] + tl.dot(p, k, input_precision="tf32x3")
     return m_new, l_i, acc
@@ -132,19 +139,12 @@ def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, m
         # the rest the compressed keys, each one load (a step that straddles both, or a select between them, loads
         # twice: the CSA core took 1.6x as long on the H100, run 66)
         for start in tl.range(0, W, BN):
-            j = start + tl.arange(0, BN)
-            inw = j < W
-            slot = tl.load(order_ptr + b * order_row + j, mask=inw, other=0)
-            k = tl.load(k_ptr + b * k_row + slot[:, None] * k_key + d[None, :], mask=inw[:, None] & dm[None, :],
-                        other=0.0)
-            valid = inw & (tl.load(mask_ptr + b * mask_row + j, mask=inw, other=0) != 0)
+            k, valid = _ring_keys(k_ptr, mask_ptr, order_ptr, b, start + tl.arange(0, BN), d, dm, W, k_row, k_key,
+                                  mask_row, order_row, HAS_MASK)
             m_i, l_i, acc = _step(q, k, valid, m_i, l_i, acc, scale, QK_PRECISION, ROUND_P, NATIVE)
-        for start in tl.range(W, N, BN):
-            j = start + tl.arange(0, BN)
-            inc = j < N
-            k = tl.load(k2_ptr + b * k2_row + (j - W)[:, None] * k2_key + d[None, :], mask=inc[:, None] & dm[None, :],
-                        other=0.0)
-            valid = inc & (tl.load(mask2_ptr + b * mask2_row + (j - W), mask=inc, other=0) != 0)
+        for start in tl.range(0, N - W, BN):
+            k, valid = _list_keys(k2_ptr, mask2_ptr, b, start + tl.arange(0, BN), d, dm, N - W, k2_row, k2_key,
+                                  mask2_row, HAS_MASK)
             m_i, l_i, acc = _step(q, k, valid, m_i, l_i, acc, scale, QK_PRECISION, ROUND_P, NATIVE)
     else:
         for start in tl.range(sp * SPLIT, sp * SPLIT + SPLIT, BN):
@@ -157,7 +157,7 @@ def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, m
         mx = tl.where(m_i == float("-inf"), 0.0, m_i)                                   # no valid key: o = 0
         o = acc / (l_i + tl.exp(sink - mx))[:, None]
         if not NATIVE and o_ptr.dtype.element_ty == tl.bfloat16:
-            o = _round_bf16(o)
+            o = round_bf16(o, NATIVE)
         tl.store(o_ptr + b * o_row + h[:, None] * o_head + d[None, :], o.to(o_ptr.dtype.element_ty),
                  mask=hm[:, None] & dm[None, :])
     else:

@@ -19,18 +19,10 @@ import torch
 import triton
 import triton.language as tl
 
+from .._bf16 import round_bf16 as _bf16
 from .._rows import rows
 
 BN = 64            # keys per program (bf16); fp32's TF32x3 splits hold twice the operands: half as many, or they spill
-
-
-@triton.jit
-def _bf16(x, NATIVE: tl.constexpr):
-    """x rounded to bf16 (nearest even), in fp32. The interpreter's fp32 -> bf16 cast truncates: the bits there."""
-    if NATIVE:
-        return x.to(tl.bfloat16).to(tl.float32)
-    bits = x.to(tl.int32, bitcast=True)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & -65536).to(tl.float32, bitcast=True)
 
 
 @triton.jit

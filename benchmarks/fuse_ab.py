@@ -91,13 +91,11 @@ def unfused_ops(device) -> dict:
     def hadamard_fp4(x, hadamard, block=32):
         return fp4(hadamard_ref(x, hadamard), block)
 
+    from dsv4_kernels.attention.reference import attention_ring_ref
     core = select("decode_attention", device)
 
     def attend_ring(q, window, order, win_valid, comp, comp_valid, sink, scale):
-        keys = [torch.gather(window, 1, order.unsqueeze(-1).expand(-1, -1, window.shape[-1]))]
-        masks = [win_valid] + ([] if comp is None else [comp_valid])
-        K = torch.cat(keys + ([] if comp is None else [comp]), 1).unsqueeze(1)
-        return core(q, K, torch.cat(masks, 1).unsqueeze(1), sink, scale).to(window.dtype)
+        return attention_ring_ref(q, window, order, win_valid, comp, comp_valid, sink, scale, core=core)
 
     scores = select("index_scores", device)
 

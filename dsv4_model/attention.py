@@ -95,9 +95,8 @@ class Attention(nn.Module):
         `qr_simulated`)."""
         xs, sim = shared_sim(x, self.wq_a, self.wkv)     # x's FP8 simulation once for both of its projections
         qr = self.q_norm(self.wq_a(xs, simulated=sim))
-        sq = self.qr_simulated()
-        if sq:                                           # and qr's once for its two (wq_b, the indexer's wq_b)
-            qr = self.wq_b.fp8_quant(qr, self.wq_b.fp8_block())
+        # and qr's once for its two (wq_b, the indexer's wq_b): the condition `qr_simulated` states for the callers
+        qr, sq = shared_sim(qr, self.wq_b, self.indexer.wq_b) if self.indexer is not None else (qr, False)
         q = self.q_norm_rope(self.wq_b(qr, simulated=sq).unflatten(-1, (self.H, self.D)), cs.unsqueeze(-3), self.eps,
                              self.rd)
         # kv_norm, the RoPE and nope_fp8 as one op

@@ -52,14 +52,15 @@ def attention_ref(q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, s
 
 def attention_ring_ref(q: torch.Tensor, window: torch.Tensor, order: torch.Tensor, win_valid: torch.Tensor,
                        comp: torch.Tensor | None, comp_valid: torch.Tensor | None, sink: torch.Tensor,
-                       scale: float) -> torch.Tensor:
+                       scale: float, core=attention_ref) -> torch.Tensor:
     """The core over the decode's keys where they lie: the window ring [B,W,D] gathered in order [B,W] (the official
     list's oldest first), masked by win_valid [B,W], then comp [B,M,D] masked by comp_valid [B,M] (or neither),
-    q [B,1,H,D] -> o [B,1,H,D] rounded to the keys' dtype (as the official kernel stores it)."""
+    q [B,1,H,D] -> o [B,1,H,D] rounded to the keys' dtype (as the official kernel stores it). `core`: the one-list
+    core run on the gathered list (`attention_ref`, or the kernel: the chain the ring kernel replaced)."""
     keys = [torch.gather(window, 1, order.unsqueeze(-1).expand(-1, -1, window.shape[-1]))]
     masks = [win_valid]
     if comp is not None:
         keys.append(comp)
         masks.append(comp_valid)
     K, mask = torch.cat(keys, 1).unsqueeze(1), torch.cat(masks, 1).unsqueeze(1)
-    return attention_ref(q, K, mask, sink, scale).to(window.dtype)
+    return core(q, K, mask, sink, scale).to(window.dtype)

@@ -11,6 +11,7 @@ from torch import nn
 
 from dsv4_kernels.compressor_pool.reference import compressor_pool_ref
 from dsv4_kernels.compressor_ring.reference import close_block_ref, ring_write_ref
+from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.norm_rope_fp8.reference import norm_rope_fp8_ref
 
 from .linear import Linear, RMSNorm
@@ -35,13 +36,42 @@ class Compressor(nn.Module):
         # the graph-safe step's writes of its per-row state (decode.compressor_fold; the reference path writes its
         # own under host branches): likewise
         self.ring_write, self.close_block = ring_write_ref, close_block_ref
+        # the fp32 product over wkv and wgate joined into one weight (`join`): None until a CUDA kernel table asks
+        # for it, then [2*coff*D, dim] with the two modules' weights views of its halves (no second copy)
+        self.f32 = f32_linear_ref
+        self.register_buffer("joint", None, persistent=False)
         self.dtype, self.batch, self.capacity, self.coff = dtype, batch, capacity, coff
         self.init_state()
 
     def use_kernels(self, table) -> None:
-        """This module's kernel slots from a kernel table (`decode.KernelTable`)."""
+        """This module's kernel slots from a kernel table (`decode.KernelTable`); a CUDA table also joins the two
+        projections (`join`)."""
         self.pool_reduce, self.norm_rope = table["pool"], table["norm_rope_fp8"]
         self.ring_write, self.close_block = table["ring_write"], table["close_block"]
+        self.f32 = table["f32"]
+        if table.cuda:
+            self.join()
+
+    def join(self) -> None:
+        """wkv's and wgate's weights as the halves of one tensor, so that `project` reads both in one launch (each was
+        a narrow GEMV of its own, 5-7.5 us for 4-8 MB, plus the zeroing of its split counts: run 69). Both decodes
+        call `project`, so they keep taking the same product. Weights in another format stay apart."""
+        a, b = self.wkv.qweight, self.wgate.qweight
+        if self.joint is not None or a.fmt != "plain" or b.fmt != "plain" or a.data.dtype != b.data.dtype \
+                or a.data.is_meta:
+            return
+        w = torch.cat([a.data, b.data])
+        self.joint = w
+        self.wkv.weight, self.wgate.weight = w[: a.data.shape[0]], w[a.data.shape[0]:]
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [..., dim] in the model dtype -> C, Z [..., coff*D] fp32: the reference's x.float() @ W^T for wkv and
+        wgate. Joined (`join`): one fp32 product (the `f32` slot widens x itself: no cast launch either) whose halves
+        are C and Z (views, rows of stride 2*coff*D)."""
+        if self.joint is not None:
+            return self.f32(x, self.joint).chunk(2, -1)
+        xf = x.float()
+        return self.wkv(xf).float(), self.wgate(xf).float()
 
     def init_state(self, device=None) -> None:
         slots, w = (2 * self.m if self.overlap else self.m), self.coff * self.D
@@ -73,8 +103,7 @@ class Compressor(nn.Module):
     def step(self, x: torch.Tensor, pos: int, cs: torch.Tensor, post) -> None:
         """Decode: fold token `pos` into the partial block; emit an entry when the block closes."""
         m = self.m
-        C = self.wkv(x.float())[:, 0]
-        Z = self.wgate(x.float())[:, 0]
+        C, Z = (t[:, 0] for t in self.project(x))
         slot = (m if self.overlap else 0) + pos % m
         self.kv_state[:, slot] = C
         self.gate_state[:, slot] = Z
@@ -94,8 +123,7 @@ class Compressor(nn.Module):
         nb = T // m
         if nb == 0:
             return x.new_zeros(B, 0, D)
-        C = self.wkv(x[:, : nb * m].float()).view(B, nb, m, -1)
-        Z = self.wgate(x[:, : nb * m].float()).view(B, nb, m, -1)
+        C, Z = (t.reshape(B, nb, m, -1) for t in self.project(x[:, : nb * m]))
         if self.overlap:
             prevC = torch.cat([C.new_zeros(B, 1, m, 2 * D), C[:, :-1]], 1)
             prevZ = torch.cat([Z.new_full((B, 1, m, 2 * D), float("-inf")), Z[:, :-1]], 1)

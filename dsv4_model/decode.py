@@ -133,6 +133,11 @@ class StepIndex:
         return self._once(("block_cs", compressed, m, overlap, N),
                           lambda: self.tables[compressed][self.blocks(m, overlap, N)[1] * m])
 
+    def unclosed(self, m: int, overlap: bool, N: int) -> torch.Tensor:
+        """The compressed slots not yet valid [n, N] (`blocks`' valid, negated): the indexer masks its scores with
+        it in place, one launch a layer where `torch.where` with a scalar took two (a fill, then the select)."""
+        return self._once(("unclosed", m, overlap, N), lambda: ~self.blocks(m, overlap, N)[4])
+
 
 def compressor_fold(comp: Compressor, st: CompressorState, n: int, C: torch.Tensor, Z: torch.Tensor, ix: StepIndex,
                     compressed: bool, post) -> None:
@@ -153,13 +158,12 @@ def side_projections(attn: Attention, x: torch.Tensor, qr: torch.Tensor, cs: tor
     each compressor's C and Z (fp32) and the indexer's query and score weights. Pure functions of the inputs, so
     computing them ahead of the state writes changes no value."""
     side = {}
-    xf = x.float() if attn.compressor is not None else None     # one cast for the (up to) four fp32 projections
     if attn.indexer is not None:
         idx = attn.indexer
-        side["iC"], side["iZ"] = idx.compressor.wkv(xf).float(), idx.compressor.wgate(xf).float()
+        side["iC"], side["iZ"] = idx.compressor.project(x)
         side["iq"], side["iw"] = idx.query(qr, cs.unsqueeze(-3), attn.qr_simulated()), idx.weights(x)
     if attn.compressor is not None:
-        side["C"], side["Z"] = attn.compressor.wkv(xf).float(), attn.compressor.wgate(xf).float()
+        side["C"], side["Z"] = attn.compressor.project(x)
     return side
 
 
@@ -174,7 +178,9 @@ def attend_position(attn: Attention, st: LayerState, n: int, q: torch.Tensor, kv
     cs = ix.cs(compressed)                                                           # [n,1,rd/2,2]
     window = st.kv_window[:n]
     slot, win_valid = ix.window(window.shape[1])
-    window.index_put_((ix.rows, slot), kv[:, j])
+    # row r's token into its slot: a scatter along the slots (the rows are 0..n-1), one small launch where
+    # index_put_ over (rows, slot) took 4 us (run 69)
+    window.scatter_(1, slot.view(-1, 1, 1).expand(-1, 1, window.shape[2]), kv[:, j:j + 1])
     # oldest first, as the official index list (the order of the 64-key blocks of the attention's online softmax);
     # the valid slots of the ordered ring are the same first pos+1 (all once it is full). The core reads the ring in
     # that order where it lies (`Attention.core_ring`), then the compressed keys
@@ -184,9 +190,10 @@ def attend_position(attn: Attention, st: LayerState, n: int, q: torch.Tensor, kv
         idx = attn.indexer
         compressor_fold(idx.compressor, st.icomp, n, side["iC"][:, j], side["iZ"][:, j], ix, compressed, idx.rotate)
         ent = st.icomp.entries[:n]
-        _, _, _, closed, valid = ix.blocks(idx.compressor.m, idx.compressor.overlap, ent.shape[1])
+        closed = ix.blocks(idx.compressor.m, idx.compressor.overlap, ent.shape[1])[3]
         scores = idx.scores(None, at(side["iq"]), ent, at(side["iw"]))[:, 0]           # [n, N]
-        sel = idx.select(torch.where(valid, scores, float("-inf")), min(idx.topk, ent.shape[1]))   # one launch
+        scores.masked_fill_(ix.unclosed(idx.compressor.m, idx.compressor.overlap, ent.shape[1]), float("-inf"))
+        sel = idx.select(scores, min(idx.topk, ent.shape[1]))                          # one launch
         sel_valid = sel < closed[:, None]                                            # padded picks masked
     if attn.compressor is not None:
         comp_m = attn.compressor

@@ -17,8 +17,10 @@ from dsv4_model import CheckpointError, config, quant
 from dsv4_model.checkpoint import random_state, write_checkpoint
 from dsv4_model.compressor import Compressor
 from dsv4_model.generate import sample
+from dsv4_model.linear import set_qweight
 from dsv4_model.moe import swiglu
 from dsv4_model.precision import DEFAULT_POLICY, parse_overrides
+from dsv4_model.quant import QWeight
 from dsv4_model.rope import apply_rope
 from dsv4_kernels.compressor_reduce import compressor_reduce
 from dsv4_kernels.fused_swiglu.reference import fused_swiglu_ref
@@ -502,3 +504,26 @@ def test_score_cli_refuses_bad_outputs_and_inputs(tmp_path, capsys, monkeypatch)
     assert not (tmp_path / "l.pt").exists()
     assert main(["score", "--checkpoint", str(ck), "--tokens", "20,21", "--out", str(tmp_path / "l.pt")]) == 0
     assert torch.load(tmp_path / "l.pt").shape == (2, config.tiny().vocab_size)
+
+
+def test_joined_compressor_projections_are_the_two_products():
+    """`Compressor.join` (what a CUDA kernel table does at load): wkv's and wgate's weights become the halves of one
+    tensor (views: no second copy; the state dict unchanged) and `project` takes both products in one call, C and Z
+    as the two modules give them."""
+    torch.manual_seed(3)
+    comp = Compressor(32, 16, 4, 8, 1e-6, torch.float32, 1, 16)
+    for lin in (comp.wkv, comp.wgate):
+        set_qweight(lin, "", QWeight("plain", torch.randn(32, 32).bfloat16()))
+    x = torch.randn(2, 1, 32).bfloat16()
+    C0, Z0 = comp.project(x)
+    state = {k: v.clone() for k, v in comp.state_dict().items()}
+    comp.join()
+    assert comp.joint is not None and comp.joint.shape == (64, 32)
+    for half, lin in zip(comp.joint.chunk(2), (comp.wkv, comp.wgate)):
+        assert lin.weight.data_ptr() == half.data_ptr() and lin.weight.untyped_storage().data_ptr() == \
+            comp.joint.untyped_storage().data_ptr()
+    assert state.keys() == comp.state_dict().keys() and all(torch.equal(v, comp.state_dict()[k]) for k, v in state.items())
+    C1, Z1 = comp.project(x)
+    assert C1.dtype == Z1.dtype == torch.float32 and torch.equal(C1, C0) and torch.equal(Z1, Z0)
+    comp.join()                                     # a second table: joined once
+    assert comp.wkv.weight.data_ptr() == comp.joint.data_ptr()

@@ -769,3 +769,23 @@ def test_official_numerics_pairs_are_bitwise_on_cpu():
     finally:
         decode.side_projections = orig
     assert not bad["bitwise"] and "compressor.wkv" in bad["where"], bad["where"]
+
+
+def test_joined_compressors_keep_both_decodes_bitwise_on_cpu():
+    """Both decodes over compressors whose projections are joined (`Compressor.join`, what a CUDA table does) stay
+    equal bit for bit: they take C and Z from the same one product (`Compressor.project`)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import official_numerics
+
+    from dsv4_model.compressor import Compressor
+    from dsv4_model.config import tiny
+    from dsv4_model.synthetic import random_model
+    model = random_model(dataclasses.replace(tiny(), max_seq_len=40), device="cpu")
+    comps = [m for m in model.modules() if isinstance(m, Compressor)]
+    for m in comps:
+        m.join()
+    assert comps and all(m.joint is not None for m in comps)
+    r = official_numerics.run(steps=24, dev="cpu", model=model)
+    assert all(r[k]["bitwise"] and r[k]["first_token_diff"] is None for k in ("pytorch", "kernels")), r

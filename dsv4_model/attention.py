@@ -14,9 +14,10 @@ from torch import nn
 
 from dsv4_kernels.attention.reference import attention_ref, attention_ring_ref
 from dsv4_kernels.head_norm_rope.reference import head_norm_rope_ref
+from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.norm_rope_fp8.reference import fp8_nope_ref, norm_rope_fp8_ref
 
-from .compressor import Compressor
+from .compressor import Compressor, join_projections
 from .indexer import Indexer
 from .linear import Linear, RMSNorm, common_block, shared_sim
 from .quant import dequant
@@ -59,6 +60,10 @@ class Attention(nn.Module):
         self.q_norm_rope, self.norm_rope = head_norm_rope_ref, norm_rope_fp8_ref
         # the output's grouped low-rank product (the reference's einsum, or a row-invariant one: rowwise.py)
         self.grouped = grouped_ref
+        # the compressors' fp32 products (`compressor_products`): the f32 slot over their four weights joined into
+        # one (a CUDA table joins them: `use_kernels`), else each compressor's own
+        self.f32 = f32_linear_ref
+        self.register_buffer("joint", None, persistent=False)
         self.init_state()
 
     def use_kernels(self, table) -> None:
@@ -68,6 +73,24 @@ class Attention(nn.Module):
         self.ring_core = table["attend_ring"]
         self.q_norm_rope, self.norm_rope = table["q_norm_rope"], table["norm_rope_fp8"]
         self.grouped = table["grouped"]
+        self.f32 = table["f32"]
+        if table.cuda and self.joint is None and len(self.compressors()) > 1:
+            self.joint = join_projections(self.compressors())
+
+    def compressors(self) -> list[Compressor]:
+        """The indexer's compressor (CSA), then the layer's (CSA, HCA): the order of `compressor_products`."""
+        return [c for c in (self.indexer.compressor if self.indexer else None, self.compressor) if c is not None]
+
+    def compressor_products(self, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """x [B,T,dim] -> each compressor's (C, Z) [B,T,coff*D] fp32 (`Compressor.project`), in `compressors` order.
+        Joined (a CSA layer under a CUDA table): one fp32 product over the four weights, where the two compressors
+        took two (run 69: four, each 5-7.5 us plus a fill of its split counts); both decodes call this, so they take
+        the same product."""
+        comps = self.compressors()
+        if self.joint is None:
+            return [c.project(x) for c in comps]
+        y = self.f32(x, self.joint).split([n for c in comps for n in (c.wkv.out_features, c.wgate.out_features)], -1)
+        return [(y[2 * i], y[2 * i + 1]) for i in range(len(comps))]
 
     def init_state(self, device=None) -> None:
         """(Re)allocate the decode state (the loader builds modules on the meta device, then calls this)."""
@@ -134,9 +157,10 @@ class Attention(nn.Module):
     def decode(self, x: torch.Tensor, pos: int, cs: torch.Tensor) -> torch.Tensor:
         q, kv, qr = self.qkv(x, cs[pos:pos + 1])
         self.kv_window[:, pos % self.W] = kv[:, 0]
-        sel = self.indexer.step(x, qr, pos, cs, self.qr_simulated()) if self.indexer is not None else None
+        cz = self.compressor_products(x)
+        sel = self.indexer.step(cz[0], x, qr, pos, cs, self.qr_simulated()) if self.indexer is not None else None
         if self.compressor is not None:
-            self.compressor.step(x, pos, cs, self.nope_fp8)
+            self.compressor.step(*cz[-1], pos, cs, self.nope_fp8)
         parts, valid = [self.window_keys(self.kv_window, pos)], [self.window_valid(pos)]
         n = (pos + 1) // self.ratio if self.ratio else 0
         if n and self.indexer is None:

@@ -55,14 +55,10 @@ class Compressor(nn.Module):
     def join(self) -> None:
         """wkv's and wgate's weights as the halves of one tensor, so that `project` reads both in one launch (each was
         a narrow GEMV of its own, 5-7.5 us for 4-8 MB, plus the zeroing of its split counts: run 69). Both decodes
-        call `project`, so they keep taking the same product. Weights in another format stay apart."""
-        a, b = self.wkv.qweight, self.wgate.qweight
-        if self.joint is not None or a.fmt != "plain" or b.fmt != "plain" or a.data.dtype != b.data.dtype \
-                or a.data.is_meta:
-            return
-        w = torch.cat([a.data, b.data])
-        self.joint = w
-        self.wkv.weight, self.wgate.weight = w[: a.data.shape[0]], w[a.data.shape[0]:]
+        call `project`, so they keep taking the same product. A CSA layer joins its two compressors' four weights
+        (`Attention.use_kernels`, `join_projections`) before this runs; weights in another format stay apart."""
+        if self.joint is None:
+            join_projections([self])
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [..., dim] in the model dtype -> C, Z [..., coff*D] fp32: the reference's x.float() @ W^T for wkv and
@@ -100,10 +96,11 @@ class Compressor(nn.Module):
         position (cs[block_start]), then `post`."""
         return post(self.norm_rope(c, self.norm.weight, self.norm.eps, cs_start, self.rd, self.entries.dtype))
 
-    def step(self, x: torch.Tensor, pos: int, cs: torch.Tensor, post) -> None:
-        """Decode: fold token `pos` into the partial block; emit an entry when the block closes."""
+    def step(self, C: torch.Tensor, Z: torch.Tensor, pos: int, cs: torch.Tensor, post) -> None:
+        """Decode: fold token `pos`, its products C, Z [B,1,coff*D] (`project`), into the partial block; emit an
+        entry when the block closes."""
         m = self.m
-        C, Z = (t[:, 0] for t in self.project(x))
+        C, Z = C[:, 0], Z[:, 0]
         slot = (m if self.overlap else 0) + pos % m
         self.kv_state[:, slot] = C
         self.gate_state[:, slot] = Z
@@ -131,3 +128,20 @@ class Compressor(nn.Module):
         c = self.pool(C, Z)                                                     # [B, nb, D]
         starts = torch.arange(nb, device=x.device) * m
         return self.finish(c, cs[starts], post)
+
+
+def join_projections(comps: list[Compressor]) -> torch.Tensor | None:
+    """The compressors' wkv and wgate weights, in that order, as row blocks of one tensor [sum 2*coff*D, dim]: each
+    compressor's `joint` becomes its two blocks and each weight a view of its own (no second copy; the state dict
+    unchanged). None, changing nothing, where one of them is not a plain weight of the others' dtype (or not loaded)."""
+    qws = [lin.qweight for c in comps for lin in (c.wkv, c.wgate)]
+    if any(q.fmt != "plain" or q.data.dtype != qws[0].data.dtype or q.data.is_meta for q in qws):
+        return None
+    w = torch.cat([q.data for q in qws])
+    at = 0
+    for c in comps:
+        n1, n2 = c.wkv.qweight.data.shape[0], c.wgate.qweight.data.shape[0]
+        c.joint = w[at:at + n1 + n2]
+        c.wkv.weight, c.wgate.weight = w[at:at + n1], w[at + n1:at + n1 + n2]
+        at += n1 + n2
+    return w

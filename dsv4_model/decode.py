@@ -158,12 +158,13 @@ def side_projections(attn: Attention, x: torch.Tensor, qr: torch.Tensor, cs: tor
     each compressor's C and Z (fp32) and the indexer's query and score weights. Pure functions of the inputs, so
     computing them ahead of the state writes changes no value."""
     side = {}
+    cz = attn.compressor_products(x)
     if attn.indexer is not None:
         idx = attn.indexer
-        side["iC"], side["iZ"] = idx.compressor.project(x)
+        side["iC"], side["iZ"] = cz[0]
         side["iq"], side["iw"] = idx.query(qr, cs.unsqueeze(-3), attn.qr_simulated()), idx.weights(x)
     if attn.compressor is not None:
-        side["C"], side["Z"] = attn.compressor.project(x)
+        side["C"], side["Z"] = cz[-1]
     return side
 
 

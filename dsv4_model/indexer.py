@@ -71,10 +71,11 @@ class Indexer(nn.Module):
         at once)."""
         return self.score(q, k, self.weights(x) if w is None else w, self.w_scale)
 
-    def step(self, x: torch.Tensor, qr: torch.Tensor, pos: int, cs: torch.Tensor,
+    def step(self, cz: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, qr: torch.Tensor, pos: int, cs: torch.Tensor,
              simulated: bool = False) -> torch.Tensor | None:
-        """Decode: run the private compressor, then top-k over the completed blocks; None when there are none."""
-        self.compressor.step(x, pos, cs, self.rotate)
+        """Decode: run the private compressor on its products cz (`Attention.compressor_products`), then top-k over
+        the completed blocks; None when there are none."""
+        self.compressor.step(*cz, pos, cs, self.rotate)
         n = (pos + 1) // 4
         if n == 0:
             return None

@@ -24,9 +24,10 @@ import triton.language as tl
 from .._rows import rows
 from ..act_quant.triton_kernel import fp4_fake_blocks
 
-# elements per program at most (rows of D): small tiles, so that a decode step's few rows spread over several
-# programs (run 69: the indexer's 64 query heads of 128 in 2 programs took 4.9 us for the RoPE, 3.4 us for this)
-TILE = 1024
+# elements per program at most (rows of D). Not smaller: in 1024-element programs of one warp the indexer's 64
+# query heads took 6.95 us against 3.4 us in two programs of 4096 (H100, 2026-12-07 run 71; the RoPE before it went
+# the other way: rope/triton_kernel.py)
+TILE = 4096
 
 
 @triton.jit

@@ -102,7 +102,7 @@ def test_compressor_module_pools_with_ape_on_the_score(ratio):
     cs = _cs(4 * ratio, rd // 2)
     xs = torch.randn(2 * ratio, 1, 1, dim)
     for pos in range(2 * ratio):
-        comp.step(xs[pos], pos, cs, lambda c: c)
+        comp.step(*comp.project(xs[pos]), pos, cs, lambda c: c)
     C = torch.stack([comp.wkv(x).float()[0, 0] for x in xs])
     Z = torch.stack([comp.wgate(x).float()[0, 0] for x in xs])
     b = 1                                            # the second block; CSA also sees block 0's first half

@@ -782,10 +782,23 @@ def test_joined_compressors_keep_both_decodes_bitwise_on_cpu():
     from dsv4_model.compressor import Compressor
     from dsv4_model.config import tiny
     from dsv4_model.synthetic import random_model
+    from dsv4_model.compressor import join_projections
     model = random_model(dataclasses.replace(tiny(), max_seq_len=40), device="cpu")
+    csa = next(layer.attn for layer in model.layers if layer.attn.indexer is not None)
+    x = torch.randn(2, 1, model.args.dim).to(model.dtype)
+    apart = csa.compressor_products(x)
+    for layer in model.layers:             # as Attention.use_kernels does under a CUDA table: a CSA layer's four as one
+        comps = layer.attn.compressors()
+        if len(comps) > 1:
+            layer.attn.joint = join_projections(comps)
     comps = [m for m in model.modules() if isinstance(m, Compressor)]
     for m in comps:
         m.join()
     assert comps and all(m.joint is not None for m in comps)
+    joined = [layer.attn for layer in model.layers if layer.attn.joint is not None]
+    together = csa.compressor_products(x)              # one product over the four weights: C and Z as apart
+    assert len(together) == 2 and all(torch.equal(a, b) for pa, pb in zip(apart, together) for a, b in zip(pa, pb))
+    assert joined and all(a.joint.data_ptr() == a.indexer.compressor.joint.data_ptr() == a.indexer.compressor.wkv.weight.data_ptr()
+                          for a in joined)
     r = official_numerics.run(steps=24, dev="cpu", model=model)
     assert all(r[k]["bitwise"] and r[k]["first_token_diff"] is None for k in ("pytorch", "kernels")), r

@@ -70,16 +70,18 @@ def _sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def shape_for(B: int, N: int, K: int, sms: int) -> tuple[int, int, int]:
+def shape_for(B: int, N: int, K: int, sms: int, bk: int = BK, waves: int = WAVES,
+              pairs: int = PAIRS) -> tuple[int, int, int]:
     """(BB, BN, split): x rows and weight rows per program, and how many programs share one row's K. The split is
-    chosen from the weight shape and the rows, so it is fixed for a captured bucket."""
+    chosen from the weight shape and the rows, so it is fixed for a captured bucket. `bk`, `waves`, `pairs`: the
+    module's constants unless a sweep (benchmarks/bf16_sweep.py) tries others."""
     BB = min(8, triton.next_power_of_2(max(B, 1)))
-    BN = PAIRS // BB
+    BN = max(1, pairs // BB)
     programs = triton.cdiv(B, BB) * triton.cdiv(N, BN)
-    iters = triton.cdiv(K, BK)
+    iters = triton.cdiv(K, bk)
     split = 1
-    if programs < WAVES * sms:        # each slice at least 2 steps of BK: a shorter one is all launch and reduce
-        split = max(1, min(triton.cdiv(WAVES * sms, programs), iters // 2))
+    if programs < waves * sms:        # each slice at least 2 steps of BK: a shorter one is all launch and reduce
+        split = max(1, min(triton.cdiv(waves * sms, programs), iters // 2))
     return BB, BN, split
 
 
@@ -92,9 +94,11 @@ def bf16_linear_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = None,
-                       rows_block: int | None = None) -> torch.Tensor:
+                       rows_block: int | None = None, bk: int = BK, waves: int = WAVES, pairs: int = PAIRS,
+                       warps: int = 4) -> torch.Tensor:
     """x [B, K] fp32 (or bf16: widened in the kernel, exactly), w [N, K] bf16 (last dim contiguous) -> y [B, N] fp32. `split`: K slices (None: `shape_for`).
-    `rows_block`: the tile and split of a call of that many rows at any B (`bf16_linear_rows`)."""
+    `rows_block`: the tile and split of a call of that many rows at any B (`bf16_linear_rows`). `bk`, `waves`,
+    `pairs`, `warps`: the tile and launch shape (the defaults unless a sweep tries others)."""
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.dtype not in (torch.float32, torch.bfloat16) \
             or w.dtype != torch.bfloat16:
         raise ValueError(f"bf16_linear_triton: expected x [B, K] fp32 or bf16 and w [N, K] bf16, found x {tuple(x.shape)} "
@@ -102,8 +106,8 @@ def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = Non
     x = x if x.stride(-1) == 1 else x.contiguous()
     w = w if w.stride(-1) == 1 else w.contiguous()
     (B, K), N = x.shape, w.shape[0]
-    BB, BN, auto = shape_for(rows_block or B, N, K, _sms(x.device))
-    iters = triton.cdiv(K, BK)
+    BB, BN, auto = shape_for(rows_block or B, N, K, _sms(x.device), bk, waves, pairs)
+    iters = triton.cdiv(K, bk)
     per = triton.cdiv(iters, max(1, min(split or auto, iters)))      # BK steps per slice; slices cover K exactly
     split = triton.cdiv(iters, per) if K else 1
     y = (torch.empty if K else torch.zeros)(B, N, dtype=torch.float32, device=x.device)
@@ -112,6 +116,6 @@ def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = Non
         part = torch.empty(split, B, N, dtype=torch.float32, device=x.device) if split > 1 else y
         # unsplit: never read (SPLIT == 1 compiles without the count), so no zeroing launch for it
         count = torch.zeros(grid[0] * grid[1], dtype=torch.int32, device=x.device) if split > 1 else y
-        _bf16_rows_kernel[grid](x, w, part, y, count, B, N, K, per * BK, x.stride(0), w.stride(0), SPLIT=split,
-                                BB=BB, BN=BN, BK=BK, num_warps=4)
+        _bf16_rows_kernel[grid](x, w, part, y, count, B, N, K, per * bk, x.stride(0), w.stride(0), SPLIT=split,
+                                BB=BB, BN=BN, BK=bk, num_warps=warps)
     return y

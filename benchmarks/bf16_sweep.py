@@ -1,0 +1,110 @@
+"""The bf16-weight GEMV's tile and launch shape, swept on the decode's narrow shapes (issue 37): the compressors'
+joined projections (CSA: 2560 x 4096, HCA: 1024 x 4096), the router (256 x 4096) at B = 1 and 8, each variant timed
+per call in a CUDA graph of 20 calls against the module's default shape in the same run, its output checked against
+the fp32 product of the widened operands (relative 1e-5: a variant sums in another order).
+
+    python benchmarks/bf16_sweep.py [--shapes 1x2560x4096,...] [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+
+import torch
+
+
+def _time(fn, reps: int = 20, rounds: int = 20) -> float:
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        best = min(best, a.elapsed_time(b) * 1e3 / reps)
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="1x2560x4096,1x1024x4096,1x256x4096,8x2560x4096,8x256x4096")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    from dsv4_kernels.bf16_gemv import triton_kernel as tk
+    lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}; default bk={tk.BK} waves={tk.WAVES} "
+             f"pairs={tk.PAIRS} warps=4"]
+    variants = [dict(bk=bk, waves=wv, pairs=pr, warps=wp) for bk, wv, pr, wp in
+                itertools.product((128, 256, 512), (1, 2, 4), (32,), (4, 8))]
+    variants += [dict(bk=256, waves=wv, pairs=64, warps=wp) for wv in (1, 2, 4) for wp in (4, 8)]
+    for spec in a.shapes.split(","):
+        B, N, K = (int(v) for v in spec.split("x"))
+        g = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(B, K, device="cuda", generator=g).bfloat16()
+        w = (torch.randn(N, K, device="cuda", generator=g) * 0.02).bfloat16()
+        ref = x.float() @ w.float().T
+        bytes_ = N * K * 2
+        base = _time(lambda: tk.bf16_linear_triton(x, w))
+        rows = []
+        for v in variants:
+            try:
+                y = tk.bf16_linear_triton(x, w, **v)
+                err = float((y - ref).abs().max() / ref.abs().max())
+                us = _time(lambda v=v: tk.bf16_linear_triton(x, w, **v))
+            except Exception as e:          # a shape Triton cannot build (registers, shared memory): say so
+                rows.append((float("inf"), v, f"failed: {type(e).__name__}"))
+                continue
+            split = tk.shape_for(B, N, K, tk._sms(x.device), v["bk"], v["waves"], v["pairs"])[2]
+            rows.append((us, v, f"split {split}, rel err {err:.1e}" + ("" if err < 1e-5 else " WRONG")))
+        rows.sort(key=lambda r: r[0])
+        lines.append(f"== B={B} N={N} K={K} ({bytes_ / 1e6:.1f} MB): default {base:.2f} us "
+                     f"({bytes_ / base / 1e3:.0f} GB/s)")
+        for us, v, note in rows[:8]:
+            lines.append(f"  {us:7.2f} us {bytes_ / us / 1e3:6.0f} GB/s  {base / us:5.2f}x  "
+                         f"bk={v['bk']} waves={v['waves']} pairs={v['pairs']} warps={v['warps']}  {note}")
+        print("\n".join(lines[-9:]), flush=True)
+    # the fp32 mixes' kernel (mHC: 24 x 16384 fp32, the CUDA rows kernel): its cluster size (0: whole rows per warp;
+    # 1..8: blocks of 8 warps splitting K, in clusters of that many)
+    from dsv4_kernels.moe_gemv import cuda_kernel as ck
+    if ck.build()[0]:
+        for B in (1, 8):
+            N, K = 24, 16384
+            x = torch.randn(B, K, device="cuda").bfloat16()
+            w = torch.randn(N, K, device="cuda") * 0.01
+            ref = x.float() @ w.T
+            default = ck.f32_cluster(N, K)
+            res = []
+            for cl in (0, 1, 2, 4, 8):
+                y = torch.empty(B, N, dtype=torch.float32, device="cuda")
+                try:
+                    ck._ext().f32_rows(x, w, y, cl)
+                    err = float((y - ref).abs().max() / ref.abs().max())
+                    us = _time(lambda cl=cl, y=y: ck._ext().f32_rows(x, w, y, cl))
+                except Exception as e:
+                    res.append(f"  cluster {cl}: failed: {type(e).__name__}: {str(e)[:80]}")
+                    continue
+                res.append(f"  cluster {cl}{' (default)' if cl == default else ''}: {us:6.2f} us "
+                           f"{N * K * 4 / us / 1e3:5.0f} GB/s  rel err {err:.1e}")
+            lines.append(f"== f32 mix B={B} N={N} K={K} ({N * K * 4 / 1e6:.1f} MB)")
+            lines += res
+            print("\n".join(lines[-6:]), flush=True)
+    if a.out:
+        with open(a.out, "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

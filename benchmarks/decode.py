@@ -642,7 +642,16 @@ def main(argv=None) -> int:
                          "forward over the k+1 positions, each with its plain step over the same kernel table)")
     ap.add_argument("--speculative", type=int, default=0, metavar="K",
                     help="time the speculative step with K drafts against the plain step (issue 41)")
+    ap.add_argument("--bf16-shape", default=None, metavar="BB=bk,waves,pairs,warps;..",
+                    help="the bf16-weight GEMV's launch shape by x rows per program (dsv4_kernels.bf16_gemv."
+                         "triton_kernel.SHAPES) in this process, e.g. what benchmarks/bf16_sweep.py --best found")
     a = ap.parse_args(argv)
+    if a.bf16_shape:
+        from dsv4_kernels.bf16_gemv import triton_kernel as bf16_tk
+        for part in filter(None, a.bf16_shape.split(";")):
+            bb, _, vals = part.partition("=")
+            bf16_tk.SHAPES[int(bb)] = tuple(int(v) for v in vals.split(","))
+        print(f"bf16 GEMV launch shapes (BB -> bk, waves, pairs, warps): {bf16_tk.SHAPES}")
     if a.speculative:
         return speculative_mode(a)
     if a.depths:

@@ -24,6 +24,9 @@ import triton.language as tl
 BK = 256          # a program's K step: 256 bf16 (512 bytes) per weight row per iteration
 PAIRS = 32        # BB * BN: the (x row, weight row) pairs a program carries
 WAVES = 4         # programs per SM the split aims at
+# the launch shape (bk, waves, pairs, warps) by BB, the x rows a program carries (1, 2, 4 or 8): the constants above
+# for every BB unless set here. `benchmarks/decode.py --bf16-shape` sets it in its own process to time another.
+SHAPES: dict[int, tuple[int, int, int, int]] = {}
 
 
 @triton.jit
@@ -94,8 +97,8 @@ def bf16_linear_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = None,
-                       rows_block: int | None = None, bk: int = BK, waves: int = WAVES, pairs: int = PAIRS,
-                       warps: int = 4) -> torch.Tensor:
+                       rows_block: int | None = None, bk: int | None = None, waves: int | None = None,
+                       pairs: int | None = None, warps: int | None = None) -> torch.Tensor:
     """x [B, K] fp32 (or bf16: widened in the kernel, exactly), w [N, K] bf16 (last dim contiguous) -> y [B, N] fp32. `split`: K slices (None: `shape_for`).
     `rows_block`: the tile and split of a call of that many rows at any B (`bf16_linear_rows`). `bk`, `waves`,
     `pairs`, `warps`: the tile and launch shape (the defaults unless a sweep tries others)."""
@@ -106,6 +109,8 @@ def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = Non
     x = x if x.stride(-1) == 1 else x.contiguous()
     w = w if w.stride(-1) == 1 else w.contiguous()
     (B, K), N = x.shape, w.shape[0]
+    d = SHAPES.get(min(8, triton.next_power_of_2(max(rows_block or B, 1))), (BK, WAVES, PAIRS, 4))
+    bk, waves, pairs, warps = (d[i] if v is None else v for i, v in enumerate((bk, waves, pairs, warps)))
     BB, BN, auto = shape_for(rows_block or B, N, K, _sms(x.device), bk, waves, pairs)
     iters = triton.cdiv(K, bk)
     per = triton.cdiv(iters, max(1, min(split or auto, iters)))      # BK steps per slice; slices cover K exactly

@@ -14,29 +14,7 @@ import sys
 
 import torch
 
-
-def _time(fn, reps: int = 20, rounds: int = 20) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(rounds):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        best = min(best, a.elapsed_time(b) * 1e3 / reps)
-    return best
+from graph_timing import graph_us
 
 
 def main() -> int:
@@ -66,7 +44,7 @@ def main() -> int:
             x = torch.randn(B, K, device="cuda", generator=g).bfloat16()
             w = (torch.randn(N, K, device="cuda", generator=g) * 0.02).bfloat16()
             cases.append((N, K, x, w, x.float() @ w.float().T))
-        base = [_time(lambda x=x, w=w: tk.bf16_linear_triton(x, w)) for N, K, x, w, _ in cases]
+        base = [graph_us(lambda x=x, w=w: tk.bf16_linear_triton(x, w)) for N, K, x, w, _ in cases]
         rows = []
         for v in variants:
             times, notes = [], []
@@ -74,7 +52,7 @@ def main() -> int:
                 for N, K, x, w, ref in cases:
                     y = tk.bf16_linear_triton(x, w, **v)
                     err = float((y - ref).abs().max() / ref.abs().max())
-                    times.append(_time(lambda x=x, w=w, v=v: tk.bf16_linear_triton(x, w, **v)))
+                    times.append(graph_us(lambda x=x, w=w, v=v: tk.bf16_linear_triton(x, w, **v)))
                     notes.append("" if err < 1e-5 else f" WRONG (rel err {err:.1e} at N={N})")
             except Exception as e:          # a shape Triton cannot build (registers, shared memory): say so
                 lines.append(f"  B={B} {v}: failed: {type(e).__name__}: {str(e)[:80]}")
@@ -112,7 +90,7 @@ def main() -> int:
                 try:
                     ck._ext().f32_rows(x, w, y, cl)
                     err = float((y - ref).abs().max() / ref.abs().max())
-                    us = _time(lambda cl=cl, y=y: ck._ext().f32_rows(x, w, y, cl))
+                    us = graph_us(lambda cl=cl, y=y: ck._ext().f32_rows(x, w, y, cl))
                 except Exception as e:
                     res.append(f"  cluster {cl}: failed: {type(e).__name__}: {str(e)[:80]}")
                     continue

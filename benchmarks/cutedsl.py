@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from graph_timing import graph_us
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "graphcheck"))      # cute_planted, planted
 
@@ -28,29 +30,6 @@ def _log(out: Path, name: str, lines: list[str]) -> None:
     text = "\n".join(lines) + "\n"
     print(text, end="")
     (out / name).write_text(text)
-
-
-def _graph_time_us(fn, calls: int = 10, replays: int = 30) -> float:
-    """Per-call time of `fn` replayed from a CUDA graph of `calls` calls (launch overhead out, as in the decode)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0.record()
-    for _ in range(replays):
-        g.replay()
-    t1.record()
-    torch.cuda.synchronize()
-    return t0.elapsed_time(t1) * 1000 / (calls * replays)
 
 
 def ab(out: Path) -> bool:
@@ -88,7 +67,7 @@ def ab(out: Path) -> bool:
         a, b = cur(), new()
         err = ((a - b).abs().max() / a.abs().max()).item()
         ok &= err < 3e-2
-        ta, tb = _graph_time_us(cur), _graph_time_us(new)
+        ta, tb = graph_us(cur), graph_us(new)
         lines.append(f"| routed_experts E{E} {dim}x{inter} top{k} | {B} | {ta:.1f} | {tb:.1f} | {tb / ta:.2f} | "
                      f"{err:.2e} (compile {compile_s:.1f} s) |")
     N, kk, D = 1024, 512, 512
@@ -100,7 +79,7 @@ def ab(out: Path) -> bool:
         new = lambda: ck(ent, sel)
         same = torch.equal(cur(), new())
         ok &= same
-        ta, tb = _graph_time_us(cur), _graph_time_us(new)
+        ta, tb = graph_us(cur), graph_us(new)
         lines.append(f"| gather_picks {N}x{D} k={kk} (current: torch.gather) | {B} | {ta:.1f} | {tb:.1f} | "
                      f"{tb / ta:.2f} | {'0 (bitwise)' if same else 'DIFFERS'} |")
     _log(out, "cutedsl-ab.md", lines)

@@ -44,9 +44,10 @@ import re
 import subprocess
 import sys
 import threading
-import time
 
 import torch
+
+from graph_timing import graph_us
 
 CALLS = 20            # calls of one op per captured graph (the A/B)
 
@@ -272,35 +273,6 @@ def parity(batches: list[int], dev: str) -> int:
     return bad
 
 
-def _graph_us(fn, reps: int) -> float:
-    """Microseconds per call of `fn` replayed from a CUDA graph of CALLS calls (eager on CPU)."""
-    if not torch.cuda.is_available():
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        return (time.perf_counter() - t) / reps * 1e6
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(CALLS):
-            fn()
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (reps * CALLS)
-
-
 def ab(batches: list[int], dev: str, reps: int) -> None:
     fused, chain = fused_ops(dev), unfused_ops(dev)
     g = torch.Generator().manual_seed(38)
@@ -308,8 +280,8 @@ def ab(batches: list[int], dev: str, reps: int) -> None:
     for B in batches:
         for label, slot, args in cases(B, dev, g):
             with torch.inference_mode():
-                t_chain = _graph_us(lambda: chain[slot](*args), reps)
-                t_fused = _graph_us(lambda: fused[slot](*args), reps)
+                t_chain = graph_us(lambda: chain[slot](*args), CALLS, reps)
+                t_fused = graph_us(lambda: fused[slot](*args), CALLS, reps)
             print(f"{label:22} {slot:14} {t_chain:9.2f} {t_fused:9.2f} {t_chain / t_fused:8.2f}", flush=True)
 
 
@@ -350,7 +322,7 @@ def ring(batches: list[int], dev: str, reps: int) -> int:
             same = all(torch.equal(x, y) for x, y in zip(runs["fused"][0], runs["chain"][0]))
             bad += not same
             with torch.inference_mode():
-                t_chain, t_fused = _graph_us(runs["chain"][1], reps), _graph_us(runs["fused"][1], reps)
+                t_chain, t_fused = graph_us(runs["chain"][1], CALLS, reps), graph_us(runs["fused"][1], CALLS, reps)
             label = f"{'CSA' if overlap else 'HCA'} ring {B} rows"
             print(f"{label:22} {str(same):>12} {t_chain:9.2f} {t_fused:9.2f} {t_chain / t_fused:8.2f}"
                   f"{'' if same else '  FAIL'}", flush=True)

@@ -144,8 +144,12 @@ def project(tmp_path):
 
 
 def load_benchmark(stem: str, name: str | None = None):
-    """A script of benchmarks/ (not a package) loaded as a module, e.g. `load_benchmark("decode")` for its functions."""
+    """A script of benchmarks/ (not a package) loaded as a module, e.g. `load_benchmark("decode")` for its functions;
+    benchmarks/ on sys.path as when the script runs (its helpers, e.g. graph_timing, import by name)."""
     import importlib.util
+    import sys
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location(name or stem, ROOT / "benchmarks" / f"{stem}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -86,11 +86,20 @@ def bytes_per_step(model, dec, batch: int) -> int:
     slot, masked or not). The reference model's own decode state and rope tables are not read by this step."""
     a = model.args
     skip = ("kv_window", "kv_state", "gate_state", "entries", "pos", "rope_main", "rope_compress", "tid2eid")
-    total = 0
+    # bytes of memory, not of tensors: views of one tensor (the compressors' joined weights and the modules' views of
+    # them) count once, as the union of the byte ranges they cover
+    spans: dict[int, list[tuple[int, int]]] = {}
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):
         if ".experts." in name or name == "embed.weight" or name.rsplit(".", 1)[-1] in skip:
             continue
-        total += t.numel() * t.element_size()
+        lo = t.storage_offset() * t.element_size()
+        spans.setdefault(t.untyped_storage().data_ptr(), []).append((lo, lo + t.numel() * t.element_size()))
+    total = 0
+    for ranges in spans.values():
+        end = -1
+        for lo, hi in sorted(ranges):
+            total += max(0, hi - max(lo, end))
+            end = max(end, hi)
     for layer in model.layers:
         ex = layer.ffn.experts
         per_expert = sum(qw.nbytes for qw in (ex.w1, ex.w2, ex.w3)) // ex.n      # ex.n: the experts on this rank

@@ -38,6 +38,28 @@ def test_stored_floor_counts_what_the_release_stores(bench):
 
 
 @pytest.mark.slow
+def test_held_bytes_count_joined_weights_once(bench):
+    """A CUDA table joins the compressors' weights into one tensor of which the modules' weights are views: the
+    held bytes are the memory's, the same before and after the join (each view counted once)."""
+    import dataclasses
+
+    from dsv4_model.compressor import Compressor, join_projections
+    from dsv4_model.config import tiny
+    from dsv4_model.decode import GraphSafeDecoder
+    from dsv4_model.synthetic import random_model
+    model = random_model(dataclasses.replace(tiny(), max_seq_len=40), device="cpu")
+    dec = GraphSafeDecoder(model, batch=1)
+    before = bench.bytes_per_step(model, dec, 1)
+    for layer in model.layers:
+        if len(layer.attn.compressors()) > 1:
+            layer.attn.joint = join_projections(layer.attn.compressors())
+    for m in model.modules():
+        if isinstance(m, Compressor):
+            m.join()
+    assert any(layer.attn.joint is not None for layer in model.layers)
+    assert bench.bytes_per_step(model, dec, 1) == before
+
+
 def test_depth_mode_runs_on_cpu():
     """The depth mode end to end on the tiny preset (depths 1 and 2, one and two rows, layer 1 profiled): every
     part runs and prints its table; the bf16 head's logits are the fp32-weight product exactly on CPU."""

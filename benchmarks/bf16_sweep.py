@@ -4,7 +4,7 @@ per call in a CUDA graph of 20 calls against the module's default shape in the s
 over that B's shapes, its output checked against the fp32 product of the widened operands (relative 1e-5: a
 variant sums in another order). `--best FILE`: the fastest per B, for `decode.py --bf16-shape`.
 
-    python benchmarks/bf16_sweep.py [--shapes 1x2560x4096,...] [--out FILE] [--best FILE]
+    python benchmarks/bf16_sweep.py [--shapes 1x2560x4096,...] [--out FILE] [--best FILE] [--f32]
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="1x2560x4096,1x1024x4096,1x256x4096,8x2560x4096,8x256x4096")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--f32", action="store_true", help="also the fp32 mix kernel's cluster sizes (builds the CUDA extension)")
     ap.add_argument("--best", default=None, help="write the fastest shape per x-row count, as decode.py --bf16-shape takes it")
     a = ap.parse_args()
     from dsv4_kernels.bf16_gemv import triton_kernel as tk
@@ -77,7 +78,7 @@ def main() -> int:
     # the fp32 mixes' kernel (mHC: 24 x 16384 fp32, the CUDA rows kernel): its cluster size (0: whole rows per warp;
     # 1..8: blocks of 8 warps splitting K, in clusters of that many)
     from dsv4_kernels.moe_gemv import cuda_kernel as ck
-    if ck.build()[0]:
+    if a.f32 and ck.build()[0]:
         for B in (1, 8):
             N, K = 24, 16384
             x = torch.randn(B, K, device="cuda").bfloat16()

@@ -47,12 +47,16 @@
 #                                      clamp-order mutant and planted hazards
 #   bash benchmarks/h200.sh cutedsl-bench  benchmarks/cutedsl.py's capture of the CuTeDSL targets over 300 replays and
 #                                      the A/B against the current kernels at B=1,8,32 (builds the CUDA C++ path first)
+#   bash benchmarks/h200.sh bf16       issue 37's bf16-weight GEMV shape: benchmarks/bf16_sweep.py --f32 (the joined
+#                                      compressor products and the router at B=1 and 8, the fp32 mix's clusters), then
+#                                      decode.py --depths 2,8 --batches 1,8 with the default shape and with the sweep's
+#                                      best (--bf16-shape), one after the other (BF16_ARGS: decode.py's options)
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
 # cached per machine (TORCH_EXTENSIONS_DIR): a fresh machine spends about 80 s on it in `check`.
 set -u
-STAGES="check tests memcheck targets speculative spec-bench kernels decode profile floor fuse drift thirdparty ncu ab cutedsl cutedsl-bench"
+STAGES="check tests memcheck targets speculative spec-bench kernels decode profile floor fuse drift thirdparty ncu ab cutedsl cutedsl-bench bf16"
 # every stage named is checked before anything runs: a typo fails at once (exit 2), not after the stages before it
 for stage in "${@:-check}"; do
   case " $STAGES " in *" $stage "*) ;; *)
@@ -236,6 +240,16 @@ for stage in "${@:-check}"; do
     run cutedsl-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
     run cutedsl-bench.txt 380 python benchmarks/cutedsl.py --out "$OUT" --only ${CUTEDSL_ONLY:-capture,ab}
     grep -E "^==|clean|FINDINGS|^\|" "$OUT/cutedsl-bench.txt" ;;
+  bf16)
+    run bf16-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    run bf16-sweep.txt 200 python benchmarks/bf16_sweep.py --f32 --best "$OUT/bf16-best.txt"
+    grep -vE "Warning|warn" "$OUT/bf16-sweep.txt" | grep -E "^==|^  |best"
+    args=${BF16_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}
+    run bf16-depth-default.txt 150 python benchmarks/decode.py $args
+    if [ -s "$OUT/bf16-best.txt" ]; then
+      run bf16-depth-best.txt 150 python benchmarks/decode.py $args --bf16-shape "$(cat "$OUT/bf16-best.txt")"
+    fi
+    grep -hE "^ *[0-9]+ +[0-9.]+ |depths|bf16 GEMV|Error|^exit" "$OUT"/bf16-depth-*.txt ;;
   *) echo "h200.sh: stage '$stage' is in STAGES but has no case" >&2; exit 2 ;;
   esac
 done

@@ -80,7 +80,7 @@ def test_the_gpu_script_refuses_an_unknown_stage_before_running_any(tmp_path):
     it reached the typo; every stage named is now checked first, against STAGES, which must list every case."""
     script = (ROOT / "benchmarks/h200.sh").read_text()
     stages = set(re.search(r'^STAGES="([^"]+)"', script, re.M).group(1).split())
-    cases = set(re.findall(r"^  ([a-z][a-z-]*)\)", script, re.M))
+    cases = set(re.findall(r"^  ([a-z][a-z0-9-]*)\)", script, re.M))
     assert stages == cases, f"STAGES and the stage cases differ: {sorted(stages ^ cases)}"
     out = tmp_path / "out"
     r = subprocess.run(["bash", "benchmarks/h200.sh", "check", "bogus"], cwd=ROOT, capture_output=True, text=True,

@@ -17,7 +17,7 @@ from dsv4_kernels.head_norm_rope.reference import head_norm_rope_ref
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.norm_rope_fp8.reference import fp8_nope_ref, norm_rope_fp8_ref
 
-from .compressor import Compressor, join_projections
+from .compressor import Compressor, join_projections, still_joined
 from .indexer import Indexer
 from .linear import Linear, RMSNorm, common_block, shared_sim
 from .quant import dequant
@@ -87,6 +87,8 @@ class Attention(nn.Module):
         took two (run 69: four, each 5-7.5 us plus a fill of its split counts); both decodes call this, so they take
         the same product."""
         comps = self.compressors()
+        if self.joint is not None and not still_joined(self.joint, comps):
+            self.joint = None               # a weight replaced since the join: each compressor's own products
         if self.joint is None:
             return [c.project(x) for c in comps]
         y = self.f32(x, self.joint).split([n for c in comps for n in (c.wkv.out_features, c.wgate.out_features)], -1)

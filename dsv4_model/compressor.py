@@ -64,6 +64,8 @@ class Compressor(nn.Module):
         """x [..., dim] in the model dtype -> C, Z [..., coff*D] fp32: the reference's x.float() @ W^T for wkv and
         wgate. Joined (`join`): one fp32 product (the `f32` slot widens x itself: no cast launch either) whose halves
         are C and Z (views, rows of stride 2*coff*D)."""
+        if self.joint is not None and not still_joined(self.joint, [self]):
+            self.joint = None               # a weight replaced since the join: its own product, not the stale copy
         if self.joint is not None:
             return self.f32(x, self.joint).chunk(2, -1)
         xf = x.float()
@@ -145,3 +147,19 @@ def join_projections(comps: list[Compressor]) -> torch.Tensor | None:
         c.wkv.weight, c.wgate.weight = w[at:at + n1], w[at + n1:at + n1 + n2]
         at += n1 + n2
     return w
+
+
+def still_joined(joint: torch.Tensor, comps: list[Compressor]) -> bool:
+    """Whether the compressors' weights are still the views `join_projections` made of `joint`, in order. A weight
+    replaced since (a checkpoint tensor set anew, another format, a move to another device: each buffer moves on its
+    own) is not, and the joined tensor holds its old values: a product over it would read stale weights. Host
+    checks only (pointers and offsets), so they run under capture too."""
+    ptr, at = joint.untyped_storage().data_ptr(), joint.storage_offset()
+    for c in comps:
+        for lin in (c.wkv, c.wgate):
+            w = lin.weight
+            if lin.fmt != "plain" or w.dtype != joint.dtype or w.device != joint.device or \
+                    w.untyped_storage().data_ptr() != ptr or w.storage_offset() != at or not w.is_contiguous():
+                return False
+            at += w.numel()
+    return at == joint.storage_offset() + joint.numel()

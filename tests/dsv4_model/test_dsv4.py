@@ -527,3 +527,8 @@ def test_joined_compressor_projections_are_the_two_products():
     assert C1.dtype == Z1.dtype == torch.float32 and torch.equal(C1, C0) and torch.equal(Z1, Z0)
     comp.join()                                     # a second table: joined once
     assert comp.wkv.weight.data_ptr() == comp.joint.data_ptr()
+    # a weight replaced after the join (a new checkpoint tensor): its own product, never the joined copy's old values
+    new = torch.randn(32, 32).bfloat16()
+    set_qweight(comp.wkv, "", QWeight("plain", new))
+    C2, Z2 = comp.project(x)
+    assert comp.joint is None and torch.equal(C2, x.float() @ new.float().T) and torch.equal(Z2, Z0)

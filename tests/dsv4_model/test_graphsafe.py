@@ -773,16 +773,18 @@ def test_official_numerics_pairs_are_bitwise_on_cpu():
 
 def test_joined_compressors_keep_both_decodes_bitwise_on_cpu():
     """Both decodes over compressors whose projections are joined (`Compressor.join`, what a CUDA table does) stay
-    equal bit for bit: they take C and Z from the same one product (`Compressor.project`)."""
+    equal bit for bit: they take C and Z from the same one product (`Attention.compressor_products`); a weight
+    replaced after the join is read as it now is, not from the joined copy."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import official_numerics
 
-    from dsv4_model.compressor import Compressor
+    from dsv4_model.compressor import Compressor, join_projections
     from dsv4_model.config import tiny
+    from dsv4_model.linear import set_qweight
+    from dsv4_model.quant import QWeight
     from dsv4_model.synthetic import random_model
-    from dsv4_model.compressor import join_projections
     model = random_model(dataclasses.replace(tiny(), max_seq_len=40), device="cpu")
     csa = next(layer.attn for layer in model.layers if layer.attn.indexer is not None)
     x = torch.randn(2, 1, model.args.dim).to(model.dtype)
@@ -796,9 +798,14 @@ def test_joined_compressors_keep_both_decodes_bitwise_on_cpu():
         m.join()
     assert comps and all(m.joint is not None for m in comps)
     joined = [layer.attn for layer in model.layers if layer.attn.joint is not None]
+    assert joined and all(a.joint.data_ptr() == a.indexer.compressor.joint.data_ptr() ==
+                          a.indexer.compressor.wkv.weight.data_ptr() for a in joined)
     together = csa.compressor_products(x)              # one product over the four weights: C and Z as apart
     assert len(together) == 2 and all(torch.equal(a, b) for pa, pb in zip(apart, together) for a, b in zip(pa, pb))
-    assert joined and all(a.joint.data_ptr() == a.indexer.compressor.joint.data_ptr() == a.indexer.compressor.wkv.weight.data_ptr()
-                          for a in joined)
     r = official_numerics.run(steps=24, dev="cpu", model=model)
     assert all(r[k]["bitwise"] and r[k]["first_token_diff"] is None for k in ("pytorch", "kernels")), r
+    # the indexer's wgate replaced after the join: the layer's products leave the joined copy (its old values)
+    wg = csa.indexer.compressor.wgate
+    set_qweight(wg, "", QWeight("plain", torch.randn(wg.weight.shape).to(wg.weight.dtype)))
+    (iC, iZ), (C, Z) = csa.compressor_products(x)
+    assert csa.joint is None and torch.equal(iZ, x.float() @ wg.weight.float().T) and torch.equal(C, together[1][0])

@@ -241,8 +241,10 @@ for stage in "${@:-check}"; do
     run cutedsl-bench.txt 380 python benchmarks/cutedsl.py --out "$OUT" --only ${CUTEDSL_ONLY:-capture,ab}
     grep -E "^==|clean|FINDINGS|^\|" "$OUT/cutedsl-bench.txt" ;;
   bf16)
-    run bf16-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
-    run bf16-sweep.txt 200 python benchmarks/bf16_sweep.py --f32 --best "$OUT/bf16-best.txt"
+    # a reused $OUT must not hand an earlier run's best shape to this one's decode
+    rm -f "$OUT"/bf16-best.txt "$OUT"/bf16-depth-*.txt
+    run bf16-build.txt 120 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    run bf16-sweep.txt 150 python benchmarks/bf16_sweep.py --f32 --best "$OUT/bf16-best.txt"
     grep -vE "Warning|warn" "$OUT/bf16-sweep.txt" | grep -E "^==|^  |best"
     args=${BF16_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}
     run bf16-depth-default.txt 150 python benchmarks/decode.py $args

@@ -43,13 +43,14 @@ def greedy(step, steps: int, first: int = 0, feed=None):
 
 class Recorder:
     """Every output of every module forward and of the layer functions the kernels swap (attention core, index
-    scores, top-k, pooling, routed experts), per step, in call order: where two runs part, the first call that
+    scores, top-k, pooling, routed experts, the fp32 products: a CUDA table's joined compressor projections run
+    there, not through the wkv/wgate modules), per step, in call order: where two runs part, the first call that
     differs. Outputs of different lengths along the last axis (n keys against a capacity) compare on the common
     part."""
 
     FUNCS = ("core", "score", "select", "pool_reduce", "compute", "q_norm_rope", "norm_rope", "fp8_nope", "rope", "kernel",
              "fp8_quant", "hadamard_fp4", "gemv", "matmul", "sinkhorn", "pre_mix", "post_mix", "pre_norm", "head_mix",
-             "route", "swiglu_fp8", "dense", "grouped")
+             "route", "swiglu_fp8", "dense", "grouped", "f32")
 
     def __init__(self, model):
         self.model, self.log, self.handles, self.saved = model, [], [], []

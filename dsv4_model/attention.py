@@ -74,7 +74,11 @@ class Attention(nn.Module):
         self.q_norm_rope, self.norm_rope = table["q_norm_rope"], table["norm_rope_fp8"]
         self.grouped = table["grouped"]
         self.f32 = table["f32"]
-        if table.cuda and self.joint is None and len(self.compressors()) > 1:
+        # joined only where the f32 slot is a kernel: the reference (no CUDA extension) would widen a copy of the
+        # whole joined weight every call, where each Linear's GEMV reads it as stored
+        if not (table.cuda and table["f32"] is not f32_linear_ref):
+            self.joint = None               # the weights stay views of it: each compressor's own products again
+        elif self.joint is None and len(self.compressors()) > 1:
             self.joint = join_projections(self.compressors())
 
     def compressors(self) -> list[Compressor]:

@@ -49,8 +49,10 @@ class Compressor(nn.Module):
         self.pool_reduce, self.norm_rope = table["pool"], table["norm_rope_fp8"]
         self.ring_write, self.close_block = table["ring_write"], table["close_block"]
         self.f32 = table["f32"]
-        if table.cuda:
+        if table.cuda and table["f32"] is not f32_linear_ref:     # a kernel (see Attention.use_kernels)
             self.join()
+        else:
+            self.joint = None               # the weights stay views of it: the two products apart again
 
     def join(self) -> None:
         """wkv's and wgate's weights as the halves of one tensor, so that `project` reads both in one launch (each was

@@ -780,6 +780,7 @@ def test_joined_compressors_keep_both_decodes_bitwise_on_cpu():
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import official_numerics
 
+    import dsv4_model.decode as decode
     from dsv4_model.compressor import Compressor, join_projections
     from dsv4_model.config import tiny
     from dsv4_model.linear import set_qweight
@@ -802,10 +803,14 @@ def test_joined_compressors_keep_both_decodes_bitwise_on_cpu():
                           a.indexer.compressor.wkv.weight.data_ptr() for a in joined)
     together = csa.compressor_products(x)              # one product over the four weights: C and Z as apart
     assert len(together) == 2 and all(torch.equal(a, b) for pa, pb in zip(apart, together) for a, b in zip(pa, pb))
-    r = official_numerics.run(steps=24, dev="cpu", model=model)
-    assert all(r[k]["bitwise"] and r[k]["first_token_diff"] is None for k in ("pytorch", "kernels")), r
+    # the decoder leaves the model's slots as they are (kernels=None): both decodes over the joined products
+    r = official_numerics.pair(model, decode.GraphSafeDecoder(model, batch=1), 24, True, "cpu")
+    assert r["bitwise"] and r["first_token_diff"] is None and csa.joint is not None, r["where"]
     # the indexer's wgate replaced after the join: the layer's products leave the joined copy (its old values)
     wg = csa.indexer.compressor.wgate
     set_qweight(wg, "", QWeight("plain", torch.randn(wg.weight.shape).to(wg.weight.dtype)))
     (iC, iZ), (C, Z) = csa.compressor_products(x)
     assert csa.joint is None and torch.equal(iZ, x.float() @ wg.weight.float().T) and torch.equal(C, together[1][0])
+    # a table without CUDA kernels (here the CPU one) drops every join: the weights stay, their products apart
+    model.use_kernels(decode.decode_kernels(torch.device("cpu")))
+    assert all(m.joint is None for m in comps) and all(layer.attn.joint is None for layer in model.layers)

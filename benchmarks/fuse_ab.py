@@ -329,7 +329,10 @@ def ring(batches: list[int], dev: str, reps: int) -> int:
     return bad
 
 
-ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s")
+# a value may be negative: on a loaded CPU the deeper model can time faster than the shallower one (--steps 1), and a
+# row the pattern skipped left the side-by-side table empty (CI, 2026-12-07)
+NUM = r"(-?[0-9.]+|nan)"
+ROW = re.compile(r"^\s*(\d+)" + (r"\s+" + NUM) * 6 + r"\s")
 
 
 def depth(args: list[str], timeout: float, unfused: str = "all") -> None:

@@ -69,8 +69,7 @@ def main() -> int:
         print("\n".join(lines[-9:]), flush=True)
         if rows and not rows[0][3] and rows[0][0] < sum(base):
             v = rows[0][2]
-            bb = min(8, 1 << (B - 1).bit_length())
-            best.append(f"{bb}={v['bk']},{v['waves']},{v['pairs']},{v['warps']}")
+            best.append(f"{tk.rows_per_program(B)}={v['bk']},{v['waves']},{v['pairs']},{v['warps']}")
     lines.append(f"best: {';'.join(best) or 'the default'}")
     if a.best:
         with open(a.best, "w") as fh:

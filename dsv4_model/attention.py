@@ -17,7 +17,7 @@ from dsv4_kernels.head_norm_rope.reference import head_norm_rope_ref
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.norm_rope_fp8.reference import fp8_nope_ref, norm_rope_fp8_ref
 
-from .compressor import Compressor, join_projections, still_joined
+from .compressor import Compressor, join_projections, joins, still_joined
 from .indexer import Indexer
 from .linear import Linear, RMSNorm, common_block, shared_sim
 from .quant import dequant
@@ -74,9 +74,7 @@ class Attention(nn.Module):
         self.q_norm_rope, self.norm_rope = table["q_norm_rope"], table["norm_rope_fp8"]
         self.grouped = table["grouped"]
         self.f32 = table["f32"]
-        # joined only where the f32 slot is a kernel: the reference (no CUDA extension) would widen a copy of the
-        # whole joined weight every call, where each Linear's GEMV reads it as stored
-        if not (table.cuda and table["f32"] is not f32_linear_ref):
+        if not joins(table):
             self.joint = None               # the weights stay views of it: each compressor's own products again
         elif self.joint is None and len(self.compressors()) > 1:
             self.joint = join_projections(self.compressors())

@@ -49,7 +49,7 @@ class Compressor(nn.Module):
         self.pool_reduce, self.norm_rope = table["pool"], table["norm_rope_fp8"]
         self.ring_write, self.close_block = table["ring_write"], table["close_block"]
         self.f32 = table["f32"]
-        if table.cuda and table["f32"] is not f32_linear_ref:     # a kernel (see Attention.use_kernels)
+        if joins(table):
             self.join()
         else:
             self.joint = None               # the weights stay views of it: the two products apart again
@@ -132,6 +132,13 @@ class Compressor(nn.Module):
         c = self.pool(C, Z)                                                     # [B, nb, D]
         starts = torch.arange(nb, device=x.device) * m
         return self.finish(c, cs[starts], post)
+
+
+def joins(table) -> bool:
+    """Whether a kernel table (`decode.KernelTable`) joins the compressors' projections: CUDA kernels with a kernel in
+    the f32 slot. Its reference (no CUDA extension) would widen a copy of the whole joined weight every call, where
+    each Linear's GEMV reads its weight as stored."""
+    return table.cuda and table["f32"] is not f32_linear_ref
 
 
 def join_projections(comps: list[Compressor]) -> torch.Tensor | None:

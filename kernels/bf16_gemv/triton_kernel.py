@@ -73,12 +73,17 @@ def _sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def rows_per_program(B: int) -> int:
+    """BB: the rows of x a program carries for B rows (1, 2, 4 or 8), the key of `SHAPES`."""
+    return min(8, triton.next_power_of_2(max(B, 1)))
+
+
 def shape_for(B: int, N: int, K: int, sms: int, bk: int = BK, waves: int = WAVES,
               pairs: int = PAIRS) -> tuple[int, int, int]:
     """(BB, BN, split): x rows and weight rows per program, and how many programs share one row's K. The split is
     chosen from the weight shape and the rows, so it is fixed for a captured bucket. `bk`, `waves`, `pairs`: the
     module's constants unless a sweep (benchmarks/bf16_sweep.py) tries others."""
-    BB = min(8, triton.next_power_of_2(max(B, 1)))
+    BB = rows_per_program(B)
     BN = max(1, pairs // BB)
     programs = triton.cdiv(B, BB) * triton.cdiv(N, BN)
     iters = triton.cdiv(K, bk)
@@ -109,7 +114,7 @@ def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = Non
     x = x if x.stride(-1) == 1 else x.contiguous()
     w = w if w.stride(-1) == 1 else w.contiguous()
     (B, K), N = x.shape, w.shape[0]
-    d = SHAPES.get(min(8, triton.next_power_of_2(max(rows_block or B, 1))), (BK, WAVES, PAIRS, 4))
+    d = SHAPES.get(rows_per_program(rows_block or B), (BK, WAVES, PAIRS, 4))
     bk, waves, pairs, warps = (d[i] if v is None else v for i, v in enumerate((bk, waves, pairs, warps)))
     BB, BN, auto = shape_for(rows_block or B, N, K, _sms(x.device), bk, waves, pairs)
     iters = triton.cdiv(K, bk)

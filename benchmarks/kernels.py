@@ -371,38 +371,48 @@ def bench_sampler(tab):
         tab.add(f"Sampler.forward B={n} V={V} (penalty, sort, pick, greedy)", run[True], ref=run[False])
 
 
-# (MIN_SPLIT, PROGRAMS, WARPS_WIDE, STAGES) beside the chosen ones: the split rule moves the fp32 path only (the
-# official bf16 path is one split per 16 heads); the warps and the key loop's pipelining move both
-ATTENTION_SWEEP = [(16, 264, 8, None), (32, 264, 8, None), (16, 528, 8, None), (16, 264, 8, 1), (16, 264, 8, 2),
-                   (16, 264, 8, 3), (16, 264, 4, None), (16, 264, 4, 2)]
-ATTENTION_KNOBS = ("MIN_SPLIT", "PROGRAMS", "WARPS_WIDE", "STAGES")
+# (MIN_SPLIT, PROGRAMS, WARPS_WIDE, STAGES, PV_COLS) beside the chosen ones, for the official bf16 path: the second launch's head_dim columns per program (0: the one-launch kernel, one program per
+# 16 heads streaming every key) and the first launch's warps
+ATTENTION_SWEEP = [(16, 264, 8, None, 0), (16, 264, 8, None, 32), (16, 264, 8, None, 128), (16, 264, 4, None, 64),
+                   (16, 264, 8, 2, 64)]
+ATTENTION_KNOBS = ("MIN_SPLIT", "PROGRAMS", "WARPS_WIDE", "STAGES", "PV_COLS")
 
 
 def bench_attention(tab, sweep):
-    """The decode attention core (Triton, two launches) vs the reference (casts, two fp32 cuBLAS batched GEMMs,
-    masked_fill, cat, softmax) at Flash's heads (64 of 512): CSA layers read a window of 128 and the indexer's 512
-    picks, HCA layers the window and the closed blocks (32 at 4096 tokens, 512 at 65536). %copy counts the keys (bf16)
-    and q read once and the fp32 output written. With --sweep each configuration's row says whether its output has
-    the chosen configuration's bits (the pipelining depth cannot change them; the warps may: another MMA split)."""
+    """The decode attention core (Triton: official bf16 numerics in two launches, the scores of every 64-key step
+    side by side, then the online softmax and P . V split over head_dim) vs the reference (casts, two fp32 cuBLAS
+    batched GEMMs, masked_fill, cat, softmax) at Flash's heads (64 of 512): CSA layers read a window of 128 and the
+    indexer's 512 picks, HCA layers the window and the closed blocks (32 at 4096 tokens, 512 at 65536); as one list
+    (the reference decode's) and on the window ring (the graph-safe decode's, against its one-list values). %copy
+    counts the keys (bf16) and q read once and the output written. With --sweep each configuration's row says whether
+    its output has the chosen configuration's bits."""
     from dsv4_kernels.attention import triton_kernel as tk
     from dsv4_kernels.attention.reference import attention_ref
-    H, D = 64, 512
+    H, D, W = 64, 512, 128
     chosen = tuple(getattr(tk, k) for k in ATTENTION_KNOBS)
     for n, N, what in ((1, 640, "CSA"), (8, 640, "CSA"), (1, 160, "HCA"), (8, 160, "HCA"), (8, 640, "HCA 64k")):
         q = torch.randn(n, 1, H, D, device="cuda").bfloat16()
         K = torch.randn(n, 1, N, D, device="cuda").bfloat16()
         mask = torch.rand(n, 1, N, device="cuda") > 0.1
+        mask[:, :, :W] = True
         sink = torch.randn(H, device="cuda")
-        run = lambda: tk.attention_triton(q, K, mask, sink, D ** -0.5)  # noqa: E731
+        order = ((torch.arange(W, device="cuda") + 37) % W).expand(n, W).contiguous()
+        ring = torch.empty(n, W, D, device="cuda", dtype=torch.bfloat16)
+        ring.scatter_(1, order.unsqueeze(-1).expand(-1, -1, D), K[:, 0, :W])          # the list's window, in slots
+        comp, wv, cv = K[:, 0, W:], mask[:, 0, :W].contiguous(), mask[:, 0, W:].contiguous()
+        forms = {"list": lambda: tk.attention_triton(q, K, mask, sink, D ** -0.5),
+                 "ring": lambda: tk.attention_ring_triton(q, ring, order, wv, comp, cv, sink, D ** -0.5).float()}
         run_ref = lambda: attention_ref(q, K, mask, sink, D ** -0.5)  # noqa: E731
-        want, ref, bits = run_ref(), both(run_ref), run()
-        for cfg in [chosen] + (ATTENTION_SWEEP if sweep else []):
-            with knobs(tk, ATTENTION_KNOBS, cfg):
-                got = run()
-                label = f" split>={cfg[0]} programs {cfg[1]} warps {cfg[2]} stages {cfg[3]} " \
-                        f"{'same bits' if torch.equal(got, bits) else 'OTHER BITS'}" if sweep else ""
-                tab.add(f"decode_attention {what} B={n} N={N} bf16{label}", both(run), ref=ref,
-                        nbytes=n * N * D * 2 + n * H * D * 2 + n * H * D * 4, err=_relerr(got, want))
+        want, ref = run_ref(), both(run_ref)
+        for form, run in forms.items():
+            bits = run()
+            for cfg in [chosen] + (ATTENTION_SWEEP if sweep else []):
+                with knobs(tk, ATTENTION_KNOBS, cfg):
+                    got = run()
+                    label = f" warps {cfg[2]} stages {cfg[3]} pv_cols {cfg[4]} " \
+                            f"{'same bits' if torch.equal(got, bits) else 'OTHER BITS'}" if sweep else ""
+                    tab.add(f"decode_attention {form} {what} B={n} N={N} bf16{label}", both(run), ref=ref,
+                            nbytes=n * N * D * 2 + n * H * D * 2 + n * H * D * 4, err=_relerr(got, want))
 
 
 TOPK_SWEEP = [(64, 128), (32, 128), (16, 128), (64, 256), (32, 256)]   # (BI, BJ) beside the chosen ones

@@ -115,7 +115,8 @@ def main():
         tk._penalize_scale_kernel, tk._chunk_sums_kernel, tk._chunk_picks_kernel = OneLaunch(6), OneLaunch(2), OneLaunch(8)
         runner.sampler.penalize_scale, runner.sampler.pick = tk.penalize_scale_triton, tk.sample_pick_triton
         from dsv4_kernels.attention import triton_kernel as ak   # the attention core: its two launches, likewise
-        ak._attend_split_kernel, ak._attend_merge_kernel = OneLaunch(5), OneLaunch(4)
+        ak._attend_split_kernel, ak._attend_merge_kernel = OneLaunch(5), OneLaunch(4)     # fp32 keys
+        ak._scores_kernel, ak._attend_pv_kernel = OneLaunch(6), OneLaunch(5)              # bf16 keys (official)
         from dsv4_kernels.indexer import triton_kernel as ik     # the indexer's scores: one launch
         ik._index_scores_kernel, ik._rank_topk_kernel = OneLaunch(3), OneLaunch(1)
         for m in model.modules():

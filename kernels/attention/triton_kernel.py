@@ -1,7 +1,6 @@
 """The decode attention core in Triton (one query token per sequence): scores against every key, the mask, the
-softmax with the head's sink logit, and the probability-weighted sum of the keys (V = K), in one launch (official
-numerics) or two (fp32 keys) where the reference runs about a dozen (casts, two fp32 cuBLAS batched GEMMs,
-masked_fill, cat, softmax, slice).
+softmax with the head's sink logit, and the probability-weighted sum of the keys (V = K), in two launches where the
+reference runs about a dozen (casts, two fp32 cuBLAS batched GEMMs, masked_fill, cat, softmax, slice).
 
 The keys come as one list [B, N, D] with its mask (`attention_triton`), or where the decode keeps them
 (`attention_ring_triton`): the window ring read in the official order (an index list per row), then the compressed
@@ -13,13 +12,19 @@ on a 132-SM GPU, each streaming every key. Launch 1 gives each (row, block of 16
 keys and keeps an online softmax (running max, sum, weighted keys) in registers; launch 2 merges the splits with the
 sink logit. Deterministic (no atomics): a replayed graph gives the same bits.
 
-Official numerics (bf16 or fp16 keys, the model dtype): one split per (row, 16 heads), the keys in their given order
-in steps of 64 (the official sparse_attn's blocks), the probabilities rounded to the keys' dtype before P . V
-(row sum from the unrounded ones), the sink added to the sum after the last step, then the division, in the same
-launch: the reference's algorithm, so the same roundings; the products on tensor cores (bf16 in, fp32 accumulation:
-exact products, another summation order than the CPU's). One split streams all keys in one program per 16 heads:
-4 programs per row at Flash's 64 heads. o is stored in fp32 (`attention_triton`) or in the keys' dtype
-(`attention_ring_triton`, as the official kernel stores it: the caller's cast in the same launch).
+Official numerics (bf16 or fp16 keys, the model dtype): the keys in their given order in steps of 64 (the official
+sparse_attn's blocks), the probabilities rounded to the keys' dtype before P . V (row sum from the unrounded ones),
+the sink added to the sum after the last step, then the division: the reference's algorithm, so the same roundings;
+the products on tensor cores (bf16 in, fp32 accumulation: exact products, another summation order than the CPU's).
+The steps are sequential (each P is rounded against the running max so far), so the keys cannot be split as the
+fp32 path splits them; the work is spread instead in two launches. Launch 1 (`_scores_kernel`) takes the scores of
+every (row, 16 heads, 64-key step) in its own program, so every SM streams keys at once. Launch 2
+(`_attend_pv_kernel`) runs the online softmax over those scores, step by step with the one-launch kernel's body
+(`_update`), and P . V on PV_COLS columns of head_dim per program: at Flash's 64 heads of 512, 32 programs a row
+where one launch had 4, each streaming every key (run 71 on the H100: 31 us for a CSA layer's 640 keys). Each
+output column is the same chain of products and sums, so the bits are the one-launch kernel's (a GPU test holds
+them equal). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
+official kernel stores it: the caller's cast in the same launch).
 
 fp32 keys (the debugging dtype): fp32 throughout, as the reference's fp32 einsums. The weighted sum of the keys runs on tensor cores as
 TF32x3 (each fp32 operand split into a TF32 high part and a TF32 remainder; three products), whose error is near fp32
@@ -45,6 +50,7 @@ STAGES = None      # software-pipelining depth of the split kernel's key loop; N
 
 
 BN_OFFICIAL = 64   # official kernel.py `block = 64`: the online softmax's step, which the P rounding depends on
+PV_COLS = 64       # official numerics: head_dim columns per program of the second launch (0: the one-launch kernel)
 
 
 @triton.jit
@@ -87,19 +93,22 @@ def _keys(k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, b, j, d, dm, N, W, k_ro
 
 
 @triton.jit
-def _step(q, k, valid, m_i, l_i, acc, scale, QK_PRECISION: tl.constexpr, ROUND_P: tl.constexpr,
-          NATIVE: tl.constexpr):
-    """One step of the online softmax over keys k [BN, DP] (valid [BN]) -> (m_i, l_i, acc). Every loop of the kernel
-    runs this one body, so each key layout takes the same operations, hence the same bits."""
-    if not ROUND_P:
-        k = k.to(tl.float32)
+def _scores(q, k, valid, scale, QK_PRECISION: tl.constexpr, ROUND_P: tl.constexpr, NATIVE: tl.constexpr):
+    """q [BH, DP] . keys k [BN, DP] (valid [BN]) -> the scaled scores [BH, BN], -inf where not valid."""
     if ROUND_P and NATIVE:
         s = tl.dot(q, tl.trans(k)) * scale                                              # bf16 in, fp32 sums
     elif ROUND_P:   # the interpreter (CPU tensors) has no bf16 dot: the same exact products in fp32
         s = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee") * scale
     else:
         s = tl.dot(q, tl.trans(k), input_precision=QK_PRECISION) * scale              # [BH, BN]
-    s = tl.where(valid[None, :], s, float("-inf"))
+    return tl.where(valid[None, :], s, float("-inf"))
+
+
+@triton.jit
+def _update(s, k, m_i, l_i, acc, ROUND_P: tl.constexpr, NATIVE: tl.constexpr):
+    """One step of the online softmax: scores s [BH, BN] of keys k [BN, DK] -> (m_i, l_i, acc [BH, DK]). Every
+    launch shape runs this one body (DK: all of head_dim, or a slice of it in `_attend_pv_kernel`), so each takes
+    the same operations, hence the same bits."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)                                # nothing valid yet: exp(-inf) = 0
     alpha = tl.exp(m_i - m_use)
@@ -113,6 +122,28 @@ def _step(q, k, valid, m_i, l_i, acc, scale, QK_PRECISION: tl.constexpr, ROUND_P
     else:
         acc = acc * alpha[:, None] + tl.dot(p, k, input_precision="tf32x3")
     return m_new, l_i, acc
+
+
+@triton.jit
+def _step(q, k, valid, m_i, l_i, acc, scale, QK_PRECISION: tl.constexpr, ROUND_P: tl.constexpr,
+          NATIVE: tl.constexpr):
+    """The scores of keys k [BN, DP] (valid [BN]) and the online softmax's step over them -> (m_i, l_i, acc)."""
+    if not ROUND_P:
+        k = k.to(tl.float32)
+    s = _scores(q, k, valid, scale, QK_PRECISION, ROUND_P, NATIVE)
+    return _update(s, k, m_i, l_i, acc, ROUND_P, NATIVE)
+
+
+@triton.jit
+def _finish(acc, m_i, l_i, sink_ptr, o_ptr, b, h, d, hm, dm, o_row, o_head, NATIVE: tl.constexpr):
+    """The softmax's end for one split: row sum + exp(sink - max), the division, o [BH, len(d)] in o's dtype."""
+    sink = tl.load(sink_ptr + h, mask=hm, other=0.0).to(tl.float32)
+    mx = tl.where(m_i == float("-inf"), 0.0, m_i)                                       # no valid key: o = 0
+    o = acc / (l_i + tl.exp(sink - mx))[:, None]
+    if not NATIVE and o_ptr.dtype.element_ty == tl.bfloat16:
+        o = round_bf16(o, NATIVE)
+    tl.store(o_ptr + b * o_row + h[:, None] * o_head + d[None, :], o.to(o_ptr.dtype.element_ty),
+             mask=hm[:, None] & dm[None, :])
 
 
 @triton.jit
@@ -152,19 +183,78 @@ def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, m
             k, valid = _keys(k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, b, j, d, dm, N, W, k_row, k_key,
                              mask_row, k2_row, k2_key, order_row, mask2_row, HAS_MASK, RING)
             m_i, l_i, acc = _step(q, k, valid, m_i, l_i, acc, scale, QK_PRECISION, ROUND_P, NATIVE)
-    if FINISH:      # one split (official): the merge's end here, row sum + exp(sink - max), the division, o's dtype
-        sink = tl.load(sink_ptr + h, mask=hm, other=0.0).to(tl.float32)
-        mx = tl.where(m_i == float("-inf"), 0.0, m_i)                                   # no valid key: o = 0
-        o = acc / (l_i + tl.exp(sink - mx))[:, None]
-        if not NATIVE and o_ptr.dtype.element_ty == tl.bfloat16:
-            o = round_bf16(o, NATIVE)
-        tl.store(o_ptr + b * o_row + h[:, None] * o_head + d[None, :], o.to(o_ptr.dtype.element_ty),
-                 mask=hm[:, None] & dm[None, :])
+    if FINISH:      # one split (official): the merge's end here
+        _finish(acc, m_i, l_i, sink_ptr, o_ptr, b, h, d, hm, dm, o_row, o_head, NATIVE)
     else:
         part = (b * S + sp) * H + h                                                     # [BH] rows of the partials
         tl.store(m_ptr + part, m_i, mask=hm)
         tl.store(l_ptr + part, l_i, mask=hm)
         tl.store(acc_ptr + part[:, None] * DP + d[None, :], acc, mask=hm[:, None] & dm[None, :])
+
+
+@triton.jit
+def _scores_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, s_ptr, N, W, scale, q_row, q_head, k_row,
+                   k_key, mask_row, k2_row, k2_key, order_row, mask2_row, s_row, s_head, H: tl.constexpr,
+                   D: tl.constexpr, DP: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, HAS_MASK: tl.constexpr,
+                   NATIVE: tl.constexpr, RING: tl.constexpr, RING_BLOCKS: tl.constexpr):
+    """Official numerics, launch 1 of 2: the scores of one 64-key step of the list for (row, 16 heads), masked keys
+    at -inf, into s [B, H, steps x 64]: every step in its own program, so the keys stream on every SM at once."""
+    b = tl.program_id(0).to(tl.int64)
+    hb, blk = tl.program_id(1), tl.program_id(2)
+    h = hb * BH + tl.arange(0, BH)
+    d = tl.arange(0, DP)
+    hm, dm = h < H, d < D
+    q = tl.load(q_ptr + b * q_row + h[:, None] * q_head + d[None, :], mask=hm[:, None] & dm[None, :], other=0.0)
+    j = blk * BN + tl.arange(0, BN)
+    if RING_BLOCKS:     # the ring a whole number of steps: a step reads the ring or the compressed keys, one load
+        if blk * BN < W:
+            k, valid = _ring_keys(k_ptr, mask_ptr, order_ptr, b, j, d, dm, W, k_row, k_key, mask_row, order_row,
+                                  HAS_MASK)
+        else:
+            k, valid = _list_keys(k2_ptr, mask2_ptr, b, j - W, d, dm, N - W, k2_row, k2_key, mask2_row, HAS_MASK)
+    else:
+        k, valid = _keys(k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, b, j, d, dm, N, W, k_row, k_key, mask_row,
+                         k2_row, k2_key, order_row, mask2_row, HAS_MASK, RING)
+    s = _scores(q, k, valid, scale, "ieee", True, NATIVE)
+    tl.store(s_ptr + b * s_row + h[:, None] * s_head + j[None, :], s, mask=hm[:, None])
+
+
+@triton.jit
+def _attend_pv_kernel(s_ptr, k_ptr, k2_ptr, order_ptr, sink_ptr, o_ptr, N, W, STEPS, s_row, s_head, k_row, k_key,
+                      k2_row, k2_key, order_row, o_row, o_head, H: tl.constexpr, D: tl.constexpr, DK: tl.constexpr,
+                      BH: tl.constexpr, BN: tl.constexpr, NATIVE: tl.constexpr, RING: tl.constexpr,
+                      RING_BLOCKS: tl.constexpr):
+    """Official numerics, launch 2 of 2: for (row, 16 heads, DK columns of head_dim), the online softmax over
+    `_scores_kernel`'s scores in the keys' order, step by step as the one-launch kernel runs it (`_update`), with
+    P . V on those columns only: a program reads its columns of the keys, not all of them."""
+    b = tl.program_id(0).to(tl.int64)
+    hb, ds = tl.program_id(1), tl.program_id(2)
+    h = hb * BH + tl.arange(0, BH)
+    d = ds * DK + tl.arange(0, DK)
+    hm, dm = h < H, d < D
+    srow = s_ptr + b * s_row + h[:, None] * s_head
+    m_i = tl.full([BH], float("-inf"), tl.float32)
+    l_i = tl.zeros([BH], tl.float32)
+    acc = tl.zeros([BH, DK], tl.float32)
+    if RING_BLOCKS:
+        for start in tl.range(0, W, BN):
+            j = start + tl.arange(0, BN)
+            k, _ = _ring_keys(k_ptr, k_ptr, order_ptr, b, j, d, dm, W, k_row, k_key, 0, order_row, False)
+            s = tl.load(srow + j[None, :], mask=hm[:, None], other=float("-inf"))
+            m_i, l_i, acc = _update(s, k, m_i, l_i, acc, True, NATIVE)
+        for start in tl.range(0, N - W, BN):
+            j = start + tl.arange(0, BN)
+            k, _ = _list_keys(k2_ptr, k2_ptr, b, j, d, dm, N - W, k2_row, k2_key, 0, False)
+            s = tl.load(srow + W + j[None, :], mask=hm[:, None], other=float("-inf"))
+            m_i, l_i, acc = _update(s, k, m_i, l_i, acc, True, NATIVE)
+    else:
+        for start in tl.range(0, STEPS * BN, BN):
+            j = start + tl.arange(0, BN)
+            k, _ = _keys(k_ptr, k_ptr, k2_ptr, order_ptr, k_ptr, b, j, d, dm, N, W, k_row, k_key, 0, k2_row, k2_key,
+                         order_row, 0, False, RING)
+            s = tl.load(srow + j[None, :], mask=hm[:, None], other=float("-inf"))
+            m_i, l_i, acc = _update(s, k, m_i, l_i, acc, True, NATIVE)
+    _finish(acc, m_i, l_i, sink_ptr, o_ptr, b, h, d, hm, dm, o_row, o_head, NATIVE)
 
 
 @triton.jit
@@ -267,12 +357,27 @@ def _attend(q, k3, mk, order, k2, mk2, sink, scale, out_dtype) -> torch.Tensor:
     # bf16 (or fp16) q and keys are exact in TF32: one product per element is exact there; 8 warps at head_dim 512
     # keep the [16, 512] query, keys and accumulator in registers (4 spill)
     exact = q.dtype in (torch.bfloat16, torch.float16) and k3.dtype in (torch.bfloat16, torch.float16)
+    ring_blocks = ring and official and W % bn == 0 and has_mask
+    if official and PV_COLS:
+        steps = split // bn
+        scores = torch.empty(B, H, split, dtype=torch.float32, device=q.device)
+        _scores_kernel[(B, triton.cdiv(H, BH), steps)](
+            q3, k3, mk, k2, order, mk2, scores, N, W, scale, q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1),
+            mask_row, k2_row, k2_key, order_row, mask2_row, scores.stride(0), scores.stride(1), H=H, D=D, DP=DP,
+            BH=BH, BN=bn, HAS_MASK=has_mask, NATIVE=q.is_cuda, RING=ring, RING_BLOCKS=ring_blocks,
+            num_warps=WARPS_WIDE if DP >= 512 else 4)
+        dk = min(PV_COLS, DP)
+        _attend_pv_kernel[(B, triton.cdiv(H, BH), triton.cdiv(D, dk))](
+            scores, k3, k2, order, sink, out, N, W, steps, scores.stride(0), scores.stride(1), k3.stride(0),
+            k3.stride(1), k2_row, k2_key, order_row, out.stride(0), out.stride(2), H=H, D=D, DK=dk, BH=BH, BN=bn,
+            NATIVE=q.is_cuda, RING=ring, RING_BLOCKS=ring_blocks, num_warps=4)
+        return out
     _attend_split_kernel[(B, triton.cdiv(H, BH), S)](
         q3, k3, mk, k2, order, mk2, m, l, acc, sink, out, N, W, S, scale, q3.stride(0), q3.stride(1), k3.stride(0),
         k3.stride(1), mask_row, k2_row, k2_key, order_row, mask2_row, out.stride(0), out.stride(2),
         H=H, D=D, DP=DP, SPLIT=split, BH=BH, BN=bn, HAS_MASK=has_mask,
         QK_PRECISION="tf32" if exact else "ieee", ROUND_P=official, NATIVE=q.is_cuda, RING=ring,
-        RING_BLOCKS=ring and official and W % bn == 0 and has_mask, FINISH=official,
+        RING_BLOCKS=ring_blocks, FINISH=official,
         num_warps=WARPS_WIDE if DP >= 512 else 4, **({} if STAGES is None else {"num_stages": STAGES}))
     if not official:
         _attend_merge_kernel[(B, H)](m, l, acc, sink, out, S, out.stride(0), out.stride(2), H=H, D=D, DP=DP,

@@ -2404,6 +2404,34 @@ def test_decode_attention_ring_is_the_list_form(dt, n, H, D, W, M):
 
 
 @cuda
+@pytest.mark.parametrize("n,N,W", [(1, 640, 128), (8, 640, 128), (8, 160, 128), (3, 1000, 20), (2, 40, 16)])
+def test_decode_attention_two_launches_are_the_one_launch_kernel(n, N, W, monkeypatch):
+    """On the GPU, official bf16 numerics: the two launches (every step's scores side by side, then the online softmax
+    and P . V in head_dim slices) give the one-launch kernel's bits, as one list and on the ring (the same steps,
+    the same roundings of P: only the work is spread over more programs), output poisoned first."""
+    from dsv4_kernels.attention import triton_kernel as tk
+    g = torch.Generator().manual_seed(n * 7 + N)
+    H, D = (64, 512) if N > 100 else (17, 96)
+    q = torch.randn(n, 1, H, D, generator=g).to("cuda", torch.bfloat16) * 4
+    K = torch.randn(n, 1, N, D, generator=g).to("cuda", torch.bfloat16)
+    mask = (torch.rand(n, 1, N, generator=g) > 0.3).cuda()
+    mask[0] = False
+    sink = torch.randn(H, generator=g).cuda()
+    order = ((torch.randint(0, W, (n, 1), generator=g) + torch.arange(W)) % W).cuda()
+    ring = torch.randn(n, W, D, generator=g).to("cuda", torch.bfloat16)
+    comp, wv, cv = K[:, 0, W:], mask[:, 0, :W].contiguous(), mask[:, 0, W:].contiguous()
+    runs = []
+    for cols in (tk.PV_COLS, 0):
+        monkeypatch.setattr(tk, "PV_COLS", cols)
+        _poison(n * H * D * 8 + n * H * N * 8)
+        runs.append((tk.attention_triton(q, K, mask, sink, D ** -0.5),
+                     tk.attention_ring_triton(q, ring, order, wv, comp, cv, sink, D ** -0.5)))
+    assert tk.PV_COLS == 0 and runs[0][0].dtype == torch.float32
+    for two, one in zip(*runs):
+        assert _bit_equal(two, one) and torch.equal(two[0], torch.zeros_like(two[0]))
+
+
+@cuda
 def test_decode_attention_is_the_reference_for_prefill():
     """T > 1 (prefill) on CUDA goes to the reference, bit for bit: the kernel takes one query token."""
     from dsv4_kernels.attention import attention_ref, decode_attention

@@ -50,7 +50,8 @@
 #   bash benchmarks/h200.sh bf16       issue 37's bf16-weight GEMV shape: benchmarks/bf16_sweep.py --f32 (the joined
 #                                      compressor products and the router at B=1 and 8, the fp32 mix's clusters), then
 #                                      decode.py --depths 2,8 --batches 1,8 with the default shape and with the sweep's
-#                                      best (--bf16-shape), one after the other (BF16_ARGS: decode.py's options)
+#                                      best (--bf16-shape), one after the other (BF16_ARGS: decode.py's options;
+#                                      BF16_DEPTH=0: the sweep only)
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
@@ -246,6 +247,7 @@ for stage in "${@:-check}"; do
     run bf16-build.txt 120 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
     run bf16-sweep.txt 150 python benchmarks/bf16_sweep.py --f32 --best "$OUT/bf16-best.txt"
     grep -vE "Warning|warn" "$OUT/bf16-sweep.txt" | grep -E "^==|^  |best"
+    [ "${BF16_DEPTH:-1}" = 0 ] && continue          # the sweep only (a call that fits other work beside it)
     args=${BF16_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}
     run bf16-depth-default.txt 150 python benchmarks/decode.py $args
     if [ -s "$OUT/bf16-best.txt" ]; then

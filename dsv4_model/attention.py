@@ -19,7 +19,7 @@ from dsv4_kernels.norm_rope_fp8.reference import fp8_nope_ref, norm_rope_fp8_ref
 
 from .compressor import Compressor, join_projections, joins, still_joined
 from .indexer import Indexer
-from .linear import Linear, RMSNorm, common_block, shared_sim
+from .linear import Joined, Linear, RMSNorm, common_block, shared_sim
 from .quant import dequant
 from .rope import rope_tail
 
@@ -42,6 +42,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(args.q_lora_rank, args.norm_eps)
         self.wq_b = Linear(args.q_lora_rank, self.H * self.D, dtype)
         self.wkv = Linear(args.dim, self.D, dtype)
+        self.x_proj = Joined("wq_a", "wkv")        # x's two projections, one launch under a CUDA table
         self.kv_norm = RMSNorm(self.D, args.norm_eps)
         self.wo_a = Linear(self.H * self.D // self.G, self.G * self.R, dtype)  # plain: the loader dequantises it, as the reference
         self.wo_b = Linear(self.G * self.R, args.dim, dtype)
@@ -74,6 +75,7 @@ class Attention(nn.Module):
         self.q_norm_rope, self.norm_rope = table["q_norm_rope"], table["norm_rope_fp8"]
         self.grouped = table["grouped"]
         self.f32 = table["f32"]
+        self.x_proj.use_kernels(self, table)
         if not joins(table):
             self.joint = None               # the weights stay views of it: each compressor's own products again
         elif self.joint is None and len(self.compressors()) > 1:
@@ -121,13 +123,14 @@ class Attention(nn.Module):
         """q [B,T,H,D], kv [B,T,D] (rotated at the positions in cs [T, rd/2, 2]), qr [B,T,q_lora] (simulated where
         `qr_simulated`)."""
         xs, sim = shared_sim(x, self.wq_a, self.wkv)     # x's FP8 simulation once for both of its projections
-        qr = self.q_norm(self.wq_a(xs, simulated=sim))
+        qa, kva = self.x_proj(self, xs, sim)             # wq_a's and wkv's products (one, where joined)
+        qr = self.q_norm(qa)
         # and qr's once for its two (wq_b, the indexer's wq_b): the condition `qr_simulated` states for the callers
         qr, sq = shared_sim(qr, self.wq_b, self.indexer.wq_b) if self.indexer is not None else (qr, False)
         q = self.q_norm_rope(self.wq_b(qr, simulated=sq).unflatten(-1, (self.H, self.D)), cs.unsqueeze(-3), self.eps,
                              self.rd)
         # kv_norm, the RoPE and nope_fp8 as one op
-        kv = self.norm_rope(self.wkv(xs, simulated=sim), self.kv_norm.weight, self.kv_norm.eps, cs, self.rd, None,
+        kv = self.norm_rope(kva, self.kv_norm.weight, self.kv_norm.eps, cs, self.rd, None,
                             64 if self.fp8_sim else 0)
         return q, kv, qr
 

@@ -14,7 +14,9 @@ from dsv4_kernels.compressor_ring.reference import close_block_ref, ring_write_r
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.norm_rope_fp8.reference import norm_rope_fp8_ref
 
-from .linear import Linear, RMSNorm
+from .linear import Linear, RMSNorm, join_weights
+from .linear import still_joined as weights_joined
+from .quant import QWeight
 
 # shapes: B batch, T tokens, m ratio, D output width, coff 2 (CSA) or 1 (HCA)
 
@@ -142,33 +144,27 @@ def joins(table) -> bool:
 
 
 def join_projections(comps: list[Compressor]) -> torch.Tensor | None:
-    """The compressors' wkv and wgate weights, in that order, as row blocks of one tensor [sum 2*coff*D, dim]: each
-    compressor's `joint` becomes its two blocks and each weight a view of its own (no second copy; the state dict
-    unchanged). None, changing nothing, where one of them is not a plain weight of the others' dtype (or not loaded)."""
-    qws = [lin.qweight for c in comps for lin in (c.wkv, c.wgate)]
-    if any(q.fmt != "plain" or q.data.dtype != qws[0].data.dtype or q.data.is_meta for q in qws):
+    """The compressors' wkv and wgate weights, in that order, as row blocks of one tensor [sum 2*coff*D, dim]
+    (`linear.join_weights`): each compressor's `joint` becomes its two blocks and each weight a view of its own (no
+    second copy; the state dict unchanged). None, changing nothing, where one of them is not a plain weight of the
+    others' dtype (or not loaded)."""
+    linears = _linears(comps)
+    joint = join_weights(linears) if all(lin.fmt == "plain" for lin in linears) else None
+    if joint is None:
         return None
-    w = torch.cat([q.data for q in qws])
     at = 0
     for c in comps:
-        n1, n2 = c.wkv.qweight.data.shape[0], c.wgate.qweight.data.shape[0]
-        c.joint = w[at:at + n1 + n2]
-        c.wkv.weight, c.wgate.weight = w[at:at + n1], w[at + n1:at + n1 + n2]
-        at += n1 + n2
-    return w
+        n = c.wkv.out_features + c.wgate.out_features
+        c.joint = joint.data[at:at + n]
+        at += n
+    return joint.data
 
 
 def still_joined(joint: torch.Tensor, comps: list[Compressor]) -> bool:
-    """Whether the compressors' weights are still the views `join_projections` made of `joint`, in order. A weight
-    replaced since (a checkpoint tensor set anew, another format, a move to another device: each buffer moves on its
-    own) is not, and the joined tensor holds its old values: a product over it would read stale weights. Host
-    checks only (pointers and offsets), so they run under capture too."""
-    ptr, at = joint.untyped_storage().data_ptr(), joint.storage_offset()
-    for c in comps:
-        for lin in (c.wkv, c.wgate):
-            w = lin.weight
-            if lin.fmt != "plain" or w.dtype != joint.dtype or w.device != joint.device or \
-                    w.untyped_storage().data_ptr() != ptr or w.storage_offset() != at or not w.is_contiguous():
-                return False
-            at += w.numel()
-    return at == joint.storage_offset() + joint.numel()
+    """Whether the compressors' weights are still the views `join_projections` made of `joint`, in order
+    (`linear.still_joined`: a weight replaced since is read as it now is, never from the joined copy)."""
+    return weights_joined(QWeight("plain", joint), _linears(comps))
+
+
+def _linears(comps: list[Compressor]) -> list[Linear]:
+    return [lin for c in comps for lin in (c.wkv, c.wgate)]

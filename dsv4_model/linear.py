@@ -125,7 +125,11 @@ class Linear(nn.Module):
 
     def forward(self, x: torch.Tensor, simulated: bool = False) -> torch.Tensor:
         """`simulated`: x already carries this projection's activation simulation (see `fp8_block`)."""
-        qw = self.qweight
+        return self.product(x, self.qweight, simulated)
+
+    def product(self, x: torch.Tensor, qw: QWeight, simulated: bool = False) -> torch.Tensor:
+        """x [.., in] -> [.., rows of qw]: this projection's simulation and product slots over the weight qw, its own
+        (`forward`) or the row blocks of several projections of one input joined (`Joined`)."""
         if self.act_sim and not simulated:
             x = act_sim(x, qw.fmt, qw.input_scale, self.fp8_quant)
         x = x.to(self.dtype)
@@ -134,8 +138,94 @@ class Linear(nn.Module):
         # compute) up to 64 rows too (decode buckets past 8): the fallback would widen a copy of it every step
         if self.gemv is not None and (rows <= self.gemv_rows or qw.fmt == "plain" and qw.data.dtype != self.dtype
                                       and rows <= 64):
-            return self.gemv(x.reshape(-1, self.in_features), qw.astuple()).view(*x.shape[:-1], self.out_features)
+            return self.gemv(x.reshape(-1, self.in_features), qw.astuple()).view(*x.shape[:-1], -1)
         return self.dense(x, dequant(qw, dtype=self.dtype))
 
     def extra_repr(self) -> str:
         return f"{self.in_features}->{self.out_features}, fmt={self.fmt}"
+
+
+def join_weights(linears: list[Linear]) -> QWeight | None:
+    """The stored weights of `linears` (one input width) as the row blocks of one weight, in order: each projection's
+    buffers become views of its block (no second copy; the state dict unchanged). Plain weights of one dtype, or FP8
+    ones whose blocks but the last are whole 128-row scale blocks (the scales then stack as the rows do). None,
+    changing nothing, where they are not (another format, a per-tensor scale, not loaded)."""
+    qws = [lin.qweight for lin in linears]
+    fmt, first = qws[0].fmt, qws[0].data
+    if fmt not in ("plain", "fp8") or any(
+            q.fmt != fmt or q.data.dtype != first.dtype or q.data.device != first.device or q.data.is_meta
+            or q.data.dim() != 2 or q.data.shape[1] != first.shape[1] or q.scale2 is not None
+            or q.input_scale is not None or (fmt == "fp8") != (q.scale is not None) for q in qws):
+        return None
+    if fmt == "fp8" and any(q.data.shape[0] % 128 for q in qws[:-1]):
+        return None
+    joint = QWeight(fmt, torch.cat([q.data for q in qws]),
+                    torch.cat([q.scale for q in qws]) if fmt == "fp8" else None)
+    at = at_s = 0
+    for lin, q in zip(linears, qws):
+        n, n_s = q.data.shape[0], 0 if q.scale is None else q.scale.shape[0]
+        set_qweight(lin, "", QWeight(fmt, joint.data[at:at + n],
+                                     None if joint.scale is None else joint.scale[at_s:at_s + n_s]))
+        at, at_s = at + n, at_s + n_s
+    return joint
+
+
+def still_joined(joint: QWeight, linears: list[Linear]) -> bool:
+    """Whether the projections' weights are still the views `join_weights` made of `joint`, in order. A weight
+    replaced since (a checkpoint tensor set anew, another format, a move to another device: each buffer moves on its
+    own) is not, and the joined copy holds its old values: a product over it would read stale weights. Host checks
+    only (pointers and offsets), so they run under capture too."""
+    ends = {"data": joint.data.storage_offset(), "scale": None if joint.scale is None else joint.scale.storage_offset()}
+    for lin in linears:
+        qw = lin.qweight
+        if qw.fmt != joint.fmt or (qw.scale is None) != (joint.scale is None):
+            return False
+        for part, mine in (("data", qw.data), ("scale", qw.scale)):
+            whole = getattr(joint, part)
+            if whole is None:
+                continue
+            if mine.dtype != whole.dtype or mine.device != whole.device or not mine.is_contiguous() or \
+                    mine.untyped_storage().data_ptr() != whole.untyped_storage().data_ptr() or \
+                    mine.storage_offset() != ends[part]:
+                return False
+            ends[part] += mine.numel()
+    return all(end is None or end == getattr(joint, part).storage_offset() + getattr(joint, part).numel()
+               for part, end in ends.items())
+
+
+class Joined:
+    """Projections of one input, named attributes of an owner module, read as one product: under a kernel table with
+    the stored-format GEMV on CUDA (`use_kernels`), their weights joined (`join_weights`) and one GEMV launch over
+    them, where each was a narrow launch of its own (at decode sizes a GEMV of a few MB runs at a fraction of copy
+    bandwidth: too few rows in flight per SM). Both decodes call the owner's same code, so they keep taking the
+    same product. Not a module: the projections stay the owner's, with its state dict; looked up by name at each
+    call, so a projection replaced since the join is read as it now is."""
+
+    def __init__(self, *names: str):
+        self.names, self.weight = names, None
+
+    def linears(self, owner: nn.Module) -> list[Linear]:
+        return [getattr(owner, n) for n in self.names]
+
+    def use_kernels(self, owner: nn.Module, table) -> None:
+        """Join under a CUDA table with a GEMV, where the projections simulate their input alike; elsewhere each
+        projection's own product again (its weight stays a view of the joined one)."""
+        linears = self.linears(owner)
+        self.weight = join_weights(linears) if table.cuda and table["gemv"] is not None and _alike(linears) else None
+
+    def __call__(self, owner: nn.Module, x: torch.Tensor, simulated: bool = False) -> list[torch.Tensor]:
+        """x [.., in] -> each projection's output [.., out] (views of one product's columns where joined)."""
+        linears = self.linears(owner)
+        if self.weight is not None and not (still_joined(self.weight, linears) and _alike(linears)):
+            self.weight = None              # a weight replaced since the join: its own product, not the stale copy
+        if self.weight is None:
+            return [lin(x, simulated) for lin in linears]
+        return list(linears[0].product(x, self.weight, simulated).split([lin.out_features for lin in linears], -1))
+
+
+def _alike(linears: list[Linear]) -> bool:
+    """Whether one product stands for each of them: the same input width, product dtype, simulation and slots."""
+    first = linears[0]
+    return all(lin.in_features == first.in_features and lin.dtype == first.dtype and lin.act_sim == first.act_sim
+               and lin.fp8_block() == first.fp8_block() and lin.gemv is first.gemv and lin.dense is first.dense
+               and lin.fp8_quant is first.fp8_quant and lin.gemv_rows == first.gemv_rows for lin in linears)

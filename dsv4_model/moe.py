@@ -16,7 +16,7 @@ from dsv4_kernels.moe_gemv.reference import f32_linear_ref, sum_pairs
 from dsv4_kernels.moe_route.reference import SCORE_FUNCS, moe_route_ref
 from dsv4_kernels.swiglu_fp8.reference import swiglu_fp8_ref
 
-from .linear import Linear, get_qweight, init_qweight, shared_sim
+from .linear import Joined, Linear, get_qweight, init_qweight, shared_sim
 from .quant import QWeight, act_sim, dequant
 
 
@@ -40,18 +40,20 @@ class Expert(nn.Module):
         self.w1 = Linear(dim, inter, dtype)
         self.w2 = Linear(inter, dim, dtype)
         self.w3 = Linear(dim, inter, dtype)
+        self.gate_up = Joined("w1", "w3")          # one launch under a CUDA table
         self.swiglu_fp8 = swiglu_fp8_ref
 
     def use_kernels(self, table) -> None:
-        """This module's kernel slot from a kernel table (`decode.KernelTable`)."""
+        """This module's kernel slot from a kernel table (`decode.KernelTable`); w1 and w3 joined under a CUDA one."""
         self.swiglu_fp8 = table["swiglu_fp8"]
+        self.gate_up.use_kernels(self, table)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [.., dim] -> [.., dim] in w2's dtype (the model's): `MoE.combine` widens it, exactly, in its fp32 add (an
         fp32 copy here was a launch of its own)."""
         w1, w2, w3 = self.w1, self.w2, self.w3
         xs, shared = shared_sim(x, w1, w3)
-        g, u = w1(xs, simulated=shared), w3(xs, simulated=shared)
+        g, u = self.gate_up(self, xs, shared)
         block = w2.fp8_block()
         if block is not None and g.dtype == x.dtype:
             return w2(self.swiglu_fp8(g, u, self.limit, block), simulated=True)

@@ -506,6 +506,72 @@ def test_score_cli_refuses_bad_outputs_and_inputs(tmp_path, capsys, monkeypatch)
     assert torch.load(tmp_path / "l.pt").shape == (2, config.tiny().vocab_size)
 
 
+def _cuda_like_table():
+    """The CPU kernel table with the stored-format GEMV in its slot and marked CUDA: what makes `Joined` join (on
+    CPU the GEMV takes FP8 weights through its dequantising reference)."""
+    from dsv4_kernels.moe_gemv import weight_gemv
+    from dsv4_model.decode import KernelTable, decode_kernels
+    return KernelTable({**decode_kernels(torch.device("cpu")).fns, "gemv": weight_gemv}, True, "CPU as CUDA")
+
+
+def test_joined_projections_are_the_products_apart():
+    """`linear.Joined` under a CUDA table (what the decode's kernels do at load): the shared expert's w1 and w3 and an
+    attention's wq_a and wkv (FP8, 128x128 block scales) become row blocks of one weight and its scales (views: no
+    second copy; the state dict unchanged), and one product gives each projection's output as its own product does;
+    a weight replaced after the join (a new checkpoint tensor) is read as it now is, never from the joined copy; a
+    table without the GEMV leaves them apart; formats that cannot stack (another format, blocks not whole 128 rows)
+    are not joined."""
+    from dsv4_model.attention import Attention
+    from dsv4_model.moe import Expert
+    g = torch.Generator().manual_seed(4)
+    a = config.tiny()
+    a.dim, a.q_lora_rank, a.head_dim, a.n_heads, a.o_groups = 256, 256, 128, 2, 2
+    ex = Expert(256, 384, None, torch.bfloat16)
+    att = Attention(a, 0, torch.bfloat16, 1)
+    for owner, names in ((ex, ("w1", "w3")), (att, ("wq_a", "wkv"))):
+        for n in names:
+            lin = getattr(owner, n)
+            set_qweight(lin, "", quant.quantize(torch.randn(lin.out_features, lin.in_features, generator=g) / 16, "fp8"))
+        joined = ex.gate_up if owner is ex else att.x_proj
+        x = torch.randn(3, 1, 256, generator=g).bfloat16()
+        apart = [getattr(owner, n)(x) for n in names]
+        state = {k: v.clone() for k, v in owner.state_dict().items()}
+        joined.use_kernels(owner, _cuda_like_table())
+        w = joined.weight
+        assert w is not None and w.fmt == "fp8" and w.data.shape[0] == sum(getattr(owner, n).out_features for n in names)
+        at = 0
+        for n in names:
+            qw = getattr(owner, n).qweight
+            assert qw.data.untyped_storage().data_ptr() == w.data.untyped_storage().data_ptr()
+            assert qw.data.data_ptr() == w.data[at:].data_ptr() and qw.scale.data_ptr() == w.scale[at // 128:].data_ptr()
+            at += qw.data.shape[0]
+        assert state.keys() == owner.state_dict().keys()
+        assert all(torch.equal(v.float(), owner.state_dict()[k].float()) for k, v in state.items())
+        together = joined(owner, x)
+        assert [t.shape for t in together] == [t.shape for t in apart]
+        for t, want in zip(together, apart):
+            torch.testing.assert_close(t, want, rtol=0, atol=0)
+        # a new checkpoint tensor for the second projection: read as it now is
+        lin = getattr(owner, names[1])
+        new = quant.quantize(torch.randn(lin.out_features, lin.in_features, generator=g) / 16, "fp8")
+        set_qweight(lin, "", new)
+        again = joined(owner, x)
+        assert joined.weight is None and torch.equal(again[1], lin(x)) and torch.equal(again[0], apart[0])
+    # no GEMV in the table: apart; blocks that are not whole 128-row scale blocks, or another format: not joined
+    from dsv4_model.decode import decode_kernels
+    ex2 = Expert(256, 200, None, torch.bfloat16)
+    for n in ("w1", "w3"):
+        set_qweight(getattr(ex2, n), "", quant.quantize(torch.randn(200, 256, generator=g), "fp8"))
+    ex2.gate_up.use_kernels(ex2, decode_kernels(torch.device("cpu")))
+    assert ex2.gate_up.weight is None
+    ex2.gate_up.use_kernels(ex2, _cuda_like_table())
+    assert ex2.gate_up.weight is None
+    set_qweight(ex2.w1, "", quant.quantize(torch.randn(256, 256, generator=g), "mxfp4"))
+    set_qweight(ex2.w3, "", quant.quantize(torch.randn(256, 256, generator=g), "fp8"))
+    ex2.gate_up.use_kernels(ex2, _cuda_like_table())
+    assert ex2.gate_up.weight is None
+
+
 def test_joined_compressor_projections_are_the_two_products():
     """`Compressor.join` (what a CUDA kernel table does at load): wkv's and wgate's weights become the halves of one
     tensor (views: no second copy; the state dict unchanged) and `project` takes both products in one call, C and Z

@@ -771,6 +771,31 @@ def test_official_numerics_pairs_are_bitwise_on_cpu():
     assert not bad["bitwise"] and "compressor.wkv" in bad["where"], bad["where"]
 
 
+def test_joined_projections_keep_both_decodes_bitwise_on_cpu():
+    """Both decodes over joined FP8 projections (`linear.Joined` under a CUDA-like table: each attention's wq_a and
+    wkv, each shared expert's w1 and w3; dims of whole 128-row scale blocks) stay equal bit for bit over 24 steps:
+    both take the same one product (`Attention.qkv`, `Expert.forward`)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import official_numerics
+
+    import dsv4_model.decode as decode
+    from dsv4_kernels.moe_gemv import weight_gemv
+    from dsv4_model.attention import Attention
+    from dsv4_model.config import tiny
+    from dsv4_model.moe import Expert
+    from dsv4_model.synthetic import random_model
+    model = random_model(dataclasses.replace(tiny(), max_seq_len=40, q_lora_rank=128, moe_inter_dim=128), device="cpu")
+    table = decode.KernelTable({**decode.decode_kernels(torch.device("cpu")).fns, "gemv": weight_gemv}, True, "CPU")
+    owners = [(m, m.x_proj) for m in model.modules() if isinstance(m, Attention)] + \
+             [(m, m.gate_up) for m in model.modules() if isinstance(m, Expert)]
+    for owner, joined in owners:
+        joined.use_kernels(owner, table)
+    assert len(owners) >= 4 and all(j.weight is not None and j.weight.fmt == "fp8" for _, j in owners)
+    r = official_numerics.pair(model, decode.GraphSafeDecoder(model, batch=1), 24, True, "cpu")
+    assert r["bitwise"] and r["first_token_diff"] is None, r["where"]
+    assert all(j.weight is not None for _, j in owners)        # still joined: the products above were the joined ones
+
+
 def test_joined_compressors_keep_both_decodes_bitwise_on_cpu():
     """Both decodes over compressors whose projections are joined (`Compressor.join`, what a CUDA table does) stay
     equal bit for bit: they take C and Z from the same one product (`Attention.compressor_products`); a weight

@@ -373,8 +373,7 @@ def bench_sampler(tab):
 
 # (MIN_SPLIT, PROGRAMS, WARPS_WIDE, STAGES, PV_COLS) beside the chosen ones, for the official bf16 path: the second launch's head_dim columns per program (0: the one-launch kernel, one program per
 # 16 heads streaming every key) and the first launch's warps
-ATTENTION_SWEEP = [(16, 264, 8, None, 0), (16, 264, 8, None, 32), (16, 264, 8, None, 128), (16, 264, 4, None, 64),
-                   (16, 264, 8, 2, 64)]
+ATTENTION_SWEEP = [(16, 264, 8, None, 0), (16, 264, 8, None, 32), (16, 264, 8, None, 128)]
 ATTENTION_KNOBS = ("MIN_SPLIT", "PROGRAMS", "WARPS_WIDE", "STAGES", "PV_COLS")
 
 

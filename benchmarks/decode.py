@@ -654,7 +654,14 @@ def main(argv=None) -> int:
     ap.add_argument("--bf16-shape", default=None, metavar="BB=bk,waves,pairs,warps;..",
                     help="the bf16-weight GEMV's launch shape by x rows per program (dsv4_kernels.bf16_gemv."
                          "triton_kernel.SHAPES) in this process, e.g. what benchmarks/bf16_sweep.py --best found")
+    ap.add_argument("--pdl", action="store_true",
+                    help="launch the Triton kernels with programmatic dependent launch (dsv4_kernels._pdl) in this "
+                         "process: each waits for the kernel before it, its launch overlapped with that kernel")
     a = ap.parse_args(argv)
+    if a.pdl:
+        from dsv4_kernels import _pdl
+        _pdl.ENABLED = True
+        print("Triton kernels: programmatic dependent launch on")
     if a.bf16_shape:
         from dsv4_kernels.bf16_gemv import triton_kernel as bf16_tk
         for part in filter(None, a.bf16_shape.split(";")):

@@ -82,9 +82,9 @@ def _mhc_post_kernel(y_ptr, X_ptr, post_ptr, comb_ptr, o_ptr, y_row, x_row, HC: 
 @triton.jit
 def _mhc_pre_norm_kernel(X_ptr, mix_ptr, scale_ptr, base_ptr, w_ptr, h_ptr, post_ptr, comb_ptr, x_row, mix_row, inv_n,
                          inv_d, eps, norm_eps, rms_eps, ITERS: tl.constexpr, HC: tl.constexpr, HP: tl.constexpr,
-                         D: tl.constexpr, DP: tl.constexpr):
+                         D: tl.constexpr, DP: tl.constexpr, PDL: tl.constexpr = False):
     # _mhc_pre_kernel, then _sinkhorn_kernel on the comb logits and _rms_norm_kernel on x rounded to X.dtype, the
-    # same operations in the same order, in one program per row (three launches -> one, PDL: tl.constexpr = False)
+    # same operations in the same order, in one program per row (three launches -> one)
     wait_prior(PDL)
     r = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, HP)

@@ -138,7 +138,7 @@ class Linear(nn.Module):
         # compute) up to 64 rows too (decode buckets past 8): the fallback would widen a copy of it every step
         if self.gemv is not None and (rows <= self.gemv_rows or qw.fmt == "plain" and qw.data.dtype != self.dtype
                                       and rows <= 64):
-            return self.gemv(x.reshape(-1, self.in_features), qw.astuple()).view(*x.shape[:-1], -1)
+            return self.gemv(x.reshape(-1, self.in_features), qw.astuple()).view(*x.shape[:-1], qw.shape[-2])
         return self.dense(x, dequant(qw, dtype=self.dtype))
 
     def extra_repr(self) -> str:

@@ -136,6 +136,18 @@ def _step(q, k, valid, m_i, l_i, acc, scale, QK_PRECISION: tl.constexpr, ROUND_P
 
 
 @triton.jit
+def _program_query(q_ptr, q_row, q_head, H: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, BH: tl.constexpr):
+    """A (row, 16-head block, axis 2) program's indices and its query -> (b, the axis-2 index, heads h [BH], dims
+    d [DP], their masks, q [BH, DP] as stored)."""
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1) * BH + tl.arange(0, BH)
+    d = tl.arange(0, DP)
+    hm, dm = h < H, d < D
+    q = tl.load(q_ptr + b * q_row + h[:, None] * q_head + d[None, :], mask=hm[:, None] & dm[None, :], other=0.0)
+    return b, tl.program_id(2), h, d, hm, dm, q
+
+
+@triton.jit
 def _finish(acc, m_i, l_i, sink_ptr, o_ptr, b, h, d, hm, dm, o_row, o_head, NATIVE: tl.constexpr):
     """The softmax's end for one split: row sum + exp(sink - max), the division, o [BH, len(d)] in o's dtype."""
     sink = tl.load(sink_ptr + h, mask=hm, other=0.0).to(tl.float32)
@@ -155,13 +167,7 @@ def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, m
                          ROUND_P: tl.constexpr, NATIVE: tl.constexpr, RING: tl.constexpr, RING_BLOCKS: tl.constexpr,
                          FINISH: tl.constexpr, PDL: tl.constexpr = False):
     wait_prior(PDL)
-    b = tl.program_id(0).to(tl.int64)
-    hb, sp = tl.program_id(1), tl.program_id(2)
-    h = hb * BH + tl.arange(0, BH)
-    d = tl.arange(0, DP)
-    hm, dm = h < H, d < D
-    q = tl.load(q_ptr + b * q_row + h[:, None] * q_head + d[None, :], mask=hm[:, None] & dm[None, :],
-                other=0.0)                                                              # [BH, DP]
+    b, sp, h, d, hm, dm, q = _program_query(q_ptr, q_row, q_head, H, D, DP, BH)
     if not ROUND_P:
         q = q.to(tl.float32)
     m_i = tl.full([BH], float("-inf"), tl.float32)
@@ -202,12 +208,7 @@ def _scores_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, s_ptr, 
     """Official numerics, launch 1 of 2: the scores of one 64-key step of the list for (row, 16 heads), masked keys
     at -inf, into s [B, H, steps x 64]: every step in its own program, so the keys stream on every SM at once."""
     wait_prior(PDL)
-    b = tl.program_id(0).to(tl.int64)
-    hb, blk = tl.program_id(1), tl.program_id(2)
-    h = hb * BH + tl.arange(0, BH)
-    d = tl.arange(0, DP)
-    hm, dm = h < H, d < D
-    q = tl.load(q_ptr + b * q_row + h[:, None] * q_head + d[None, :], mask=hm[:, None] & dm[None, :], other=0.0)
+    b, blk, h, d, hm, dm, q = _program_query(q_ptr, q_row, q_head, H, D, DP, BH)
     j = blk * BN + tl.arange(0, BN)
     if RING_BLOCKS:     # the ring a whole number of steps: a step reads the ring or the compressed keys, one load
         if blk * BN < W:

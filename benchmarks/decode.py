@@ -46,7 +46,9 @@ why and compiles the PyTorch-reference step instead (the column then carries "re
 from __future__ import annotations
 
 import argparse
+import ast
 import ctypes
+import importlib
 import json
 import math
 import subprocess
@@ -625,6 +627,29 @@ def measure(a) -> tuple[float, list[dict]]:
     return bw, rows
 
 
+def set_knob(knob: str) -> str | None:
+    """MODULE.NAME=VALUE: set an existing module constant to a Python literal of its type. None, or what was wrong."""
+    target, eq, value = knob.partition("=")
+    mod_name, _, name = target.rpartition(".")
+    if not eq or not mod_name or not name:
+        return "expected MODULE.NAME=VALUE"
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        return f"module {mod_name!r} does not import ({e})"
+    if not hasattr(mod, name):
+        return f"module {mod_name} has no {name}"
+    try:
+        val = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return f"value {value!r} is not a Python literal"
+    old = getattr(mod, name)
+    if type(val) is not type(old):
+        return f"expected a {type(old).__name__} as {name} is, found {type(val).__name__}"
+    setattr(mod, name, val)
+    return None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default="tiny,flash")
@@ -657,7 +682,16 @@ def main(argv=None) -> int:
     ap.add_argument("--pdl", action="store_true",
                     help="launch the Triton kernels with programmatic dependent launch (dsv4_kernels._pdl) in this "
                          "process: each waits for the kernel before it, its launch overlapped with that kernel")
+    ap.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                    help="set a module's launch or join constant in this process for an A/B (a Python literal), e.g. "
+                         "dsv4_kernels.attention.triton_kernel.PV_COLS=64 or dsv4_model.linear.JOIN_PROJECTIONS=True")
     a = ap.parse_args(argv)
+    for knob in a.knob:
+        err = set_knob(knob)
+        if err:
+            print(f"benchmarks/decode.py: --knob {knob}: {err}", file=sys.stderr)
+            return 2
+        print(f"knob: {knob}")
     if a.pdl:
         from dsv4_kernels import _pdl
         _pdl.ENABLED = True

@@ -193,6 +193,11 @@ def still_joined(joint: QWeight, linears: list[Linear]) -> bool:
                for part, end in ends.items())
 
 
+# Whether `Joined` joins under a CUDA table: off until a GPU A/B shows the one launch wins (decode.py --knob
+# dsv4_model.linear.JOIN_PROJECTIONS=True against the default; written while no GPU was lent, not yet run on one)
+JOIN_PROJECTIONS = False
+
+
 class Joined:
     """Projections of one input, named attributes of an owner module, read as one product: under a kernel table with
     the stored-format GEMV on CUDA (`use_kernels`), their weights joined (`join_weights`) and one GEMV launch over
@@ -208,10 +213,11 @@ class Joined:
         return [getattr(owner, n) for n in self.names]
 
     def use_kernels(self, owner: nn.Module, table) -> None:
-        """Join under a CUDA table with a GEMV, where the projections simulate their input alike; elsewhere each
-        projection's own product again (its weight stays a view of the joined one)."""
+        """Join under a CUDA table with a GEMV (and JOIN_PROJECTIONS), where the projections simulate their input
+        alike; elsewhere each projection's own product again (its weight stays a view of the joined one)."""
         linears = self.linears(owner)
-        self.weight = join_weights(linears) if table.cuda and table["gemv"] is not None and _alike(linears) else None
+        self.weight = join_weights(linears) if JOIN_PROJECTIONS and table.cuda and table["gemv"] is not None \
+            and _alike(linears) else None
 
     def __call__(self, owner: nn.Module, x: torch.Tensor, simulated: bool = False) -> list[torch.Tensor]:
         """x [.., in] -> each projection's output [.., out] (views of one product's columns where joined)."""

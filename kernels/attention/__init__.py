@@ -1,5 +1,5 @@
-"""attention: the decode attention core (scores, mask, softmax with the sink logit, weighted keys; V = K), in two
-Triton launches on CUDA for one query token per sequence (``triton_kernel.py``; within fp32 rounding
+"""attention: the decode attention core (scores, mask, softmax with the sink logit, weighted keys; V = K), in one or
+two Triton launches on CUDA for one query token per sequence (``triton_kernel.py``; within fp32 rounding
 of the reference, not bit-exact), the PyTorch reference (``reference.py``) elsewhere and for prefill (T > 1).
 
     decode_attention(q [B,T,H,D], K [B,T|1,N,D], mask [B|1,T,N] bool or None, sink [H], scale) -> o [B,T,H,D] fp32

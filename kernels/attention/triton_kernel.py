@@ -1,6 +1,6 @@
 """The decode attention core in Triton (one query token per sequence): scores against every key, the mask, the
-softmax with the head's sink logit, and the probability-weighted sum of the keys (V = K), in two launches where the
-reference runs about a dozen (casts, two fp32 cuBLAS batched GEMMs, masked_fill, cat, softmax, slice).
+softmax with the head's sink logit, and the probability-weighted sum of the keys (V = K), in one or two launches where
+the reference runs about a dozen (casts, two fp32 cuBLAS batched GEMMs, masked_fill, cat, softmax, slice).
 
 The keys come as one list [B, N, D] with its mask (`attention_triton`), or where the decode keeps them
 (`attention_ring_triton`): the window ring read in the official order (an index list per row), then the compressed
@@ -17,13 +17,14 @@ sparse_attn's blocks), the probabilities rounded to the keys' dtype before P . V
 the sink added to the sum after the last step, then the division: the reference's algorithm, so the same roundings;
 the products on tensor cores (bf16 in, fp32 accumulation: exact products, another summation order than the CPU's).
 The steps are sequential (each P is rounded against the running max so far), so the keys cannot be split as the
-fp32 path splits them; the work is spread instead in two launches. Launch 1 (`_scores_kernel`) takes the scores of
+fp32 path splits them; the work can be spread instead over two launches (`PV_COLS` > 0; 0, one launch, until a
+GPU A/B shows they win). Launch 1 (`_scores_kernel`) takes the scores of
 every (row, 16 heads, 64-key step) in its own program, so every SM streams keys at once. Launch 2
 (`_attend_pv_kernel`) runs the online softmax over those scores, step by step with the one-launch kernel's body
 (`_update`), and P . V on PV_COLS columns of head_dim per program: at Flash's 64 heads of 512, 32 programs a row
 where one launch had 4, each streaming every key (run 71 on the H100: 31 us for a CSA layer's 640 keys). Each
-output column is the same chain of products and sums, so the bits are the one-launch kernel's (a GPU test holds
-them equal). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
+output column is the same chain of products and sums, so the bits should be the one-launch kernel's (a GPU test
+checks them equal; written while no GPU was lent, not yet run on one). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
 official kernel stores it: the caller's cast in the same launch).
 
 fp32 keys (the debugging dtype): fp32 throughout, as the reference's fp32 einsums. The weighted sum of the keys runs on tensor cores as
@@ -51,7 +52,10 @@ STAGES = None      # software-pipelining depth of the split kernel's key loop; N
 
 
 BN_OFFICIAL = 64   # official kernel.py `block = 64`: the online softmax's step, which the P rounding depends on
-PV_COLS = 64       # official numerics: head_dim columns per program of the second launch (0: the one-launch kernel)
+# official numerics in two launches with PV_COLS head_dim columns per program of the second (e.g. 64), or 0: the
+# one-launch kernel. 0 until a GPU A/B shows the two launches win (kernels.py --only attention --sweep; the decode:
+# decode.py --knob dsv4_kernels.attention.triton_kernel.PV_COLS=64); they were written without a GPU lent
+PV_COLS = 0
 
 
 @triton.jit

@@ -514,16 +514,23 @@ def _cuda_like_table():
     return KernelTable({**decode_kernels(torch.device("cpu")).fns, "gemv": weight_gemv}, True, "CPU as CUDA")
 
 
-def test_joined_projections_are_the_products_apart():
+def test_joined_projections_are_the_products_apart(monkeypatch):
     """`linear.Joined` under a CUDA table (what the decode's kernels do at load): the shared expert's w1 and w3 and an
     attention's wq_a and wkv (FP8, 128x128 block scales) become row blocks of one weight and its scales (views: no
     second copy; the state dict unchanged), and one product gives each projection's output as its own product does;
     a weight replaced after the join (a new checkpoint tensor) is read as it now is, never from the joined copy; a
     table without the GEMV leaves them apart; formats that cannot stack (another format, blocks not whole 128 rows)
     are not joined."""
+    from dsv4_model import linear
     from dsv4_model.attention import Attention
     from dsv4_model.moe import Expert
     g = torch.Generator().manual_seed(4)
+    off = Expert(256, 384, None, torch.bfloat16)           # the default: not joined (no GPU A/B yet)
+    for n in ("w1", "w3"):
+        set_qweight(getattr(off, n), "", quant.quantize(torch.randn(384, 256, generator=g), "fp8"))
+    off.gate_up.use_kernels(off, _cuda_like_table())
+    assert off.gate_up.weight is None
+    monkeypatch.setattr(linear, "JOIN_PROJECTIONS", True)
     a = config.tiny()
     a.dim, a.q_lora_rank, a.head_dim, a.n_heads, a.o_groups = 256, 256, 128, 2, 2
     ex = Expert(256, 384, None, torch.bfloat16)

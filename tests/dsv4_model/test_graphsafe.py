@@ -781,7 +781,7 @@ def test_official_numerics_pairs_are_bitwise_on_cpu():
     assert not bad["bitwise"] and "compressor.wkv" in bad["where"], bad["where"]
 
 
-def test_joined_projections_keep_both_decodes_bitwise_on_cpu():
+def test_joined_projections_keep_both_decodes_bitwise_on_cpu(monkeypatch):
     """Both decodes over joined FP8 projections (`linear.Joined` under a CUDA-like table: each attention's wq_a and
     wkv, each shared expert's w1 and w3; dims of whole 128-row scale blocks) stay equal bit for bit over 24 steps:
     both take the same one product (`Attention.qkv`, `Expert.forward`)."""
@@ -794,6 +794,7 @@ def test_joined_projections_keep_both_decodes_bitwise_on_cpu():
     from dsv4_model.config import tiny
     from dsv4_model.moe import Expert
     from dsv4_model.synthetic import random_model
+    monkeypatch.setattr(dsv4_model.linear, "JOIN_PROJECTIONS", True)
     model = random_model(dataclasses.replace(tiny(), max_seq_len=40, q_lora_rank=128, moe_inter_dim=128), device="cpu")
     table = decode.KernelTable({**decode.decode_kernels(torch.device("cpu")).fns, "gemv": weight_gemv}, True, "CPU")
     owners = [(m, m.x_proj) for m in model.modules() if isinstance(m, Attention)] + \

@@ -52,12 +52,16 @@
 #                                      decode.py --depths 2,8 --batches 1,8 with the default shape and with the sweep's
 #                                      best (--bf16-shape), one after the other (BF16_ARGS: decode.py's options;
 #                                      BF16_DEPTH=0: the sweep only)
+#   bash benchmarks/h200.sh candidates issue 37's changes that are off until an A/B wins: their GPU tests (the
+#                                      attention's two launches bit for bit the one, PDL's replay), then decode.py
+#                                      --depths 2,8 at B=1 with each on against the default (CANDIDATE_ARGS: its
+#                                      options, e.g. --batches 8 in a second call)
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
 # cached per machine (TORCH_EXTENSIONS_DIR): a fresh machine spends about 80 s on it in `check`.
 set -u
-STAGES="check tests memcheck targets speculative spec-bench kernels decode profile floor fuse drift thirdparty ncu ab cutedsl cutedsl-bench bf16"
+STAGES="check tests memcheck targets speculative spec-bench kernels decode profile floor fuse drift thirdparty ncu ab cutedsl cutedsl-bench bf16 candidates"
 # every stage named is checked before anything runs: a typo fails at once (exit 2), not after the stages before it
 for stage in "${@:-check}"; do
   case " $STAGES " in *" $stage "*) ;; *)
@@ -254,6 +258,21 @@ for stage in "${@:-check}"; do
       run bf16-depth-best.txt 150 python benchmarks/decode.py $args --bf16-shape "$(cat "$OUT/bf16-best.txt")"
     fi
     grep -hE "^ *[0-9]+ +[0-9.]+ |depths|bf16 GEMV|Error|^exit" "$OUT"/bf16-depth-*.txt ;;
+  candidates)
+    # the attention's two launches against one (bit for bit), the joined projections' (both decodes bit for bit over
+    # joins) and PDL's (replay equals eager) CUDA tests, then each candidate's decode against the default, one after
+    # the other on the idle GPU
+    run candidates-build.txt 120 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    run candidates-tests.txt 150 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_kernels.py \
+      tests/dsv4_model/test_graphsafe.py -k "two_launches or ring_is_the_list or pdl or cuda_joined"
+    summary candidates-tests.txt
+    args=${CANDIDATE_ARGS:---configs flash --depths 2,8 --batches 1 --steps 20 --experts 64}
+    for spec in "default|" "attention2|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=64" \
+                "join|--knob dsv4_model.linear.JOIN_PROJECTIONS=True" "pdl|--pdl"; do
+      name=${spec%%|*}; cand=${spec#*|}
+      run "candidates-depth-$name.txt" 130 python benchmarks/decode.py $args $cand
+      echo "== $name $cand"; grep -hE "^ *[0-9]+ +[0-9.]+ |Error|^exit" "$OUT/candidates-depth-$name.txt"
+    done ;;
   *) echo "h200.sh: stage '$stage' is in STAGES but has no case" >&2; exit 2 ;;
   esac
 done

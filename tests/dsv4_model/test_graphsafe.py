@@ -807,6 +807,25 @@ def test_joined_projections_keep_both_decodes_bitwise_on_cpu(monkeypatch):
     assert all(j.weight is not None for _, j in owners)        # still joined: the products above were the joined ones
 
 
+@pytest.mark.cuda
+def test_cuda_joined_projections_keep_both_decodes_bitwise(monkeypatch):
+    """On the GPU with the decode kernels and JOIN_PROJECTIONS on: the projections are joined (the FP8 GEMV over the
+    joined rows) and both decodes stay equal bit for bit over 24 steps, greedy tokens included."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import official_numerics
+
+    import dsv4_model.decode as decode
+    from dsv4_model.attention import Attention
+    from dsv4_model.config import tiny
+    from dsv4_model.synthetic import random_model
+    monkeypatch.setattr(dsv4_model.linear, "JOIN_PROJECTIONS", True)
+    model = random_model(dataclasses.replace(tiny(), max_seq_len=40, q_lora_rank=128, moe_inter_dim=128), device="cuda")
+    model.use_kernels(decode.decode_kernels(torch.device("cuda")))
+    assert all(m.x_proj.weight is not None for m in model.modules() if isinstance(m, Attention))
+    r = official_numerics.pair(model, decode.GraphSafeDecoder(model, batch=1), 24, True, "cuda")
+    assert r["bitwise"] and r["first_token_diff"] is None, r["where"]
+
+
 def test_joined_compressors_keep_both_decodes_bitwise_on_cpu():
     """Both decodes over compressors whose projections are joined (`Compressor.join`, what a CUDA table does) stay
     equal bit for bit: they take C and Z from the same one product (`Attention.compressor_products`); a weight

@@ -23,7 +23,14 @@ def wait_prior(PDL: tl.constexpr):
 
 
 def pdl(t: torch.Tensor) -> dict:
-    """The launch options for a kernel over `t`'s device: the kernel's PDL flag and Triton's launch_pdl, or none."""
-    if ENABLED and t.is_cuda:
+    """The launch options for a kernel over `t`'s device: the kernel's PDL flag and Triton's launch_pdl, or none
+    (off, a CPU tensor, or a target before Hopper: sm_80 has no griddepcontrol, ptxas rejects it)."""
+    if ENABLED and t.is_cuda and _hopper():
         return {"PDL": True, "launch_pdl": True}
     return {}
+
+
+def _hopper() -> bool:
+    """Whether the target Triton compiles for is CUDA sm_90 or later."""
+    target = triton.runtime.driver.active.get_current_target()
+    return target.backend == "cuda" and isinstance(target.arch, int) and target.arch >= 90

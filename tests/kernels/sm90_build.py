@@ -100,10 +100,28 @@ def _t(*shape, dtype=torch.bfloat16, g):
     return (torch.randn(*shape, generator=g)).to(dtype).as_subclass(_Cuda)
 
 
+def with_constants(settings: dict, thunk):
+    """`thunk` run with module constants set ({module: {name: value}}), restored after."""
+    def run():
+        saved = {m: {k: getattr(m, k) for k in kv} for m, kv in settings.items()}
+        for m, kv in settings.items():
+            for k, v in kv.items():
+                setattr(m, k, v)
+        try:
+            return thunk()
+        finally:
+            for m, kv in saved.items():
+                for k, v in kv.items():
+                    setattr(m, k, v)
+    return run
+
+
 def cases(g: torch.Generator):
     """(label, thunk) for every entry point at the decode's dtypes and shapes."""
     from dsv4_kernels.act_quant.triton_kernel import fp4_fake_quant_triton, fp8_fake_quant_triton
-    from dsv4_kernels.attention.triton_kernel import attention_triton
+    from dsv4_kernels import _pdl as pdl_mod
+    from dsv4_kernels.attention import triton_kernel as atk
+    from dsv4_kernels.attention.triton_kernel import attention_ring_triton, attention_triton
     from dsv4_kernels.bf16_gemv.triton_kernel import bf16_linear_triton
     from dsv4_kernels.compressor_pool.triton_kernel import compressor_pool_triton
     from dsv4_kernels.compressor_reduce.triton_kernel import compressor_reduce_triton
@@ -201,6 +219,22 @@ def cases(g: torch.Generator):
                             _t(B, 1, H, D, dtype=dt, g=g), _t(B, 1, N, D, dtype=dt, g=g),
                             torch.ones(B, 1, N, dtype=torch.bool).as_subclass(_Cuda) if m else None,
                             _t(H, dtype=torch.float32, g=g), D ** -0.5)))
+        if dt == torch.bfloat16:
+            # the official core in two launches and every kernel with programmatic dependent launch: both off by
+            # default until a GPU A/B (PV_COLS, dsv4_kernels._pdl), built here all the same; as one list and on the
+            # ring (a whole number of 64-key steps, and not)
+            for B, W, M, pdl in ((1, 128, 512, False), (8, 128, 32, True), (2, 20, 100, False)):
+                out.append((f"decode_attention two launches B={B} W={W} M={M} pdl={pdl}", with_constants(
+                    {atk: {"PV_COLS": 64}, pdl_mod: {"ENABLED": pdl}},
+                    lambda B=B, W=W, M=M: (attention_triton(
+                        _t(B, 1, 64, 512, g=g), _t(B, 1, W + M, 512, g=g),
+                        torch.ones(B, 1, W + M, dtype=torch.bool).as_subclass(_Cuda), _t(64, dtype=torch.float32, g=g),
+                        512 ** -0.5), attention_ring_triton(
+                        _t(B, 1, 64, 512, g=g), _t(B, W, 512, g=g),
+                        torch.arange(W).expand(B, W).contiguous().as_subclass(_Cuda),
+                        torch.ones(B, W, dtype=torch.bool).as_subclass(_Cuda), _t(B, M, 512, g=g),
+                        torch.ones(B, M, dtype=torch.bool).as_subclass(_Cuda), _t(64, dtype=torch.float32, g=g),
+                        512 ** -0.5)))))
         # Flash's indexer (64 heads of 128 over 1024 blocks), the tiny preset's (2 of 64)
         for B, H, D, N in ((1, 64, 128, 1024), (8, 64, 128, 1024), (4, 2, 64, 128)):
             out.append((f"index_scores {n} B={B} H={H} D={D} N={N}", lambda B=B, H=H, D=D, N=N, dt=dt: index_scores_triton(

@@ -55,7 +55,7 @@
 #   bash benchmarks/h200.sh candidates issue 37's changes that are off until an A/B wins: their GPU tests (the
 #                                      attention's two launches bit for bit the one, PDL's replay), then decode.py
 #                                      --depths 2,8 at B=1 with each on against the default (CANDIDATE_ARGS: its
-#                                      options, e.g. --batches 8 in a second call)
+#                                      options, e.g. --batches 8 in a second call; CANDIDATE_TESTS=0 skips the tests)
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
@@ -263,9 +263,11 @@ for stage in "${@:-check}"; do
     # joins) and PDL's (replay equals eager) CUDA tests, then each candidate's decode against the default, one after
     # the other on the idle GPU
     run candidates-build.txt 120 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
-    run candidates-tests.txt 150 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_kernels.py \
-      tests/dsv4_model/test_graphsafe.py -k "two_launches or ring_is_the_list or pdl or cuda_joined"
-    summary candidates-tests.txt
+    if [ "${CANDIDATE_TESTS:-1}" = 1 ]; then   # CANDIDATE_TESTS=0: the decodes alone (the tests ran in an earlier call)
+      run candidates-tests.txt 150 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_kernels.py \
+        tests/dsv4_model/test_graphsafe.py -k "two_launches or ring_is_the_list or pdl or cuda_joined"
+      summary candidates-tests.txt
+    fi
     args=${CANDIDATE_ARGS:---configs flash --depths 2,8 --batches 1 --steps 20 --experts 64}
     for spec in "default|" "attention2|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=64" \
                 "join|--knob dsv4_model.linear.JOIN_PROJECTIONS=True" "pdl|--pdl"; do

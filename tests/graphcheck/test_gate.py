@@ -457,3 +457,20 @@ def test_hook_from_a_tag_honours_the_baseline_exclude_and_ruff(tmp_path):
     (repo / "pkg" / "helpers.py").write_text(text)
     run(ruff, "check", "--fix", "--select", "RUF100", "pkg/helpers.py")
     assert "GC101" not in (repo / "pkg" / "helpers.py").read_text()
+
+
+def test_full_format_prints_rows_as_written_in_colour_and_without():
+    # rich's markup read `:100:` in a location as an emoji and doubled a source line's trailing backslash; the plain
+    # text skips rich, so both outputs must still say the same thing
+    from graphcheck.report.render import render
+    from graphcheck.result import Result
+    rows = assign_fingerprints([
+        Finding("GC601", "static", "pkg/a.py", 100, 12, "f", "[bold]not markup[/]", 'return f"""\\'),
+        Finding("GC101", "static", "b.py", 3, 0, "C.step", "m :smile: \\", "x.item()  # [x]")])
+    result = Result("scan", rows, {f.fingerprint: "new" for f in rows})
+    plain = render(result, "full", quiet=True)
+    coloured = render(result, "full", quiet=True, color=True)
+    assert re.sub(r"\x1b\[[0-9;]*m", "", coloured) == plain
+    assert "\x1b[" in coloured
+    assert "pkg/a.py:100:13: GC601 [bold]not markup[/]  f · static\n" in plain
+    assert '    │ return f"""\\\n' in plain and "m :smile: \\  C.step" in plain

@@ -679,12 +679,9 @@ def main(argv=None) -> int:
     ap.add_argument("--bf16-shape", default=None, metavar="BB=bk,waves,pairs,warps;..",
                     help="the bf16-weight GEMV's launch shape by x rows per program (dsv4_kernels.bf16_gemv."
                          "triton_kernel.SHAPES) in this process, e.g. what benchmarks/bf16_sweep.py --best found")
-    ap.add_argument("--pdl", action="store_true",
-                    help="launch the Triton kernels with programmatic dependent launch (dsv4_kernels._pdl) in this "
-                         "process: each waits for the kernel before it, its launch overlapped with that kernel")
     ap.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=VALUE",
                     help="set a module's launch or join constant in this process for an A/B (a Python literal), e.g. "
-                         "dsv4_kernels.attention.triton_kernel.PV_COLS=64 or dsv4_model.linear.JOIN_PROJECTIONS=True")
+                         "dsv4_kernels.attention.triton_kernel.PV_COLS=0 or dsv4_model.linear.JOIN_PROJECTIONS=False")
     a = ap.parse_args(argv)
     for knob in a.knob:
         err = set_knob(knob)
@@ -692,10 +689,6 @@ def main(argv=None) -> int:
             print(f"benchmarks/decode.py: --knob {knob}: {err}", file=sys.stderr)
             return 2
         print(f"knob: {knob}")
-    if a.pdl:
-        from dsv4_kernels import _pdl
-        _pdl.ENABLED = True
-        print("Triton kernels: programmatic dependent launch on")
     if a.bf16_shape:
         from dsv4_kernels.bf16_gemv import triton_kernel as bf16_tk
         for part in filter(None, a.bf16_shape.split(";")):

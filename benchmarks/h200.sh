@@ -52,10 +52,11 @@
 #                                      decode.py --depths 2,8 --batches 1,8 with the default shape and with the sweep's
 #                                      best (--bf16-shape), one after the other (BF16_ARGS: decode.py's options;
 #                                      BF16_DEPTH=0: the sweep only)
-#   bash benchmarks/h200.sh candidates issue 37's changes that are off until an A/B wins: their GPU tests (the
-#                                      attention's two launches bit for bit the one, PDL's replay), then decode.py
-#                                      --depths 2,8 at B=1 with each on against the default (CANDIDATE_ARGS: its
-#                                      options, e.g. --batches 8 in a second call; CANDIDATE_TESTS=0 skips the tests)
+#   bash benchmarks/h200.sh candidates issue 37's launch-shape choices, each kept because an A/B won (run 72): their GPU
+#                                      tests (the attention's two launches bit for bit the one, the decode pair over
+#                                      joined projections), then decode.py --depths 2,8 at B=1 with the defaults
+#                                      against each one switched off (CANDIDATE_ARGS: its options, e.g. --batches 8
+#                                      in a second call; CANDIDATE_TESTS=0 skips the tests)
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
@@ -259,18 +260,18 @@ for stage in "${@:-check}"; do
     fi
     grep -hE "^ *[0-9]+ +[0-9.]+ |depths|bf16 GEMV|Error|^exit" "$OUT"/bf16-depth-*.txt ;;
   candidates)
-    # the attention's two launches against one (bit for bit), the joined projections' (both decodes bit for bit over
-    # joins) and PDL's (replay equals eager) CUDA tests, then each candidate's decode against the default, one after
-    # the other on the idle GPU
+    # the attention's two launches against one (bit for bit) and the joined projections' (both decodes bit for bit
+    # over joins) CUDA tests, then the default decode against each choice switched off, one after the other on the
+    # idle GPU
     run candidates-build.txt 120 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
     if [ "${CANDIDATE_TESTS:-1}" = 1 ]; then   # CANDIDATE_TESTS=0: the decodes alone (the tests ran in an earlier call)
       run candidates-tests.txt 150 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_kernels.py \
-        tests/dsv4_model/test_graphsafe.py -k "two_launches or ring_is_the_list or pdl or cuda_joined"
+        tests/dsv4_model/test_graphsafe.py -k "two_launches or ring_is_the_list or cuda_joined"
       summary candidates-tests.txt
     fi
     args=${CANDIDATE_ARGS:---configs flash --depths 2,8 --batches 1 --steps 20 --experts 64}
-    for spec in "default|" "attention2|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=64" \
-                "join|--knob dsv4_model.linear.JOIN_PROJECTIONS=True" "pdl|--pdl"; do
+    for spec in "default|" "one-launch|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=0" \
+                "separate|--knob dsv4_model.linear.JOIN_PROJECTIONS=False"; do
       name=${spec%%|*}; cand=${spec#*|}
       run "candidates-depth-$name.txt" 130 python benchmarks/decode.py $args $cand
       echo "== $name $cand"; grep -hE "^ *[0-9]+ +[0-9.]+ |Error|^exit" "$OUT/candidates-depth-$name.txt"

@@ -31,7 +31,6 @@ from triton.language.extra.cuda import libdevice
 
 from .._rows import rows
 from .reference import FP4_MAX, FP8_MAX
-from .._pdl import pdl, wait_prior
 
 # fp32(1 / qmax) as torch's CUDA division by a Python scalar forms it: the constants become fp32 in the kernel by
 # round-to-nearest, and the double 1 / qmax rounded again to fp32 is fp32(1 / qmax) (53 >= 2 * 24 + 2 bits); the
@@ -90,8 +89,7 @@ def block_tile(NB, BLOCK: tl.constexpr, GP: tl.constexpr, BP: tl.constexpr):
 
 @triton.jit
 def _fake_quant_kernel(x_ptr, o_ptr, x_row, o_row, NB, BLOCK: tl.constexpr, GP: tl.constexpr, BP: tl.constexpr,
-                       FP4: tl.constexpr, EXACT: tl.constexpr, PDL: tl.constexpr = False):
-    wait_prior(PDL)
+                       FP4: tl.constexpr, EXACT: tl.constexpr):
     r, col, inside = block_tile(NB, BLOCK, GP, BP)
     x = tl.load(x_ptr + r * x_row + col, mask=inside, other=0.0).to(tl.float32)
     if FP4:
@@ -118,7 +116,7 @@ def _launch(x: torch.Tensor, block: int, fp4: bool) -> torch.Tensor:
     if R and nb:
         grid, gp, bp, warps = block_grid(R, nb, block)
         _fake_quant_kernel[grid](x2, out, x2.stride(0), K, nb, BLOCK=block, GP=gp, BP=bp, FP4=fp4,
-                                 EXACT=x.is_cuda, num_warps=warps, **pdl(x2))
+                                 EXACT=x.is_cuda, num_warps=warps)
     return out
 
 

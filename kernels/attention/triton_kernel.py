@@ -17,14 +17,16 @@ sparse_attn's blocks), the probabilities rounded to the keys' dtype before P . V
 the sink added to the sum after the last step, then the division: the reference's algorithm, so the same roundings;
 the products on tensor cores (bf16 in, fp32 accumulation: exact products, another summation order than the CPU's).
 The steps are sequential (each P is rounded against the running max so far), so the keys cannot be split as the
-fp32 path splits them; the work can be spread instead over two launches (`PV_COLS` > 0; 0, one launch, until a
-GPU A/B shows they win). Launch 1 (`_scores_kernel`) takes the scores of
+fp32 path splits them; the work is spread instead over two launches (`PV_COLS` > 0; 0: one launch, 10 us a layer
+slower at B=1 in the decode on the H100, run 72). Launch 1 (`_scores_kernel`) takes the scores of
 every (row, 16 heads, 64-key step) in its own program, so every SM streams keys at once. Launch 2
 (`_attend_pv_kernel`) runs the online softmax over those scores, step by step with the one-launch kernel's body
 (`_update`), and P . V on PV_COLS columns of head_dim per program: at Flash's 64 heads of 512, 32 programs a row
 where one launch had 4, each streaming every key (run 71 on the H100: 31 us for a CSA layer's 640 keys). Each
-output column is the same chain of products and sums, so the bits should be the one-launch kernel's (a GPU test
-checks them equal; written while no GPU was lent, not yet run on one). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
+output column is the same chain of products and sums, so the bits are the one-launch kernel's (a GPU test checks
+them equal), provided no launch contracts a product and a sum into one FMA: the one launch could fuse the scores'
+scale into the softmax's subtraction, which the two cannot across the scores' store (run 72: the bits differed), so
+the official launches compile without FP fusion (`_NO_FMA`). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
 official kernel stores it: the caller's cast in the same launch).
 
 fp32 keys (the debugging dtype): fp32 throughout, as the reference's fp32 einsums. The weighted sum of the keys runs on tensor cores as
@@ -40,7 +42,6 @@ import triton
 import triton.language as tl
 
 from .._bf16 import round_bf16
-from .._pdl import pdl, wait_prior
 
 BH = 16            # heads per program: the smallest tl.dot M; Flash's 64 heads are 4 blocks
 BN = 16            # keys per inner step
@@ -52,10 +53,13 @@ STAGES = None      # software-pipelining depth of the split kernel's key loop; N
 
 
 BN_OFFICIAL = 64   # official kernel.py `block = 64`: the online softmax's step, which the P rounding depends on
-# official numerics in two launches with PV_COLS head_dim columns per program of the second (e.g. 64), or 0: the
-# one-launch kernel. 0 until a GPU A/B shows the two launches win (kernels.py --only attention --sweep; the decode:
-# decode.py --knob dsv4_kernels.attention.triton_kernel.PV_COLS=64); they were written without a GPU lent
-PV_COLS = 0
+# official numerics in two launches with PV_COLS head_dim columns per program of the second, or 0: the one-launch
+# kernel (run 72, the decode on the H100: 0.2612 ms a layer at B=1 with one launch, 0.2508 with two at 64 columns;
+# B=8 0.5405 and 0.5320; A/B: decode.py --knob dsv4_kernels.attention.triton_kernel.PV_COLS=0)
+PV_COLS = 64
+# the official launches' compile options: no contraction of a product and a sum into one FMA, so one launch and two
+# round every score alike (see the module's docstring)
+_NO_FMA = {"enable_fp_fusion": False}
 
 
 @triton.jit
@@ -169,8 +173,7 @@ def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, m
                          o_row, o_head, H: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, SPLIT: tl.constexpr,
                          BH: tl.constexpr, BN: tl.constexpr, HAS_MASK: tl.constexpr, QK_PRECISION: tl.constexpr,
                          ROUND_P: tl.constexpr, NATIVE: tl.constexpr, RING: tl.constexpr, RING_BLOCKS: tl.constexpr,
-                         FINISH: tl.constexpr, PDL: tl.constexpr = False):
-    wait_prior(PDL)
+                         FINISH: tl.constexpr):
     b, sp, h, d, hm, dm, q = _program_query(q_ptr, q_row, q_head, H, D, DP, BH)
     if not ROUND_P:
         q = q.to(tl.float32)
@@ -208,10 +211,9 @@ def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, m
 def _scores_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, s_ptr, N, W, scale, q_row, q_head, k_row,
                    k_key, mask_row, k2_row, k2_key, order_row, mask2_row, s_row, s_head, H: tl.constexpr,
                    D: tl.constexpr, DP: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, HAS_MASK: tl.constexpr,
-                   NATIVE: tl.constexpr, RING: tl.constexpr, RING_BLOCKS: tl.constexpr, PDL: tl.constexpr = False):
+                   NATIVE: tl.constexpr, RING: tl.constexpr, RING_BLOCKS: tl.constexpr):
     """Official numerics, launch 1 of 2: the scores of one 64-key step of the list for (row, 16 heads), masked keys
     at -inf, into s [B, H, steps x 64]: every step in its own program, so the keys stream on every SM at once."""
-    wait_prior(PDL)
     b, blk, h, d, hm, dm, q = _program_query(q_ptr, q_row, q_head, H, D, DP, BH)
     j = blk * BN + tl.arange(0, BN)
     if RING_BLOCKS:     # the ring a whole number of steps: a step reads the ring or the compressed keys, one load
@@ -231,11 +233,10 @@ def _scores_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, s_ptr, 
 def _attend_pv_kernel(s_ptr, k_ptr, k2_ptr, order_ptr, sink_ptr, o_ptr, N, W, STEPS, s_row, s_head, k_row, k_key,
                       k2_row, k2_key, order_row, o_row, o_head, H: tl.constexpr, D: tl.constexpr, DK: tl.constexpr,
                       BH: tl.constexpr, BN: tl.constexpr, NATIVE: tl.constexpr, RING: tl.constexpr,
-                      RING_BLOCKS: tl.constexpr, PDL: tl.constexpr = False):
+                      RING_BLOCKS: tl.constexpr):
     """Official numerics, launch 2 of 2: for (row, 16 heads, DK columns of head_dim), the online softmax over
     `_scores_kernel`'s scores in the keys' order, step by step as the one-launch kernel runs it (`_update`), with
     P . V on those columns only: a program reads its columns of the keys, not all of them."""
-    wait_prior(PDL)
     b = tl.program_id(0).to(tl.int64)
     hb, ds = tl.program_id(1), tl.program_id(2)
     h = hb * BH + tl.arange(0, BH)
@@ -268,8 +269,7 @@ def _attend_pv_kernel(s_ptr, k_ptr, k2_ptr, order_ptr, sink_ptr, o_ptr, N, W, ST
 
 @triton.jit
 def _attend_merge_kernel(m_ptr, l_ptr, acc_ptr, sink_ptr, o_ptr, S, o_row, o_head, H: tl.constexpr,
-                         D: tl.constexpr, DP: tl.constexpr, SP: tl.constexpr, PDL: tl.constexpr = False):
-    wait_prior(PDL)
+                         D: tl.constexpr, DP: tl.constexpr, SP: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     s = tl.arange(0, SP)
@@ -375,12 +375,12 @@ def _attend(q, k3, mk, order, k2, mk2, sink, scale, out_dtype) -> torch.Tensor:
             q3, k3, mk, k2, order, mk2, scores, N, W, scale, q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1),
             mask_row, k2_row, k2_key, order_row, mask2_row, scores.stride(0), scores.stride(1), H=H, D=D, DP=DP,
             BH=BH, BN=bn, HAS_MASK=has_mask, NATIVE=q.is_cuda, RING=ring, RING_BLOCKS=ring_blocks,
-            num_warps=WARPS_WIDE if DP >= 512 else 4, **pdl(q3))
+            num_warps=WARPS_WIDE if DP >= 512 else 4, **_NO_FMA)
         dk = min(PV_COLS, DP)
         _attend_pv_kernel[(B, triton.cdiv(H, BH), triton.cdiv(D, dk))](
             scores, k3, k2, order, sink, out, N, W, steps, scores.stride(0), scores.stride(1), k3.stride(0),
             k3.stride(1), k2_row, k2_key, order_row, out.stride(0), out.stride(2), H=H, D=D, DK=dk, BH=BH, BN=bn,
-            NATIVE=q.is_cuda, RING=ring, RING_BLOCKS=ring_blocks, num_warps=4, **pdl(scores))
+            NATIVE=q.is_cuda, RING=ring, RING_BLOCKS=ring_blocks, num_warps=4, **_NO_FMA)
         return out
     _attend_split_kernel[(B, triton.cdiv(H, BH), S)](
         q3, k3, mk, k2, order, mk2, m, l, acc, sink, out, N, W, S, scale, q3.stride(0), q3.stride(1), k3.stride(0),
@@ -388,8 +388,9 @@ def _attend(q, k3, mk, order, k2, mk2, sink, scale, out_dtype) -> torch.Tensor:
         H=H, D=D, DP=DP, SPLIT=split, BH=BH, BN=bn, HAS_MASK=has_mask,
         QK_PRECISION="tf32" if exact else "ieee", ROUND_P=official, NATIVE=q.is_cuda, RING=ring,
         RING_BLOCKS=ring_blocks, FINISH=official,
-        num_warps=WARPS_WIDE if DP >= 512 else 4, **({} if STAGES is None else {"num_stages": STAGES}), **pdl(q3))
+        num_warps=WARPS_WIDE if DP >= 512 else 4, **({} if STAGES is None else {"num_stages": STAGES}),
+        **(_NO_FMA if official else {}))
     if not official:
         _attend_merge_kernel[(B, H)](m, l, acc, sink, out, S, out.stride(0), out.stride(2), H=H, D=D, DP=DP,
-                                     SP=max(2, triton.next_power_of_2(S)), num_warps=4, **pdl(m))
+                                     SP=max(2, triton.next_power_of_2(S)), num_warps=4)
     return out

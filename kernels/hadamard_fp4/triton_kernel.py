@@ -23,7 +23,6 @@ import triton.language as tl
 
 from .._rows import rows
 from ..act_quant.triton_kernel import fp4_fake_blocks
-from .._pdl import pdl, wait_prior
 
 # elements per program at most (rows of D). Not smaller: in 1024-element programs of one warp the indexer's 64
 # query heads took 6.95 us against 3.4 us in two programs of 4096 (H100, 2026-12-07 run 71; the RoPE before it went
@@ -33,8 +32,7 @@ TILE = 4096
 
 @triton.jit
 def _hadamard_fp4_kernel(x_ptr, o_ptr, R, x_row, scale, D: tl.constexpr, LOG: tl.constexpr, BR: tl.constexpr,
-                         BLOCK: tl.constexpr, FP4: tl.constexpr, EXACT: tl.constexpr, PDL: tl.constexpr = False):
-    wait_prior(PDL)
+                         BLOCK: tl.constexpr, FP4: tl.constexpr, EXACT: tl.constexpr):
     dt = o_ptr.dtype.element_ty
     r = (tl.program_id(0) * BR + tl.arange(0, BR)).to(tl.int64)[:, None]        # [BR, 1]
     rm = r < R
@@ -60,5 +58,5 @@ def hadamard_fp4_triton(x: torch.Tensor, block: int = 32, fp4: bool = True) -> t
         # D^-0.5 as torch's product with a Python scalar takes it: the double rounded to fp32
         _hadamard_fp4_kernel[(triton.cdiv(R, br),)](
             x2, out, R, x2.stride(0), D ** -0.5, D=D, LOG=D.bit_length() - 1, BR=br, BLOCK=block, FP4=fp4,
-            EXACT=x.is_cuda, num_warps=4 if br * D >= 2048 else 1, **pdl(x2))
+            EXACT=x.is_cuda, num_warps=4 if br * D >= 2048 else 1)
     return out

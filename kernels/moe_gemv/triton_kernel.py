@@ -24,7 +24,6 @@ import triton
 import triton.language as tl
 
 from .reference import act_inputs, expert_rows
-from .._pdl import pdl, wait_prior
 
 TP = 16          # token columns per program: the smallest tl.dot width; decode batches are at most 8
 BD_SUM = 512     # output columns per program of the pair sum: 8 programs per token at Flash's dim 4096
@@ -146,10 +145,9 @@ def _fp4_rows_kernel(x_ptr, idx_ptr, wts_ptr, out_ptr, wa_ptr, sa_ptr, ga_ptr, w
                      P, XDIV, N, K, limit,
                      FMT: tl.constexpr, G: tl.constexpr, MODE: tl.constexpr, HAS_LIMIT: tl.constexpr,
                      BN: tl.constexpr, BK: tl.constexpr, TPC: tl.constexpr, PP: tl.constexpr, DT: tl.constexpr,
-                     DECODE: tl.constexpr, HROUND: tl.constexpr, ROUND: tl.constexpr, PDL: tl.constexpr = False):
+                     DECODE: tl.constexpr, HROUND: tl.constexpr, ROUND: tl.constexpr):
     """MODE 0: out[b, n] = x[b] . W[n] (one matrix). MODE 1: expert up, h = wts * swiglu(w1 x, w3 x).
     MODE 2: expert down, y2 = w2 h. out rows are pairs (MODE 1, 2) or tokens (MODE 0)."""
-    wait_prior(PDL)
     pid = tl.program_id(0)
     rows = tl.program_id(1) * BN + tl.arange(0, BN)
     rmask = rows < N
@@ -221,8 +219,7 @@ _FMT = {"mxfp4": (0, 32), "nvfp4": (1, 16)}
 
 
 @triton.jit
-def _sum_pairs_kernel(y_ptr, o_ptr, D, K: tl.constexpr, BD: tl.constexpr, PDL: tl.constexpr = False):
-    wait_prior(PDL)
+def _sum_pairs_kernel(y_ptr, o_ptr, D, K: tl.constexpr, BD: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     d = tl.program_id(1) * BD + tl.arange(0, BD)
     m = d < D
@@ -242,7 +239,7 @@ def sum_pairs_triton(y: torch.Tensor) -> torch.Tensor:
     if T and D:
         if k == 0:
             raise ValueError(f"sum_pairs_triton: expected at least one pair per token, found y {tuple(y.shape)}")
-        _sum_pairs_kernel[(T, triton.cdiv(D, BD_SUM))](y, out, D, K=k, BD=BD_SUM, num_warps=4, **pdl(y))
+        _sum_pairs_kernel[(T, triton.cdiv(D, BD_SUM))](y, out, D, K=k, BD=BD_SUM, num_warps=4)
     return out
 
 
@@ -276,7 +273,7 @@ def _launch(grid, x, dt, idx, wts, out, wa, wb, P, xdiv, N, K, limit, fmt, mode,
     _fp4_rows_kernel[grid](x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0),
                            FMT=f, G=g, MODE=mode, HAS_LIMIT=limit is not None, BN=bn, BK=max(bk, g), TPC=TP,
                            PP=max(16, triton.next_power_of_2(P)), DT=dt, DECODE=decode, HROUND=hround, ROUND=rnd,
-                           num_warps=warps, num_stages=stages, **pdl(x))
+                           num_warps=warps, num_stages=stages)
 
 
 def fp4_gemv_triton(x: torch.Tensor, w, cfg=None) -> torch.Tensor:

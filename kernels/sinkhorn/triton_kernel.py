@@ -8,7 +8,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from .._pdl import pdl, wait_prior
 
 
 @triton.jit
@@ -27,9 +26,7 @@ def sinkhorn_tile(z, inside, eps, ITERS: tl.constexpr):
 
 
 @triton.jit
-def _sinkhorn_kernel(x_ptr, o_ptr, eps, ITERS: tl.constexpr, HC: tl.constexpr, P: tl.constexpr,
-                     PDL: tl.constexpr = False):
-    wait_prior(PDL)
+def _sinkhorn_kernel(x_ptr, o_ptr, eps, ITERS: tl.constexpr, HC: tl.constexpr, P: tl.constexpr):
     m = tl.program_id(0).to(tl.int64)
     r = tl.arange(0, P)[:, None]
     c = tl.arange(0, P)[None, :]
@@ -46,6 +43,5 @@ def sinkhorn_triton(logits: torch.Tensor, iters: int, eps: float) -> torch.Tenso
     n = x.numel() // (hc * hc)
     if n:
         # padded rows and columns hold 0 and never reach a sum that a real row or column reads
-        _sinkhorn_kernel[(n,)](x, out, eps, ITERS=iters, HC=hc, P=max(2, triton.next_power_of_2(hc)), num_warps=1,
-                               **pdl(x))
+        _sinkhorn_kernel[(n,)](x, out, eps, ITERS=iters, HC=hc, P=max(2, triton.next_power_of_2(hc)), num_warps=1)
     return out

@@ -26,13 +26,11 @@ from .._rows import rows
 from ..act_quant.triton_kernel import block_grid, block_tile
 # its own import line: test_only_the_e4m3_kernels_need_compute_capability_8_9 reads it as this package's e4m3 use
 from ..act_quant.triton_kernel import fp8_fake_blocks
-from .._pdl import pdl, wait_prior
 
 
 @triton.jit
 def _swiglu_fp8_kernel(g_ptr, u_ptr, o_ptr, g_row, u_row, o_row, NB, limit, BLOCK: tl.constexpr, GP: tl.constexpr,
-                       BP: tl.constexpr, CLAMP: tl.constexpr, EXACT: tl.constexpr, PDL: tl.constexpr = False):
-    wait_prior(PDL)
+                       BP: tl.constexpr, CLAMP: tl.constexpr, EXACT: tl.constexpr):
     r, col, inside = block_tile(NB, BLOCK, GP, BP)
     g = tl.load(g_ptr + r * g_row + col, mask=inside, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + r * u_row + col, mask=inside, other=0.0).to(tl.float32)
@@ -58,5 +56,5 @@ def swiglu_fp8_triton(gate: torch.Tensor, up: torch.Tensor, limit: float | None,
         grid, gp, bp, warps = block_grid(R, nb, block)
         _swiglu_fp8_kernel[grid](
             g2, u2, out, g2.stride(0), u2.stride(0), I, nb, float(limit or 0.0), BLOCK=block, GP=gp, BP=bp,
-            CLAMP=limit is not None, EXACT=gate.is_cuda, num_warps=warps, **pdl(g2))
+            CLAMP=limit is not None, EXACT=gate.is_cuda, num_warps=warps)
     return out

@@ -525,9 +525,11 @@ def test_joined_projections_are_the_products_apart(monkeypatch):
     from dsv4_model.attention import Attention
     from dsv4_model.moe import Expert
     g = torch.Generator().manual_seed(4)
-    off = Expert(256, 384, None, torch.bfloat16)           # the default: not joined (no GPU A/B yet)
+    assert linear.JOIN_PROJECTIONS       # the default since run 72's A/B (a layer 8 us faster at B=1)
+    off = Expert(256, 384, None, torch.bfloat16)
     for n in ("w1", "w3"):
         set_qweight(getattr(off, n), "", quant.quantize(torch.randn(384, 256, generator=g), "fp8"))
+    monkeypatch.setattr(linear, "JOIN_PROJECTIONS", False)    # switched off: apart
     off.gate_up.use_kernels(off, _cuda_like_table())
     assert off.gate_up.weight is None
     monkeypatch.setattr(linear, "JOIN_PROJECTIONS", True)

@@ -458,16 +458,6 @@ def test_cuda_replay_bitwise_tiny(batch):
 
 
 @pytest.mark.cuda
-def test_cuda_replay_bitwise_tiny_with_pdl(monkeypatch):
-    """With programmatic dependent launch on (dsv4_kernels._pdl: every Triton kernel waits for the kernel before it,
-    its launch overlapped): the graph replays the eager step bit for bit, state included (a kernel that touched
-    memory before its wait would race its predecessor and part from eager)."""
-    from dsv4_kernels import _pdl
-    monkeypatch.setattr(_pdl, "ENABLED", True)
-    _replay_equals_eager(dsv4_model.load("tiny", device="cuda", max_seq_len=512), 8, STEPS)
-
-
-@pytest.mark.cuda
 def test_cuda_replay_bitwise_flash_dims():
     from dsv4_model.synthetic import flash_layers
     _replay_equals_eager(flash_layers(device="cuda"), 8, STEPS)

@@ -119,7 +119,6 @@ def with_constants(settings: dict, thunk):
 def cases(g: torch.Generator):
     """(label, thunk) for every entry point at the decode's dtypes and shapes."""
     from dsv4_kernels.act_quant.triton_kernel import fp4_fake_quant_triton, fp8_fake_quant_triton
-    from dsv4_kernels import _pdl as pdl_mod
     from dsv4_kernels.attention import triton_kernel as atk
     from dsv4_kernels.attention.triton_kernel import attention_ring_triton, attention_triton
     from dsv4_kernels.bf16_gemv.triton_kernel import bf16_linear_triton
@@ -220,12 +219,12 @@ def cases(g: torch.Generator):
                             torch.ones(B, 1, N, dtype=torch.bool).as_subclass(_Cuda) if m else None,
                             _t(H, dtype=torch.float32, g=g), D ** -0.5)))
         if dt == torch.bfloat16:
-            # the official core in two launches and every kernel with programmatic dependent launch: both off by
-            # default until a GPU A/B (PV_COLS, dsv4_kernels._pdl), built here all the same; as one list and on the
-            # ring (a whole number of 64-key steps, and not)
-            for B, W, M, pdl in ((1, 128, 512, False), (8, 128, 32, True), (2, 20, 100, False)):
-                out.append((f"decode_attention two launches B={B} W={W} M={M} pdl={pdl}", with_constants(
-                    {atk: {"PV_COLS": 64}, pdl_mod: {"ENABLED": pdl}},
+            # the official core in the launch shape that is not the default (one launch or two: PV_COLS), built
+            # here all the same; as one list and on the ring (a whole number of 64-key steps, and not)
+            other = 0 if atk.PV_COLS else 64
+            for B, W, M in ((1, 128, 512), (8, 128, 32), (2, 20, 100)):
+                out.append((f"decode_attention PV_COLS={other} B={B} W={W} M={M}", with_constants(
+                    {atk: {"PV_COLS": other}},
                     lambda B=B, W=W, M=M: (attention_triton(
                         _t(B, 1, 64, 512, g=g), _t(B, 1, W + M, 512, g=g),
                         torch.ones(B, 1, W + M, dtype=torch.bool).as_subclass(_Cuda), _t(64, dtype=torch.float32, g=g),

@@ -116,7 +116,7 @@ def with_constants(settings: dict, thunk):
     return run
 
 
-def cases(g: torch.Generator):
+def cases(g: torch.Generator, arch: int = 90):
     """(label, thunk) for every entry point at the decode's dtypes and shapes."""
     from dsv4_kernels.act_quant.triton_kernel import fp4_fake_quant_triton, fp8_fake_quant_triton
     from dsv4_kernels.attention import triton_kernel as atk
@@ -222,7 +222,12 @@ def cases(g: torch.Generator):
             # the official core in the launch shape that is not the default (one launch or two: PV_COLS), built
             # here all the same; as one list and on the ring (a whole number of 64-key steps, and not)
             other = 0 if atk.PV_COLS else 64
-            for B, W, M in ((1, 128, 512), (8, 128, 32), (2, 20, 100)):
+            shapes = [(1, 128, 512), (8, 128, 32), (2, 20, 100)]
+            if other == 0 and arch < 90:
+                # the one launch over a ring of no whole number of 64-key steps (each step may load from both
+                # sources) pipelines 215 KB of shared memory, over an A100's 163 KB: sm_80 runs the two launches
+                shapes.remove((2, 20, 100))
+            for B, W, M in shapes:
                 out.append((f"decode_attention PV_COLS={other} B={B} W={W} M={M}", with_constants(
                     {atk: {"PV_COLS": other}},
                     lambda B=B, W=W, M=M: (attention_triton(
@@ -324,7 +329,7 @@ def main() -> int:
     # Triton calls this before loading a build: its files (the cubin among them), by build hash
     triton.knobs.runtime.kernel_load_start_hook = lambda module, fn, name, group, h: drv.files.setdefault(h, group)
     failed = []
-    for label, thunk in cases(torch.Generator().manual_seed(0)):
+    for label, thunk in cases(torch.Generator().manual_seed(0), arch):
         if label.split()[0] in too_new:
             continue
         before = len(drv.built)

@@ -52,11 +52,11 @@
 #                                      decode.py --depths 2,8 --batches 1,8 with the default shape and with the sweep's
 #                                      best (--bf16-shape), one after the other (BF16_ARGS: decode.py's options;
 #                                      BF16_DEPTH=0: the sweep only)
-#   bash benchmarks/h200.sh candidates issue 37's launch-shape choices, each kept because an A/B won (run 72): their GPU
-#                                      tests (the attention's two launches bit for bit the one, the decode pair over
-#                                      joined projections), then decode.py --depths 2,8 at B=1 with the defaults
-#                                      against each one switched off (CANDIDATE_ARGS: its options, e.g. --batches 8
-#                                      in a second call; CANDIDATE_TESTS=0 skips the tests)
+#   bash benchmarks/h200.sh candidates issue 37's launch-shape choices: their GPU tests (the attention's two launches
+#                                      bit for bit the one, the decode pair over joined projections), then decode.py
+#                                      --depths 2,8 at B=1: the defaults, the attention's two launches (off until
+#                                      their bits hold), the projections apart (CANDIDATE_ARGS: its options, e.g.
+#                                      --batches 8 in a second call; CANDIDATE_TESTS=0 skips the tests)
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
@@ -270,7 +270,7 @@ for stage in "${@:-check}"; do
       summary candidates-tests.txt
     fi
     args=${CANDIDATE_ARGS:---configs flash --depths 2,8 --batches 1 --steps 20 --experts 64}
-    for spec in "default|" "one-launch|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=0" \
+    for spec in "default|" "two-launches|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=64" \
                 "separate|--knob dsv4_model.linear.JOIN_PROJECTIONS=False"; do
       name=${spec%%|*}; cand=${spec#*|}
       run "candidates-depth-$name.txt" 130 python benchmarks/decode.py $args $cand

@@ -17,16 +17,17 @@ sparse_attn's blocks), the probabilities rounded to the keys' dtype before P . V
 the sink added to the sum after the last step, then the division: the reference's algorithm, so the same roundings;
 the products on tensor cores (bf16 in, fp32 accumulation: exact products, another summation order than the CPU's).
 The steps are sequential (each P is rounded against the running max so far), so the keys cannot be split as the
-fp32 path splits them; the work is spread instead over two launches (`PV_COLS` > 0; 0: one launch, 10 us a layer
-slower at B=1 in the decode on the H100, run 72). Launch 1 (`_scores_kernel`) takes the scores of
+fp32 path splits them; the work can be spread instead over two launches (`PV_COLS` > 0; 0, one launch, the default:
+see PV_COLS). Launch 1 (`_scores_kernel`) takes the scores of
 every (row, 16 heads, 64-key step) in its own program, so every SM streams keys at once. Launch 2
 (`_attend_pv_kernel`) runs the online softmax over those scores, step by step with the one-launch kernel's body
 (`_update`), and P . V on PV_COLS columns of head_dim per program: at Flash's 64 heads of 512, 32 programs a row
 where one launch had 4, each streaming every key (run 71 on the H100: 31 us for a CSA layer's 640 keys). Each
-output column is the same chain of products and sums, so the bits are the one-launch kernel's (a GPU test checks
-them equal), provided no launch contracts a product and a sum into one FMA: the one launch could fuse the scores'
-scale into the softmax's subtraction, which the two cannot across the scores' store (run 72: the bits differed), so
-the official launches compile without FP fusion (`_NO_FMA`). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
+output column is the same chain of products and sums, so the bits should be the one-launch kernel's (a GPU test
+checks them equal), provided no launch contracts a product and a sum into one FMA: the one launch could fuse the
+scores' scale into the softmax's subtraction, which the two cannot across the scores' store, so the official
+launches compile without FP fusion (`_NO_FMA`). That was not enough (run 74: the bits still differ, and the two
+launches' ring differs from their list, which the one launch's does not). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
 official kernel stores it: the caller's cast in the same launch).
 
 fp32 keys (the debugging dtype): fp32 throughout, as the reference's fp32 einsums. The weighted sum of the keys runs on tensor cores as
@@ -54,9 +55,10 @@ STAGES = None      # software-pipelining depth of the split kernel's key loop; N
 
 BN_OFFICIAL = 64   # official kernel.py `block = 64`: the online softmax's step, which the P rounding depends on
 # official numerics in two launches with PV_COLS head_dim columns per program of the second, or 0: the one-launch
-# kernel (run 72, the decode on the H100: 0.2612 ms a layer at B=1 with one launch, 0.2508 with two at 64 columns;
-# B=8 0.5405 and 0.5320; A/B: decode.py --knob dsv4_kernels.attention.triton_kernel.PV_COLS=0)
-PV_COLS = 64
+# kernel. Two launches at 64 columns are faster (the decode on the H100 at B=1, per layer: run 72 0.2612 ms with one,
+# 0.2508 with two; run 74 0.2534 and 0.2453) but their bits are not yet the one launch's, nor the ring's the list's
+# (run 74: so the graph-safe decode left the reference's bits): 0 until they are (benchmarks/attention_bits.py)
+PV_COLS = 0
 # the official launches' compile options: no contraction of a product and a sum into one FMA, so one launch and two
 # round every score alike (see the module's docstring)
 _NO_FMA = {"enable_fp_fusion": False}

@@ -23,11 +23,12 @@ every (row, 16 heads, 64-key step) in its own program, so every SM streams keys 
 (`_attend_pv_kernel`) runs the online softmax over those scores, step by step with the one-launch kernel's body
 (`_update`), and P . V on PV_COLS columns of head_dim per program: at Flash's 64 heads of 512, 32 programs a row
 where one launch had 4, each streaming every key (run 71 on the H100: 31 us for a CSA layer's 640 keys). Each
-output column is the same chain of products and sums, so the bits should be the one-launch kernel's (a GPU test
-checks them equal), provided no launch contracts a product and a sum into one FMA: the one launch could fuse the
-scores' scale into the softmax's subtraction, which the two cannot across the scores' store, so the official
-launches compile without FP fusion (`_NO_FMA`). That was not enough (run 74: the bits still differ, and the two
-launches' ring differs from their list, which the one launch's does not). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
+output column is the same chain of products and sums, but the bits are not the one launch's: on the H100 about a
+third of the outputs move by up to 1.7e-6 (run 76, `benchmarks/attention_bits.py`; both at the same error against
+a float64 softmax). Two causes are out: the official launches compile without FP fusion (`_NO_FMA`: the one launch
+could contract the scores' scale into the softmax's subtraction, which the two cannot across the scores' store),
+and the row sum runs along the keys in order (`_update`), which made the two launches' ring their list's bits again
+(run 74: it was not, so the graph-safe decode left the reference's). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
 official kernel stores it: the caller's cast in the same launch).
 
 fp32 keys (the debugging dtype): fp32 throughout, as the reference's fp32 einsums. The weighted sum of the keys runs on tensor cores as
@@ -56,8 +57,9 @@ STAGES = None      # software-pipelining depth of the split kernel's key loop; N
 BN_OFFICIAL = 64   # official kernel.py `block = 64`: the online softmax's step, which the P rounding depends on
 # official numerics in two launches with PV_COLS head_dim columns per program of the second, or 0: the one-launch
 # kernel. Two launches at 64 columns are faster (the decode on the H100 at B=1, per layer: run 72 0.2612 ms with one,
-# 0.2508 with two; run 74 0.2534 and 0.2453) but their bits are not yet the one launch's, nor the ring's the list's
-# (run 74: so the graph-safe decode left the reference's bits): 0 until they are (benchmarks/attention_bits.py)
+# 0.2508 with two; run 74 0.2534 and 0.2453) and keep the graph-safe decode on the reference's bits since the
+# in-order row sum (run 76: official_numerics PASS over 320 steps), but the 300-step replay and capture checks have
+# not yet run with them: 0 until they have (`h200.sh check` with --knob ...PV_COLS=64)
 PV_COLS = 0
 # the official launches' compile options: no contraction of a product and a sum into one FMA, so one launch and two
 # round every score alike (see the module's docstring)
@@ -119,12 +121,18 @@ def _scores(q, k, valid, scale, QK_PRECISION: tl.constexpr, ROUND_P: tl.constexp
 def _update(s, k, m_i, l_i, acc, ROUND_P: tl.constexpr, NATIVE: tl.constexpr):
     """One step of the online softmax: scores s [BH, BN] of keys k [BN, DK] -> (m_i, l_i, acc [BH, DK]). Every
     launch shape runs this one body (DK: all of head_dim, or a slice of it in `_attend_pv_kernel`), so each takes
-    the same operations, hence the same bits."""
+    the same operations."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)                                # nothing valid yet: exp(-inf) = 0
     alpha = tl.exp(m_i - m_use)
     p = tl.exp(s - m_use[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
+    if ROUND_P:
+        # the row sum in key order whatever the launch: `tl.sum` adds in a tree that follows p's register layout,
+        # which differs between launch shapes (runs 74-75: the two launches' ring left their list's bits); an IEEE
+        # dot with ones is FMAs along the keys, one after the other (every column the same sum: max picks it)
+        l_i = l_i * alpha + tl.max(tl.dot(p, tl.full([p.shape[1], 16], 1.0, tl.float32), input_precision="ieee"), 1)
+    else:
+        l_i = l_i * alpha + tl.sum(p, 1)
     if ROUND_P and NATIVE:      # official: the row sum from P, then P in the keys' dtype for P . V
         acc = acc * alpha[:, None] + tl.dot(p.to(k.dtype), k)
     elif ROUND_P:

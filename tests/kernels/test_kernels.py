@@ -2310,7 +2310,7 @@ ATTENTION_TWO_LAUNCH_INTERPRET = textwrap.dedent("""
 def test_attention_two_launches_under_the_interpreter():
     """The official attention core in two launches (`PV_COLS` 64 and 32: every step's scores side by side, then the
     online softmax and P . V over head_dim slices) under the interpreter, as one list and on the ring: within 1e-5
-    of the one-launch kernel (the ring's bf16 o within one bf16 step; the GPU test holds them bit for bit; the
+    of the one-launch kernel (the ring's bf16 o within one bf16 step; the GPU's differ by up to 1.7e-6, run 76; the
     interpreter's numpy products of other widths may sum in another order), a fully masked row zeros."""
     _under_interpreter(ATTENTION_TWO_LAUNCH_INTERPRET, timeout=600)
 
@@ -2460,10 +2460,12 @@ def test_decode_attention_ring_is_the_list_form(dt, n, H, D, W, M):
 
 @cuda
 @pytest.mark.parametrize("n,N,W", [(1, 640, 128), (8, 640, 128), (8, 160, 128), (3, 1000, 20), (2, 40, 16)])
-def test_decode_attention_two_launches_are_the_one_launch_kernel(n, N, W, monkeypatch):
-    """On the GPU, official bf16 numerics: the two launches (every step's scores side by side, then the online softmax
-    and P . V in head_dim slices) give the one-launch kernel's bits, as one list and on the ring (the same steps,
-    the same roundings of P: only the work is spread over more programs), output poisoned first."""
+def test_decode_attention_two_launches_ring_is_their_list_and_near_one_launch(n, N, W, monkeypatch):
+    """On the GPU, official bf16 numerics in two launches (every step's scores side by side, then the online softmax
+    and P . V in head_dim slices): on the ring, bit for bit their own list form (what keeps the graph-safe decode on
+    the reference's bits), at 64 and 128 columns alike; within 1e-5 of the one launch, not bit for bit (run 76: the
+    scores' store and reload still move about a third of the outputs by up to 1.7e-6, at the one launch's own
+    error against float64); a fully masked row zeros. Output poisoned first."""
     from dsv4_kernels.attention import triton_kernel as tk
     g = torch.Generator().manual_seed(n * 7 + N)
     H, D = (64, 512) if N > 100 else (17, 96)
@@ -2473,17 +2475,22 @@ def test_decode_attention_two_launches_are_the_one_launch_kernel(n, N, W, monkey
     mask[0] = False
     sink = torch.randn(H, generator=g).cuda()
     order = ((torch.randint(0, W, (n, 1), generator=g) + torch.arange(W)) % W).cuda()
-    ring = torch.randn(n, W, D, generator=g).to("cuda", torch.bfloat16)
+    ring = torch.empty(n, W, D, dtype=torch.bfloat16, device="cuda")
+    ring.scatter_(1, order.unsqueeze(-1).expand(-1, -1, D), K[:, 0, :W])          # slot order[b, i] holds key i
     comp, wv, cv = K[:, 0, W:], mask[:, 0, :W].contiguous(), mask[:, 0, W:].contiguous()
-    runs = []
-    for cols in (64, 0):
+    runs = {}
+    for cols in (64, 128, 0):
         monkeypatch.setattr(tk, "PV_COLS", cols)
         _poison(n * H * D * 8 + n * H * N * 8)
-        runs.append((tk.attention_triton(q, K, mask, sink, D ** -0.5),
-                     tk.attention_ring_triton(q, ring, order, wv, comp, cv, sink, D ** -0.5)))
-    assert tk.PV_COLS == 0 and runs[0][0].dtype == torch.float32
-    for two, one in zip(*runs):
-        assert _bit_equal(two, one) and torch.equal(two[0], torch.zeros_like(two[0]))
+        runs[cols] = (tk.attention_triton(q, K, mask, sink, D ** -0.5),
+                      tk.attention_ring_triton(q, ring, order, wv, comp, cv, sink, D ** -0.5))
+    one = runs[0][0]
+    assert one.dtype == torch.float32 and torch.equal(one[0], torch.zeros_like(one[0]))
+    for cols in (64, 128):
+        lst, rng = runs[cols]
+        assert rng.dtype == torch.bfloat16 and _bit_equal(rng, lst.to(torch.bfloat16)), cols
+        assert torch.equal(lst[0], torch.zeros_like(lst[0]))
+        assert (lst - one).abs().max().item() <= 1e-5 * (1 + one.abs().max().item()), cols
 
 
 @cuda

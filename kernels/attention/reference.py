@@ -64,3 +64,9 @@ def attention_ring_ref(q: torch.Tensor, window: torch.Tensor, order: torch.Tenso
         masks.append(comp_valid)
     K, mask = torch.cat(keys, 1).unsqueeze(1), torch.cat(masks, 1).unsqueeze(1)
     return core(q, K, mask, sink, scale).to(window.dtype)
+
+
+def ring_of(keys: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """The window ring [B,W,D] whose slot order[b, i] holds keys[b, i] ([B,W,D]): what `attention_ring_ref` gathers
+    back into the list `keys` (order a permutation of the slots in each row)."""
+    return torch.empty_like(keys).scatter_(1, order.unsqueeze(-1).expand(-1, -1, keys.shape[-1]), keys)

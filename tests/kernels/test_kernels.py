@@ -2458,6 +2458,21 @@ def test_decode_attention_ring_is_the_list_form(dt, n, H, D, W, M):
     assert torch.equal(got[0], torch.zeros_like(got[0]))
 
 
+def test_ring_of_holds_each_key_in_its_slot():
+    """`ring_of` builds the ring the ring core reads back as the given list: gathered in `order`, the keys again; the
+    ring reference over it is the one-list reference over the keys, bit for bit."""
+    from dsv4_kernels.attention.reference import attention_ref, attention_ring_ref, ring_of
+    g = torch.Generator().manual_seed(3)
+    keys = torch.randn(3, 6, 8, generator=g)
+    order = (torch.randint(0, 6, (3, 1), generator=g) + torch.arange(6)) % 6
+    ring = ring_of(keys, order)
+    assert torch.equal(torch.gather(ring, 1, order.unsqueeze(-1).expand(-1, -1, 8)), keys)
+    assert not torch.equal(ring, keys)            # the slots are shuffled: the test would see a plain copy
+    q, sink, valid = torch.randn(3, 1, 2, 8, generator=g), torch.randn(2, generator=g), torch.ones(3, 6, dtype=torch.bool)
+    assert torch.equal(attention_ring_ref(q, ring, order, valid, None, None, sink, 0.3),
+                       attention_ref(q, keys.unsqueeze(1), valid.unsqueeze(1), sink, 0.3))
+
+
 @cuda
 @pytest.mark.parametrize("n,N,W", [(1, 640, 128), (8, 640, 128), (8, 160, 128), (3, 1000, 20), (2, 40, 16)])
 def test_decode_attention_two_launches_ring_is_their_list_and_near_one_launch(n, N, W, monkeypatch):
@@ -2467,6 +2482,7 @@ def test_decode_attention_two_launches_ring_is_their_list_and_near_one_launch(n,
     scores' store and reload still move about a third of the outputs by up to 1.7e-6, at the one launch's own
     error against float64); a fully masked row zeros. Output poisoned first."""
     from dsv4_kernels.attention import triton_kernel as tk
+    from dsv4_kernels.attention.reference import ring_of
     g = torch.Generator().manual_seed(n * 7 + N)
     H, D = (64, 512) if N > 100 else (17, 96)
     q = torch.randn(n, 1, H, D, generator=g).to("cuda", torch.bfloat16) * 4
@@ -2475,8 +2491,7 @@ def test_decode_attention_two_launches_ring_is_their_list_and_near_one_launch(n,
     mask[0] = False
     sink = torch.randn(H, generator=g).cuda()
     order = ((torch.randint(0, W, (n, 1), generator=g) + torch.arange(W)) % W).cuda()
-    ring = torch.empty(n, W, D, dtype=torch.bfloat16, device="cuda")
-    ring.scatter_(1, order.unsqueeze(-1).expand(-1, -1, D), K[:, 0, :W])          # slot order[b, i] holds key i
+    ring = ring_of(K[:, 0, :W], order)
     comp, wv, cv = K[:, 0, W:], mask[:, 0, :W].contiguous(), mask[:, 0, W:].contiguous()
     runs = {}
     for cols in (64, 128, 0):

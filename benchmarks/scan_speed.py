@@ -2,6 +2,7 @@
 that imported nothing else (`python -S`: no site, no torch, no graphcheck).
 
     python benchmarks/scan_speed.py [--jobs 2] [--serving DIR] [--rounds 2] [--before CHECKOUT] [--visit]
+                                    [--output-format concise|full]
                                     [--out benchmarks/results/scan_speed-DATE.txt]
 
 Measures, each in its own child process started from a directory with no pyproject (so no configuration applies):
@@ -124,13 +125,14 @@ def _visit(lst: str, tmp: str) -> tuple[float, float, int]:
     return float(parse), float(visit), int(nodes)
 
 
-def _cli(top: Path, jobs: int, extra: list[str], tmp: str, root: Path = ROOT) -> tuple[float, float, int]:
+def _cli(top: Path, jobs: int, extra: list[str], tmp: str, root: Path = ROOT,
+         fmt: str = "concise") -> tuple[float, float, int]:
     # an empty [tool.graphcheck] table of its own: a tree under a project (torch in this checkout's venv) would
     # otherwise take that project's configuration (entry points, excludes), found upward from the path
     config = os.path.join(tmp, "pyproject.toml")
     Path(config).write_text("[tool.graphcheck]\n")
     cmd = [sys.executable, "-m", "graphcheck", "scan", str(top), "--config", config, "--no-cache", "--jobs", str(jobs),
-           "--output-format", "concise", "--exit-zero", *extra]
+           "--output-format", fmt, "--exit-zero", *extra]
     c0, w0 = _children_cpu(), time.perf_counter()
     out = subprocess.run(cmd, cwd=tmp, env=_env(root), capture_output=True, text=True)
     wall, cpu = time.perf_counter() - w0, _children_cpu() - c0
@@ -148,6 +150,8 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="also write this report to a file")
     ap.add_argument("--before", default=None, help="another checkout whose CLI is timed in the same rounds")
     ap.add_argument("--visit", action="store_true", help="also time one bare visit of every node after each parse")
+    ap.add_argument("--output-format", default="concise", choices=("concise", "full"),
+                    help="the report the CLI prints (full: what `graphcheck scan` prints by default, rows laid out)")
     a = ap.parse_args()
     before = Path(a.before).resolve() if a.before else None
     if before is not None and not (before / "graphcheck" / "__main__.py").is_file():
@@ -169,7 +173,8 @@ def main() -> int:
     lines = [
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; python benchmarks/scan_speed.py "
         f"--jobs {a.jobs} --rounds {a.rounds}" + (f" --serving {a.serving}" if a.serving else "")
-        + (f" --before {a.before}" if a.before else "") + (" --visit" if a.visit else ""),
+        + (f" --before {a.before}" if a.before else "") + (" --visit" if a.visit else "")
+        + (f" --output-format {a.output_format}" if a.output_format != "concise" else ""),
         f"torch {importlib.metadata.version('torch')}, Python {platform.python_version()}, {os.cpu_count()} cores, "
         f"load average at the start {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
     ]
@@ -183,15 +188,16 @@ def main() -> int:
             best_f, best_s = float("inf"), float("inf")
             for r in range(a.rounds):
                 f_wall, f_cpu = _floor(lst, tmp)
-                s_wall, s_cpu, found = _cli(top, a.jobs, extra, tmp)
+                s_wall, s_cpu, found = _cli(top, a.jobs, extra, tmp, fmt=a.output_format)
                 best_f, best_s = min(best_f, f_wall), min(best_s, s_wall)
                 lines.append(f"  {r + 1:<6}{f_wall:>10.2f}s{f_cpu:>9.2f}s{s_wall:>9.2f}s{s_cpu:>8.2f}s"
                              f"{s_wall / f_wall:>11.2f}x{s_cpu / f_cpu:>10.2f}x{found:>10}{os.getloadavg()[0]:>7.2f}")
                 if before is not None:
-                    b_wall, b_cpu, b_found = _cli(top, a.jobs, extra, tmp, before)
+                    b_wall, b_cpu, b_found = _cli(top, a.jobs, extra, tmp, before, a.output_format)
                     lines.append(f"  {'before':<6}{'':>21}{b_wall:>9.2f}s{b_cpu:>8.2f}s{b_wall / f_wall:>11.2f}x"
                                  f"{b_cpu / f_cpu:>10.2f}x{b_found:>10}{os.getloadavg()[0]:>7.2f}")
-            lines.append(f"  best: floor {best_f:.2f}s, `graphcheck scan {' '.join([*extra, '--no-cache'])} "
+            fmt = "" if a.output_format == "concise" else f" --output-format {a.output_format}"
+            lines.append(f"  best: floor {best_f:.2f}s, `graphcheck scan {' '.join([*extra, '--no-cache'])}{fmt} "
                          f"--jobs {a.jobs}` {best_s:.2f}s = {best_s / best_f:.2f}x the floor")
             if a.visit:
                 parse, visit, nodes = _visit(lst, tmp)

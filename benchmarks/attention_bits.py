@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     W = a.window
     comp, wv, cv = K[:, 0, W:], mask[:, 0, :W].contiguous(), mask[:, 0, W:].contiguous()
     want = exact(q, K, mask, sink, scale)
-    base_opts = dict(tk._NO_FMA)
+    base_cols, base_opts = tk.PV_COLS, dict(tk._NO_FMA)
 
     def run(cols: int, opts: dict):
         tk.PV_COLS, tk._NO_FMA = cols, opts
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
             return lst, rng
         finally:
-            tk.PV_COLS, tk._NO_FMA = 0, base_opts
+            tk.PV_COLS, tk._NO_FMA = base_cols, base_opts
 
     one, one_ring = run(0, base_opts)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; B={a.batch} N={a.keys} W={W}, 64 heads of 512")

@@ -52,11 +52,12 @@
 #                                      decode.py --depths 2,8 --batches 1,8 with the default shape and with the sweep's
 #                                      best (--bf16-shape), one after the other (BF16_ARGS: decode.py's options;
 #                                      BF16_DEPTH=0: the sweep only)
-#   bash benchmarks/h200.sh candidates issue 37's launch-shape choices: their GPU tests (the attention's two launches
-#                                      bit for bit the one, the decode pair over joined projections), then decode.py
-#                                      --depths 2,8 at B=1: the defaults, the attention's two launches (off until
-#                                      their bits hold), the projections apart (CANDIDATE_ARGS: its options, e.g.
-#                                      --batches 8 in a second call; CANDIDATE_TESTS=0 skips the tests)
+#   bash benchmarks/h200.sh candidates issue 37's launch-shape choices: their GPU tests (the attention's two launches'
+#                                      ring bit for bit their list and near the one launch, the decode pair over
+#                                      joined projections), then decode.py --depths 2,8 at B=1: the defaults, the
+#                                      attention's two launches (off until the replay and capture checks hold with
+#                                      them), the projections apart (CANDIDATE_ARGS: its options, e.g. --batches 8 in
+#                                      a second call; CANDIDATE_TESTS=0 skips the tests)
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
@@ -260,9 +261,9 @@ for stage in "${@:-check}"; do
     fi
     grep -hE "^ *[0-9]+ +[0-9.]+ |depths|bf16 GEMV|Error|^exit" "$OUT"/bf16-depth-*.txt ;;
   candidates)
-    # the attention's two launches against one (bit for bit) and the joined projections' (both decodes bit for bit
-    # over joins) CUDA tests, then the default decode against each choice switched off, one after the other on the
-    # idle GPU
+    # the attention's two launches' (their ring bit for bit their list, near the one launch) and the joined
+    # projections' (both decodes bit for bit over joins) CUDA tests, then the default decode against each choice
+    # flipped (two launches on, projections apart), one after the other on the idle GPU
     run candidates-build.txt 120 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
     if [ "${CANDIDATE_TESTS:-1}" = 1 ]; then   # CANDIDATE_TESTS=0: the decodes alone (the tests ran in an earlier call)
       run candidates-tests.txt 150 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_kernels.py \

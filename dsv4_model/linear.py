@@ -194,7 +194,7 @@ def still_joined(joint: QWeight, linears: list[Linear]) -> bool:
 
 
 # Whether `Joined` joins under a CUDA table (the decode on the H100, a layer apart -> joined: run 72 0.2612 -> 0.2532
-# ms at B=1, 0.5405 -> 0.5208 at B=8; A/B: decode.py --knob dsv4_model.linear.JOIN_PROJECTIONS=False)
+# ms at B=1, run 73 0.5405 -> 0.5208 at B=8; A/B: decode.py --knob dsv4_model.linear.JOIN_PROJECTIONS=False)
 JOIN_PROJECTIONS = True
 
 

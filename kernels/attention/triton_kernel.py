@@ -23,12 +23,12 @@ every (row, 16 heads, 64-key step) in its own program, so every SM streams keys 
 (`_attend_pv_kernel`) runs the online softmax over those scores, step by step with the one-launch kernel's body
 (`_update`), and P . V on PV_COLS columns of head_dim per program: at Flash's 64 heads of 512, 32 programs a row
 where one launch had 4, each streaming every key (run 71 on the H100: 31 us for a CSA layer's 640 keys). Each
-output column is the same chain of products and sums, but the bits are not the one launch's: on the H100 about a
-third of the outputs move by up to 1.7e-6 (run 76, `benchmarks/attention_bits.py`; both at the same error against
-a float64 softmax). Two causes are out: the official launches compile without FP fusion (`_NO_FMA`: the one launch
-could contract the scores' scale into the softmax's subtraction, which the two cannot across the scores' store),
-and the row sum runs along the keys in order (`_update`), which made the two launches' ring their list's bits again
-(run 74: it was not, so the graph-safe decode left the reference's). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
+output column is the same chain of products and sums, but the bits are not the one launch's: on the H100 half to
+70 % of the outputs move by up to 1.7e-6 (runs 75-76, `benchmarks/attention_bits.py`; both at the same error against
+a float64 softmax; what moves them is not known yet). Neither the P . V slice width nor FP fusion explains it (the
+official launches compile without it all the same: `_NO_FMA`). The row sum runs along the keys in order (`_update`),
+which made the two launches' ring their list's bits again (run 74: it was not, so the graph-safe decode left the
+reference's). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
 official kernel stores it: the caller's cast in the same launch).
 
 fp32 keys (the debugging dtype): fp32 throughout, as the reference's fp32 einsums. The weighted sum of the keys runs on tensor cores as
@@ -59,10 +59,10 @@ BN_OFFICIAL = 64   # official kernel.py `block = 64`: the online softmax's step,
 # kernel. Two launches at 64 columns are faster (the decode on the H100 at B=1, per layer: run 72 0.2612 ms with one,
 # 0.2508 with two; run 74 0.2534 and 0.2453) and keep the graph-safe decode on the reference's bits since the
 # in-order row sum (run 76: official_numerics PASS over 320 steps), but the 300-step replay and capture checks have
-# not yet run with them: 0 until they have (`h200.sh check` with --knob ...PV_COLS=64)
+# not yet run with them: 0 until they have (on the device's copy of the tree: sed PV_COLS to 64, then `h200.sh check`)
 PV_COLS = 0
-# the official launches' compile options: no contraction of a product and a sum into one FMA, so one launch and two
-# round every score alike (see the module's docstring)
+# the official launches' compile options: no contraction of a product and a sum into one FMA, so neither launch shape
+# rounds a score where the other does not (run 75: contraction alone moved 24,343 of the one launch's 262,144 outputs)
 _NO_FMA = {"enable_fp_fusion": False}
 
 

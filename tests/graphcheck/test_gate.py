@@ -466,7 +466,7 @@ def test_full_format_prints_rows_as_written_in_colour_and_without():
     from graphcheck.result import Result
     rows = assign_fingerprints([
         Finding("GC601", "static", "pkg/a.py", 100, 12, "f", "[bold]not markup[/]", 'return f"""\\'),
-        Finding("GC101", "static", "b.py", 3, 0, "C.step", "m :smile: \\", "x.item()  # [x]")])
+        Finding("GC101", "static", "b.py", 3, 0, "C.step", "m :smile: \\", "x.item()\t# [x]\r\x07")])
     result = Result("scan", rows, {f.fingerprint: "new" for f in rows})
     plain = render(result, "full", quiet=True)
     coloured = render(result, "full", quiet=True, color=True)
@@ -474,3 +474,4 @@ def test_full_format_prints_rows_as_written_in_colour_and_without():
     assert "\x1b[" in coloured
     assert "pkg/a.py:100:13: GC601 [bold]not markup[/]  f · static\n" in plain
     assert '    │ return f"""\\\n' in plain and "m :smile: \\  C.step" in plain
+    assert "    │ x.item()  # [x]\n" in plain        # as rich prints it: the tab expanded, control codes dropped

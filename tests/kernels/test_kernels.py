@@ -2478,9 +2478,9 @@ def test_ring_of_holds_each_key_in_its_slot():
 def test_decode_attention_two_launches_ring_is_their_list_and_near_one_launch(n, N, W, monkeypatch):
     """On the GPU, official bf16 numerics in two launches (every step's scores side by side, then the online softmax
     and P . V in head_dim slices): on the ring, bit for bit their own list form (what keeps the graph-safe decode on
-    the reference's bits), at 64 and 128 columns alike; within 1e-5 of the one launch, not bit for bit (run 76: the
-    scores' store and reload still move about a third of the outputs by up to 1.7e-6, at the one launch's own
-    error against float64); a fully masked row zeros. Output poisoned first."""
+    the reference's bits), at 64 and 128 columns alike; within 1e-5 of the one launch, not bit for bit (run 76: half
+    to 70 % of the outputs move by up to 1.7e-6, at the one launch's own error against float64; the cause is not
+    known yet); a fully masked row zeros. Output poisoned first."""
     from dsv4_kernels.attention import triton_kernel as tk
     from dsv4_kernels.attention.reference import ring_of
     g = torch.Generator().manual_seed(n * 7 + N)

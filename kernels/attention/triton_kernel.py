@@ -26,9 +26,9 @@ where one launch had 4, each streaming every key (run 71 on the H100: 31 us for 
 output column is the same chain of products and sums, but the bits are not the one launch's: on the H100 half to
 70 % of the outputs move by up to 1.7e-6 (runs 75-76, `benchmarks/attention_bits.py`; both at the same error against
 a float64 softmax; what moves them is not known yet). Neither the P . V slice width nor FP fusion explains it (the
-official launches compile without it all the same: `_NO_FMA`). The row sum runs along the keys in order (`_update`),
-which made the two launches' ring their list's bits again (run 74: it was not, so the graph-safe decode left the
-reference's). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
+official launches compile without it all the same: `_NO_FMA`). The two launches' row sum runs along the keys in order
+(`_update`'s IN_ORDER), which made their ring their list's bits again (run 74: it was not, so the graph-safe decode
+left the reference's). o is stored in fp32 (`attention_triton`) or in the keys' dtype (`attention_ring_triton`, as the
 official kernel stores it: the caller's cast in the same launch).
 
 fp32 keys (the debugging dtype): fp32 throughout, as the reference's fp32 einsums. The weighted sum of the keys runs on tensor cores as
@@ -118,18 +118,20 @@ def _scores(q, k, valid, scale, QK_PRECISION: tl.constexpr, ROUND_P: tl.constexp
 
 
 @triton.jit
-def _update(s, k, m_i, l_i, acc, ROUND_P: tl.constexpr, NATIVE: tl.constexpr):
+def _update(s, k, m_i, l_i, acc, ROUND_P: tl.constexpr, NATIVE: tl.constexpr, IN_ORDER: tl.constexpr = False):
     """One step of the online softmax: scores s [BH, BN] of keys k [BN, DK] -> (m_i, l_i, acc [BH, DK]). Every
     launch shape runs this one body (DK: all of head_dim, or a slice of it in `_attend_pv_kernel`), so each takes
-    the same operations."""
+    the same operations. IN_ORDER: the row sum along the keys in order (the two launches')."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)                                # nothing valid yet: exp(-inf) = 0
     alpha = tl.exp(m_i - m_use)
     p = tl.exp(s - m_use[:, None])
-    if ROUND_P:
-        # the row sum in key order whatever the launch: `tl.sum` adds in a tree that follows p's register layout,
-        # which differs between launch shapes (runs 74-75: the two launches' ring left their list's bits); an IEEE
-        # dot with ones is FMAs along the keys, one after the other (every column the same sum: max picks it)
+    if IN_ORDER:
+        # the row sum in key order: `tl.sum` adds in a tree that follows p's register layout, which differed between
+        # the two launches' ring and list loops (runs 74-75: the ring left the list's bits, so the graph-safe decode
+        # left the reference's); an IEEE dot with ones is FMAs along the keys, one after the other (every column the
+        # same sum: max picks it). The one launch keeps `tl.sum`: its ring is its list with it (the bits run 75
+        # held against the reference over 320 steps)
         l_i = l_i * alpha + tl.max(tl.dot(p, tl.full([p.shape[1], 16], 1.0, tl.float32), input_precision="ieee"), 1)
     else:
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -261,19 +263,19 @@ def _attend_pv_kernel(s_ptr, k_ptr, k2_ptr, order_ptr, sink_ptr, o_ptr, N, W, ST
             j = start + tl.arange(0, BN)
             k, _ = _ring_keys(k_ptr, k_ptr, order_ptr, b, j, d, dm, W, k_row, k_key, 0, order_row, False)
             s = tl.load(srow + j[None, :], mask=hm[:, None], other=float("-inf"))
-            m_i, l_i, acc = _update(s, k, m_i, l_i, acc, True, NATIVE)
+            m_i, l_i, acc = _update(s, k, m_i, l_i, acc, True, NATIVE, True)
         for start in tl.range(0, N - W, BN):
             j = start + tl.arange(0, BN)
             k, _ = _list_keys(k2_ptr, k2_ptr, b, j, d, dm, N - W, k2_row, k2_key, 0, False)
             s = tl.load(srow + W + j[None, :], mask=hm[:, None], other=float("-inf"))
-            m_i, l_i, acc = _update(s, k, m_i, l_i, acc, True, NATIVE)
+            m_i, l_i, acc = _update(s, k, m_i, l_i, acc, True, NATIVE, True)
     else:
         for start in tl.range(0, STEPS * BN, BN):
             j = start + tl.arange(0, BN)
             k, _ = _keys(k_ptr, k_ptr, k2_ptr, order_ptr, k_ptr, b, j, d, dm, N, W, k_row, k_key, 0, k2_row, k2_key,
                          order_row, 0, False, RING)
             s = tl.load(srow + j[None, :], mask=hm[:, None], other=float("-inf"))
-            m_i, l_i, acc = _update(s, k, m_i, l_i, acc, True, NATIVE)
+            m_i, l_i, acc = _update(s, k, m_i, l_i, acc, True, NATIVE, True)
     _finish(acc, m_i, l_i, sink_ptr, o_ptr, b, h, d, hm, dm, o_row, o_head, NATIVE)
 
 

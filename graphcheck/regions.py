@@ -46,6 +46,12 @@ parameter, whose `if x is None: x = default` runs every step):
 `torch.compiler.disable` is no region: it leaves torch.compile's graph, not a CUDA graph, and capture records
 what it launches like any other code.
 
+Kernel-DSL code is not the step's Python either: the body of a def decorated with a `jit` (`@triton.jit`,
+`@cute.jit`, `@gluon.jit`) or with `@cute.kernel`, and every def nested in it, holds the DSL's values (a Triton
+block, a CuTe tensor, `Int32`), never torch tensors, and runs as Python only while the DSL traces it. No rule reads
+it; a launch is checked where it is made (GC801: no current-stream argument, GC802: compiled in the captured
+region), and a helper that only kernels call is not an entry point fed the step's tensors (`--all-functions`).
+
 Runtime rows (audit, capture) ran in the target's step: they are `captured`, unless the static layer places
 their line in another region (`graphcheck run` merges the layers by line; the standalone `audit` and `capture`
 commands have no static layer and mark every row `captured`).

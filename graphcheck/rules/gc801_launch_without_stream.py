@@ -26,6 +26,7 @@ RUNTIME: tuple[str, ...] = ("cutlass.cute.launch_without_stream", "cutlass.cute.
 
 @on(ast.Call)
 def check(ctx, node: ast.Call) -> None:
-    # a call from inside a kernel-DSL function is a device helper call, not a launch
-    if ctx.is_kernel(node.func) and not ctx.in_kernel and not any(k.arg == "stream" for k in node.keywords):
+    # a call from inside a kernel-DSL function would be a device helper call, not a launch: the engine does not read
+    # those bodies (static/context.py: compiled_body)
+    if ctx.is_kernel(node.func) and not any(k.arg == "stream" for k in node.keywords):
         ctx.report(RULE.code, node, call=dotted(node.func) or "kernel")

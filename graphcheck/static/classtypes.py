@@ -48,6 +48,8 @@ def _class_kinds(imports: dict, aliases: dict, module_kinds: dict, methods: list
                     and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
                 kinds[n.args[0].value] = DEV
     for fn in methods:
+        if fn.compiled:
+            continue      # a kernel's assignments hold the DSL's values, no tensor
         if not any((type(n) is ast.Assign and any(_self_attr(t) for t in n.targets)) or
                    (type(n) is ast.AnnAssign and _self_attr(n.target)) for n in fn.nodes):
             continue      # assigns no attribute: nothing to learn about the class

@@ -36,7 +36,8 @@ class Conditions:
                 # `len(x)`) resolves to nothing (`_resolve_call`): a quarter of torch's sites, left out unresolved
                 known = self._head_names(path)
                 for q, fn in funcs.items():
-                    for call in fn["calls"]:
+                    # a kernel's calls (engine: _compiled_summary) are callers too, passing nothing known
+                    for call in (fn["calls"] + fn["dsl_calls"]) if "dsl_calls" in fn else fn["calls"]:
                         k = call[0]
                         if k == "ref" or type(call[-1]) is not dict:
                             continue

@@ -22,13 +22,13 @@ from .regions import once_decorator
 from .inference import NP, TENSORS, Env, children, element, infer, join, unpack_targets
 from .classtypes import (_LazyCtors, _attr_types, _bind_local_types, _class_kinds, _class_names, _class_refs,
                          _ctor_symbols, _field_kinds, _registries)
-from .context import _FUNCS, _KERNEL_DECORATORS, _NAN_GUARDS, _NO_DEPS, _STREAM_CTORS, _Ctx, _Func, _splits
+from .context import _FUNCS, _NAN_GUARDS, _NO_DEPS, _STREAM_CTORS, _Ctx, _Func, _splits, compiled_body
 from .descriptors import (_ACCESSORS, _INSPECTS, _accessor_calls, _accessor_role, _call_descriptor, _decorators,
                           _host_defaults, _read_descriptor, _ref_descriptor, _signature, _store_descriptors)
 from .placement import NO_PLACEMENT, Placement
 from .suppressions import _may_suppress, parse_suppressions
 
-ENGINE_VERSION = "34"
+ENGINE_VERSION = "35"
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
 # attribute loads are kept apart from a function's nodes (they may be property reads: _accessor_calls), so a rule
@@ -131,6 +131,9 @@ class FileAnalyzer:
         lambdas: dict[str, set] = {}  # each def's local lambdas, also for the closures nested in it
         for f in funcs:
             node = f.node
+            if f.compiled:
+                functions[f.qname] = _compiled_summary(f, node)
+                continue
             is_def = isinstance(node, _FUNCS)
             lam = _local_lambdas(f, lambdas) if is_def else set()
             kinds, mods = class_kinds.get(f.cls or "", ({}, set()))
@@ -204,7 +207,6 @@ class FileAnalyzer:
             env.memo = {}
             ctx.func, ctx.env = f, env
             decorators = _decorators(node) if is_def else []
-            ctx.in_kernel = any(d.endswith(_KERNEL_DECORATORS) for d in decorators)
             checkers = _CHECKERS
             qual = env.qual
             for n in f.nodes:
@@ -291,7 +293,10 @@ class FileAnalyzer:
         while stack:
             node, owner, prefix, cls = pop()
             t = type(node)
-            if t in _FUNC_TYPES:
+            if owner.compiled:
+                if t is ast.Call or t is ast.AnnAssign or t is ast.Assign:    # calls; what `self.x` holds
+                    owner.nodes.append(node)
+            elif t in _FUNC_TYPES:
                 # `@x.setter` / `@x.deleter` redefine the name: they get their own entry (`C.x@setter`), or the
                 # last one would stand for the getter
                 acc = next((a for d in node.decorator_list for a in (dotted(d).rpartition(".")[2],)
@@ -303,12 +308,15 @@ class FileAnalyzer:
                     classes[cls][1].append(fn)
                 if owner is module:
                     self.module_defs.add(node.name)
+                # a kernel's body (with the defs nested in it) is the DSL's code, not the step's: the def stays a
+                # function (calls and launches resolve to it); of its body only the calls are kept
+                fn.compiled = compiled_body(_decorators(node))
                 for s in reversed(node.body):
                     push((s, fn, q + ".", cls))
                 for b in [*node.decorator_list, *node.args.defaults, *[d for d in node.args.kw_defaults if d is not None]]:
                     push((b, owner, prefix, cls))  # decorators and defaults run where the def is
                 continue
-            if t is ast.ClassDef:
+            elif t is ast.ClassDef:
                 q = f"{prefix}{node.name}"
                 cfn = _Func(f"<class {q}>", node, q)
                 funcs.append(cfn)
@@ -320,7 +328,7 @@ class FileAnalyzer:
                 for b in node.bases:
                     push((b, owner, prefix, cls))
                 continue
-            if t in keep:
+            elif t in keep:
                 if t is ast.Attribute:
                     if type(node.ctx) is ast.Load:
                         owner.reads.append((len(owner.nodes), node))    # where it falls among the kept nodes
@@ -388,6 +396,35 @@ class FileAnalyzer:
             node = f.node
             if isinstance(node, _FUNCS) and any(d.endswith("cute.jit") for d in _decorators(node)):
                 self.kernel_names.add(node.name)
+
+
+def _compiled_summary(f: _Func, node: ast.AST) -> dict:
+    """A kernel's summary: its signature, and the calls of its body under `dsl_calls`, apart from `calls` so that
+    the captured region does not follow them (a helper the DSL traces is the DSL's code). They still count as the
+    callers of what they call, passing arguments of no known kind: a helper only kernels call is not taken for an
+    entry point whose inputs are the step's tensors (`--all-functions`)."""
+    calls = []
+    for n in f.nodes:
+        if type(n) is not ast.Call:
+            continue
+        d = _call_descriptor(n.func, {})
+        if d:
+            kw = {k.arg: None for k in n.keywords if k.arg}
+            if any(type(a) is ast.Starred for a in n.args):
+                kw["*"] = True
+            if any(k.arg is None for k in n.keywords):
+                kw["**"] = True
+            calls.append([*d, n.lineno, n.col_offset, [None] * len(n.args), kw])
+    a = node.args
+    fsum = {"line": node.lineno, "cls": f.cls, "calls": [], "dsl_calls": calls,
+            "params": [x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x is not None],
+            "npos": len(a.posonlyargs) + len(a.args), "ret": None, "ret_elts": None, "ret_ctors": [],
+            "ret_classes": [], "capturable": False, "end": node.end_lineno or node.lineno,
+            "decos": [d for d in _decorators(node) if d], "compiled": True}
+    sig = _signature(f, node)
+    if sig is not None:
+        fsum["sig"] = sig
+    return fsum
 
 
 def _closure_kinds(env: Env, f: _Func, envs: dict[str, Env]) -> None:

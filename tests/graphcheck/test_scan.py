@@ -390,6 +390,64 @@ def test_a_caller_through_an_import_or_a_nested_def_decides_a_parameter(tmp_path
     assert got == [("GC201", "pkg/user.py", "unfed")], got
 
 
+def test_kernel_bodies_are_not_read_as_the_steps_python(scan_src):
+    """The body of a `@triton.jit`, `@cute.jit` or `@cute.kernel` def (and of the defs nested in it) holds the DSL's
+    values, not torch tensors: no host-sync rule reads it. Its calls still count as the callers of what they call
+    (passing nothing known), so a helper only kernels call is not taken for an entry point fed the step's tensors,
+    and what its `self.x = C()` constructs still resolves `self.x.m(...)`. The same code in a plain def, or under a
+    decorator that only ends in 'jit', is the step's Python and is read."""
+    src = """
+import torch
+import triton
+import cutlass.cute as cute
+from mylib import nojit
+
+def scale_of(cfg):
+    if cfg.fp8:
+        return 2
+    return 1
+
+class Role:
+    def setup(self, dtype):
+        self.dtype = dtype
+
+@triton.jit
+def add_kernel(x, n, BLOCK):
+    for off in range(0, n, BLOCK):
+        if off > 0:
+            pass
+
+class Op:
+    @cute.jit
+    def __call__(self, a, cfg):
+        self.role = Role()
+        self.role.setup(a)
+        s = scale_of(cfg)
+        if a > 0:
+            def inner(b):
+                if b:
+                    return b.item()
+            inner(a)
+        return s
+
+    @cute.kernel
+    def kernel(self, t):
+        assert t > 0
+
+@nojit
+def host(x: torch.Tensor):
+    if x > 0:
+        return x.item()
+
+def plain(x: torch.Tensor, n):
+    for off in range(0, n, 4):
+        if x > 0:
+            pass
+"""
+    got = sorted((f.rule, f.line, f.function) for f in scan_src(src))
+    assert got == [("GC101", 42, "host"), ("GC105", 45, "plain"), ("GC201", 41, "host"), ("GC201", 46, "plain")], got
+
+
 def test_engine_child_walk_is_the_standard_one_less_contexts_and_operators():
     """`children` (the engine's generic walks) yields what `ast.iter_child_nodes` does, in the same order, less
     the expression contexts and operators no walk looks at: over every node of the engine's and the rules' own sources and of

@@ -21,7 +21,7 @@ class _Func:
     cls: str | None
     nodes: list = field(default_factory=list)
     reads: list = field(default_factory=list)     # attribute loads rooted in a name (`self.x`, `c.length`)
-    lambdas: set = field(default_factory=set)     # locals bound only to lambdas
+    lambdas: set = field(default_factory=set)     # locals bound only to lambdas (in a kernel: its nested defs too)
     compiled: bool = False    # a kernel's body (compiled_body): only its calls and assignments are kept
 
 
@@ -254,12 +254,14 @@ _STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "Externa
 
 
 def compiled_body(decorators: list[str]) -> bool:
-    """Whether a def's body is compiled code rather than the step's Python: `@triton.jit`, `@cute.jit`,
-    `@cute.kernel`, `@gluon.jit`, `@numba.jit`, `@jax.jit` (any decorator named `jit`, or CuTe's `kernel`). Its
+    """Whether a def's body is compiled code rather than the step's Python, from its decorators' names with the
+    file's imports applied (engine: `_decorator_targets`): `@triton.jit`, `@cute.jit`,
+    `@cute.kernel`, `@gluon.jit`, `@numba.jit`, `@jax.jit` (any decorator named `jit` but torch's, or CuTe's `kernel`). Its
     values are the DSL's (`Int32`, a CuTe tensor, a Triton block), never torch tensors, and its Python runs only
     while the DSL traces it: a host-sync rule read there reports the kernel's own control flow (1,012 such rows on
     flashinfer 0.7.4, all in CuTe DSL kernels). The launch is checked where it is made (GC801, GC802)."""
-    return any(d.rpartition(".")[2] == "jit" or d.endswith("cute.kernel") for d in decorators)
+    return any(d.rpartition(".")[2] == "jit" and not d.startswith("torch.") or d.endswith("cute.kernel")
+               for d in decorators)
 
 
 def _splits(node: ast.AST) -> bool:

@@ -28,7 +28,7 @@ from .descriptors import (_ACCESSORS, _INSPECTS, _accessor_calls, _accessor_role
 from .placement import NO_PLACEMENT, Placement
 from .suppressions import _may_suppress, parse_suppressions
 
-ENGINE_VERSION = "35"
+ENGINE_VERSION = "36"
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
 # attribute loads are kept apart from a function's nodes (they may be property reads: _accessor_calls), so a rule
@@ -132,7 +132,7 @@ class FileAnalyzer:
         for f in funcs:
             node = f.node
             if f.compiled:
-                functions[f.qname] = _compiled_summary(f, node)
+                functions[f.qname] = _compiled_summary(f, node, registries)
                 continue
             is_def = isinstance(node, _FUNCS)
             lam = _local_lambdas(f, lambdas) if is_def else set()
@@ -296,6 +296,12 @@ class FileAnalyzer:
             if owner.compiled:
                 if t is ast.Call or t is ast.AnnAssign or t is ast.Assign:    # calls; what `self.x` holds
                     owner.nodes.append(node)
+                    if t is ast.Assign and type(node.value) is ast.Lambda:
+                        owner.lambdas.update(x.id for x in node.targets if type(x) is ast.Name)
+                elif t is ast.Import or t is ast.ImportFrom:
+                    self._import(node)
+                elif t in _FUNC_TYPES or t is ast.ClassDef:
+                    owner.lambdas.add(node.name)     # the kernel's own code: a call of it is no call out
             elif t in _FUNC_TYPES:
                 # `@x.setter` / `@x.deleter` redefine the name: they get their own entry (`C.x@setter`), or the
                 # last one would stand for the getter
@@ -310,7 +316,7 @@ class FileAnalyzer:
                     self.module_defs.add(node.name)
                 # a kernel's body (with the defs nested in it) is the DSL's code, not the step's: the def stays a
                 # function (calls and launches resolve to it); of its body only the calls are kept
-                fn.compiled = compiled_body(_decorators(node))
+                fn.compiled = compiled_body(self._decorator_targets(node))
                 for s in reversed(node.body):
                     push((s, fn, q + ".", cls))
                 for b in [*node.decorator_list, *node.args.defaults, *[d for d in node.args.kw_defaults if d is not None]]:
@@ -371,6 +377,23 @@ class FileAnalyzer:
                 tgt = f"{base}.{a.name}" if base else a.name
                 self.imports[a.asname or a.name] = {"target": tgt, "level": node.level}
 
+    def _decorator_targets(self, node: ast.AST) -> list[str]:
+        """A def's decorators by what they name once the file's imports are applied (`@ct.kernel` after `import
+        cutlass.cute as ct` is 'cutlass.cute.kernel'; `@functools.partial(cute.jit, ...)` names cute.jit). A bare
+        name the file does not import (`jit = torch.compile`) is left out: nothing says what it is."""
+        out = []
+        for d in node.decorator_list:
+            if type(d) is ast.Call and d.args and dotted(d.func).rpartition(".")[2] == "partial":
+                d = d.args[0]
+            name = dotted(d.func if type(d) is ast.Call else d)
+            head, dot, rest = name.partition(".")
+            imp = self.imports.get(head)
+            if imp is not None:
+                out.append(imp["target"] + dot + rest)
+            elif dot:
+                out.append(name)
+        return out
+
     def _file_facts(self, funcs: list[_Func]) -> None:
         for f in funcs:
             seqs: set[str] = set()
@@ -398,16 +421,22 @@ class FileAnalyzer:
                 self.kernel_names.add(node.name)
 
 
-def _compiled_summary(f: _Func, node: ast.AST) -> dict:
+def _compiled_summary(f: _Func, node: ast.AST, registries: dict) -> dict:
     """A kernel's summary: its signature, and the calls of its body under `dsl_calls`, apart from `calls` so that
     the captured region does not follow them (a helper the DSL traces is the DSL's code). They still count as the
     callers of what they call, passing arguments of no known kind: a helper only kernels call is not taken for an
     entry point whose inputs are the step's tensors (`--all-functions`)."""
     calls = []
+    local_types: dict[str, list] = {}     # `r = Role()` before `r.setup(a)`
     for n in f.nodes:
+        if type(n) is ast.Assign:
+            _bind_local_types(n, local_types, registries)
+            continue
         if type(n) is not ast.Call:
             continue
-        d = _call_descriptor(n.func, {})
+        d = _call_descriptor(n.func, local_types)
+        if d and d[0] == "name" and d[1] in f.lambdas:
+            d = None          # a def or lambda of the kernel's own body
         if d:
             kw = {k.arg: None for k in n.keywords if k.arg}
             if any(type(a) is ast.Starred for a in n.args):

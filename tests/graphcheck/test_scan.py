@@ -390,62 +390,110 @@ def test_a_caller_through_an_import_or_a_nested_def_decides_a_parameter(tmp_path
     assert got == [("GC201", "pkg/user.py", "unfed")], got
 
 
-def test_kernel_bodies_are_not_read_as_the_steps_python(scan_src):
+def test_kernel_bodies_are_not_read_as_the_steps_python(tmp_path):
     """The body of a `@triton.jit`, `@cute.jit` or `@cute.kernel` def (and of the defs nested in it) holds the DSL's
-    values, not torch tensors: no host-sync rule reads it. Its calls still count as the callers of what they call
-    (passing nothing known), so a helper only kernels call is not taken for an entry point fed the step's tensors,
-    and what its `self.x = C()` constructs still resolves `self.x.m(...)`. The same code in a plain def, or under a
-    decorator that only ends in 'jit', is the step's Python and is read."""
-    src = """
-import torch
-import triton
-import cutlass.cute as cute
-from mylib import nojit
+    values, not torch tensors: no host-sync rule reads it, whatever the import spells the decorator (`@ct.kernel`,
+    `@kernel`, `functools.partial(cute.jit, ...)`, `@triton.autotune` over `@triton.jit`). Its calls still count as
+    the callers of what they call (passing nothing known), so a helper only kernels call is not taken for an entry
+    point fed the step's tensors: through a local instance, a local import, and `self.x` typed by the kernel's own
+    `self.x = C()`. A call of a def nested in the kernel is no call of the module's def of that name. The same code
+    in a plain def, under `@torch.jit.script` (TorchScript runs per call), under a bare `jit` the file binds itself
+    (`jit = torch.compile`) or under a decorator that only ends in 'jit' is the step's Python and is read."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "other.py").write_text(textwrap.dedent("""
+        def imported(x):
+            if x > 0:
+                return 1
+    """))
+    (pkg / "mod.py").write_text(textwrap.dedent("""
+        import functools
+        import torch
+        import triton
+        import cutlass.cute as cute
+        import cutlass.cute as ct
+        from cutlass.cute import kernel
+        from mylib import nojit
 
-def scale_of(cfg):
-    if cfg.fp8:
-        return 2
-    return 1
+        jit = torch.compile
 
-class Role:
-    def setup(self, dtype):
-        self.dtype = dtype
+        class Role:
+            def setup(self, dtype):
+                if dtype > 0:
+                    self.dtype = dtype
 
-@triton.jit
-def add_kernel(x, n, BLOCK):
-    for off in range(0, n, BLOCK):
-        if off > 0:
-            pass
+        class Store:
+            def put(self, v):
+                if v > 0:
+                    return v
 
-class Op:
-    @cute.jit
-    def __call__(self, a, cfg):
-        self.role = Role()
-        self.role.setup(a)
-        s = scale_of(cfg)
-        if a > 0:
-            def inner(b):
-                if b:
-                    return b.item()
-            inner(a)
-        return s
+        def scale_of(cfg):
+            if cfg > 0:
+                return 2
+            return 1
 
-    @cute.kernel
-    def kernel(self, t):
-        assert t > 0
+        def helper(b):
+            if b > 0:
+                return 1
 
-@nojit
-def host(x: torch.Tensor):
-    if x > 0:
-        return x.item()
+        @triton.autotune(configs=[], key=["n"])
+        @triton.jit
+        def add_kernel(x, n, BLOCK):
+            for off in range(0, n, BLOCK):
+                if off > 0:
+                    pass
 
-def plain(x: torch.Tensor, n):
-    for off in range(0, n, 4):
-        if x > 0:
-            pass
-"""
-    got = sorted((f.rule, f.line, f.function) for f in scan_src(src))
-    assert got == [("GC101", 42, "host"), ("GC105", 45, "plain"), ("GC201", 41, "host"), ("GC201", 46, "plain")], got
+        class Op:
+            @cute.jit
+            def __call__(self, a, cfg):
+                from pkg.other import imported
+                self.store = Store()
+                r = Role()
+                r.setup(a)
+                self.store.put(a)
+                imported(a)
+                s = scale_of(cfg)
+                if a > 0:
+                    def helper(b):
+                        return b.item()
+                    helper(a)
+                return s
+
+            @ct.kernel
+            def k1(self, t):
+                assert t > 0
+
+        @kernel
+        def k2(t):
+            assert t > 0
+
+        @functools.partial(cute.jit, preprocess=False)
+        def k3(t):
+            assert t > 0
+
+        @nojit
+        def host(x: torch.Tensor):
+            if x > 0:
+                return x.item()
+
+        @torch.jit.script
+        def scripted(x: torch.Tensor):
+            assert x > 0
+
+        @jit
+        def compiled(x: torch.Tensor):
+            assert x > 0
+
+        def plain(x: torch.Tensor, n):
+            for off in range(0, n, 4):
+                if x > 0:
+                    pass
+    """))
+    res = scan([str(pkg)], root=tmp_path, cache=False, jobs=1)
+    got = sorted((f.rule, f.function) for f in res.findings)
+    assert got == [("GC101", "host"), ("GC105", "plain"), ("GC107", "compiled"), ("GC107", "scripted"),
+                   ("GC201", "helper"), ("GC201", "host"), ("GC201", "plain")], got
 
 
 def test_engine_child_walk_is_the_standard_one_less_contexts_and_operators():

@@ -28,7 +28,7 @@ from .descriptors import (_ACCESSORS, _INSPECTS, _accessor_calls, _accessor_role
 from .placement import NO_PLACEMENT, Placement
 from .suppressions import _may_suppress, parse_suppressions
 
-ENGINE_VERSION = "36"
+ENGINE_VERSION = "37"
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
 # attribute loads are kept apart from a function's nodes (they may be property reads: _accessor_calls), so a rule
@@ -429,8 +429,11 @@ def _compiled_summary(f: _Func, node: ast.AST, registries: dict) -> dict:
     calls = []
     local_types: dict[str, list] = {}     # `r = Role()` before `r.setup(a)`
     for n in f.nodes:
-        if type(n) is ast.Assign:
-            _bind_local_types(n, local_types, registries)
+        if type(n) is ast.Assign or type(n) is ast.AnnAssign:
+            for _, tgt, _, d in _store_descriptors(n, local_types):    # `self.cfg.scale = a` runs a setter
+                calls.append(["set", *d[:-1], f"{d[-1]}@setter", tgt.lineno, tgt.col_offset, [None], {}])
+            if type(n) is ast.Assign:
+                _bind_local_types(n, local_types, registries)
             continue
         if type(n) is not ast.Call:
             continue

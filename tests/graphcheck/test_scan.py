@@ -395,8 +395,8 @@ def test_kernel_bodies_are_not_read_as_the_steps_python(tmp_path):
     values, not torch tensors: no host-sync rule reads it, whatever the import spells the decorator (`@ct.kernel`,
     `@kernel`, `functools.partial(cute.jit, ...)`, `@triton.autotune` over `@triton.jit`). Its calls still count as
     the callers of what they call (passing nothing known), so a helper only kernels call is not taken for an entry
-    point fed the step's tensors: through a local instance, a local import, and `self.x` typed by the kernel's own
-    `self.x = C()`. A call of a def nested in the kernel is no call of the module's def of that name. The same code
+    point fed the step's tensors: through a local instance, a local import, `self.x` typed by the kernel's own
+    `self.x = C()`, and a property's setter run by `self.x.prop = a`. A call of a def nested in the kernel is no call of the module's def of that name. The same code
     in a plain def, under `@torch.jit.script` (TorchScript runs per call), under a bare `jit` the file binds itself
     (`jit = torch.compile`) or under a decorator that only ends in 'jit' is the step's Python and is read."""
     pkg = tmp_path / "pkg"
@@ -433,6 +433,16 @@ def test_kernel_bodies_are_not_read_as_the_steps_python(tmp_path):
                 return 2
             return 1
 
+        class Cfg:
+            @property
+            def scale(self):
+                return self._s
+
+            @scale.setter
+            def scale(self, v):
+                if v > 0:
+                    self._s = v
+
         def helper(b):
             if b > 0:
                 return 1
@@ -449,6 +459,8 @@ def test_kernel_bodies_are_not_read_as_the_steps_python(tmp_path):
             def __call__(self, a, cfg):
                 from pkg.other import imported
                 self.store = Store()
+                self.cfg = Cfg()
+                self.cfg.scale = a
                 r = Role()
                 r.setup(a)
                 self.store.put(a)

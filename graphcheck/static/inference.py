@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 
 from ..placement import DEV, HOST, NP, ON_DEVICE, PINNED, PY, TENSOR, TENSORS  # noqa: F401 (re-exported)
 from ..vocab import dotted
@@ -404,6 +405,9 @@ class Env:
         if t is ast.Compare:
             if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops):
                 return PY
+            if all(type(op) is ast.Eq or type(op) is ast.NotEq for op in node.ops) and \
+                    any(self._no_number(c) for c in (node.left, *node.comparators)):
+                return PY
             k = self.kind(node.left)
             for c in node.comparators:
                 k = _arith(k, self.kind(c))
@@ -417,6 +421,23 @@ class Env:
         if t is ast.Starred:
             return self.kind(node.value)
         return None
+
+    def _no_number(self, node: ast.AST) -> bool:
+        """A constant no tensor compares with element by element: a string, None, a dtype (`torch.float16`,
+        `np.float32`) or a class of an imported module (`cutlass.BFloat16`). `tensor == x` for such an x is
+        Python's False (Tensor.__eq__ returns NotImplemented), never a tensor to read back, so `==` / `!=` with one
+        is a host bool whatever the other side is (`if dtype == cutlass.BFloat16:` on an unannotated parameter)."""
+        if type(node) is ast.Constant:
+            return node.value is None or isinstance(node.value, (str, bytes))
+        if type(node) is not ast.Attribute:
+            return False
+        q = self.qual(node)
+        if not q:
+            return False
+        last = node.attr
+        if q.startswith(("torch.", "numpy.")) and _DTYPE_NAME.match(last):
+            return True
+        return last[:1].isupper() and any(ch.islower() for ch in last)
 
     def _device_arg(self, call: ast.Call, pos: int | None = None):
         """Kind of the tensor a factory or `.to()` makes, from its device/pin_memory arguments; None when absent."""
@@ -723,6 +744,11 @@ def _looks_resolvable(recv: ast.AST) -> bool:
     while isinstance(recv, ast.Attribute):
         recv = recv.value
     return isinstance(recv, ast.Name)
+
+
+# the dtypes torch and NumPy name as module attributes (`torch.bfloat16`, `torch.float8_e4m3fn`, `np.uint8`)
+_DTYPE_NAME = re.compile(r"(u?int\d*|float\d*|bfloat16|half|double|long|short|bool_?|cfloat|cdouble|complex\d*|"
+                         r"float8_\w+|float4_\w+|q?u?int\d+|quint\w+|qint\w+|bits\w+)$")
 
 
 def _arith(a, b):

@@ -349,6 +349,36 @@ def user():
     assert got == [("GC104", 10), ("GC104", 11), ("GC201", 6)], got
 
 
+def test_equality_with_a_dtype_a_class_or_a_string_is_a_host_bool(scan_src):
+    """`tensor == torch.bfloat16`, `== cutlass.Float8E4M3FN`, `== "decode"`, `!= None` are Python's False or True
+    (Tensor.__eq__ returns NotImplemented for them), never a tensor read back: with no entry points an untyped
+    parameter compared with one is no device branch. Against a number, another input or a module's ALL_CAPS
+    constant (which may be a number) it still is."""
+    src = """
+import torch
+import numpy as np
+import cutlass
+import consts
+
+def pick(dtype, x, mode, t):
+    if dtype == torch.bfloat16:
+        return 1
+    if dtype != np.float32:
+        return 2
+    w = 2 if dtype == cutlass.Float8E4M3FN else 4
+    if mode == "decode" or t != None:
+        return w
+    if x == 0:
+        return 3
+    if x == t:
+        return 4
+    if x == consts.LIMIT:
+        return 5
+"""
+    got = sorted((f.rule, f.line) for f in scan_src(src))
+    assert got == [("GC201", 15), ("GC201", 17), ("GC201", 19)], got
+
+
 def test_a_caller_through_an_import_or_a_nested_def_decides_a_parameter(tmp_path):
     """The callers of a parameter are found through every name a call can resolve by: a module attribute of an
     import (`helpers.bump(3)`), a name imported from a module (`twice(3)`) and a def nested in the caller

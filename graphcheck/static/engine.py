@@ -224,14 +224,7 @@ class FileAnalyzer:
                     chk(ctx, n)
             for rec, cn in zip(calls[:ncalls], call_nodes):
                 if cn is not None and (cn.args or cn.keywords):
-                    rec.append([_enc(env.kind(a)) for a in cn.args])
-                    kw = {k.arg: _enc(env.kind(k.value)) for k in cn.keywords if k.arg}
-                    # `f(*xs)` / `f(**opts)`: how many arguments (and which names) they pass is unknown
-                    if any(type(a) is ast.Starred for a in cn.args):
-                        kw["*"] = True
-                    if any(k.arg is None for k in cn.keywords):
-                        kw["**"] = True
-                    rec.append(kw)
+                    _append_arguments(rec, cn, env)
             for rec, v in sets:          # `self.x = v` passes v to the setter
                 rec.append([_enc(env.kind(v))] if v is not None else [])
                 rec.append({})
@@ -421,17 +414,30 @@ class FileAnalyzer:
                 self.kernel_names.add(node.name)
 
 
+def _append_arguments(rec: list, call: ast.Call, env: Env | None) -> None:
+    """Append what a call passes to its record: each positional argument's kind in `env` (None without one: a
+    kernel's arguments are the DSL's values), then {keyword: kind}, with '*' / '**' where `f(*xs)` / `f(**opts)`
+    pass a number (and names) of arguments nothing says."""
+    rec.append([_enc(env.kind(a)) if env is not None else None for a in call.args])
+    kw = {k.arg: _enc(env.kind(k.value)) if env is not None else None for k in call.keywords if k.arg}
+    if any(type(a) is ast.Starred for a in call.args):
+        kw["*"] = True
+    if any(k.arg is None for k in call.keywords):
+        kw["**"] = True
+    rec.append(kw)
+
+
 def _compiled_summary(f: _Func, node: ast.AST, registries: dict) -> dict:
     """A kernel's summary: its signature, and the calls of its body under `dsl_calls`, apart from `calls` so that
     the captured region does not follow them (a helper the DSL traces is the DSL's code). They still count as the
     callers of what they call, passing arguments of no known kind: a helper only kernels call is not taken for an
     entry point whose inputs are the step's tensors (`--all-functions`)."""
-    calls = []
+    calls: list[list] = []
+    stores: list = []
     local_types: dict[str, list] = {}     # `r = Role()` before `r.setup(a)`
     for n in f.nodes:
         if type(n) is ast.Assign or type(n) is ast.AnnAssign:
-            for _, tgt, _, d in _store_descriptors(n, local_types):    # `self.cfg.scale = a` runs a setter
-                calls.append(["set", *d[:-1], f"{d[-1]}@setter", tgt.lineno, tgt.col_offset, [None], {}])
+            stores += _store_descriptors(n, local_types)     # `self.cfg.scale = a` runs a setter
             if type(n) is ast.Assign:
                 _bind_local_types(n, local_types, registries)
             continue
@@ -441,12 +447,10 @@ def _compiled_summary(f: _Func, node: ast.AST, registries: dict) -> dict:
         if d and d[0] == "name" and d[1] in f.lambdas:
             d = None          # a def or lambda of the kernel's own body
         if d:
-            kw = {k.arg: None for k in n.keywords if k.arg}
-            if any(type(a) is ast.Starred for a in n.args):
-                kw["*"] = True
-            if any(k.arg is None for k in n.keywords):
-                kw["**"] = True
-            calls.append([*d, n.lineno, n.col_offset, [None] * len(n.args), kw])
+            calls.append([*d, n.lineno, n.col_offset])
+            _append_arguments(calls[-1], n, None)
+    for rec, _ in _accessor_calls([], stores, calls, {}, set()):
+        rec += [[None], {}]
     a = node.args
     fsum = {"line": node.lineno, "cls": f.cls, "calls": [], "dsl_calls": calls,
             "params": [x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x is not None],

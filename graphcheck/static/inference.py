@@ -748,7 +748,7 @@ def _looks_resolvable(recv: ast.AST) -> bool:
 
 # the dtypes torch and NumPy name as module attributes (`torch.bfloat16`, `torch.float8_e4m3fn`, `np.uint8`)
 _DTYPE_NAME = re.compile(r"(u?int\d*|float\d*|bfloat16|half|double|long|short|bool_?|cfloat|cdouble|complex\d*|"
-                         r"float8_\w+|float4_\w+|q?u?int\d+|quint\w+|qint\w+|bits\w+)$")
+                         r"float8_\w+|float4_\w+|quint\w+|qint\w+|bits\w+)$")
 
 
 def _arith(a, b):

@@ -592,7 +592,7 @@ void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w,
 void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
                  const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                  const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
-                 double limit, bool has_limit, int64_t fmt, int64_t mode);
+                 double limit, bool has_limit, int64_t fmt, int64_t mode, bool pairs_first);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fp4_rows", &fp4_rows, "FP4/FP8 weight-only rows kernel (modes: 0 gemv, 1 expert up + SwiGLU, 2 expert down)");

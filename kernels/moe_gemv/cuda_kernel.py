@@ -181,6 +181,12 @@ def f32_gemv_cuda(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return y
 
 
+# Whether the tensor-core experts kernel takes the pairs as its grid's fastest index (see mma_kernel.cu: pairs routed
+# to one expert then read each of its tiles together, from L2 after the first); only the schedule, not the values.
+# A/B: benchmarks/decode.py --knob dsv4_kernels.moe_gemv.cuda_kernel.EXPERTS_PAIRS_FIRST=False
+EXPERTS_PAIRS_FIRST = True
+
+
 def _mma_experts_fit(K: int, *ws) -> bool:
     return all(w[0] in ("mxfp4", "nvfp4") and fits(K, w) and K % 128 == 0 and K <= MMA_MAX_K and w[2].data_ptr() % 8 == 0
                for w in ws)
@@ -196,7 +202,7 @@ def _experts_mma(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, li
     a = _parts(wa, x)
     b = _parts(wb, x) if wb is not None else a
     _ext().mma_experts(x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0), limit is not None,
-                       _FMT[wa[0]], mode)
+                       _FMT[wa[0]], mode, EXPERTS_PAIRS_FIRST)
 
 
 def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None, path: str = "auto") -> torch.Tensor:

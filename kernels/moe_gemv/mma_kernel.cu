@@ -498,22 +498,29 @@ mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__
 //   MODE 1: out[p, n] = wts[p] * swiglu(w1[e] x, w3[e] x)  (bf16; clamp before SiLU when has_limit)
 //   MODE 2: out[p, n] = w2[e] h[p]                          (fp32)
 // Each projection's output is rounded to bf16 first, as the reference's bf16 linears do.
+// pairs_first: the pair is blockIdx.x and the tile blockIdx.y, so the blocks resident at once hold the same few
+// tiles of every pair: pairs routed to one expert (a batch's tokens share experts: 8 tokens x 6 picks hit ~33 of
+// Flash's experts, not 48) read each tile of its weights together, and all but the first read it from L2. With the
+// pair in blockIdx.y, each pair's tiles went through the GPU in turn and every pair read its expert from memory.
+// Only the schedule differs: every pair's sums are the same, bit for bit.
 template <int FMT, int MODE, int KS>
 __global__ void __launch_bounds__(WARPS * 32, 4)
 mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restrict__ idx, const float* __restrict__ wts,
                    void* __restrict__ out, const uint8_t* __restrict__ wa, const uint8_t* __restrict__ sa,
                    const float* __restrict__ ga, const uint8_t* __restrict__ wb, const uint8_t* __restrict__ sb,
-                   const float* __restrict__ gb, int xdiv, int N, int K, float limit, bool has_limit) {
+                   const float* __restrict__ gb, int xdiv, int N, int K, float limit, bool has_limit,
+                   bool pairs_first) {
   static_assert(FMT != 2 && (MODE == 2 || KS * 2 == WARPS), "experts are FP4; mode 1 puts w1 and w3 in half the warps each");
   constexpr int NM = MODE == 1 ? 2 : 1, RT = MODE == 1 ? 1 : WARPS / KS;
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);                         // [WARPS][8][2] each warp's row sums
   __half* xs = reinterpret_cast<__half*>(red + WARPS * 16);            // [WARPS][XW_HALVES]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t = lane & 3;
-  const int p = blockIdx.y, grp = warp / KS, ks = warp % KS;
+  const int p = pairs_first ? blockIdx.x : blockIdx.y, tile = pairs_first ? blockIdx.y : blockIdx.x;
+  const int grp = warp / KS, ks = warp % KS;
   const int m = MODE == 1 ? grp : 0, rt = MODE == 1 ? 0 : grp;
   const int64_t e = __ldg(idx + p);
-  const int ra = (blockIdx.x * RT + rt) * 16 + gq, rb = ra + 8;
+  const int ra = (tile * RT + rt) * 16 + gq, rb = ra + 8;
   const int64_t wsize = static_cast<int64_t>(N) * (K / 2), ssize = static_cast<int64_t>(N) * (FMT == 0 ? K / 32 : K / 16);
   float acc[2] = {0.f, 0.f};
   fp4_dot1<FMT, KS>((m == 0 ? wa : wb) + e * wsize, (m == 0 ? sa : sb) + e * ssize, x + static_cast<int64_t>(p / xdiv) * K,
@@ -575,17 +582,18 @@ template <int FMT, int MODE, int KS>
 void launch_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor& out,
                     const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                     const torch::Tensor& sb, const torch::Tensor& gb, int P, int xdiv, int N, int K, float limit,
-                    bool has_limit) {
+                    bool has_limit, bool pairs_first) {
   constexpr int RT = MODE == 1 ? 1 : WARPS / KS;
   const size_t bytes = WARPS * 16 * sizeof(float) + WARPS * XW_HALVES * sizeof(__half);
   auto kernel = mma_experts_kernel<FMT, MODE, KS>;
   if (bytes > 48 * 1024) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  const dim3 grid((N + RT * 16 - 1) / (RT * 16), P);
+  const int tiles = (N + RT * 16 - 1) / (RT * 16);
+  const dim3 grid(pairs_first ? P : tiles, pairs_first ? tiles : P);
   kernel<<<grid, WARPS * 32, bytes, at::cuda::getCurrentCUDAStream()>>>(
       reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), idx.data_ptr<int64_t>(), wts.data_ptr<float>(), out.data_ptr(),
       static_cast<const uint8_t*>(wa.data_ptr()), static_cast<const uint8_t*>(sa.data_ptr()), ga.data_ptr<float>(),
       static_cast<const uint8_t*>(wb.data_ptr()), static_cast<const uint8_t*>(sb.data_ptr()), gb.data_ptr<float>(),
-      xdiv, N, K, limit, has_limit);
+      xdiv, N, K, limit, has_limit, pairs_first);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -628,7 +636,7 @@ void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w,
 void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
                  const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                  const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
-                 double limit, bool has_limit, int64_t fmt, int64_t mode) {
+                 double limit, bool has_limit, int64_t fmt, int64_t mode, bool pairs_first) {
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && K % 128 == 0 && K <= MAX_K && x.size(-1) == K,
               "mma_experts: x must be contiguous bf16 [rows, K] with K % 128 == 0, K <= 8192");
   TORCH_CHECK(idx.scalar_type() == at::kLong && wts.scalar_type() == at::kFloat && idx.numel() >= P && wts.numel() >= P,
@@ -636,14 +644,15 @@ void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::
   TORCH_CHECK((fmt == 0 || fmt == 1) && (mode == 1 || mode == 2), "mma_experts: bad format ", fmt, " or mode ", mode);
   TORCH_CHECK(out.is_contiguous() && out.numel() == P * N && out.scalar_type() == (mode == 1 ? at::kBFloat16 : at::kFloat),
               "mma_experts: out must be contiguous [P, N], bf16 (mode 1) or fp32 (mode 2)");
+  TORCH_CHECK(pairs_first ? P <= INT32_MAX : P <= 65535, "mma_experts: ", P, " pairs are more than the grid takes");
   if (P == 0 || N == 0) return;
   const int p = static_cast<int>(P), xd = static_cast<int>(xdiv), n = static_cast<int>(N), k = static_cast<int>(K);
   const float lim = static_cast<float>(limit);
   // mode 1: 4 warps split K for each of w1 and w3; mode 2: 8 warps over one 16-row tile from 32 chunks of 128 up,
   // else 4 warps over each of two tiles (w2, K = inter 2048: 4 chunks a warp, not 2 behind each staging of x)
   const bool wide = K / 128 >= 32;
-#define DSV4_EXPERTS(F, KS2) (mode == 1 ? launch_experts<F, 1, WARPS / 2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit) \
-                                        : launch_experts<F, 2, KS2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit))
+#define DSV4_EXPERTS(F, KS2) (mode == 1 ? launch_experts<F, 1, WARPS / 2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit, pairs_first) \
+                                        : launch_experts<F, 2, KS2>(x, idx, wts, out, wa, sa, ga, wb, sb, gb, p, xd, n, k, lim, has_limit, pairs_first))
   if (fmt == 0 && wide) DSV4_EXPERTS(0, 8);
   else if (fmt == 0) DSV4_EXPERTS(0, 4);
   else if (wide) DSV4_EXPERTS(1, 8);

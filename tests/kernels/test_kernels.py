@@ -498,6 +498,29 @@ def test_sum_pairs_triton_is_the_slot_order_loop():
 
 
 @cuda
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
+@pytest.mark.parametrize("T,E,k,dim,inter", [(8, 64, 6, 4096, 2048), (1, 16, 6, 256, 512), (20, 3, 2, 384, 640)])
+def test_routed_experts_mma_pairs_first_is_only_a_schedule(fmt, T, E, k, dim, inter, monkeypatch):
+    """The tensor-core experts kernel with the pairs as its grid's fastest index (`EXPERTS_PAIRS_FIRST`, so pairs
+    that share an expert read its tiles together) against the tiles first: bit for bit, both launches (w1/w3 with
+    SwiGLU, then w2), outputs poisoned first; (20, 3, 2): 40 pairs on 3 experts, most pairs share one."""
+    from dsv4_kernels.moe_gemv import cuda_kernel
+    g = torch.Generator(device="cuda").manual_seed(T * 31 + E)
+    w1, w3, w2 = _flash_like(fmt, E, dim, inter, g)
+    x = torch.randn(T, dim, device="cuda", generator=g).bfloat16()
+    idx = torch.rand(T, E, device="cuda", generator=g).argsort(-1)[:, :k]
+    wts = torch.rand(T, k, device="cuda", generator=g)
+    runs = {}
+    for first in (True, False):
+        monkeypatch.setattr(cuda_kernel, "EXPERTS_PAIRS_FIRST", first)
+        _poison(T * k * (dim + inter) * 4)
+        runs[first] = cuda_kernel.routed_experts_cuda(x, idx, wts, w1, w3, w2, 10.0, path="mma")
+    assert torch.isfinite(runs[True]).all() and _bit_equal(runs[True], runs[False])
+    ref = routed_experts_ref(x, idx, wts, w1, w3, w2, 10.0)
+    torch.testing.assert_close(runs[True], ref, rtol=2e-2, atol=2e-3 * ref.abs().max().item())
+
+
+@cuda
 def test_routed_experts_flash_size_and_weight_before_w2():
     """Flash sizes (top-6 of 256, dim 4096, inter 2048), B=8; the routing weight must act before w2's rounding."""
     g = torch.Generator(device="cuda").manual_seed(5)

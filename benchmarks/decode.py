@@ -681,7 +681,7 @@ def main(argv=None) -> int:
                          "triton_kernel.SHAPES) in this process, e.g. what benchmarks/bf16_sweep.py --best found")
     ap.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=VALUE",
                     help="set a module's launch or join constant in this process for an A/B (a Python literal), e.g. "
-                         "dsv4_kernels.attention.triton_kernel.PV_COLS=64 or dsv4_model.linear.JOIN_PROJECTIONS=False")
+                         "dsv4_kernels.attention.triton_kernel.PV_COLS=0 or dsv4_model.linear.JOIN_PROJECTIONS=False")
     a = ap.parse_args(argv)
     for knob in a.knob:
         err = set_knob(knob)

@@ -52,18 +52,25 @@
 #                                      decode.py --depths 2,8 --batches 1,8 with the default shape and with the sweep's
 #                                      best (--bf16-shape), one after the other (BF16_ARGS: decode.py's options;
 #                                      BF16_DEPTH=0: the sweep only)
+#   bash benchmarks/h200.sh experts    issue 37's routed-experts schedule (EXPERTS_PAIRS_FIRST: the pairs as the grid's
+#                                      fastest index, so pairs that share an expert read it together): the experts'
+#                                      CUDA tests (both schedules bit for bit, parity), then decode.py --depths 2,8 with
+#                                      it on and off, one after the other on the idle GPU, and with the attention's one
+#                                      launch (EXPERTS_ARGS: decode.py's options, default "--configs flash --depths
+#                                      2,8 --batches 1,8 --steps 20 --experts 64"; EXPERTS_TESTS=0 skips the tests;
+#                                      EXPERTS_SPECS: the runs, "name|knobs" separated by ";")
 #   bash benchmarks/h200.sh candidates issue 37's launch-shape choices: their GPU tests (the attention's two launches'
 #                                      ring bit for bit their list and near the one launch, the decode pair over
-#                                      joined projections), then decode.py --depths 2,8 at B=1: the defaults, the
-#                                      attention's two launches (off until the replay and capture checks hold with
-#                                      them), the projections apart (CANDIDATE_ARGS: its options, e.g. --batches 8 in
+#                                      joined projections), then decode.py --depths 2,8 at B=1: the defaults (two
+#                                      launches since runs 77-80), the attention's one launch, the projections apart
+#                                      (CANDIDATE_ARGS: its options, e.g. --batches 8 in
 #                                      a second call; CANDIDATE_TESTS=0 skips the tests)
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
 # cached per machine (TORCH_EXTENSIONS_DIR): a fresh machine spends about 80 s on it in `check`.
 set -u
-STAGES="check tests memcheck targets speculative spec-bench kernels decode profile floor fuse drift thirdparty ncu ab cutedsl cutedsl-bench bf16 candidates"
+STAGES="check tests memcheck targets speculative spec-bench kernels decode profile floor fuse drift thirdparty ncu ab cutedsl cutedsl-bench bf16 candidates experts"
 # every stage named is checked before anything runs: a typo fails at once (exit 2), not after the stages before it
 for stage in "${@:-check}"; do
   case " $STAGES " in *" $stage "*) ;; *)
@@ -263,7 +270,7 @@ for stage in "${@:-check}"; do
   candidates)
     # the attention's two launches' (their ring bit for bit their list, near the one launch) and the joined
     # projections' (both decodes bit for bit over joins) CUDA tests, then the default decode against each choice
-    # flipped (two launches on, projections apart), one after the other on the idle GPU
+    # flipped (one launch, projections apart), one after the other on the idle GPU
     run candidates-build.txt 120 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
     if [ "${CANDIDATE_TESTS:-1}" = 1 ]; then   # CANDIDATE_TESTS=0: the decodes alone (the tests ran in an earlier call)
       run candidates-tests.txt 150 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_kernels.py \
@@ -271,11 +278,27 @@ for stage in "${@:-check}"; do
       summary candidates-tests.txt
     fi
     args=${CANDIDATE_ARGS:---configs flash --depths 2,8 --batches 1 --steps 20 --experts 64}
-    for spec in "default|" "two-launches|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=64" \
+    for spec in "default|" "one-launch|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=0" \
                 "separate|--knob dsv4_model.linear.JOIN_PROJECTIONS=False"; do
       name=${spec%%|*}; cand=${spec#*|}
       run "candidates-depth-$name.txt" 130 python benchmarks/decode.py $args $cand
       echo "== $name $cand"; grep -hE "^ *[0-9]+ +[0-9.]+ |Error|^exit" "$OUT/candidates-depth-$name.txt"
+    done ;;
+  experts)
+    run experts-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    grep -E "build|exit" "$OUT/experts-build.txt"
+    if [ "${EXPERTS_TESTS:-1}" = 1 ]; then
+      run experts-tests.txt 200 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_kernels.py \
+        -k "routed_experts_mma_pairs_first or routed_experts_parity or routed_experts_flash_size"
+      summary experts-tests.txt
+    fi
+    args=${EXPERTS_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}
+    specs=${EXPERTS_SPECS:-"pairs-first|;tiles-first|--knob dsv4_kernels.moe_gemv.cuda_kernel.EXPERTS_PAIRS_FIRST=False;pairs-first-one-launch|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=0"}
+    IFS=';' read -ra runs <<< "$specs"
+    for spec in "${runs[@]}"; do
+      name=${spec%%|*}; cand=${spec#*|}
+      run "experts-depth-$name.txt" 170 python benchmarks/decode.py $args $cand
+      echo "== $name $cand"; grep -hE "^ *[0-9]+ +[0-9.]+ |hit per layer|Error|^exit" "$OUT/experts-depth-$name.txt"
     done ;;
   *) echo "h200.sh: stage '$stage' is in STAGES but has no case" >&2; exit 2 ;;
   esac

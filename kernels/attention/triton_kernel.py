@@ -57,10 +57,10 @@ STAGES = None      # software-pipelining depth of the split kernel's key loop; N
 BN_OFFICIAL = 64   # official kernel.py `block = 64`: the online softmax's step, which the P rounding depends on
 # official numerics in two launches with PV_COLS head_dim columns per program of the second, or 0: the one-launch
 # kernel. Two launches at 64 columns are faster (the decode on the H100 at B=1, per layer: run 72 0.2612 ms with one,
-# 0.2508 with two; run 74 0.2534 and 0.2453) and keep the graph-safe decode on the reference's bits since the
-# in-order row sum (run 76: official_numerics PASS over 320 steps), but the 300-step replay and capture checks have
-# not yet run with them: 0 until they have (on the device's copy of the tree: sed PV_COLS to 64, then `h200.sh check`)
-PV_COLS = 0
+# 0.2508 with two; run 74 0.2534 and 0.2453; run 77 0.2561 and 0.2467) and keep the graph-safe decode on the
+# reference's bits since the in-order row sum (official_numerics PASS over 320 steps: runs 76 and 78); run 78 also
+# passed the 300-step replay, capture and greedy checks with them (`h200.sh check`), runs 79-80 memcheck (0 errors)
+PV_COLS = 64
 # the official launches' compile options: no contraction of a product and a sum into one FMA, so neither launch shape
 # rounds a score where the other does not (run 75: contraction alone moved 24,343 of the one launch's 262,144 outputs)
 _NO_FMA = {"enable_fp_fusion": False}

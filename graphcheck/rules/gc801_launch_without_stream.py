@@ -1,4 +1,4 @@
-"""GC801 launch-without-stream — Flags calls of CuTeDSL-compiled or `@cute.jit` kernels without a `stream=` argument, or with stream 0 / the default stream."""
+"""GC801 launch-without-stream — Flags calls of CuTeDSL-compiled or `@cute.jit` kernels that pass no stream: no `stream=` argument and no positional one (a stream made by `cuda.CUstream(...)`, or named so)."""
 from __future__ import annotations
 
 import ast
@@ -11,7 +11,7 @@ RULE = Rule(
     name='launch-without-stream',
     message='kernel launch `{call}` has no explicit current-stream argument',
     hint='pass `stream=cuda.CUstream(torch.cuda.current_stream().cuda_stream)`',
-    what='Flags calls of CuTeDSL-compiled or `@cute.jit` kernels without a `stream=` argument, or with stream 0 / the default stream.',
+    what='Flags calls of CuTeDSL-compiled or `@cute.jit` kernels that pass no stream: no `stream=` argument and no positional one (a stream made by `cuda.CUstream(...)`, or named so).',
     why='Capture records the capturing stream only. A launch on stream 0 during `torch.cuda.graph(...)` runs once eagerly and leaves an *empty graph* behind, with only a warning: replay then does nothing.',
     example='compiled(a, b)',
     instead='compiled(a, b, stream=cuda.CUstream(torch.cuda.current_stream().cuda_stream))',
@@ -28,5 +28,8 @@ RUNTIME: tuple[str, ...] = ("cutlass.cute.launch_without_stream", "cutlass.cute.
 def check(ctx, node: ast.Call) -> None:
     # a call from inside a kernel-DSL function would be a device helper call, not a launch: the engine does not read
     # those bodies (static/context.py: compiled_body)
-    if ctx.is_kernel(node.func) and not any(k.arg == "stream" for k in node.keywords):
+    # a compiled function takes its stream where its signature puts it: `stream=` or a positional stream
+    # (`compiled(a, b, stream)`, the stream made by `cuda.CUstream(...)` or named so)
+    if ctx.is_kernel(node.func) and not any(k.arg == "stream" for k in node.keywords) \
+            and not any(ctx.is_stream(a) for a in node.args):
         ctx.report(RULE.code, node, call=dotted(node.func) or "kernel")

@@ -212,13 +212,22 @@ class _Ctx:
             self._nan[id(test)] = hit
         return hit
 
-    def is_stream_or_event(self, node: ast.AST) -> bool:
+    def is_stream(self, node: ast.AST) -> bool:
+        """A value the code says is a stream: a local bound to a stream or event constructor, a constructor call
+        (`cuda.CUstream(...)`, CuTeDSL's handle of torch's stream), or a name that says `stream`."""
         if isinstance(node, ast.Name) and node.id in self.a.stream_names:
+            return True
+        if isinstance(node, ast.Call):
+            return dotted(node.func).split(".")[-1] in _STREAM_CALLS
+        return "stream" in dotted(node).lower().split(".")[-1]
+
+    def is_stream_or_event(self, node: ast.AST) -> bool:
+        if self.is_stream(node):
             return True
         if isinstance(node, ast.Call):
             return dotted(node.func).split(".")[-1] in _STREAM_CTORS
         recv = dotted(node).lower().split(".")[-1]
-        return bool(recv) and any(w in recv for w in ("stream", "event")) or recv in ("ev", "done", "start", "end")
+        return bool(recv) and "event" in recv or recv in ("ev", "done", "start", "end")
 
     def is_shadowed(self, name: str) -> bool:
         return name in self.a.module_defs
@@ -251,6 +260,8 @@ _NO_DEPS: frozenset[str] = frozenset()   # a checker's dependencies start empty;
 _NAN_GUARDS = ("isnan", "isinf", "isfinite", "isneginf", "isposinf")
 _HOST_MATH = ("math.", "cmath.", "numpy.")
 _STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "ExternalStream")
+# calls that make a stream a launch may take (not `default_stream`: stream 0 is what GC801 is about)
+_STREAM_CALLS = ("Stream", "current_stream", "ExternalStream", "CUstream")
 
 
 def compiled_body(decorators: list[str]) -> bool:

@@ -28,7 +28,7 @@ from .descriptors import (_ACCESSORS, _INSPECTS, _accessor_calls, _accessor_role
 from .placement import NO_PLACEMENT, Placement
 from .suppressions import _may_suppress, parse_suppressions
 
-ENGINE_VERSION = "38"
+ENGINE_VERSION = "39"
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
 # attribute loads are kept apart from a function's nodes (they may be property reads: _accessor_calls), so a rule
@@ -378,14 +378,20 @@ class FileAnalyzer:
         for d in node.decorator_list:
             if type(d) is ast.Call and d.args and dotted(d.func).rpartition(".")[2] == "partial":
                 d = d.args[0]
-            name = dotted(d.func if type(d) is ast.Call else d)
-            head, dot, rest = name.partition(".")
-            imp = self.imports.get(head)
-            if imp is not None:
-                out.append(imp["target"] + dot + rest)
-            elif dot:
+            name = self._through_imports(dotted(d.func if type(d) is ast.Call else d))
+            if name:
                 out.append(name)
         return out
+
+    def _through_imports(self, name: str) -> str:
+        """A dotted name as the file's imports make it (`ct.compile` after `import cutlass.cute as ct` is
+        'cutlass.cute.compile'); a dotted name whose head the file does not import as written; '' for a bare name
+        the file does not import (nothing says what it is)."""
+        head, dot, rest = name.partition(".")
+        imp = self.imports.get(head)
+        if imp is not None:
+            return imp["target"] + dot + rest
+        return name if dot else ""
 
     def _file_facts(self, funcs: list[_Func]) -> None:
         for f in funcs:
@@ -403,14 +409,19 @@ class FileAnalyzer:
                         self.stream_names.add(t.id)
                     if last == "Generator" and isinstance(t, ast.Name):
                         self.generator_names.add(t.id)
-                    if fname.endswith("cute.compile") or fname == "compile" and self.imports.get("compile", {}).get("target", "").startswith("cutlass"):
+                    # CuTeDSL's compile by what the imports make the call (`ct.compile`, a bare imported `compile`),
+                    # or spelled `cute.compile` where the file's imports do not say
+                    if last == "compile" and (self._through_imports(fname).startswith("cutlass.")
+                                              or fname.endswith("cute.compile")):
                         if isinstance(t, ast.Name):
                             self.kernel_names.add(t.id)
                         elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                             self.kernel_attrs.add(t.attr)
             self.host_seqs[id(f)] = seqs
             node = f.node
-            if isinstance(node, _FUNCS) and any(d.endswith("cute.jit") for d in _decorators(node)):
+            # a CuTeDSL launcher by what its decorator names through the imports (`@ct.jit`, `@jit` from
+            # cutlass.cute), as compiled_body judges it
+            if isinstance(node, _FUNCS) and any(d.endswith("cute.jit") for d in self._decorator_targets(node)):
                 self.kernel_names.add(node.name)
 
 

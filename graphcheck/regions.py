@@ -47,8 +47,9 @@ parameter, whose `if x is None: x = default` runs every step):
 what it launches like any other code.
 
 Kernel-DSL code is not the step's Python either: the body of a def decorated with a `jit` (`@triton.jit`,
-`@cute.jit`, `@gluon.jit`) or with `@cute.kernel`, and every def nested in it, holds the DSL's values (a Triton
-block, a CuTe tensor, `Int32`), never torch tensors, and runs as Python only while the DSL traces it. No rule reads
+`@cute.jit`, `@gluon.jit`), with `@cute.kernel`, cuTile's `@ct.kernel` / `@ct.function` or Warp's `@wp.kernel` /
+`@wp.func`, and every def nested in it, holds the DSL's values (a Triton block, a CuTe tensor, `Int32`, a tile),
+never torch tensors, and runs as Python only while the DSL traces it. No rule reads
 it; a launch is checked where it is made (GC801: no current-stream argument, GC802: compiled in the captured
 region), and a helper that only kernels call is not an entry point fed the step's tensors (`--all-functions`).
 

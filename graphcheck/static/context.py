@@ -266,13 +266,19 @@ _STREAM_CALLS = ("Stream", "current_stream", "ExternalStream", "CUstream")
 
 def compiled_body(decorators: list[str]) -> bool:
     """Whether a def's body is compiled code rather than the step's Python, from its decorators' names with the
-    file's imports applied (engine: `_decorator_targets`): `@triton.jit`, `@cute.jit`,
-    `@cute.kernel`, `@gluon.jit`, `@numba.jit`, `@jax.jit` (any decorator named `jit` but torch's, or CuTe's `kernel`). Its
-    values are the DSL's (`Int32`, a CuTe tensor, a Triton block), never torch tensors, and its Python runs only
+    file's imports applied (engine: `_decorator_targets`): `@triton.jit`, `@cute.jit`, `@cute.kernel`, `@gluon.jit`,
+    `@numba.jit`, `@jax.jit` (any decorator named `jit` but torch's, or CuTe's `kernel`), cuTile's `@ct.kernel`
+    (`cuda.tile.kernel`, launched by `ct.launch`) and `@ct.function`, Warp's `@wp.kernel` and `@wp.func`. Its values
+    are the DSL's (`Int32`, a CuTe tensor, a Triton block, a tile), never torch tensors, and its Python runs only
     while the DSL traces it: a host-sync rule read there reports the kernel's own control flow (1,012 such rows on
-    flashinfer 0.7.4, all in CuTe DSL kernels). The launch is checked where it is made (GC801, GC802)."""
+    flashinfer 0.7.4 in CuTe DSL kernels, 81 more in its cuTile kernels and functions). The launch is checked where
+    it is made (GC801, GC802)."""
     return any(d.rpartition(".")[2] == "jit" and not d.startswith("torch.") or d.endswith("cute.kernel")
-               for d in decorators)
+               or d in _DSL_KERNELS for d in decorators)
+
+
+# kernel decorators of DSLs whose decorator is not named `jit`, by their import-resolved names
+_DSL_KERNELS = frozenset(("cuda.tile.kernel", "cuda.tile.function", "warp.kernel", "warp.func"))
 
 
 def _splits(node: ast.AST) -> bool:

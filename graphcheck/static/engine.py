@@ -28,7 +28,7 @@ from .descriptors import (_ACCESSORS, _INSPECTS, _accessor_calls, _accessor_role
 from .placement import NO_PLACEMENT, Placement
 from .suppressions import _may_suppress, parse_suppressions
 
-ENGINE_VERSION = "39"
+ENGINE_VERSION = "40"
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
 # attribute loads are kept apart from a function's nodes (they may be property reads: _accessor_calls), so a rule

@@ -423,7 +423,8 @@ def test_a_caller_through_an_import_or_a_nested_def_decides_a_parameter(tmp_path
 def test_kernel_bodies_are_not_read_as_the_steps_python(tmp_path):
     """The body of a `@triton.jit`, `@cute.jit` or `@cute.kernel` def (and of the defs nested in it) holds the DSL's
     values, not torch tensors: no host-sync rule reads it, whatever the import spells the decorator (`@ct.kernel`,
-    `@kernel`, `functools.partial(cute.jit, ...)`, `@triton.autotune` over `@triton.jit`). Its calls still count as
+    `@kernel`, `functools.partial(cute.jit, ...)`, `@triton.autotune` over `@triton.jit`); cuTile's `@ct.kernel` and
+    `@ct.function` (`cuda.tile`), Warp's `@wp.kernel` and `@wp.func` alike. Its calls still count as
     the callers of what they call (passing nothing known), so a helper only kernels call is not taken for an entry
     point fed the step's tensors: through a local instance, a local import, `self.x` typed by the kernel's own
     `self.x = C()`, and a property's setter run by `self.x.prop = a`. A call of a def nested in the kernel is no call of the module's def of that name. The same code
@@ -444,6 +445,8 @@ def test_kernel_bodies_are_not_read_as_the_steps_python(tmp_path):
         import cutlass.cute as cute
         import cutlass.cute as ct
         from cutlass.cute import kernel
+        import cuda.tile as tile
+        import warp as wp
         from mylib import nojit
 
         jit = torch.compile
@@ -513,6 +516,24 @@ def test_kernel_bodies_are_not_read_as_the_steps_python(tmp_path):
         @functools.partial(cute.jit, preprocess=False)
         def k3(t):
             assert t > 0
+
+        @tile.kernel
+        def k4(a, b):
+            m = tile.bid(0)
+            if m > 0:
+                n = b.item()
+
+        @tile.function
+        def k7(a: torch.Tensor):
+            return a.item()
+
+        @wp.kernel
+        def k5(a):
+            assert a > 0
+
+        @wp.func
+        def k6(a):
+            assert a > 0
 
         @nojit
         def host(x: torch.Tensor):

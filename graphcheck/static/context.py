@@ -213,21 +213,22 @@ class _Ctx:
         return hit
 
     def is_stream(self, node: ast.AST) -> bool:
-        """A value the code says is a stream: a local bound to a stream or event constructor, a constructor call
-        (`cuda.CUstream(...)`, CuTeDSL's handle of torch's stream), or a name that says `stream`."""
-        if isinstance(node, ast.Name) and node.id in self.a.stream_names:
-            return True
+        """A value a launch may take as its stream: a call that makes one (`cuda.CUstream(...)`, CuTeDSL's handle of
+        torch's stream; not `CUstream(0)` nor `default_stream()`), a local this def bound to such a call, or a name
+        with `stream` as one of its words (`stream`, `cur_stream`; not `num_streams` nor `upstream`)."""
         if isinstance(node, ast.Call):
-            return dotted(node.func).split(".")[-1] in _STREAM_CALLS
-        return "stream" in dotted(node).lower().split(".")[-1]
+            return stream_call(node)
+        if isinstance(node, ast.Name) and node.id in self.a.launch_streams.get(id(self.func), ()):
+            return True
+        return "stream" in dotted(node).lower().split(".")[-1].split("_")
 
     def is_stream_or_event(self, node: ast.AST) -> bool:
-        if self.is_stream(node):
+        if isinstance(node, ast.Name) and node.id in self.a.stream_names:
             return True
         if isinstance(node, ast.Call):
             return dotted(node.func).split(".")[-1] in _STREAM_CTORS
         recv = dotted(node).lower().split(".")[-1]
-        return bool(recv) and "event" in recv or recv in ("ev", "done", "start", "end")
+        return bool(recv) and any(w in recv for w in ("stream", "event")) or recv in ("ev", "done", "start", "end")
 
     def is_shadowed(self, name: str) -> bool:
         return name in self.a.module_defs
@@ -262,6 +263,17 @@ _HOST_MATH = ("math.", "cmath.", "numpy.")
 _STREAM_CTORS = ("Event", "Stream", "current_stream", "default_stream", "ExternalStream")
 # calls that make a stream a launch may take (not `default_stream`: stream 0 is what GC801 is about)
 _STREAM_CALLS = ("Stream", "current_stream", "ExternalStream", "CUstream")
+
+
+def stream_call(node: ast.AST) -> bool:
+    """A call that makes a stream a launch may take: `cuda.CUstream(torch.cuda.current_stream().cuda_stream)`,
+    `torch.cuda.current_stream()`, ... but not `CUstream(0)` / `ExternalStream(0)` (stream 0) nor `default_stream()`."""
+    last = dotted(node.func).split(".")[-1] if type(node) is ast.Call else ""
+    if last not in _STREAM_CALLS:
+        return False
+    # a handle made of pointer 0 is the legacy default stream (`current_stream(0)` and `Stream(0)` name a device)
+    return not (last in ("CUstream", "ExternalStream") and node.args and type(node.args[0]) is ast.Constant
+                and node.args[0].value in (0, None))
 
 
 def compiled_body(decorators: list[str]) -> bool:

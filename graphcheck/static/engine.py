@@ -22,13 +22,13 @@ from .regions import once_decorator
 from .inference import NP, TENSORS, Env, children, element, infer, join, unpack_targets
 from .classtypes import (_LazyCtors, _attr_types, _bind_local_types, _class_kinds, _class_names, _class_refs,
                          _ctor_symbols, _field_kinds, _registries)
-from .context import _FUNCS, _NAN_GUARDS, _NO_DEPS, _STREAM_CTORS, _Ctx, _Func, _splits, compiled_body
+from .context import _FUNCS, _NAN_GUARDS, _NO_DEPS, _STREAM_CTORS, _Ctx, _Func, _splits, compiled_body, stream_call
 from .descriptors import (_ACCESSORS, _INSPECTS, _accessor_calls, _accessor_role, _call_descriptor, _decorators,
                           _host_defaults, _read_descriptor, _ref_descriptor, _signature, _store_descriptors)
 from .placement import NO_PLACEMENT, Placement
 from .suppressions import _may_suppress, parse_suppressions
 
-ENGINE_VERSION = "40"
+ENGINE_VERSION = "41"
 _FUNC_TYPES = set(_FUNCS)
 _CHECKERS = CHECKERS
 # attribute loads are kept apart from a function's nodes (they may be property reads: _accessor_calls), so a rule
@@ -84,6 +84,7 @@ class FileAnalyzer:
         self.seen: set = set()
         self.host_seqs: dict[int, set[str]] = {}
         self.stream_names: set[str] = set()
+        self.launch_streams: dict[int, set[str]] = {}  # per def: locals bound to a stream a launch can take
         self.generator_names: set[str] = set()     # locals bound to torch.Generator(...)
         self.kernel_names: set[str] = set()
         self.kernel_attrs: set[str] = set()
@@ -389,13 +390,14 @@ class FileAnalyzer:
         the file does not import (nothing says what it is)."""
         head, dot, rest = name.partition(".")
         imp = self.imports.get(head)
-        if imp is not None:
-            return imp["target"] + dot + rest
+        if imp is not None:     # a relative import keeps its dots: `from . import warp` is the package's, not Warp
+            return "." * imp.get("level", 0) + imp["target"] + dot + rest
         return name if dot else ""
 
     def _file_facts(self, funcs: list[_Func]) -> None:
         for f in funcs:
             seqs: set[str] = set()
+            streams: set[str] = set()
             for n in f.nodes:
                 if isinstance(n, ast.Assign) and len(n.targets) == 1:
                     t, v = n.targets[0], n.value
@@ -407,17 +409,21 @@ class FileAnalyzer:
                     last = fname.split(".")[-1]
                     if last in _STREAM_CTORS and isinstance(t, ast.Name):
                         self.stream_names.add(t.id)
+                    if isinstance(t, ast.Name) and stream_call(v):
+                        streams.add(t.id)
                     if last == "Generator" and isinstance(t, ast.Name):
                         self.generator_names.add(t.id)
-                    # CuTeDSL's compile by what the imports make the call (`ct.compile`, a bare imported `compile`),
-                    # or spelled `cute.compile` where the file's imports do not say
-                    if last == "compile" and (self._through_imports(fname).startswith("cutlass.")
-                                              or fname.endswith("cute.compile")):
+                    # CuTeDSL's compile by what the imports make the call (`ct.compile`, `compile` imported from
+                    # cutlass.cute under any name), or spelled `cute.compile` where the file's imports do not say
+                    resolved = self._through_imports(fname)
+                    if resolved.startswith("cutlass.") and resolved.rpartition(".")[2] == "compile" \
+                            or fname.endswith("cute.compile"):
                         if isinstance(t, ast.Name):
                             self.kernel_names.add(t.id)
                         elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                             self.kernel_attrs.add(t.attr)
             self.host_seqs[id(f)] = seqs
+            self.launch_streams[id(f)] = streams
             node = f.node
             # a CuTeDSL launcher by what its decorator names through the imports (`@ct.jit`, `@jit` from
             # cutlass.cute), as compiled_body judges it

@@ -17,8 +17,8 @@ sparse_attn's blocks), the probabilities rounded to the keys' dtype before P . V
 the sink added to the sum after the last step, then the division: the reference's algorithm, so the same roundings;
 the products on tensor cores (bf16 in, fp32 accumulation: exact products, another summation order than the CPU's).
 The steps are sequential (each P is rounded against the running max so far), so the keys cannot be split as the
-fp32 path splits them; the work can be spread instead over two launches (`PV_COLS` > 0; 0, one launch, the default:
-see PV_COLS). Launch 1 (`_scores_kernel`) takes the scores of
+fp32 path splits them; the work can be spread instead over two launches (`PV_COLS` > 0, the default 64; 0, one
+launch: see PV_COLS). Launch 1 (`_scores_kernel`) takes the scores of
 every (row, 16 heads, 64-key step) in its own program, so every SM streams keys at once. Launch 2
 (`_attend_pv_kernel`) runs the online softmax over those scores, step by step with the one-launch kernel's body
 (`_update`), and P . V on PV_COLS columns of head_dim per program: at Flash's 64 heads of 512, 32 programs a row
@@ -58,8 +58,10 @@ BN_OFFICIAL = 64   # official kernel.py `block = 64`: the online softmax's step,
 # official numerics in two launches with PV_COLS head_dim columns per program of the second, or 0: the one-launch
 # kernel. Two launches at 64 columns are faster (the decode on the H100 at B=1, per layer: run 72 0.2612 ms with one,
 # 0.2508 with two; run 74 0.2534 and 0.2453; run 77 0.2561 and 0.2467) and keep the graph-safe decode on the
-# reference's bits since the in-order row sum (official_numerics PASS over 320 steps: runs 76 and 78); run 78 also
-# passed the 300-step replay, capture and greedy checks with them (`h200.sh check`), runs 79-80 memcheck (0 errors)
+# reference's bits since the in-order row sum (official_numerics PASS over 320 steps at Flash's layer dimensions:
+# runs 76 and 78); run 78 also passed the tiny preset's 300-step replay, capture and greedy checks with them
+# (`CHECK_FLASH=0 h200.sh check`: the Flash-dimension replay test has not run with them yet); memcheck of their
+# parity tests: no memory-access error (runs 79-80; run 79's 4 errors were allocation failures, out of memory)
 PV_COLS = 64
 # the official launches' compile options: no contraction of a product and a sum into one FMA, so neither launch shape
 # rounds a score where the other does not (run 75: contraction alone moved 24,343 of the one launch's 262,144 outputs)

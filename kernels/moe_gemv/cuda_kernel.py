@@ -199,6 +199,8 @@ def _experts_mma(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, li
                              "multiple of 128, contiguous codes 16-byte and scales 8-byte aligned)")
     if not (x.is_cuda and x.is_contiguous() and x.dtype == torch.bfloat16 and x.data_ptr() % 16 == 0):
         raise ValueError(f"mma_experts: x must be contiguous 16-byte-aligned bf16 on CUDA, found {x.dtype} on {x.device}")
+    if EXPERTS_PAIRS_FIRST and -(-N // 16) > 65535:     # the row tiles are the grid's y then (at most 65535)
+        raise ValueError(f"mma_experts: {N} rows are more tiles of 16 than a grid's y takes (65535)")
     a = _parts(wa, x)
     b = _parts(wb, x) if wb is not None else a
     _ext().mma_experts(x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0), limit is not None,

@@ -598,7 +598,7 @@ def test_use_kernels_reaches_every_kernel_slot():
 def test_cuda_small_kernels_chosen_once_at_load():
     """On CUDA the decode's kernel table (decode_kernels, put on the model by kernels=True) gives the modules the
     one-launch fake quants, RMSNorm, RoPE, mHC mixes and compressor pooling, the indexer's one-launch scores and top-k
-    and the one-launch attention cores (the keys as one list, and on the window ring); kernels=False puts the references back."""
+    and the attention cores' kernels (the keys as one list, and on the window ring); kernels=False puts the references back."""
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
     dec = GraphSafeDecoder(model, batch=1, kernels=True)
     listed = set(dec.kernel_note.rpartition("Triton: ")[2].split(", "))

@@ -510,11 +510,22 @@ def test_routed_experts_mma_pairs_first_is_only_a_schedule(fmt, T, E, k, dim, in
     x = torch.randn(T, dim, device="cuda", generator=g).bfloat16()
     idx = torch.rand(T, E, device="cuda", generator=g).argsort(-1)[:, :k]
     wts = torch.rand(T, k, device="cuda", generator=g)
+    ext, flags = cuda_kernel._ext(), []
+
+    class Recording:            # the extension, recording the schedule each launch of the experts kernel is given
+        def __getattr__(self, name):
+            return getattr(ext, name)
+
+        def mma_experts(self, *args):
+            flags.append(args[-1])
+            return ext.mma_experts(*args)
+    monkeypatch.setattr(cuda_kernel, "_ext", lambda: Recording())
     runs = {}
     for first in (True, False):
         monkeypatch.setattr(cuda_kernel, "EXPERTS_PAIRS_FIRST", first)
         _poison(T * k * (dim + inter) * 4)
         runs[first] = cuda_kernel.routed_experts_cuda(x, idx, wts, w1, w3, w2, 10.0, path="mma")
+    assert flags == [True, True, False, False], flags            # both launches, each schedule, reached the kernel
     assert torch.isfinite(runs[True]).all() and _bit_equal(runs[True], runs[False])
     ref = routed_experts_ref(x, idx, wts, w1, w3, w2, 10.0)
     torch.testing.assert_close(runs[True], ref, rtol=2e-2, atol=2e-3 * ref.abs().max().item())
@@ -2246,16 +2257,19 @@ def test_attention_under_the_interpreter():
 ATTENTION_RING_INTERPRET = textwrap.dedent("""
     import torch
     from dsv4_kernels.attention.reference import attention_ring_ref
+    from dsv4_kernels.attention import triton_kernel as tk
     from dsv4_kernels.attention.triton_kernel import attention_ring_triton, attention_triton
     g = torch.Generator().manual_seed(11)
     bad = []
     # Flash's CSA (a 128-slot ring and 150 picks) and HCA-like shapes, the tiny preset's, a window not a multiple of the
-    # 64-key step, no compressed keys; bf16 (official: one launch; a ring of whole 64-key steps takes its own loops)
-    # and fp32 (splits and the merge)
-    for B, H, D, W, M, dt in ((3, 64, 512, 128, 150, torch.bfloat16), (2, 2, 128, 16, 40, torch.bfloat16),
-                              (2, 17, 96, 20, None, torch.bfloat16), (2, 2, 128, 16, 40, torch.float32),
-                              (4, 3, 32, 20, 300, torch.float32), (2, 4, 64, 16, None, torch.float32),
-                              (2, 4, 64, 128, None, torch.bfloat16), (2, 4, 64, 64, 64, torch.bfloat16)):
+    # 64-key step, no compressed keys; bf16 (the official numerics, in two launches, PV_COLS 64, the default, and in
+    # one, 0; a ring of whole 64-key steps takes its own loops) and fp32 (splits and the merge)
+    shapes = [(3, 64, 512, 128, 150, torch.bfloat16), (2, 2, 128, 16, 40, torch.bfloat16),
+              (2, 17, 96, 20, None, torch.bfloat16), (2, 2, 128, 16, 40, torch.float32),
+              (4, 3, 32, 20, 300, torch.float32), (2, 4, 64, 16, None, torch.float32),
+              (2, 4, 64, 128, None, torch.bfloat16), (2, 4, 64, 64, 64, torch.bfloat16)]
+    for cols, (B, H, D, W, M, dt) in [(64, s) for s in shapes] + [(0, s) for s in shapes if s[5] == torch.bfloat16]:
+        tk.PV_COLS = cols
         q = torch.randn(B, 1, H, D, generator=g).to(dt)
         ring = torch.randn(B, W, D, generator=g).to(dt)
         order = (torch.randint(0, W, (B, 1), generator=g) + torch.arange(W)) % W          # a rotation per row
@@ -2273,12 +2287,12 @@ ATTENTION_RING_INTERPRET = textwrap.dedent("""
         want = attention_triton(q, torch.cat(keys, 1).unsqueeze(1), torch.cat(masks, 1).unsqueeze(1), sink, D ** -0.5)
         if got.dtype != dt or not torch.equal(got.view(torch.int16 if dt == torch.bfloat16 else torch.int32),
                                               want.to(dt).view(torch.int16 if dt == torch.bfloat16 else torch.int32)):
-            bad.append(f"ring != list B={B} H={H} D={D} W={W} M={M} {dt}")
+            bad.append(f"ring != list B={B} H={H} D={D} W={W} M={M} {dt} PV_COLS={cols}")
         if not torch.equal(got[0], torch.zeros_like(got[0])):
-            bad.append(f"masked row not zero B={B} W={W} M={M}")
+            bad.append(f"masked row not zero B={B} W={W} M={M} PV_COLS={cols}")
         ref = attention_ring_ref(q, ring, order, wv, comp, cv, sink, D ** -0.5).float()
         if (got.float() - ref).abs().max().item() > 1e-2 * (1 + ref.abs().max().item()):
-            bad.append(f"ring vs reference B={B} W={W} M={M} {dt}")
+            bad.append(f"ring vs reference B={B} W={W} M={M} {dt} PV_COLS={cols}")
     print("BAD", bad)
 """)
 
@@ -2342,8 +2356,9 @@ def test_attention_two_launches_under_the_interpreter():
 def test_attention_ring_under_the_interpreter():
     """The core on the window ring (the graph-safe decode's: ring slots read in an order per row, then the compressed
     keys, each masked by its own list) under the interpreter is, bit for bit, the one-list core on the same keys
-    gathered and concatenated, cast to the keys' dtype (bf16: its in-launch end of the softmax and bf16 store; fp32:
-    the splits and merge), with a fully masked row giving zeros; near the reference."""
+    gathered and concatenated, cast to the keys' dtype (bf16: the official numerics in two launches and in one, each
+    ending the softmax in its launch with a bf16 store; fp32: the splits and merge), with a fully masked row giving
+    zeros; near the reference."""
     _under_interpreter(ATTENTION_RING_INTERPRET, timeout=600)
 
 
@@ -2452,14 +2467,20 @@ def test_decode_attention_parity(dt, n, H, D, N):
 
 
 @cuda
+@pytest.mark.parametrize("cols", [64, 0])
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("n,H,D,W,M", [(1, 64, 512, 128, 512), (8, 64, 512, 128, 512), (8, 64, 512, 128, 32),
                                        (4, 2, 128, 16, None), (3, 17, 96, 20, 100)])
-def test_decode_attention_ring_is_the_list_form(dt, n, H, D, W, M):
+def test_decode_attention_ring_is_the_list_form(dt, n, H, D, W, M, cols, monkeypatch):
     """On the GPU: the core on the window ring (read in a per-row order, then the compressed keys) is bit for bit the
     one-list core on the same keys gathered and concatenated, cast to the keys' dtype (what the graph-safe decode's
-    values rest on: the reference path runs the list form); output poisoned first, a fully masked row gives zeros."""
+    values rest on: the reference path runs the list form); output poisoned first, a fully masked row gives zeros.
+    bf16 in both launch shapes of the official numerics: two launches (`PV_COLS` 64, the default) and one (0)."""
     from dsv4_kernels.attention import decode_attention, decode_attention_ring
+    from dsv4_kernels.attention import triton_kernel as tk
+    if dt == torch.float32 and cols == 0:
+        pytest.skip("fp32 keys take the splits and the merge: PV_COLS is the official bf16 path's")
+    monkeypatch.setattr(tk, "PV_COLS", cols)
     g = torch.Generator().manual_seed(n * 100 + W)
     q = torch.randn(n, 1, H, D, generator=g).to("cuda", dt)
     ring = torch.randn(n, W, D, generator=g).to("cuda", dt)

@@ -8,6 +8,9 @@
 #                                      bit for bit on this GPU) (correctness only: nothing is timed while they share it);
 #                                      then the Flash-dimension tests alone (CHECK_FLASH=0: not; CHECK_K: the kernel
 #                                      tests' -k, e.g. "attention")
+#   bash benchmarks/h200.sh flash      the Flash-dimension CUDA tests alone (what `check` runs last unless CHECK_FLASH=0:
+#                                      the graph-safe decode's replay at Flash's layer dimensions, its kernels against
+#                                      the references), building the extension first
 #   bash benchmarks/h200.sh tests      pytest on TESTS_ARGS (e.g. "tests/kernels -k 'f32 or bf16'", quotes as in a shell),
 #                                      building the extension first
 #   bash benchmarks/h200.sh memcheck   the kernel parity tests under compute-sanitizer memcheck, in MEMCHECK_SHARDS (4)
@@ -70,7 +73,7 @@
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
 # cached per machine (TORCH_EXTENSIONS_DIR): a fresh machine spends about 80 s on it in `check`.
 set -u
-STAGES="check tests memcheck targets speculative spec-bench kernels decode profile floor fuse drift thirdparty ncu ab cutedsl cutedsl-bench bf16 candidates experts"
+STAGES="check flash tests memcheck targets speculative spec-bench kernels decode profile floor fuse drift thirdparty ncu ab cutedsl cutedsl-bench bf16 candidates experts"
 # every stage named is checked before anything runs: a typo fails at once (exit 2), not after the stages before it
 for stage in "${@:-check}"; do
   case " $STAGES " in *" $stage "*) ;; *)
@@ -129,6 +132,11 @@ for stage in "${@:-check}"; do
     fi
     summary check-pytest-kernels.txt check-pytest-cuda.txt check-capture-graphsafe.txt
     grep -vE "^\s*$|Warning|warn" "$OUT/check-numerics.txt" | tail -16 ;;
+  flash)
+    run flash-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    run flash-pytest.txt 300 python -m pytest -q -rfEP -p no:cacheprovider -m cuda tests --ignore=tests/kernels \
+      -k "flash_dims and not official_numerics_flash"
+    summary flash-build.txt flash-pytest.txt ;;
   tests)
     run tests-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
     # word-split as the shell would: TESTS_ARGS="tests/kernels -k 'bf16 or topk'" keeps the quoted -k in one piece

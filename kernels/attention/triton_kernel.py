@@ -60,8 +60,8 @@ BN_OFFICIAL = 64   # official kernel.py `block = 64`: the online softmax's step,
 # 0.2508 with two; run 74 0.2534 and 0.2453; run 77 0.2561 and 0.2467) and keep the graph-safe decode on the
 # reference's bits since the in-order row sum (official_numerics PASS over 320 steps at Flash's layer dimensions:
 # runs 76 and 78); run 78 also passed the tiny preset's 300-step replay, capture and greedy checks with them
-# (`CHECK_FLASH=0 h200.sh check`: the Flash-dimension replay test has not run with them yet); memcheck of their
-# parity tests: no memory-access error (runs 79-80; run 79's 4 errors were allocation failures, out of memory)
+# (`CHECK_FLASH=0 h200.sh check`) and run 83 the Flash-dimension replay (`h200.sh flash`); memcheck of their parity
+# tests: no memory-access error (runs 79-80; run 79's 4 errors were allocation failures, out of memory)
 PV_COLS = 64
 # the official launches' compile options: no contraction of a product and a sum into one FMA, so neither launch shape
 # rounds a score where the other does not (run 75: contraction alone moved 24,343 of the one launch's 262,144 outputs)

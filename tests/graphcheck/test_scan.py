@@ -429,7 +429,8 @@ def test_kernel_bodies_are_not_read_as_the_steps_python(tmp_path):
     point fed the step's tensors: through a local instance, a local import, `self.x` typed by the kernel's own
     `self.x = C()`, and a property's setter run by `self.x.prop = a`. A call of a def nested in the kernel is no call of the module's def of that name. The same code
     in a plain def, under `@torch.jit.script` (TorchScript runs per call), under a bare `jit` the file binds itself
-    (`jit = torch.compile`) or under a decorator that only ends in 'jit' is the step's Python and is read."""
+    (`jit = torch.compile`), under a decorator that only ends in 'jit' or under the package's own `warp` module
+    (`from . import warp`) is the step's Python and is read."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -447,6 +448,7 @@ def test_kernel_bodies_are_not_read_as_the_steps_python(tmp_path):
         from cutlass.cute import kernel
         import cuda.tile as tile
         import warp as wp
+        from . import warp as localwarp
         from mylib import nojit
 
         jit = torch.compile
@@ -540,6 +542,10 @@ def test_kernel_bodies_are_not_read_as_the_steps_python(tmp_path):
             if x > 0:
                 return x.item()
 
+        @localwarp.kernel
+        def local(x: torch.Tensor):
+            return x.item()
+
         @torch.jit.script
         def scripted(x: torch.Tensor):
             assert x > 0
@@ -555,8 +561,8 @@ def test_kernel_bodies_are_not_read_as_the_steps_python(tmp_path):
     """))
     res = scan([str(pkg)], root=tmp_path, cache=False, jobs=1)
     got = sorted((f.rule, f.function) for f in res.findings)
-    assert got == [("GC101", "host"), ("GC105", "plain"), ("GC107", "compiled"), ("GC107", "scripted"),
-                   ("GC201", "helper"), ("GC201", "host"), ("GC201", "plain")], got
+    assert got == [("GC101", "host"), ("GC101", "local"), ("GC105", "plain"), ("GC107", "compiled"),
+                   ("GC107", "scripted"), ("GC201", "helper"), ("GC201", "host"), ("GC201", "plain")], got
 
 
 def test_engine_child_walk_is_the_standard_one_less_contexts_and_operators():

@@ -102,6 +102,23 @@ run() {
   timeout "$secs" "$@" > "$OUT/$log" 2>&1; local rc=$?
   echo "exit $rc" >> "$OUT/$log"; [ $rc = 0 ] || echo "$log" >> "$OUT/.failed"
 }
+# build LOG SECONDS: the CUDA extension (cached per machine), its line in $OUT/LOG
+build() { run "$1" "$2" python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"; }
+# flash_tests LOG SECONDS: the Flash-dimension CUDA tests (about 25 GB each: alone on the GPU)
+flash_tests() {
+  run "$1" "$2" python -m pytest -q -rfEP -p no:cacheprovider -m cuda tests --ignore=tests/kernels \
+    -k "flash_dims and not official_numerics_flash"
+}
+# decode_runs PREFIX SECONDS PATTERN "DECODE ARGS" "NAME|KNOBS"...: benchmarks/decode.py once per spec, one after the
+# other on the idle GPU, each log $OUT/PREFIX-NAME.txt; prints the lines matching PATTERN
+decode_runs() {
+  local prefix=$1 secs=$2 pattern=$3 args=$4 spec name cand; shift 4
+  for spec in "$@"; do
+    name=${spec%%|*}; cand=${spec#*|}
+    run "$prefix-$name.txt" "$secs" python benchmarks/decode.py $args $cand
+    echo "== $name $cand"; grep -hE "$pattern" "$OUT/$prefix-$name.txt"
+  done
+}
 summary() { for f in "$@"; do echo "== $f"; grep -E "^FAILED|^ERROR|Fatal|Segmentation|ERROR SUMMARY|passed|failed|^exit" "$OUT/$f" | tail -25; done; }
 rm -f "$OUT/.failed"
 
@@ -109,7 +126,7 @@ for stage in "${@:-check}"; do
   echo "#### $stage $(date -u +%H:%M:%S)"
   case $stage in
   check)
-    run check-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    build check-build.txt 200
     grep -E "build|exit" "$OUT/check-build.txt"
     # the slow tests are CPU work (the Triton interpreter, the sm_90 build): CPU CI runs them
     # CHECK_K: only the kernel tests it selects (pytest -k; the whole set has outgrown 330 s beside the rest on the H200)
@@ -126,19 +143,17 @@ for stage in "${@:-check}"; do
     wait
     # CHECK_FLASH=0 leaves them out (4 minutes; a call that must fit more work beside the check)
     if [ "${CHECK_FLASH:-1}" != 0 ]; then
-      run check-pytest-flash.txt 240 python -m pytest -q -rfEP -p no:cacheprovider -m cuda tests --ignore=tests/kernels \
-        -k "flash_dims and not official_numerics_flash"
+      flash_tests check-pytest-flash.txt 240
       summary check-pytest-flash.txt
     fi
     summary check-pytest-kernels.txt check-pytest-cuda.txt check-capture-graphsafe.txt
     grep -vE "^\s*$|Warning|warn" "$OUT/check-numerics.txt" | tail -16 ;;
   flash)
-    run flash-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
-    run flash-pytest.txt 300 python -m pytest -q -rfEP -p no:cacheprovider -m cuda tests --ignore=tests/kernels \
-      -k "flash_dims and not official_numerics_flash"
+    build flash-build.txt 200
+    flash_tests flash-pytest.txt 300
     summary flash-build.txt flash-pytest.txt ;;
   tests)
-    run tests-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    build tests-build.txt 200
     # word-split as the shell would: TESTS_ARGS="tests/kernels -k 'bf16 or topk'" keeps the quoted -k in one piece
     eval "set -- ${TESTS_ARGS:-tests/kernels}"
     run tests.txt 500 python -m pytest -q -rfE -p no:cacheprovider "$@"
@@ -169,7 +184,7 @@ for stage in "${@:-check}"; do
     done > "$OUT/targets-capture.txt" 2>&1
     grep -c "passed" "$OUT/targets-capture.txt" ;;
   speculative)
-    run spec-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    build spec-build.txt 200
     grep -E "build|exit" "$OUT/spec-build.txt"
     run spec-rows.txt 300 python benchmarks/row_invariance.py --device cuda --configs tiny,flash --batches 1,2,4,8 --k 2 &
     # both verifies' CUDA tests (SPEC_K narrows them, e.g. "batched")
@@ -199,7 +214,7 @@ for stage in "${@:-check}"; do
     # the extension first (about 80 s on a fresh machine, cached after): the decode's kernels need it
     # FLOOR_ONLY: some of tests,kernels,depth,profile (default all; a 10-minute call fits tests+kernels or depth+profile)
     only=",${FLOOR_ONLY:-tests,kernels,depth,profile},"
-    run floor-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    build floor-build.txt 150
     grep -E "build|exit" "$OUT/floor-build.txt"
     if [[ $only == *,tests,* ]]; then
       run floor-tests.txt 90 python -m pytest -q -rfE -p no:cacheprovider tests/kernels -k "bf16_linear or bf16_weights or mhc_pre_norm"
@@ -215,7 +230,7 @@ for stage in "${@:-check}"; do
       grep -E "^== layer|weight-streaming|projected|Error|^exit" "$OUT/floor-profile.txt"; fi ;;
   fuse)
     only=",${FUSE_ONLY:-tests,ab,depth},"
-    run fuse-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())" &
+    build fuse-build.txt 150 &
     if [[ $only == *,tests,* ]]; then
       run fuse-tests.txt 300 python -m pytest -q -rfE -p no:cacheprovider -m cuda tests/kernels/test_kernels.py \
         -k "head_norm_rope or norm_rope_fp8 or fp8_nope or mhc_pre_norm or compressor_ring or compressor_pool or record or moe_route or row_sum or swiglu_fp8 or fake_quant_parity or hadamard_fp4 or attention" &
@@ -259,13 +274,13 @@ for stage in "${@:-check}"; do
     grep -E "^==|CAUGHT|MISSED|CLEAN|FINDINGS|clamp order" "$OUT/cutedsl-checks.txt" ;;
   cutedsl-bench)
     export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
-    run cutedsl-build.txt 200 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    build cutedsl-build.txt 200
     run cutedsl-bench.txt 380 python benchmarks/cutedsl.py --out "$OUT" --only ${CUTEDSL_ONLY:-capture,ab}
     grep -E "^==|clean|FINDINGS|^\|" "$OUT/cutedsl-bench.txt" ;;
   bf16)
     # a reused $OUT must not hand an earlier run's best shape to this one's decode
     rm -f "$OUT"/bf16-best.txt "$OUT"/bf16-depth-*.txt
-    run bf16-build.txt 120 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    build bf16-build.txt 120
     run bf16-sweep.txt 150 python benchmarks/bf16_sweep.py --f32 --best "$OUT/bf16-best.txt"
     grep -vE "Warning|warn" "$OUT/bf16-sweep.txt" | grep -E "^==|^  |best"
     [ "${BF16_DEPTH:-1}" = 0 ] && continue          # the sweep only (a call that fits other work beside it)
@@ -279,21 +294,18 @@ for stage in "${@:-check}"; do
     # the attention's two launches' (their ring bit for bit their list, near the one launch) and the joined
     # projections' (both decodes bit for bit over joins) CUDA tests, then the default decode against each choice
     # flipped (one launch, projections apart), one after the other on the idle GPU
-    run candidates-build.txt 120 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    build candidates-build.txt 120
     if [ "${CANDIDATE_TESTS:-1}" = 1 ]; then   # CANDIDATE_TESTS=0: the decodes alone (the tests ran in an earlier call)
       run candidates-tests.txt 150 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_kernels.py \
         tests/dsv4_model/test_graphsafe.py -k "two_launches or ring_is_the_list or cuda_joined"
       summary candidates-tests.txt
     fi
     args=${CANDIDATE_ARGS:---configs flash --depths 2,8 --batches 1 --steps 20 --experts 64}
-    for spec in "default|" "one-launch|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=0" \
-                "separate|--knob dsv4_model.linear.JOIN_PROJECTIONS=False"; do
-      name=${spec%%|*}; cand=${spec#*|}
-      run "candidates-depth-$name.txt" 130 python benchmarks/decode.py $args $cand
-      echo "== $name $cand"; grep -hE "^ *[0-9]+ +[0-9.]+ |Error|^exit" "$OUT/candidates-depth-$name.txt"
-    done ;;
+    decode_runs candidates-depth 130 "^ *[0-9]+ +[0-9.]+ |Error|^exit" "$args" "default|" \
+      "one-launch|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=0" \
+      "separate|--knob dsv4_model.linear.JOIN_PROJECTIONS=False" ;;
   experts)
-    run experts-build.txt 150 python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"
+    build experts-build.txt 150
     grep -E "build|exit" "$OUT/experts-build.txt"
     if [ "${EXPERTS_TESTS:-1}" = 1 ]; then
       run experts-tests.txt 200 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_kernels.py \
@@ -303,11 +315,7 @@ for stage in "${@:-check}"; do
     args=${EXPERTS_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}
     specs=${EXPERTS_SPECS:-"pairs-first|;tiles-first|--knob dsv4_kernels.moe_gemv.cuda_kernel.EXPERTS_PAIRS_FIRST=False;pairs-first-one-launch|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=0"}
     IFS=';' read -ra runs <<< "$specs"
-    for spec in "${runs[@]}"; do
-      name=${spec%%|*}; cand=${spec#*|}
-      run "experts-depth-$name.txt" 170 python benchmarks/decode.py $args $cand
-      echo "== $name $cand"; grep -hE "^ *[0-9]+ +[0-9.]+ |hit per layer|Error|^exit" "$OUT/experts-depth-$name.txt"
-    done ;;
+    decode_runs experts-depth 170 "^ *[0-9]+ +[0-9.]+ |hit per layer|Error|^exit" "$args" "${runs[@]}" ;;
   *) echo "h200.sh: stage '$stage' is in STAGES but has no case" >&2; exit 2 ;;
   esac
 done

@@ -68,12 +68,19 @@
 #                                      launches since runs 77-80), the attention's one launch, the projections apart
 #                                      (CANDIDATE_ARGS: its options, e.g. --batches 8 in
 #                                      a second call; CANDIDATE_TESTS=0 skips the tests)
+#   bash benchmarks/h200.sh overlap    issue 37's second stream (decode.OVERLAP: the compressors' products and folds beside
+#                                      q and kv's chain, the shared expert beside the routed experts): its CUDA tests
+#                                      (300 replayed steps equal the one-stream step's, the tiny replay, the capture),
+#                                      then decode.py --depths 2,8 with two streams and with one, one after the other
+#                                      on the idle GPU (OVERLAP_ARGS: decode.py's options, default "--configs flash
+#                                      --depths 2,8 --batches 1,8 --steps 20 --experts 64"; OVERLAP_TESTS=0 skips the
+#                                      tests)
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
 # cached per machine (TORCH_EXTENSIONS_DIR): a fresh machine spends about 80 s on it in `check`.
 set -u
-STAGES="check flash tests memcheck targets speculative spec-bench kernels decode profile floor fuse drift thirdparty ncu ab cutedsl cutedsl-bench bf16 candidates experts"
+STAGES="check flash tests memcheck targets speculative spec-bench kernels decode profile floor fuse drift thirdparty ncu ab cutedsl cutedsl-bench bf16 candidates experts overlap"
 # every stage named is checked before anything runs: a typo fails at once (exit 2), not after the stages before it
 for stage in "${@:-check}"; do
   case " $STAGES " in *" $stage "*) ;; *)
@@ -316,6 +323,17 @@ for stage in "${@:-check}"; do
     specs=${EXPERTS_SPECS:-"pairs-first|;tiles-first|--knob dsv4_kernels.moe_gemv.cuda_kernel.EXPERTS_PAIRS_FIRST=False;pairs-first-one-launch|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=0"}
     IFS=';' read -ra runs <<< "$specs"
     decode_runs experts-depth 170 "^ *[0-9]+ +[0-9.]+ |hit per layer|Error|^exit" "$args" "${runs[@]}" ;;
+  overlap)
+    build overlap-build.txt 150
+    grep -E "build|exit" "$OUT/overlap-build.txt"
+    if [ "${OVERLAP_TESTS:-1}" = 1 ]; then
+      run overlap-tests.txt 240 python -m pytest -q -rfE -p no:cacheprovider -m cuda tests/dsv4_model/test_graphsafe.py \
+        -k "side_stream or cuda_replay_bitwise_tiny or cuda_capture_of_graphsafe"
+      summary overlap-tests.txt
+    fi
+    args=${OVERLAP_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}
+    decode_runs overlap-depth 170 "^ *[0-9]+ +[0-9.]+ |hit per layer|Error|^exit" "$args" "two-streams|" \
+      "one-stream|--knob dsv4_model.decode.OVERLAP=False" ;;
   *) echo "h200.sh: stage '$stage' is in STAGES but has no case" >&2; exit 2 ;;
   esac
 done

@@ -139,10 +139,51 @@ class StepIndex:
         return self._once(("unclosed", m, overlap, N), lambda: ~self.blocks(m, overlap, N)[4])
 
 
+# the step's independent chains on a second CUDA stream (`SideStream`); False: every launch in line, one stream
+OVERLAP = True
+
+
+class SideStream:
+    """A second CUDA stream for a chain of the step that reads only what was made before `fork` and that the main
+    stream reads only after `join`. In a captured graph the two become parallel branches: a chain of small,
+    latency-bound launches runs while the main stream streams weights (at B=1 a layer is about half small
+    launches). No value changes: each kernel computes what it computed in line.
+
+    Memory: the caller keeps every input of the branch referenced until `join`. The caching allocator hands a
+    freed block to the next tensor of the stream that made it, so an input freed on the main stream while the
+    branch still reads it could be overwritten. The branch's own tensors come from the side stream's blocks; the
+    main stream reads them only after the join, and the side stream's next work waits on the main stream (`fork`),
+    so a block the side stream takes back is never still read."""
+
+    def __init__(self, device: torch.device):
+        self.stream = torch.cuda.Stream(device)
+
+    def fork(self, fn: Callable, *args):
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            return fn(*args)
+
+    def join(self) -> None:
+        torch.cuda.current_stream().wait_stream(self.stream)
+
+
+class InLine:
+    """No second stream: a branch runs where it is forked (CPU, the speculative verify, `OVERLAP` off)."""
+
+    def fork(self, fn: Callable, *args):
+        return fn(*args)
+
+    def join(self) -> None:
+        pass
+
+
+IN_LINE = InLine()
+
+
 def compressor_fold(comp: Compressor, st: CompressorState, n: int, C: torch.Tensor, Z: torch.Tensor, ix: StepIndex,
                     compressed: bool, post) -> None:
     """Fold a token into each row's open block, its projections C, Z [n, coff*D] fp32 (raw values and gate logits,
-    `side_projections`); write the entry of every block that closes."""
+    `x_products`); write the entry of every block that closes."""
     m, rows = comp.m, ix.rows
     kv_state, gate_state, entries = st.kv_state[:n], st.gate_state[:n], st.entries[:n]
     slot, b, closes, _, _ = ix.blocks(m, comp.overlap, entries.shape[1])
@@ -153,27 +194,37 @@ def compressor_fold(comp: Compressor, st: CompressorState, n: int, C: torch.Tens
     comp.close_block(entries, rows, b, closes, c, kv_state, gate_state, m, comp.overlap)
 
 
-def side_projections(attn: Attention, x: torch.Tensor, qr: torch.Tensor, cs: torch.Tensor) -> dict:
-    """The products of x [n,T,d] (and qr) that the stateful part of attention reads, for all T positions at once:
-    each compressor's C and Z (fp32) and the indexer's query and score weights. Pure functions of the inputs, so
-    computing them ahead of the state writes changes no value."""
+def x_products(attn: Attention, x: torch.Tensor) -> dict:
+    """The products of x [n,T,d] that only the stateful part of attention reads: each compressor's C and Z (fp32)
+    and the indexer's score weights. Pure functions of x, so computing them ahead of the state writes (or beside
+    q and kv's chain, `SideStream`) changes no value."""
     side = {}
     cz = attn.compressor_products(x)
     if attn.indexer is not None:
-        idx = attn.indexer
         side["iC"], side["iZ"] = cz[0]
-        side["iq"], side["iw"] = idx.query(qr, cs.unsqueeze(-3), attn.qr_simulated()), idx.weights(x)
+        side["iw"] = attn.indexer.weights(x)
     if attn.compressor is not None:
         side["C"], side["Z"] = cz[-1]
     return side
 
 
+def fold_position(attn: Attention, st: LayerState, n: int, side: dict, j: int, ix: StepIndex,
+                  compressed: bool) -> None:
+    """Position j's token into each compressor's state (`compressor_fold`): the indexer's, then the layer's, the
+    reference order. They write only their own state, which nothing else of the step writes."""
+    if attn.indexer is not None:
+        idx = attn.indexer
+        compressor_fold(idx.compressor, st.icomp, n, side["iC"][:, j], side["iZ"][:, j], ix, compressed, idx.rotate)
+    if attn.compressor is not None:
+        compressor_fold(attn.compressor, st.comp, n, side["C"][:, j], side["Z"][:, j], ix, compressed, attn.nope_fp8)
+
+
 def attend_position(attn: Attention, st: LayerState, n: int, q: torch.Tensor, kv: torch.Tensor, side: dict, j: int,
-                    ix: StepIndex, compressed: bool, gather) -> torch.Tensor:
-    """Position j of the projected positions (q [n,T,H,D], kv [n,T,D], `side_projections`) at its StepIndex ix:
-    its state writes in the reference order (window, indexer compressor, compressor) and its attention over the
-    state as it then is -> o [n,1,H,D] before the output projection. Every operand has the one-position step's
-    shape, so each row's values are the one-position step's."""
+                    ix: StepIndex, compressed: bool, gather, folded: bool = False) -> torch.Tensor:
+    """Position j of the projected positions (q [n,T,H,D], kv [n,T,D], `x_products` with the indexer's query "iq")
+    at its StepIndex ix: its state writes (window, then `fold_position` unless `folded`: already done) and its
+    attention over the state as it then is -> o [n,1,H,D] before the output projection. Every operand has the
+    one-position step's shape, so each row's values are the one-position step's."""
     def at(t):              # position j's slice, laid out as a one-position step's tensor
         return t[:, j:j + 1].contiguous()
     cs = ix.cs(compressed)                                                           # [n,1,rd/2,2]
@@ -186,10 +237,11 @@ def attend_position(attn: Attention, st: LayerState, n: int, q: torch.Tensor, kv
     # the valid slots of the ordered ring are the same first pos+1 (all once it is full). The core reads the ring in
     # that order where it lies (`Attention.core_ring`), then the compressed keys
     order = ix.window_order(window.shape[1])
+    if not folded:
+        fold_position(attn, st, n, side, j, ix, compressed)
     comp = comp_valid = sel = None
     if attn.indexer is not None:
         idx = attn.indexer
-        compressor_fold(idx.compressor, st.icomp, n, side["iC"][:, j], side["iZ"][:, j], ix, compressed, idx.rotate)
         ent = st.icomp.entries[:n]
         closed = ix.blocks(idx.compressor.m, idx.compressor.overlap, ent.shape[1])[3]
         scores = idx.scores(None, at(side["iq"]), ent, at(side["iw"]))[:, 0]           # [n, N]
@@ -198,7 +250,6 @@ def attend_position(attn: Attention, st: LayerState, n: int, q: torch.Tensor, kv
         sel_valid = sel < closed[:, None]                                            # padded picks masked
     if attn.compressor is not None:
         comp_m = attn.compressor
-        compressor_fold(comp_m, st.comp, n, side["C"][:, j], side["Z"][:, j], ix, compressed, attn.nope_fp8)
         ent = st.comp.entries[:n]
         if sel is None:                                                              # HCA: every closed block
             comp, comp_valid = ent, ix.blocks(comp_m.m, comp_m.overlap, ent.shape[1])[4]
@@ -208,28 +259,60 @@ def attend_position(attn: Attention, st: LayerState, n: int, q: torch.Tensor, kv
 
 
 def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool,
-                   gather=gather_picks_ref) -> torch.Tensor:
-    """x [n,1,d] -> [n,1,d]; the reference order: window write, indexer, compressor, attention. `gather`: the CSA
-    gather of the picked entries chosen at load (`csa_gather`)."""
-    return attention_positions(attn, st, n, x, [ix], compressed, gather)
+                   gather=gather_picks_ref, side: SideStream | InLine = None) -> torch.Tensor:
+    """x [n,1,d] -> [n,1,d]; the reference's state writes (window, indexer compressor, compressor) and attention.
+    `gather`: the CSA gather of the picked entries chosen at load (`csa_gather`). `side`: where the chain that
+    reads only x and the positions runs (`SideStream`; in line by default)."""
+    return attention_positions(attn, st, n, x, [ix], compressed, gather, side=side)
 
 
 def attention_positions(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ixs: list[StepIndex],
-                        compressed: bool, gather=gather_picks_ref, before=None) -> torch.Tensor:
+                        compressed: bool, gather=gather_picks_ref, before=None,
+                        side: SideStream | InLine = None) -> torch.Tensor:
     """x [n,T,d], the tokens at T consecutive positions of each row (ixs: their StepIndex, one per position) ->
     [n,T,d]: every projection once over the n*T rows (q, kv, the compressors', the indexer's, the output's), the
     state writes and the attention position by position (`attend_position`). T = 1 is the plain step.
     `before(attn, st, j, ix)`, if given, runs before position j's state writes (the speculative verify snapshots
-    what they overwrite there)."""
+    what they overwrite there).
+
+    `x_products` read only x, and in the plain step (T = 1, no `before`) the compressors' folds read only those and
+    the positions: they run on `side`, beside q and kv's chain (the indexer's query stays on the main stream, after
+    qr: in a CSA layer the branch is then about as long as the main chain)."""
+    side = side or IN_LINE
     cs = ixs[0].cs(compressed) if len(ixs) == 1 else torch.cat([ix.cs(compressed) for ix in ixs], 1)  # [n,T,rd/2,2]
+    folded = len(ixs) == 1 and before is None
+    if folded:
+        _index_folds(attn, st, ixs[0], compressed)       # made here: a tensor the branch made is the main's too late
+        prods = side.fork(_products_and_folds, attn, st, n, x, ixs[0], compressed)
+    else:
+        prods = side.fork(x_products, attn, x)
     q, kv, qr = attn.qkv(x, cs)
-    side = side_projections(attn, x, qr, cs)
+    iq = attn.indexer.query(qr, cs.unsqueeze(-3), attn.qr_simulated()) if attn.indexer is not None else None
+    side.join()
+    if iq is not None:
+        prods = {**prods, "iq": iq}
     os = []
     for j, ix in enumerate(ixs):                    # host-known T: a fixed sequence of one-position updates
         if before is not None:
             before(attn, st, j, ix)
-        os.append(attend_position(attn, st, n, q, kv, side, j, ix, compressed, gather))
+        os.append(attend_position(attn, st, n, q, kv, prods, j, ix, compressed, gather, folded))
     return attn.project(os[0] if len(os) == 1 else torch.cat(os, 1))
+
+
+def _products_and_folds(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex,
+                        compressed: bool) -> dict:
+    prods = x_products(attn, x)
+    fold_position(attn, st, n, prods, 0, ix, compressed)
+    return prods
+
+
+def _index_folds(attn: Attention, st: LayerState, ix: StepIndex, compressed: bool) -> None:
+    """Make the StepIndex tensors the compressors' folds read (`compressor_fold`) on the current stream. The
+    StepIndex keeps each for every later layer: one first made on the side stream would be read by the main
+    stream of a later layer with nothing ordering the two."""
+    for comp, cst in ((attn.indexer.compressor if attn.indexer else None, st.icomp), (attn.compressor, st.comp)):
+        if comp is not None:
+            ix.block_cs(compressed, comp.m, comp.overlap, cst.entries.shape[1])      # makes ix.blocks(...) too
 
 
 # the small-op kernels (one launch each; the attention core two): slot -> (dsv4_kernels name, reference, name in the
@@ -364,11 +447,14 @@ def decode_kernels(device: torch.device, use_kernels: bool = True, rowwise: bool
                                   f"Triton: {', '.join(fused) or 'none'}", rowwise)
 
 
-def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, side: SideStream | InLine = None) -> torch.Tensor:
     """The reference MoE with a fixed-shape expert dispatch: x [n,1,d], ids [n,1]. The experts run through
-    `moe.experts.compute` (`moe.routed_experts`, or the fused kernel set at load on CUDA), as the reference's do."""
+    `moe.experts.compute` (`moe.routed_experts`, or the fused kernel set at load on CUDA), as the reference's do.
+    The shared expert reads only x: it runs on `side` (`SideStream`), beside the router and the routed experts."""
+    side = side or IN_LINE
     shape = x.shape
     x = x.reshape(-1, moe.dim)
+    shared = side.fork(moe.shared_experts, x)
     # each row's picks come in expert order (the gate's route sorts them), so their slot-order sum rounds as the
     # reference's loop over the experts
     weights, idx = moe.gate(x, ids.reshape(-1))
@@ -379,17 +465,18 @@ def moe_step(moe, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     if moe.gate.picks_past_experts:
         idx = idx.clamp(max=ex.n - 1)
     y = ex.compute(x, idx, weights, ex.w1.astuple(), ex.w3.astuple(), ex.w2.astuple(), moe.limit, act=ex.act_sim)
-    return moe.combine(y, moe.shared_experts(x), x.dtype).view(shape)
+    side.join()
+    return moe.combine(y, shared, x.dtype).view(shape)
 
 
 def block_step(blk, st: LayerState, X: torch.Tensor, ids: torch.Tensor, ix: StepIndex, n: int,
-               gather=gather_picks_ref) -> torch.Tensor:
+               gather=gather_picks_ref, side: SideStream | InLine = None) -> torch.Tensor:
     """One block (a `model.Block`, or the MTP block) of the step over its state: X [n,1,hc,d] -> X, through the
     block's own composition (`Block.compose`) with the graph-safe sublayers. `gather`: the CSA gather chosen at load
-    (`csa_gather`)."""
+    (`csa_gather`); `side`: the second stream of the sublayers' independent chains (`SideStream`), or in line."""
     def attn(h):
-        return attention_step(blk.attn, st, n, h, ix, blk.compressed, gather)
-    return blk.compose(X, attn, lambda h: moe_step(blk.ffn, h, ids))
+        return attention_step(blk.attn, st, n, h, ix, blk.compressed, gather, side)
+    return blk.compose(X, attn, lambda h: moe_step(blk.ffn, h, ids, side))
 
 
 def block_positions(blk, st: LayerState, X: torch.Tensor, ids: torch.Tensor, ixs: list[StepIndex], n: int,
@@ -436,6 +523,8 @@ class GraphSafeDecoder(nn.Module):
                        for layer, st in zip(model.layers, self.layers) if st.icomp is not None
                        for b in range(1, batch + 1)}, key=str)
         self.gather, gather_note = csa_gather(dev, keys, table is not None and table.cuda)
+        # the plain step's independent chains on a second stream (the multi-position forward keeps one)
+        self.side = SideStream(dev) if OVERLAP and dev.type == "cuda" else IN_LINE
         if table is None:
             self.kernel_note = (f"no kernel table on the model: its modules' PyTorch references throughout "
                                 f"(model.use_kernels or kernels=True gives them the decode kernels); {gather_note}")
@@ -491,7 +580,7 @@ class GraphSafeDecoder(nn.Module):
     def block(self, i: int, X: torch.Tensor, ids: torch.Tensor, ix: StepIndex, n: int) -> torch.Tensor:
         """Layer i of the step: X [n,1,hc,d] -> X; its state rows [0, n) updated in place (benchmarks/decode.py
         captures it alone for the per-layer profile)."""
-        return block_step(self.model.layers[i], self.layers[i], X, ids, ix, n, self.gather)
+        return block_step(self.model.layers[i], self.layers[i], X, ids, ix, n, self.gather, self.side)
 
     @torch.inference_mode()
     def step(self, n: int | None = None) -> torch.Tensor:

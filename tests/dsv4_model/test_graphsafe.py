@@ -463,6 +463,109 @@ def test_cuda_replay_bitwise_flash_dims():
     _replay_equals_eager(flash_layers(device="cuda"), 8, STEPS)
 
 
+class _AuditedSide:
+    """`decode.SideStream`'s contract checked on CPU: the branch runs in line at `fork`, and a dispatch mode records
+    the storages each side reads and writes from `fork` to `join`. On a GPU the two run at once, so the branch
+    must read nothing the main stream writes in that window, and neither may touch what the other writes. Every
+    tensor seen in a window is kept alive until its join, so no freed address is reused and taken for the same
+    storage."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        audit = self
+
+        class Record(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                if audit.where is not None:
+                    audit.record(func, args, kwargs, out)
+                return out
+        self.mode, self.where, self.windows, self.forked = Record(), None, [], []
+        self._new()
+
+    def _new(self):
+        self.seen, self.acc = [], {(w, k): set() for w in ("branch", "main") for k in ("read", "write")}
+
+    def record(self, func, args, kwargs, out):
+        def tensors(v):
+            vs = v if isinstance(v, (list, tuple)) else [v]
+            return [t for t in vs if isinstance(t, torch.Tensor)]
+        for i, a in enumerate(func._schema.arguments):
+            v = args[i] if i < len(args) else kwargs.get(a.name)
+            kind = "write" if a.alias_info is not None and a.alias_info.is_write else "read"
+            for t in tensors(v):
+                self.seen.append(t)
+                self.acc[self.where, kind].add(t.untyped_storage().data_ptr())
+        views = [r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns]
+        for t, view in zip(tensors(out), views + [False] * 8):
+            self.seen.append(t)
+            if not view:
+                self.acc[self.where, "write"].add(t.untyped_storage().data_ptr())
+
+    def fork(self, fn, *args):
+        self.forked.append(getattr(fn, "__qualname__", type(fn).__name__))
+        self.where = "branch"
+        try:
+            return fn(*args)
+        finally:
+            self.where = "main"
+
+    def join(self):
+        a = self.acc
+        self.windows.append((self.forked[-1], a["main", "write"] & (a["branch", "read"] | a["branch", "write"]),
+                             a["branch", "write"] & a["main", "read"]))
+        self.where = None
+        self._new()
+
+
+def test_side_stream_branches_share_nothing_with_the_main_chain_on_cpu(exact):
+    """The plain step's branches (`decode.SideStream`: the compressors' products and folds beside q and kv's chain,
+    the shared expert beside the router and routed experts) read nothing the main chain writes between fork and
+    join, and the main chain reads nothing the branch writes before the join: what makes running them at once on a
+    GPU change no value. The step's logits are the one-stream step's."""
+    import dsv4_model.decode as decode
+    n = 2
+    ref = GraphSafeDecoder(exact, batch=n)
+    dec = GraphSafeDecoder(exact, batch=n)
+    dec.side = side = _AuditedSide()
+    tokens, want = torch.tensor([3, 7]), []
+    for _ in range(6):                                 # the compressors' blocks close (ratio 4) within the steps
+        ref.tokens.copy_(tokens)
+        want.append(ref.step().clone())
+    with side.mode:
+        for k in range(6):
+            dec.tokens.copy_(tokens)
+            assert torch.equal(dec.step(), want[k]), f"step {k}"
+    layers = len(exact.layers)
+    assert len(side.windows) == 6 * 2 * layers, side.forked
+    assert {w[0] for w in side.windows} == {"_products_and_folds", "Expert"}, side.forked
+    bad = [(name, len(w), len(r)) for name, w, r in side.windows if w or r]
+    assert not bad, f"branches sharing storage with the main chain (branch, main writes it reads, it writes main reads): {bad}"
+    assert decode.OVERLAP is True
+
+
+@pytest.mark.cuda
+def test_cuda_side_stream_replay_equals_one_stream():
+    """The plain step with its branches on a second stream, captured and replayed 300 steps, gives the one-stream
+    step's logits and sampled tokens bit for bit (a branch reading memory the main stream reused would not)."""
+    from dsv4_model.decode import IN_LINE, SideStream
+    model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
+    outs = []
+    for two in (True, False):
+        dec = GraphSafeDecoder(model, batch=4, kernels=True)
+        assert isinstance(dec.side, SideStream)
+        if not two:
+            dec.side = IN_LINE
+        runner = Runner(dec, Sampler(4, model.args.vocab_size, device="cuda"), buckets=(4,), log=lambda s: None)
+        for r in range(4):
+            runner.start(r, [0, 3 + r], temperature=0.7, top_k=40, seed=r)
+        outs.append([(runner.step(4).clone(), dec.logits.clone()) for _ in range(STEPS)])
+        assert runner.graphs[4] is not None
+    for k, ((t1, l1), (t2, l2)) in enumerate(zip(*outs)):
+        assert torch.equal(t1, t2) and torch.equal(l1, l2), f"step {k}"
+
+
 def test_kernel_choice_is_made_once_at_load(model):
     """CPU always gets the PyTorch experts; switching kernels off is one argument, and the note says which ran."""
     from dsv4_model.moe import routed_experts
@@ -761,13 +864,13 @@ def test_official_numerics_pairs_are_bitwise_on_cpu():
     # for want of a CUDA device in the kernels pair)
     assert "switched off" in r["pytorch"]["note"] and "no CUDA device" in r["kernels"]["note"], r["kernels"]["note"]
     assert all("equal" in line for line in r["probes"]), r["probes"]
-    orig = decode.side_projections
+    orig = decode.x_products
     try:
         # scaled in fp32 (as the compressors take it): a bf16 token would round the 0.1 % away
-        decode.side_projections = lambda attn, x, *a: orig(attn, x.float() * 1.001, *a)
+        decode.x_products = lambda attn, x: orig(attn, x.float() * 1.001)
         bad = official_numerics.pair(model, decode.GraphSafeDecoder(model, batch=1, kernels=False), 24, True, "cpu")
     finally:
-        decode.side_projections = orig
+        decode.x_products = orig
     assert not bad["bitwise"] and "compressor.wkv" in bad["where"], bad["where"]
 
 

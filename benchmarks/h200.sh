@@ -68,13 +68,15 @@
 #                                      launches since runs 77-80), the attention's one launch, the projections apart
 #                                      (CANDIDATE_ARGS: its options, e.g. --batches 8 in
 #                                      a second call; CANDIDATE_TESTS=0 skips the tests)
-#   bash benchmarks/h200.sh overlap    issue 37's second stream (decode.OVERLAP: the compressors' products and folds beside
-#                                      q and kv's chain, the shared expert beside the routed experts): its CUDA tests
+#   bash benchmarks/h200.sh overlap    issue 37's side streams (decode.OVERLAP: the compressors' products and folds beside
+#                                      q and kv's chain, the indexer's query beside q's heads, the shared expert beside
+#                                      the routed experts): their CUDA tests
 #                                      (300 replayed steps equal the one-stream step's, the tiny replay, the capture),
-#                                      then decode.py --depths 2,8 with two streams and with one, one after the other
-#                                      on the idle GPU (OVERLAP_ARGS: decode.py's options, default "--configs flash
-#                                      --depths 2,8 --batches 1,8 --steps 20 --experts 64"; OVERLAP_TESTS=0 skips the
-#                                      tests)
+#                                      then decode.py --depths 2,8 with the side streams, with the indexer's query
+#                                      back on the main stream and with one stream, one after the other on the idle
+#                                      GPU (OVERLAP_ARGS: decode.py's options, default "--configs flash --depths 2,8
+#                                      --batches 1,8 --steps 20 --experts 64"; OVERLAP_TESTS=0 skips the tests;
+#                                      OVERLAP_SPECS: the runs, "name|knobs" separated by ";")
 #
 # Run from the repository root. Logs go to $OUT as <stage>-*.txt beside env.txt (date, versions, device, clocks):
 # commit the ones BENCHMARKS.md cites under benchmarks/results/h200-<date>-run<N>-*. The extension build is
@@ -332,8 +334,9 @@ for stage in "${@:-check}"; do
       summary overlap-tests.txt
     fi
     args=${OVERLAP_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}
-    decode_runs overlap-depth 170 "^ *[0-9]+ +[0-9.]+ |hit per layer|Error|^exit" "$args" "two-streams|" \
-      "one-stream|--knob dsv4_model.decode.OVERLAP=False" ;;
+    specs=${OVERLAP_SPECS:-"side-streams|;query-on-main|--knob dsv4_model.decode.QUERY_ON_SIDE=False;one-stream|--knob dsv4_model.decode.OVERLAP=False"}
+    IFS=';' read -ra runs <<< "$specs"
+    decode_runs overlap-depth 170 "^ *[0-9]+ +[0-9.]+ |hit per layer|Error|^exit" "$args" "${runs[@]}" ;;
   *) echo "h200.sh: stage '$stage' is in STAGES but has no case" >&2; exit 2 ;;
   esac
 done

@@ -121,18 +121,30 @@ class Attention(nn.Module):
 
     def qkv(self, x: torch.Tensor, cs: torch.Tensor):
         """q [B,T,H,D], kv [B,T,D] (rotated at the positions in cs [T, rd/2, 2]), qr [B,T,q_lora] (simulated where
-        `qr_simulated`)."""
+        `qr_simulated`): `q_lora`, then `q_heads`."""
+        qr, sq, kva = self.q_lora(x)
+        q, kv = self.q_heads(qr, sq, kva, cs)
+        return q, kv, qr
+
+    def q_lora(self, x: torch.Tensor):
+        """x [B,T,dim] -> qr [B,T,q_lora] (normed; simulated where `qr_simulated`), whether it is, and kv's
+        projection before its norm [B,T,D]: what the indexer's query (the graph-safe step forks it here) and
+        `q_heads` read."""
         xs, sim = shared_sim(x, self.wq_a, self.wkv)     # x's FP8 simulation once for both of its projections
         qa, kva = self.x_proj(self, xs, sim)             # wq_a's and wkv's products (one, where joined)
         qr = self.q_norm(qa)
         # and qr's once for its two (wq_b, the indexer's wq_b): the condition `qr_simulated` states for the callers
         qr, sq = shared_sim(qr, self.wq_b, self.indexer.wq_b) if self.indexer is not None else (qr, False)
+        return qr, sq, kva
+
+    def q_heads(self, qr: torch.Tensor, sq: bool, kva: torch.Tensor, cs: torch.Tensor):
+        """`q_lora`'s outputs -> q [B,T,H,D] and kv [B,T,D], rotated at the positions in cs."""
         q = self.q_norm_rope(self.wq_b(qr, simulated=sq).unflatten(-1, (self.H, self.D)), cs.unsqueeze(-3), self.eps,
                              self.rd)
         # kv_norm, the RoPE and nope_fp8 as one op
         kv = self.norm_rope(kva, self.kv_norm.weight, self.kv_norm.eps, cs, self.rd, None,
                             64 if self.fp8_sim else 0)
-        return q, kv, qr
+        return q, kv
 
     def attend(self, q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor | None, cs: torch.Tensor) -> torch.Tensor:
         """q [B,T,H,D], K [B,T|1,N,D] (V = K), mask [B|1,T,N] -> projected output [B,T,dim]."""

@@ -139,38 +139,44 @@ class StepIndex:
         return self._once(("unclosed", m, overlap, N), lambda: ~self.blocks(m, overlap, N)[4])
 
 
-# the step's independent chains on a second CUDA stream (`SideStream`); False: every launch in line, one stream
+# the step's independent chains on side CUDA streams (`SideStream`); False: every launch in line, one stream
 OVERLAP = True
+# the CSA indexer's query on the second side lane, beside q's heads (False: on the main stream, after them)
+QUERY_ON_SIDE = True
 
 
 class SideStream:
-    """A second CUDA stream for a chain of the step that reads only what was made before `fork` and that the main
-    stream reads only after `join`. In a captured graph the two become parallel branches: a chain of small,
+    """Side CUDA streams ("lanes") for chains of the step that read only what was made before their `fork` and that
+    the main stream reads only after `join`. In a captured graph they become parallel branches: a chain of small,
     latency-bound launches runs while the main stream streams weights (at B=1 a layer is about half small
-    launches). No value changes: each kernel computes what it computed in line.
+    launches). No value changes: each kernel computes what it computed in line. Two forks on one lane run in
+    order; forks on two lanes run at once, so they must not touch each other's outputs either.
 
-    Memory: the caller keeps every input of the branch referenced until `join`. The caching allocator hands a
+    Memory: the caller keeps every input of a branch referenced until `join`. The caching allocator hands a
     freed block to the next tensor of the stream that made it, so an input freed on the main stream while the
-    branch still reads it could be overwritten. The branch's own tensors come from the side stream's blocks; the
-    main stream reads them only after the join, and the side stream's next work waits on the main stream (`fork`),
-    so a block the side stream takes back is never still read."""
+    branch still reads it could be overwritten. A branch's own tensors come from its lane's blocks; the main
+    stream reads them only after the join, and a lane's next work waits on the main stream (`fork`), so a block a
+    lane takes back is never still read."""
 
-    def __init__(self, device: torch.device):
-        self.stream = torch.cuda.Stream(device)
+    def __init__(self, device: torch.device, lanes: int = 2):
+        self.streams = [torch.cuda.Stream(device) for _ in range(lanes)]
 
-    def fork(self, fn: Callable, *args):
-        self.stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self.stream):
+    def fork(self, fn: Callable, *args, lane: int = 0):
+        stream = self.streams[lane]
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
             return fn(*args)
 
     def join(self) -> None:
-        torch.cuda.current_stream().wait_stream(self.stream)
+        main = torch.cuda.current_stream()
+        for stream in self.streams:
+            main.wait_stream(stream)
 
 
 class InLine:
-    """No second stream: a branch runs where it is forked (CPU, the speculative verify, `OVERLAP` off)."""
+    """No side stream: a branch runs where it is forked (CPU, the speculative verify, `OVERLAP` off)."""
 
-    def fork(self, fn: Callable, *args):
+    def fork(self, fn: Callable, *args, lane: int = 0):
         return fn(*args)
 
     def join(self) -> None:
@@ -276,8 +282,9 @@ def attention_positions(attn: Attention, st: LayerState, n: int, x: torch.Tensor
     what they overwrite there).
 
     `x_products` read only x, and in the plain step (T = 1, no `before`) the compressors' folds read only those and
-    the positions: they run on `side`, beside q and kv's chain (the indexer's query stays on the main stream, after
-    qr: in a CSA layer the branch is then about as long as the main chain)."""
+    the positions: they run on `side`'s first lane, beside q and kv's chain; the indexer's query, which reads only
+    qr, on its second, beside q's heads.
+    """
     side = side or IN_LINE
     cs = ixs[0].cs(compressed) if len(ixs) == 1 else torch.cat([ix.cs(compressed) for ix in ixs], 1)  # [n,T,rd/2,2]
     folded = len(ixs) == 1 and before is None
@@ -286,8 +293,14 @@ def attention_positions(attn: Attention, st: LayerState, n: int, x: torch.Tensor
         prods = side.fork(_products_and_folds, attn, st, n, x, ixs[0], compressed)
     else:
         prods = side.fork(x_products, attn, x)
-    q, kv, qr = attn.qkv(x, cs)
-    iq = attn.indexer.query(qr, cs.unsqueeze(-3), attn.qr_simulated()) if attn.indexer is not None else None
+    qr, sq, kva = attn.q_lora(x)
+    iq = None
+    if attn.indexer is not None:
+        args = (qr, cs.unsqueeze(-3), attn.qr_simulated())
+        iq = side.fork(attn.indexer.query, *args, lane=1) if QUERY_ON_SIDE else None
+    q, kv = attn.q_heads(qr, sq, kva, cs)
+    if attn.indexer is not None and iq is None:
+        iq = attn.indexer.query(*args)
     side.join()
     if iq is not None:
         prods = {**prods, "iq": iq}

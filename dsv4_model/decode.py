@@ -143,6 +143,22 @@ class StepIndex:
 OVERLAP = True
 # the CSA indexer's query on the second side lane, beside q's heads (False: on the main stream, after them)
 QUERY_ON_SIDE = True
+# MB of each large projection read ahead into L2 on the second lane while the main stream runs small ops before it
+# (x's and q's projections during the mHC mix, wo_a during the attention core); 0: none
+PREFETCH_MB = 0
+
+
+def read_ahead(weights: list[torch.Tensor]) -> None:
+    """Read the first PREFETCH_MB of these weights' bytes (in order) once, into nothing, so that they are in L2 when
+    their product reads them: DRAM is otherwise idle while the main stream runs small latency-bound ops."""
+    left = PREFETCH_MB << 20
+    for w in weights:
+        if left <= 0:
+            break
+        flat = w.reshape(-1).view(torch.uint8)
+        n = min(flat.numel(), left) // 16 * 16
+        flat[:n].view(torch.int32).sum(dtype=torch.int32)
+        left -= n
 
 
 class SideStream:
@@ -302,6 +318,8 @@ def attention_positions(attn: Attention, st: LayerState, n: int, x: torch.Tensor
     if attn.indexer is not None and iq is None:
         iq = attn.indexer.query(*args)
     side.join()
+    if PREFETCH_MB and side is not IN_LINE:
+        side.fork(read_ahead, [attn.wo_a.qweight.data], lane=1)      # beside the state writes and the core
     if iq is not None:
         prods = {**prods, "iq": iq}
     os = []
@@ -489,6 +507,9 @@ def block_step(blk, st: LayerState, X: torch.Tensor, ids: torch.Tensor, ix: Step
     (`csa_gather`); `side`: the second stream of the sublayers' independent chains (`SideStream`), or in line."""
     def attn(h):
         return attention_step(blk.attn, st, n, h, ix, blk.compressed, gather, side)
+    if PREFETCH_MB and side is not IN_LINE:        # beside the mHC mix: x's and q's projections come first
+        a = blk.attn
+        side.fork(read_ahead, [a.wq_a.qweight.data, a.wkv.qweight.data, a.wq_b.qweight.data], lane=1)
     return blk.compose(X, attn, lambda h: moe_step(blk.ffn, h, ids, side))
 
 

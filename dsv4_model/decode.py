@@ -143,22 +143,6 @@ class StepIndex:
 OVERLAP = True
 # the CSA indexer's query on the second side lane, beside q's heads (False: on the main stream, after them)
 QUERY_ON_SIDE = True
-# MB of each large projection read ahead into L2 on the second lane while the main stream runs small ops before it
-# (x's and q's projections during the mHC mix, wo_a during the attention core); 0: none
-PREFETCH_MB = 0
-
-
-def read_ahead(weights: list[torch.Tensor]) -> None:
-    """Read the first PREFETCH_MB of these weights' bytes (in order) once, into nothing, so that they are in L2 when
-    their product reads them: DRAM is otherwise idle while the main stream runs small latency-bound ops."""
-    left = PREFETCH_MB << 20
-    for w in weights:
-        if left <= 0:
-            break
-        flat = w.reshape(-1).view(torch.uint8)
-        n = min(flat.numel(), left) // 16 * 16
-        flat[:n].view(torch.int32).sum(dtype=torch.int32)
-        left -= n
 
 
 class SideStream:
@@ -176,17 +160,22 @@ class SideStream:
 
     def __init__(self, device: torch.device, lanes: int = 2):
         self.streams = [torch.cuda.Stream(device) for _ in range(lanes)]
+        self.forked: set[int] = set()
 
     def fork(self, fn: Callable, *args, lane: int = 0):
         stream = self.streams[lane]
         stream.wait_stream(torch.cuda.current_stream())
+        self.forked.add(lane)
         with torch.cuda.stream(stream):
             return fn(*args)
 
     def join(self) -> None:
+        # only the lanes forked since the last join: under capture, waiting on a lane the capture never reached
+        # waits on work outside the graph, and the capture fails ("operation failed due to a previous error")
         main = torch.cuda.current_stream()
-        for stream in self.streams:
-            main.wait_stream(stream)
+        for lane in sorted(self.forked):
+            main.wait_stream(self.streams[lane])
+        self.forked.clear()
 
 
 class InLine:
@@ -318,8 +307,6 @@ def attention_positions(attn: Attention, st: LayerState, n: int, x: torch.Tensor
     if attn.indexer is not None and iq is None:
         iq = attn.indexer.query(*args)
     side.join()
-    if PREFETCH_MB and side is not IN_LINE:
-        side.fork(read_ahead, [attn.wo_a.qweight.data], lane=1)      # beside the state writes and the core
     if iq is not None:
         prods = {**prods, "iq": iq}
     os = []
@@ -507,9 +494,6 @@ def block_step(blk, st: LayerState, X: torch.Tensor, ids: torch.Tensor, ix: Step
     (`csa_gather`); `side`: the second stream of the sublayers' independent chains (`SideStream`), or in line."""
     def attn(h):
         return attention_step(blk.attn, st, n, h, ix, blk.compressed, gather, side)
-    if PREFETCH_MB and side is not IN_LINE:        # beside the mHC mix: x's and q's projections come first
-        a = blk.attn
-        side.fork(read_ahead, [a.wq_a.qweight.data, a.wkv.qweight.data, a.wq_b.qweight.data], lane=1)
     return blk.compose(X, attn, lambda h: moe_step(blk.ffn, h, ids, side))
 
 

@@ -128,6 +128,19 @@ decode_runs() {
     echo "== $name $cand"; grep -hE "$pattern" "$OUT/$prefix-$name.txt"
   done
 }
+# knob_ab STAGE TESTS SPECS "DECODE ARGS" PYTEST-ARGS...: the extension build, the stage's CUDA tests (TESTS=0: not),
+# then decode.py once per "name|knobs" spec of SPECS (separated by ";"), one after the other on the idle GPU
+knob_ab() {
+  local stage=$1 tests=$2 specs=$3 args=$4 runs; shift 4
+  build "$stage-build.txt" 150
+  grep -E "build|exit" "$OUT/$stage-build.txt"
+  if [ "$tests" = 1 ]; then
+    run "$stage-tests.txt" 240 python -m pytest -q -rfE -p no:cacheprovider "$@"
+    summary "$stage-tests.txt"
+  fi
+  IFS=';' read -ra runs <<< "$specs"
+  decode_runs "$stage-depth" 170 "^ *[0-9]+ +[0-9.]+ |hit per layer|Error|^exit" "$args" "${runs[@]}"
+}
 summary() { for f in "$@"; do echo "== $f"; grep -E "^FAILED|^ERROR|Fatal|Segmentation|ERROR SUMMARY|passed|failed|^exit" "$OUT/$f" | tail -25; done; }
 rm -f "$OUT/.failed"
 
@@ -314,29 +327,15 @@ for stage in "${@:-check}"; do
       "one-launch|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=0" \
       "separate|--knob dsv4_model.linear.JOIN_PROJECTIONS=False" ;;
   experts)
-    build experts-build.txt 150
-    grep -E "build|exit" "$OUT/experts-build.txt"
-    if [ "${EXPERTS_TESTS:-1}" = 1 ]; then
-      run experts-tests.txt 200 python -m pytest -q -rfE -p no:cacheprovider tests/kernels/test_kernels.py \
-        -k "routed_experts_mma_pairs_first or routed_experts_parity or routed_experts_flash_size"
-      summary experts-tests.txt
-    fi
-    args=${EXPERTS_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}
-    specs=${EXPERTS_SPECS:-"pairs-first|;tiles-first|--knob dsv4_kernels.moe_gemv.cuda_kernel.EXPERTS_PAIRS_FIRST=False;pairs-first-one-launch|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=0"}
-    IFS=';' read -ra runs <<< "$specs"
-    decode_runs experts-depth 170 "^ *[0-9]+ +[0-9.]+ |hit per layer|Error|^exit" "$args" "${runs[@]}" ;;
+    knob_ab experts "${EXPERTS_TESTS:-1}" \
+      "${EXPERTS_SPECS:-"pairs-first|;tiles-first|--knob dsv4_kernels.moe_gemv.cuda_kernel.EXPERTS_PAIRS_FIRST=False;pairs-first-one-launch|--knob dsv4_kernels.attention.triton_kernel.PV_COLS=0"}" \
+      "${EXPERTS_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}" tests/kernels/test_kernels.py \
+      -k "routed_experts_mma_pairs_first or routed_experts_parity or routed_experts_flash_size" ;;
   overlap)
-    build overlap-build.txt 150
-    grep -E "build|exit" "$OUT/overlap-build.txt"
-    if [ "${OVERLAP_TESTS:-1}" = 1 ]; then
-      run overlap-tests.txt 240 python -m pytest -q -rfE -p no:cacheprovider -m cuda tests/dsv4_model/test_graphsafe.py \
-        -k "side_stream or cuda_replay_bitwise_tiny or cuda_capture_of_graphsafe"
-      summary overlap-tests.txt
-    fi
-    args=${OVERLAP_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}
-    specs=${OVERLAP_SPECS:-"side-streams|;query-on-main|--knob dsv4_model.decode.QUERY_ON_SIDE=False;one-stream|--knob dsv4_model.decode.OVERLAP=False"}
-    IFS=';' read -ra runs <<< "$specs"
-    decode_runs overlap-depth 170 "^ *[0-9]+ +[0-9.]+ |hit per layer|Error|^exit" "$args" "${runs[@]}" ;;
+    knob_ab overlap "${OVERLAP_TESTS:-1}" \
+      "${OVERLAP_SPECS:-"side-streams|;query-on-main|--knob dsv4_model.decode.QUERY_ON_SIDE=False;one-stream|--knob dsv4_model.decode.OVERLAP=False"}" \
+      "${OVERLAP_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}" -m cuda \
+      tests/dsv4_model/test_graphsafe.py -k "side_stream or cuda_replay_bitwise_tiny or cuda_capture_of_graphsafe" ;;
   *) echo "h200.sh: stage '$stage' is in STAGES but has no case" >&2; exit 2 ;;
   esac
 done

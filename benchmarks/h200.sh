@@ -69,11 +69,11 @@
 #                                      (CANDIDATE_ARGS: its options, e.g. --batches 8 in
 #                                      a second call; CANDIDATE_TESTS=0 skips the tests)
 #   bash benchmarks/h200.sh overlap    issue 37's side streams (decode.OVERLAP: the compressors' products and folds beside
-#                                      q and kv's chain, the indexer's query beside q's heads, the shared expert beside
-#                                      the routed experts): their CUDA tests
+#                                      q and kv's chain, the shared expert beside the routed experts; QUERY_ON_SIDE: the
+#                                      indexer's query beside q's heads): their CUDA tests
 #                                      (300 replayed steps equal the one-stream step's, the tiny replay, the capture),
 #                                      then decode.py --depths 2,8 with the side streams, with the indexer's query
-#                                      back on the main stream and with one stream, one after the other on the idle
+#                                      on a second lane and with one stream, one after the other on the idle
 #                                      GPU (OVERLAP_ARGS: decode.py's options, default "--configs flash --depths 2,8
 #                                      --batches 1,8 --steps 20 --experts 64"; OVERLAP_TESTS=0 skips the tests;
 #                                      OVERLAP_SPECS: the runs, "name|knobs" separated by ";")
@@ -333,7 +333,7 @@ for stage in "${@:-check}"; do
       -k "routed_experts_mma_pairs_first or routed_experts_parity or routed_experts_flash_size" ;;
   overlap)
     knob_ab overlap "${OVERLAP_TESTS:-1}" \
-      "${OVERLAP_SPECS:-"side-streams|;query-on-main|--knob dsv4_model.decode.QUERY_ON_SIDE=False;one-stream|--knob dsv4_model.decode.OVERLAP=False"}" \
+      "${OVERLAP_SPECS:-"side-streams|;query-on-side|--knob dsv4_model.decode.QUERY_ON_SIDE=True;one-stream|--knob dsv4_model.decode.OVERLAP=False"}" \
       "${OVERLAP_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}" -m cuda \
       tests/dsv4_model/test_graphsafe.py -k "side_stream or cuda_replay_bitwise_tiny or cuda_capture_of_graphsafe" ;;
   *) echo "h200.sh: stage '$stage' is in STAGES but has no case" >&2; exit 2 ;;

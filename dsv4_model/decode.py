@@ -13,7 +13,9 @@ into a CUDA graph and replays bit for bit. What differs from the reference path 
 - the indexer scores every compressed slot (unclosed ones -inf) and always gathers a fixed k, padded picks masked;
 - MoE: routing on the device, experts computed by `moe.routed_experts` over gathered expert weights (fixed shapes,
   device expert ids; no per-expert count read back, no host loop);
-- Sinkhorn runs its fixed 20 iterations (mhc.py is shared).
+- Sinkhorn runs its fixed 20 iterations (mhc.py is shared);
+- on CUDA the chains that read only what exists when they start (the compressors' products and folds, the indexer's
+  query, the shared expert) run on side streams (`SideStream`), parallel branches of the captured graph.
 
 KV layout: per-sequence max-length buffers, not paged. The window is a fixed ring of W slots per sequence anyway;
 what grows is only the compressed lists, 4x (CSA) and 128x (HCA) shorter than the token count, so paging would save
@@ -141,8 +143,10 @@ class StepIndex:
 
 # the step's independent chains on side CUDA streams (`SideStream`); False: every launch in line, one stream
 OVERLAP = True
-# the CSA indexer's query on the second side lane, beside q's heads (False: on the main stream, after them)
-QUERY_ON_SIDE = True
+# the CSA indexer's query on the second side lane, beside q's heads (True), or on the main stream after them. Off
+# until its CUDA checks pass: run 86 timed it (B=1 0.2156 ms a layer, against 0.2196 with one lane in run 84) but
+# its capture failed on the tiny preset (a join waited on a lane never forked), fixed since and not yet rerun
+QUERY_ON_SIDE = False
 
 
 class SideStream:

@@ -14,8 +14,9 @@ into a CUDA graph and replays bit for bit. What differs from the reference path 
 - MoE: routing on the device, experts computed by `moe.routed_experts` over gathered expert weights (fixed shapes,
   device expert ids; no per-expert count read back, no host loop);
 - Sinkhorn runs its fixed 20 iterations (mhc.py is shared);
-- on CUDA the chains that read only what exists when they start (the compressors' products and folds, the indexer's
-  query, the shared expert) run on side streams (`SideStream`), parallel branches of the captured graph.
+- on CUDA the chains that read only what exists when they start (the compressors' products and folds, the shared
+  expert; with `QUERY_ON_SIDE` the indexer's query) run on side streams (`SideStream`), parallel branches of the
+  captured graph.
 
 KV layout: per-sequence max-length buffers, not paged. The window is a fixed ring of W slots per sequence anyway;
 what grows is only the compressed lists, 4x (CSA) and 128x (HCA) shorter than the token count, so paging would save
@@ -24,12 +25,13 @@ With max-length rows each validity mask is one comparison against the position, 
 tensor-parallel split along heads leaves untouched).
 
 Layer math is not re-implemented: each block runs its own composition (`Block.compose`, the one the reference
-runs) with this step's sublayers, which call the reference modules' own functions (`Attention.qkv`,
+runs) with this step's sublayers, which call the reference modules' own functions (`Attention.q_lora/q_heads`,
 `Attention.attend`, `Compressor.pool/finish`, `Indexer.query/scores/select`, the gate, the shared expert,
 head): the layer interface written down in model.py's docstring. Only state and control flow live here.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -150,25 +152,30 @@ QUERY_ON_SIDE = False
 
 
 class SideStream:
-    """Side CUDA streams ("lanes") for chains of the step that read only what was made before their `fork` and that
-    the main stream reads only after `join`. In a captured graph they become parallel branches: a chain of small,
-    latency-bound launches runs while the main stream streams weights (at B=1 a layer is about half small
-    launches). No value changes: each kernel computes what it computed in line. Two forks on one lane run in
-    order; forks on two lanes run at once, so they must not touch each other's outputs either.
+    """Side CUDA streams ("lanes") for chains of the step that read only what was made before their `fork`, write
+    only what nothing else reads or writes until the join (their own outputs, a compressor's own state), and whose
+    outputs the main stream reads only after the join. In a captured graph they become parallel branches: a chain
+    of small, latency-bound launches runs while the main stream streams weights (at B=1 a layer is about half small
+    launches). No value changes: each kernel computes what it computed in line. Two forks on one lane run in order;
+    forks on two lanes run at once, so they must not touch each other's outputs either. Forks go inside `window()`,
+    which joins at its end.
 
-    Memory: the caller keeps every input of a branch referenced until `join`. The caching allocator hands a
-    freed block to the next tensor of the stream that made it, so an input freed on the main stream while the
-    branch still reads it could be overwritten. A branch's own tensors come from its lane's blocks; the main
-    stream reads them only after the join, and a lane's next work waits on the main stream (`fork`), so a block a
-    lane takes back is never still read."""
+    Memory: the caller keeps every input of a branch referenced until the join. The caching allocator hands a freed
+    block to the next tensor of the stream that made it, so an input freed on the main stream while the branch still
+    reads it could be overwritten. A branch's own tensors come from its lane's blocks; the main stream reads them
+    only after the join, and a lane allocates again only inside a later `fork`, after waiting on the main stream, so
+    a block a lane takes back is never still read. Every use of a lane goes through `fork` for that reason.
+    A branch must not issue a collective (tensor parallelism) while the main stream may issue one: the ranks would
+    order them differently."""
 
     def __init__(self, device: torch.device, lanes: int = 2):
+        self.device = device
         self.streams = [torch.cuda.Stream(device) for _ in range(lanes)]
         self.forked: set[int] = set()
 
     def fork(self, fn: Callable, *args, lane: int = 0):
         stream = self.streams[lane]
-        stream.wait_stream(torch.cuda.current_stream())
+        stream.wait_stream(torch.cuda.current_stream(self.device))
         self.forked.add(lane)
         with torch.cuda.stream(stream):
             return fn(*args)
@@ -176,10 +183,19 @@ class SideStream:
     def join(self) -> None:
         # only the lanes forked since the last join: under capture, waiting on a lane the capture never reached
         # waits on work outside the graph, and the capture fails ("operation failed due to a previous error")
-        main = torch.cuda.current_stream()
+        main = torch.cuda.current_stream(self.device)
         for lane in sorted(self.forked):
             main.wait_stream(self.streams[lane])
         self.forked.clear()
+
+    @contextlib.contextmanager
+    def window(self):
+        """The forks made inside are joined at its end, after an exception too: a lane left forked would make the
+        next join, perhaps under the next capture, wait on work outside it."""
+        try:
+            yield self
+        finally:
+            self.join()
 
 
 class InLine:
@@ -190,6 +206,9 @@ class InLine:
 
     def join(self) -> None:
         pass
+
+    def window(self):
+        return contextlib.nullcontext(self)
 
 
 IN_LINE = InLine()
@@ -275,9 +294,10 @@ def attend_position(attn: Attention, st: LayerState, n: int, q: torch.Tensor, kv
 
 def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool,
                    gather=gather_picks_ref, side: SideStream | InLine = None) -> torch.Tensor:
-    """x [n,1,d] -> [n,1,d]; the reference's state writes (window, indexer compressor, compressor) and attention.
-    `gather`: the CSA gather of the picked entries chosen at load (`csa_gather`). `side`: where the chain that
-    reads only x and the positions runs (`SideStream`; in line by default)."""
+    """x [n,1,d] -> [n,1,d]; the state writes (the window, each compressor's fold: disjoint state, so their order
+    is free and the folds run beside q and kv's chain) and attention. `gather`: the CSA gather of the picked entries
+    chosen at load (`csa_gather`). `side`: where the chains that read only x, qr and the positions run
+    (`SideStream`; in line by default)."""
     return attention_positions(attn, st, n, x, [ix], compressed, gather, side=side)
 
 
@@ -291,26 +311,26 @@ def attention_positions(attn: Attention, st: LayerState, n: int, x: torch.Tensor
     what they overwrite there).
 
     `x_products` read only x, and in the plain step (T = 1, no `before`) the compressors' folds read only those and
-    the positions: they run on `side`'s first lane, beside q and kv's chain; the indexer's query, which reads only
-    qr, on its second, beside q's heads.
+    the positions (and write only their compressor's state): they run on `side`'s first lane, beside q and kv's
+    chain; with `QUERY_ON_SIDE` the indexer's query, which reads only qr, on its second, beside q's heads.
     """
     side = side or IN_LINE
     cs = ixs[0].cs(compressed) if len(ixs) == 1 else torch.cat([ix.cs(compressed) for ix in ixs], 1)  # [n,T,rd/2,2]
     folded = len(ixs) == 1 and before is None
-    if folded:
-        _index_folds(attn, st, ixs[0], compressed)       # made here: a tensor the branch made is the main's too late
-        prods = side.fork(_products_and_folds, attn, st, n, x, ixs[0], compressed)
-    else:
-        prods = side.fork(x_products, attn, x)
-    qr, sq, kva = attn.q_lora(x)
-    iq = None
-    if attn.indexer is not None:
-        args = (qr, cs.unsqueeze(-3), attn.qr_simulated())
-        iq = side.fork(attn.indexer.query, *args, lane=1) if QUERY_ON_SIDE else None
-    q, kv = attn.q_heads(qr, sq, kva, cs)
-    if attn.indexer is not None and iq is None:
-        iq = attn.indexer.query(*args)
-    side.join()
+    with side.window():
+        if folded:
+            _index_folds(attn, st, ixs[0], compressed)
+            prods = side.fork(_products_and_folds, attn, st, n, x, ixs[0], compressed)
+        else:
+            prods = side.fork(x_products, attn, x)
+        qr, sq, kva = attn.q_lora(x)
+        iq = None
+        if attn.indexer is not None:
+            args = (qr, cs.unsqueeze(-3), attn.qr_simulated())
+            iq = side.fork(attn.indexer.query, *args, lane=1) if QUERY_ON_SIDE else None
+        q, kv = attn.q_heads(qr, sq, kva, cs)
+        if attn.indexer is not None and iq is None:
+            iq = attn.indexer.query(*args)
     if iq is not None:
         prods = {**prods, "iq": iq}
     os = []
@@ -329,9 +349,9 @@ def _products_and_folds(attn: Attention, st: LayerState, n: int, x: torch.Tensor
 
 
 def _index_folds(attn: Attention, st: LayerState, ix: StepIndex, compressed: bool) -> None:
-    """Make the StepIndex tensors the compressors' folds read (`compressor_fold`) on the current stream. The
-    StepIndex keeps each for every later layer: one first made on the side stream would be read by the main
-    stream of a later layer with nothing ordering the two."""
+    """Make the StepIndex tensors the compressors' folds read (`compressor_fold`) on the main stream. The StepIndex
+    keeps each for every later layer: made on a lane, its memory would be that lane's, and the main stream's later
+    reads would rest on the joins alone, a rule the next change to a join could break without a sign."""
     for comp, cst in ((attn.indexer.compressor if attn.indexer else None, st.icomp), (attn.compressor, st.comp)):
         if comp is not None:
             ix.block_cs(compressed, comp.m, comp.overlap, cst.entries.shape[1])      # makes ix.blocks(...) too
@@ -476,18 +496,18 @@ def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, side: SideStream | InLine 
     side = side or IN_LINE
     shape = x.shape
     x = x.reshape(-1, moe.dim)
-    shared = side.fork(moe.shared_experts, x)
-    # each row's picks come in expert order (the gate's route sorts them), so their slot-order sum rounds as the
-    # reference's loop over the experts
-    weights, idx = moe.gate(x, ids.reshape(-1))
-    ex = moe.experts
-    # under tensor parallelism a pick of another rank's expert has index ex.n and weight 0 (parallel.ParallelGate):
-    # clamped into the stack it adds exactly zero, at a fixed shape (a gate whose picks are all local needs no clamp:
-    # one launch a layer fewer)
-    if moe.gate.picks_past_experts:
-        idx = idx.clamp(max=ex.n - 1)
-    y = ex.compute(x, idx, weights, ex.w1.astuple(), ex.w3.astuple(), ex.w2.astuple(), moe.limit, act=ex.act_sim)
-    side.join()
+    with side.window():
+        shared = side.fork(moe.shared_experts, x)
+        # each row's picks come in expert order (the gate's route sorts them), so their slot-order sum rounds as the
+        # reference's loop over the experts
+        weights, idx = moe.gate(x, ids.reshape(-1))
+        ex = moe.experts
+        # under tensor parallelism a pick of another rank's expert has index ex.n and weight 0 (parallel.ParallelGate):
+        # clamped into the stack it adds exactly zero, at a fixed shape (a gate whose picks are all local needs no
+        # clamp: one launch a layer fewer)
+        if moe.gate.picks_past_experts:
+            idx = idx.clamp(max=ex.n - 1)
+        y = ex.compute(x, idx, weights, ex.w1.astuple(), ex.w3.astuple(), ex.w2.astuple(), moe.limit, act=ex.act_sim)
     return moe.combine(y, shared, x.dtype).view(shape)
 
 
@@ -495,7 +515,7 @@ def block_step(blk, st: LayerState, X: torch.Tensor, ids: torch.Tensor, ix: Step
                gather=gather_picks_ref, side: SideStream | InLine = None) -> torch.Tensor:
     """One block (a `model.Block`, or the MTP block) of the step over its state: X [n,1,hc,d] -> X, through the
     block's own composition (`Block.compose`) with the graph-safe sublayers. `gather`: the CSA gather chosen at load
-    (`csa_gather`); `side`: the second stream of the sublayers' independent chains (`SideStream`), or in line."""
+    (`csa_gather`); `side`: the side streams of the sublayers' independent chains (`SideStream`), or in line."""
     def attn(h):
         return attention_step(blk.attn, st, n, h, ix, blk.compressed, gather, side)
     return blk.compose(X, attn, lambda h: moe_step(blk.ffn, h, ids, side))
@@ -545,7 +565,7 @@ class GraphSafeDecoder(nn.Module):
                        for layer, st in zip(model.layers, self.layers) if st.icomp is not None
                        for b in range(1, batch + 1)}, key=str)
         self.gather, gather_note = csa_gather(dev, keys, table is not None and table.cuda)
-        # the plain step's independent chains on a second stream (the multi-position forward keeps one)
+        # the plain step's independent chains on side streams (the multi-position forward keeps one stream)
         self.side = SideStream(dev) if OVERLAP and dev.type == "cuda" else IN_LINE
         if table is None:
             self.kernel_note = (f"no kernel table on the model: its modules' PyTorch references throughout "

@@ -464,14 +464,17 @@ def test_cuda_replay_bitwise_flash_dims():
 
 
 class _AuditedSide:
-    """`decode.SideStream`'s contract checked on CPU: each branch runs in line at its `fork`, and a dispatch mode
-    records which storages each stream (the main one, each lane) reads and writes from the window's first fork to
-    its `join`. On a GPU they run at once, so between its fork and the join a branch must read nothing the main
-    stream writes after that fork, the main stream must read nothing a branch writes, and two lanes must not touch
-    each other's writes. Every tensor seen in a window is kept alive until its join, so no freed address is reused
-    and taken for the same storage."""
+    """`decode.SideStream`'s contract checked on CPU, on the PyTorch references' ops: each branch runs in line at
+    its `fork`, and a dispatch mode records which storages each stream (the main one, each lane) reads and writes
+    from the window's first fork to its join. On a GPU they run at once, so between its fork and the join a branch
+    must read nothing the main stream writes after that fork, the main stream must read nothing a branch writes,
+    two lanes must not touch each other's writes, and no tensor handed to a fork may be freed before the join (the
+    allocator would give its memory to the next tensor while the branch still reads it: the caller keeps them).
+    Every other tensor an op touches in a window is kept alive until the join, so no freed address is reused and
+    taken for the same storage; the fork's tensors are held weakly and must still be alive at the join."""
 
     def __init__(self):
+        from torch.multiprocessing.reductions import StorageWeakRef
         from torch.utils._python_dispatch import TorchDispatchMode
         audit = self
 
@@ -482,8 +485,17 @@ class _AuditedSide:
                 if audit.where is not None:
                     audit.record(func, args, kwargs, out)
                 return out
-        self.mode, self.where, self.windows, self.forked = Record(), None, [], []
-        self.seen, self.events, self.at = [], [], 0
+        self.weak, self.mode, self.where, self.windows, self.forked = StorageWeakRef, Record(), None, [], []
+        self._new()
+
+    def _new(self):
+        self.kept, self.events, self.inputs, self.args = [], [], [], set()
+
+    def _note(self, t, kind):
+        ptr = t.untyped_storage().data_ptr()
+        self.events.append((self.where, len(self.events), kind, ptr))
+        if ptr not in self.args:
+            self.kept.append(t)
 
     def record(self, func, args, kwargs, out):
         def tensors(v):
@@ -491,19 +503,23 @@ class _AuditedSide:
             return [t for t in vs if isinstance(t, torch.Tensor)]
         for i, a in enumerate(func._schema.arguments):
             v = args[i] if i < len(args) else kwargs.get(a.name)
-            kind = "write" if a.alias_info is not None and a.alias_info.is_write else "read"
             for t in tensors(v):
-                self.seen.append(t)
-                self.events.append((self.where, len(self.events), kind, t.untyped_storage().data_ptr()))
-        views = [r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns]
-        for t, view in zip(tensors(out), views + [False] * 8):
-            self.seen.append(t)
-            if not view:
-                self.events.append((self.where, len(self.events), "write", t.untyped_storage().data_ptr()))
+                self._note(t, "write" if a.alias_info is not None and a.alias_info.is_write else "read")
+        rets, outs = func._schema.returns, out if isinstance(out, (list, tuple)) else [out]
+        # one return of a list type (split, unbind: `Tensor(a)[]`) describes every element
+        pairs = [(rets[0], o) for o in outs] if len(rets) == 1 else list(zip(rets, outs))
+        for r, o in pairs:
+            if r.alias_info is None or r.alias_info.is_write:     # a view's storage is its input's: nothing written
+                for t in tensors(o):
+                    self._note(t, "write")
 
     def fork(self, fn, *args, lane: int = 0):
-        self.forked.append(getattr(fn, "__qualname__", type(fn).__name__))
-        self.where = (lane, len(self.events))         # the lane, and where the main stream was at the fork
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        self.forked.append(name)
+        self.where = (lane, len(self.events), name)    # the lane, where the main stream was at the fork, the branch
+        for t in (t for a in args for t in (a if isinstance(a, (list, tuple)) else [a]) if isinstance(t, torch.Tensor)):
+            self.inputs.append((name, self.weak(t.untyped_storage())))
+            self.args.add(t.untyped_storage().data_ptr())
         try:
             return fn(*args)
         finally:
@@ -519,9 +535,22 @@ class _AuditedSide:
                     if w == "main" or w2 == w or "write" not in (kind, kind2):
                         continue
                     if w2 == "main" and i2 >= w[1] or w2 != "main" and w2[0] != w[0]:
-                        clashes.append((w, kind, w2, kind2))    # the main stream after the fork, or another lane
-        self.windows.append((self.forked[-1], clashes))
-        self.where, self.seen, self.events = None, [], []
+                        clashes.append((w[2], kind, w2 if w2 == "main" else w2[2], kind2))
+        freed = [name for name, ref in self.inputs if ref.expired()]
+        self.windows.append((self.forked[-1], clashes, freed))
+        self.where = None
+        self._new()
+
+    def window(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def joined():
+            try:
+                yield self
+            finally:
+                self.join()
+        return joined()
 
 
 @pytest.mark.parametrize("query_on_side", [False, True])
@@ -548,14 +577,14 @@ def test_side_stream_branches_share_nothing_with_the_main_chain_on_cpu(exact, mo
     assert len(side.windows) == 6 * 2 * layers, side.forked
     assert set(side.forked) == {"_products_and_folds", "Expert"} | ({"Indexer.query"} if query_on_side else set())
     assert {w[0] for w in side.windows} == set(side.forked), side.windows    # CSA windows end in the query
-    bad = [(name, c[:3]) for name, c in side.windows if c]
-    assert not bad, f"branches sharing storage with the main stream or each other (last fork, clashes): {bad}"
+    bad = [(c[:3], f[:3]) for _, c, f in side.windows if c or f]
+    assert not bad, f"branches sharing storage with the main stream or each other, or inputs freed: {bad}"
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("query_on_side", [False, True])
 def test_cuda_side_stream_replay_equals_one_stream(monkeypatch, query_on_side):
-    """The plain step with its branches on a second stream, captured and replayed 300 steps, gives the one-stream
+    """The plain step with its branches on side streams, captured and replayed 300 steps, gives the one-stream
     step's logits and sampled tokens bit for bit (a branch reading memory the main stream reused would not)."""
     import dsv4_model.decode as decode
     from dsv4_model.decode import IN_LINE, SideStream

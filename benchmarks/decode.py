@@ -367,7 +367,8 @@ def layer_profile(model, dec, batch: int, L: int, bw: float, floor_bytes: int, c
     heavy = [i for i, nm in enumerate(names) if any(k in nm.lower() for k in _WEIGHT_KERNELS)]
     light = [i for i in range(per) if i not in heavy]
     t_heavy, t_light = sum(us[i] for i in heavy), sum(us[i] for i in light)
-    if getattr(dec, "side", None) is not None and hasattr(dec.side, "streams"):
+    from dsv4_model.decode import SideStream
+    if isinstance(dec.side, SideStream):
         # side streams (decode.OVERLAP): kernels overlap, so their sum is not the wall time and the launch order may
         # differ between replays; the idle time and the fusion projections below assume one serial chain
         print(f"  weight-streaming: {len(heavy)} kernels {t_heavy:.1f} us; the small chain: {len(light)} kernels "

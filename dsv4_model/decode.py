@@ -204,9 +204,6 @@ class InLine:
     def fork(self, fn: Callable, *args, lane: int = 0):
         return fn(*args)
 
-    def join(self) -> None:
-        pass
-
     def window(self):
         return contextlib.nullcontext(self)
 
@@ -293,7 +290,7 @@ def attend_position(attn: Attention, st: LayerState, n: int, q: torch.Tensor, kv
 
 
 def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix: StepIndex, compressed: bool,
-                   gather=gather_picks_ref, side: SideStream | InLine = None) -> torch.Tensor:
+                   gather=gather_picks_ref, side: SideStream | InLine = IN_LINE) -> torch.Tensor:
     """x [n,1,d] -> [n,1,d]; the state writes (the window, each compressor's fold: disjoint state, so their order
     is free and the folds run beside q and kv's chain) and attention. `gather`: the CSA gather of the picked entries
     chosen at load (`csa_gather`). `side`: where the chains that read only x, qr and the positions run
@@ -303,7 +300,7 @@ def attention_step(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ix:
 
 def attention_positions(attn: Attention, st: LayerState, n: int, x: torch.Tensor, ixs: list[StepIndex],
                         compressed: bool, gather=gather_picks_ref, before=None,
-                        side: SideStream | InLine = None) -> torch.Tensor:
+                        side: SideStream | InLine = IN_LINE) -> torch.Tensor:
     """x [n,T,d], the tokens at T consecutive positions of each row (ixs: their StepIndex, one per position) ->
     [n,T,d]: every projection once over the n*T rows (q, kv, the compressors', the indexer's, the output's), the
     state writes and the attention position by position (`attend_position`). T = 1 is the plain step.
@@ -314,7 +311,6 @@ def attention_positions(attn: Attention, st: LayerState, n: int, x: torch.Tensor
     the positions (and write only their compressor's state): they run on `side`'s first lane, beside q and kv's
     chain; with `QUERY_ON_SIDE` the indexer's query, which reads only qr, on its second, beside q's heads.
     """
-    side = side or IN_LINE
     cs = ixs[0].cs(compressed) if len(ixs) == 1 else torch.cat([ix.cs(compressed) for ix in ixs], 1)  # [n,T,rd/2,2]
     folded = len(ixs) == 1 and before is None
     with side.window():
@@ -489,11 +485,10 @@ def decode_kernels(device: torch.device, use_kernels: bool = True, rowwise: bool
                                   f"Triton: {', '.join(fused) or 'none'}", rowwise)
 
 
-def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, side: SideStream | InLine = None) -> torch.Tensor:
+def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, side: SideStream | InLine = IN_LINE) -> torch.Tensor:
     """The reference MoE with a fixed-shape expert dispatch: x [n,1,d], ids [n,1]. The experts run through
     `moe.experts.compute` (`moe.routed_experts`, or the fused kernel set at load on CUDA), as the reference's do.
     The shared expert reads only x: it runs on `side` (`SideStream`), beside the router and the routed experts."""
-    side = side or IN_LINE
     shape = x.shape
     x = x.reshape(-1, moe.dim)
     with side.window():
@@ -512,7 +507,7 @@ def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, side: SideStream | InLine 
 
 
 def block_step(blk, st: LayerState, X: torch.Tensor, ids: torch.Tensor, ix: StepIndex, n: int,
-               gather=gather_picks_ref, side: SideStream | InLine = None) -> torch.Tensor:
+               gather=gather_picks_ref, side: SideStream | InLine = IN_LINE) -> torch.Tensor:
     """One block (a `model.Block`, or the MTP block) of the step over its state: X [n,1,hc,d] -> X, through the
     block's own composition (`Block.compose`) with the graph-safe sublayers. `gather`: the CSA gather chosen at load
     (`csa_gather`); `side`: the side streams of the sublayers' independent chains (`SideStream`), or in line."""

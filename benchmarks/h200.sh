@@ -72,8 +72,9 @@
 #                                      q and kv's chain, the shared expert beside the routed experts; QUERY_ON_SIDE: the
 #                                      indexer's query beside q's heads): their CUDA tests
 #                                      (300 replayed steps equal the one-stream step's, the tiny replay, the capture),
-#                                      then decode.py --depths 2,8 with the side streams, with the indexer's query
-#                                      on a second lane and with one stream, one after the other on the idle
+#                                      then decode.py --depths 2,8 with the side streams (the indexer's query on
+#                                      the second lane), with the query on the main stream and with one stream, one
+#                                      after the other on the idle
 #                                      GPU (OVERLAP_ARGS: decode.py's options, default "--configs flash --depths 2,8
 #                                      --batches 1,8 --steps 20 --experts 64"; OVERLAP_TESTS=0 skips the tests;
 #                                      OVERLAP_SPECS: the runs, "name|knobs" separated by ";")
@@ -110,6 +111,19 @@ run() {
   local log=$1 secs=$2; shift 2
   timeout "$secs" "$@" > "$OUT/$log" 2>&1; local rc=$?
   echo "exit $rc" >> "$OUT/$log"; [ $rc = 0 ] || echo "$log" >> "$OUT/.failed"
+}
+# kernel_shards PREFIX SECONDS N [PYTEST-ARGS...]: the non-slow kernel tests split round-robin into N pytest
+# processes side by side on the GPU, each log $OUT/PREFIX-<i>.txt
+kernel_shards() {
+  local prefix=$1 secs=$2 n=$3 ids; shift 3
+  ids=$(mktemp)
+  python -m pytest -q --co -p no:cacheprovider -m "not slow" tests/kernels "$@" 2>/dev/null | grep "::" > "$ids"
+  for i in $(seq 0 $((n - 1))); do
+    awk -v i="$i" -v n="$n" 'NR % n == i' "$ids" > "$ids.$i"
+    [ -s "$ids.$i" ] || continue       # no ids: a bare pytest would run every test under the root
+    run "$prefix-$i.txt" "$secs" python -X faulthandler -m pytest -q -rfE -p no:cacheprovider $(cat "$ids.$i") &
+  done
+  wait
 }
 # build LOG SECONDS: the CUDA extension (cached per machine), its line in $OUT/LOG
 build() { run "$1" "$2" python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"; }
@@ -152,8 +166,9 @@ for stage in "${@:-check}"; do
     grep -E "build|exit" "$OUT/check-build.txt"
     # the slow tests are CPU work (the Triton interpreter, the sm_90 build): CPU CI runs them
     # CHECK_K: only the kernel tests it selects (pytest -k; the whole set has outgrown 330 s beside the rest on the H200)
-    run check-pytest-kernels.txt 330 python -X faulthandler -m pytest -q -rfE -p no:cacheprovider -m "not slow" tests/kernels \
-      ${CHECK_K:+-k "$CHECK_K"} &
+    # in KERNEL_SHARDS (2) processes: in one they outgrew 330 s beside the rest on the H200 (run 88); four shards
+    # alone took 90 s each (run 89)
+    kernel_shards check-pytest-kernels 330 "${KERNEL_SHARDS:-2}" ${CHECK_K:+-k "$CHECK_K"} &
     # the Flash-dimension tests hold ~25 GB each: beside the numerics script (~50 GB) they ran out of an H100's 80 GB
     # (run 49), so they run after it, alone
     run check-pytest-cuda.txt 330 python -m pytest -q -rfEP -p no:cacheprovider -m cuda tests --ignore=tests/kernels \
@@ -168,7 +183,7 @@ for stage in "${@:-check}"; do
       flash_tests check-pytest-flash.txt 240
       summary check-pytest-flash.txt
     fi
-    summary check-pytest-kernels.txt check-pytest-cuda.txt check-capture-graphsafe.txt
+    summary $(cd "$OUT" && ls check-pytest-kernels-*.txt) check-pytest-cuda.txt check-capture-graphsafe.txt
     grep -vE "^\s*$|Warning|warn" "$OUT/check-numerics.txt" | tail -16 ;;
   flash)
     build flash-build.txt 200
@@ -333,7 +348,7 @@ for stage in "${@:-check}"; do
       -k "routed_experts_mma_pairs_first or routed_experts_parity or routed_experts_flash_size" ;;
   overlap)
     knob_ab overlap "${OVERLAP_TESTS:-1}" \
-      "${OVERLAP_SPECS:-"side-streams|;query-on-side|--knob dsv4_model.decode.QUERY_ON_SIDE=True;one-stream|--knob dsv4_model.decode.OVERLAP=False"}" \
+      "${OVERLAP_SPECS:-"side-streams|;query-on-main|--knob dsv4_model.decode.QUERY_ON_SIDE=False;one-stream|--knob dsv4_model.decode.OVERLAP=False"}" \
       "${OVERLAP_ARGS:---configs flash --depths 2,8 --batches 1,8 --steps 20 --experts 64}" -m cuda \
       tests/dsv4_model/test_graphsafe.py -k "side_stream or cuda_replay_bitwise_tiny or cuda_capture_of_graphsafe" ;;
   *) echo "h200.sh: stage '$stage' is in STAGES but has no case" >&2; exit 2 ;;

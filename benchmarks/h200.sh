@@ -12,7 +12,8 @@
 #                                      the graph-safe decode's replay at Flash's layer dimensions, its kernels against
 #                                      the references), building the extension first
 #   bash benchmarks/h200.sh tests      pytest on TESTS_ARGS (e.g. "tests/kernels -k 'f32 or bf16'", quotes as in a shell),
-#                                      building the extension first
+#                                      building the extension first (TESTS_NUMERICS=1: official_numerics.py
+#                                      --steps 320 beside them, as `check` runs it)
 #   bash benchmarks/h200.sh memcheck   the kernel parity tests under compute-sanitizer memcheck, in MEMCHECK_SHARDS (4)
 #                                      processes side by side (MEMCHECK_K: the tests' -k, default "parity and not flash")
 #   bash benchmarks/h200.sh targets    `graphcheck capture` of every kernel target
@@ -193,8 +194,13 @@ for stage in "${@:-check}"; do
     build tests-build.txt 200
     # word-split as the shell would: TESTS_ARGS="tests/kernels -k 'bf16 or topk'" keeps the quoted -k in one piece
     eval "set -- ${TESTS_ARGS:-tests/kernels}"
+    if [ "${TESTS_NUMERICS:-0}" = 1 ]; then      # issue 36's gate beside them, as `check` runs it
+      run tests-numerics.txt 420 python benchmarks/official_numerics.py --steps 320 &
+    fi
     run tests.txt 500 python -m pytest -q -rfE -p no:cacheprovider "$@"
-    summary tests-build.txt tests.txt ;;
+    wait
+    summary tests-build.txt tests.txt
+    [ "${TESTS_NUMERICS:-0}" = 1 ] && grep -vE "^\s*$|Warning|warn" "$OUT/tests-numerics.txt" | tail -16 ;;
   memcheck)
     # one sanitizer process took over 6 minutes for the ~300 parity tests (run 12: cut off at 291): the test ids go
     # round-robin to MEMCHECK_SHARDS processes side by side (the sanitizer's instrumentation is CPU-bound)

@@ -48,7 +48,7 @@ class Recorder:
     differs. Outputs of different lengths along the last axis (n keys against a capacity) compare on the common
     part."""
 
-    FUNCS = ("core", "score", "select", "pool_reduce", "compute", "q_norm_rope", "norm_rope", "fp8_nope", "rope", "kernel",
+    FUNCS = ("core", "score", "select", "pool_reduce", "compute", "q_norm_rope", "norm_rope", "fp8_nope", "norm_fp8", "rope", "kernel",
              "fp8_quant", "hadamard_fp4", "gemv", "matmul", "sinkhorn", "pre_mix", "post_mix", "pre_norm", "head_mix",
              "route", "swiglu_fp8", "dense", "grouped", "f32")
 

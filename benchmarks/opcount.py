@@ -90,7 +90,7 @@ def main():
             elif isinstance(m, RMSNorm):
                 m.kernel = one_op
             elif isinstance(m, Attention):
-                m.q_norm_rope, m.norm_rope, m.fp8_nope, m.rope = one_op, one_op, one_op, one_op
+                m.q_norm_rope, m.norm_rope, m.fp8_nope, m.norm_fp8, m.rope = one_op, one_op, one_op, one_op, one_op
             elif isinstance(m, Indexer):
                 m.hadamard_fp4, m.rope = one_op, one_op
             elif isinstance(m, Compressor):

@@ -15,7 +15,7 @@ from torch import nn
 from dsv4_kernels.attention.reference import attention_ref, attention_ring_ref
 from dsv4_kernels.head_norm_rope.reference import head_norm_rope_ref
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
-from dsv4_kernels.norm_rope_fp8.reference import fp8_nope_ref, norm_rope_fp8_ref
+from dsv4_kernels.norm_rope_fp8.reference import fp8_nope_ref, norm_fp8_ref, norm_rope_fp8_ref
 
 from .compressor import Compressor, join_projections, joins, still_joined
 from .indexer import Indexer
@@ -24,6 +24,10 @@ from .quant import dequant
 from .rope import rope_tail
 
 # shapes: B batch, T tokens, H heads, D head_dim, W window, n compressed entries, G groups, R o_lora_rank
+
+# q_norm and the FP8 sim qr's projections take, one op (`norm_fp8`: one launch under a CUDA table, the two kernels'
+# bits) where False runs them as two
+NORM_FP8 = True
 
 
 def grouped_ref(o: torch.Tensor, wa: torch.Tensor) -> torch.Tensor:
@@ -59,6 +63,8 @@ class Attention(nn.Module):
         # the core, o in the model dtype), or the kernel that reads them in place
         self.ring_core = attention_ring_ref
         self.q_norm_rope, self.norm_rope = head_norm_rope_ref, norm_rope_fp8_ref
+        # q_norm with its projections' FP8 sim (`q_lora`): the reference's two calls, or one launch
+        self.norm_fp8 = norm_fp8_ref
         # the output's grouped low-rank product (the reference's einsum, or a row-invariant one: rowwise.py)
         self.grouped = grouped_ref
         # the compressors' fp32 products (`compressor_products`): the f32 slot over their four weights joined into
@@ -73,6 +79,7 @@ class Attention(nn.Module):
         self.fp8_nope, self.rope, self.core = table["fp8_nope"], table["rope"], table["attend"]
         self.ring_core = table["attend_ring"]
         self.q_norm_rope, self.norm_rope = table["q_norm_rope"], table["norm_rope_fp8"]
+        self.norm_fp8 = table["norm_fp8"]
         self.grouped = table["grouped"]
         self.f32 = table["f32"]
         self.x_proj.use_kernels(self, table)
@@ -114,10 +121,14 @@ class Attention(nn.Module):
             return kv
         return self.fp8_nope(kv, self.rd, 64)
 
+    def qr_block(self) -> int | None:
+        """The FP8 sim block qr's readers (wq_b, and the indexer's wq_b where there is one) all take, or None."""
+        return common_block(self.wq_b, *([self.indexer.wq_b] if self.indexer is not None else []))
+
     def qr_simulated(self) -> bool:
-        """Whether `qkv`'s qr comes with its FP8 simulation: where its two readers, wq_b and the indexer's wq_b, take
-        the same one, it is made once for both (pass this as the indexer query's `simulated`)."""
-        return self.indexer is not None and common_block(self.wq_b, self.indexer.wq_b) is not None
+        """Whether `qkv`'s qr comes with its FP8 simulation: where its readers, wq_b and the indexer's wq_b, take the
+        same one, it is made once for all of them, with the norm (pass this as the indexer query's `simulated`)."""
+        return self.qr_block() is not None
 
     def qkv(self, x: torch.Tensor, cs: torch.Tensor):
         """q [B,T,H,D], kv [B,T,D] (rotated at the positions in cs [T, rd/2, 2]), qr [B,T,q_lora] (simulated where
@@ -132,10 +143,13 @@ class Attention(nn.Module):
         `q_heads` read."""
         xs, sim = shared_sim(x, self.wq_a, self.wkv)     # x's FP8 simulation once for both of its projections
         qa, kva = self.x_proj(self, xs, sim)             # wq_a's and wkv's products (one, where joined)
-        qr = self.q_norm(qa)
-        # and qr's once for its two (wq_b, the indexer's wq_b): the condition `qr_simulated` states for the callers
-        qr, sq = shared_sim(qr, self.wq_b, self.indexer.wq_b) if self.indexer is not None else (qr, False)
-        return qr, sq, kva
+        # and qr's once for its readers (wq_b, the indexer's wq_b): the condition `qr_simulated` states for the callers
+        block = self.qr_block()
+        if block is None:
+            return self.q_norm(qa), False, kva
+        if NORM_FP8:                                     # q_norm and the sim in one launch under a CUDA table
+            return self.norm_fp8(qa, self.q_norm.weight, self.q_norm.eps, block), True, kva
+        return self.wq_b.fp8_quant(self.q_norm(qa), block), True, kva
 
     def q_heads(self, qr: torch.Tensor, sq: bool, kva: torch.Tensor, cs: torch.Tensor):
         """`q_lora`'s outputs -> q [B,T,H,D] and kv [B,T,D], rotated at the positions in cs."""

@@ -6,6 +6,7 @@ rounding points), the PyTorch references (``reference.py``: the calls the module
     norm_rope_fp8(x [.., D], weight [D] fp32, eps, cs [.., rd/2, 2] fp32, rd, dtype=None, block=0) -> [.., D] dtype
         (dtype None: x.dtype; block 0: no FP8 sim)
     fp8_nope(x [.., D], rd, block) -> [.., D] x.dtype
+    norm_fp8(x [.., D], weight [D] fp32, eps, block) -> [.., D] x.dtype: RMSNorm, then the FP8 sim of every dim
 
 cs's leading dims broadcast against x's as `dsv4_kernels.rope_tail`'s; block must divide D - rd. Shapes are checked
 with host integers only (capturable).
@@ -16,7 +17,7 @@ import torch
 
 from .._record import Kernel, Op
 from ..rope import _check as _check_rope
-from .reference import fp8_nope_ref, norm_rope_fp8_ref  # noqa: F401
+from .reference import fp8_nope_ref, norm_fp8_ref, norm_rope_fp8_ref  # noqa: F401
 
 
 def _check_block(name: str, x: torch.Tensor, rd: int, block: int) -> None:
@@ -49,9 +50,23 @@ def fp8_nope(x: torch.Tensor, rd: int, block: int) -> torch.Tensor:
     return fp8_nope_ref(x, rd, block)
 
 
+def norm_fp8(x: torch.Tensor, weight: torch.Tensor, eps: float, block: int) -> torch.Tensor:
+    if x.dim() < 1 or block < 1 or x.shape[-1] % block:
+        raise ValueError(f"norm_fp8: block {block} must be >= 1 and divide the last dim of x {tuple(x.shape)}")
+    if tuple(weight.shape) != (x.shape[-1],):
+        raise ValueError(f"norm_fp8: weight has shape {tuple(weight.shape)}, expected ({x.shape[-1]},) for x "
+                         f"{tuple(x.shape)}")
+    if x.is_cuda and KERNEL.available()[0]:
+        from .triton_kernel import norm_fp8_triton
+        return norm_fp8_triton(x, weight, eps, block)
+    return norm_fp8_ref(x, weight, eps, block)
+
+
 KERNEL = Kernel(ops=(
     Op("norm_rope_fp8", norm_rope_fp8, norm_rope_fp8_ref, targets=("norm_rope_fp8_kv", "norm_rope_fp8_entry"),
        parity=("test_norm_rope_fp8_parity",), decode=("norm_rope_fp8", "RMSNorm + RoPE (+ FP8)")),
     Op("fp8_nope", fp8_nope, fp8_nope_ref, targets=("fp8_nope",), parity=("test_fp8_nope_parity",),
        decode=("fp8_nope", "FP8 nope")),
+    Op("norm_fp8", norm_fp8, norm_fp8_ref, targets=("norm_fp8",), parity=("test_norm_fp8_parity",),
+       decode=("norm_fp8", "RMSNorm + FP8")),
 ), capability=(8, 9))

@@ -55,3 +55,17 @@ def fp8_nope(rows: int = 8, d: int = 512, rd: int = 64) -> Target:
 
     return Target(step=lambda x: fn(x, rd, 64), make_inputs=inputs, state=dict, name=f"fp8_nope[{rows}x{d}/{rd}]",
                   device=dev)
+
+
+def norm_fp8(rows: int = 8, d: int = 1024, block: int = 128) -> Target:
+    """The decode's qr: q_norm of x [rows, 1, d] (the model dtype) with its projections' FP8 sim in blocks of 128."""
+    from . import norm_fp8 as fn
+    dev = _dev()
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32
+    w = (torch.rand(d, generator=_gen(-1)) + 0.5).to(dev)
+
+    def inputs(i):
+        return (torch.randn(rows, 1, d, generator=_gen(i)) * 2).to(dev, dt)
+
+    return Target(step=lambda x: fn(x, w, 1e-6, block), make_inputs=inputs, state=dict,
+                  name=f"norm_fp8[{rows}x{d}/{block}]", device=dev)

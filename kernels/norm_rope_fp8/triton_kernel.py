@@ -14,7 +14,8 @@ points, so the result is meant to be theirs bit for bit:
 - FP8 (block > 0): `dsv4_kernels.act_quant`'s e4m3 fake quant of the unrotated dims, block by block (amax, the
   ue8m0 scale through libdevice log2/exp2, round to nearest even), on the rounded values.
 Without NORM and ROPE (`fp8_nope`) only the quant of the unrotated dims and the copy of the rest: one launch where
-the reference's slice, quant and cat were two.
+the reference's slice, quant and cat were two. With NORM and FP8 but no rotated dims (`norm_fp8`) the RMSNorm and the
+quant of the whole row: `Attention.q_lora`'s q_norm and its projections' activation simulation, two launches -> one.
 Launched on torch's current stream (capturable). On CPU tensors (TRITON_INTERPRET=1 only) libdevice does not
 exist: EXACT=False uses tl.log2/tl.exp2 there.
 """
@@ -99,7 +100,7 @@ def _launch(x: torch.Tensor, weight: torch.Tensor | None, eps: float, cs: torch.
         _norm_rope_fp8_kernel[(R,)](
             x2, w, table, out, x2.stride(0), inner, so, si, 1.0 / D, eps, D=D, DP=dp, NOPE=nope, BLOCK=blk,
             GP=triton.next_power_of_2(max(1, -(-nope // blk))), BP=triton.next_power_of_2(blk),
-            HALF=rd // 2, HP=triton.next_power_of_2(rd // 2), CAST=x.dtype != dtype, NORM=weight is not None,
+            HALF=rd // 2, HP=triton.next_power_of_2(max(1, rd // 2)), CAST=x.dtype != dtype, NORM=weight is not None,
             ROPE=cs is not None, FP8=block > 0, EXACT=x.is_cuda,
             num_warps=max(1, min(16, dp // 512)))                   # rms_norm's: its reduction, its order
     return out
@@ -112,3 +113,7 @@ def norm_rope_fp8_triton(x: torch.Tensor, weight: torch.Tensor, eps: float, cs: 
 
 def fp8_nope_triton(x: torch.Tensor, rd: int, block: int) -> torch.Tensor:
     return _launch(x, None, 0.0, None, rd, x.dtype, block)
+
+
+def norm_fp8_triton(x: torch.Tensor, weight: torch.Tensor, eps: float, block: int) -> torch.Tensor:
+    return _launch(x, weight, eps, None, 0, x.dtype, block)

@@ -629,7 +629,7 @@ def _small_kernels_of(model):
     from dsv4_model.moe import Expert, Gate
     seen = {}
     for m in model.modules():
-        for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("q_norm_rope", "norm_rope", "fp8_nope", "rope", "core", "ring_core")),
+        for kind, attrs in ((Linear, ("fp8_quant",)), (RMSNorm, ("kernel",)), (Attention, ("q_norm_rope", "norm_rope", "fp8_nope", "norm_fp8", "rope", "core", "ring_core")),
                             (Indexer, ("hadamard_fp4", "rope", "score", "select")), (Compressor, ("norm_rope", "pool_reduce", "ring_write", "close_block")),
                             (HyperConnection, ("pre_mix", "post_mix", "pre_norm", "matmul")), (HyperHead, ("head_mix", "matmul")),
                             (Gate, ("matmul", "route")), (Expert, ("swiglu_fp8",))):
@@ -651,10 +651,11 @@ def test_small_kernels_stay_references_on_cpu(model):
             "FP8 fake quant", "RMSNorm", "RoPE", "q norm + RoPE", "mHC pre", "mHC post", "mHC head",
             "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope", "compressor pooling", "attention core",
             "attention core on the ring", "indexer scores", "indexer top-k", "compressor ring write", "compressor block close", "MoE routing",
-            "shared expert SwiGLU + FP8", "indexer rotation + FP4"}, dec.kernel_note
+            "shared expert SwiGLU + FP8", "indexer rotation + FP4", "RMSNorm + FP8"}, dec.kernel_note
         seen = _small_kernels_of(model)
         assert set(seen) == {("Linear", "fp8_quant"), ("RMSNorm", "kernel"), ("Attention", "q_norm_rope"),
-                             ("Attention", "norm_rope"), ("Attention", "fp8_nope"), ("Indexer", "hadamard_fp4"),
+                             ("Attention", "norm_rope"), ("Attention", "fp8_nope"), ("Attention", "norm_fp8"),
+                             ("Indexer", "hadamard_fp4"),
                              ("Attention", "rope"), ("Attention", "core"), ("Attention", "ring_core"),
                              ("Indexer", "score"), ("Indexer", "select"),
                              ("Indexer", "rope"), ("Compressor", "norm_rope"), ("Compressor", "pool_reduce"),
@@ -668,7 +669,7 @@ def test_small_kernels_stay_references_on_cpu(model):
 def _slots(model):
     """{(module name, attribute): the callable or None it holds} for every attribute a kernel table can set."""
     names = {"gemv", "fp8_quant", "hadamard_fp4", "kernel", "rope", "core", "ring_core", "score", "select", "reduce", "sinkhorn",
-             "pre_mix", "post_mix", "head_mix", "matmul", "compute", "fp8_nope", "q_norm_rope", "norm_rope", "pre_norm",
+             "pre_mix", "post_mix", "head_mix", "matmul", "compute", "fp8_nope", "q_norm_rope", "norm_rope", "norm_fp8", "pre_norm",
              "pool_reduce", "ring_write", "close_block", "route", "swiglu_fp8", "dense", "grouped"}
     return {(name, a): m.__dict__[a] for name, m in model.named_modules() for a in names if a in m.__dict__}
 
@@ -710,7 +711,8 @@ def test_building_a_decoder_leaves_the_model_as_its_holder_set_it():
     got = torch.stack([model.decode_step(torch.tensor([t])) for t in (3, 5, 7)])
     assert torch.equal(got, want)
     assert {"fp8", "rms", "rope", "attend", "mhc_pre_norm", "mhc_post", "q_norm_rope", "norm_rope_fp8", "experts",
-            "f32"} <= set(calls), calls
+            "f32", "norm_fp8"} <= set(calls), calls
+    assert calls["norm_fp8"] == 3 * len(model.layers), calls      # every layer's qr: q_norm and its FP8 sim as one op
     assert dec.kernel_note.startswith("counting references; CSA gather: torch.gather"), dec.kernel_note
     dec.step(2)                                     # the decoder runs the model's table too (its core on the ring)
     assert calls["attend"] == 3 * len(model.layers) and calls["attend_ring"] == len(model.layers), calls
@@ -748,11 +750,12 @@ def test_cuda_small_kernels_chosen_once_at_load():
                       "mHC head", "mHC pre + Sinkhorn + RMSNorm", "RMSNorm + RoPE (+ FP8)", "FP8 nope",
                       "compressor pooling", "compressor ring write", "compressor block close", "attention core",
                       "attention core on the ring", "indexer scores", "indexer top-k",
-                      "MoE routing", "shared expert SwiGLU + FP8", "indexer rotation + FP4"}, dec.kernel_note
+                      "MoE routing", "shared expert SwiGLU + FP8", "indexer rotation + FP4", "RMSNorm + FP8"}, dec.kernel_note
     assert dec.kernel_note.startswith("routed experts: fused Triton kernel"), dec.kernel_note
     seen = _small_kernels_of(model)
     assert seen[("Linear", "fp8_quant")] == {"fp8_fake_quant"} and seen[("Attention", "fp8_nope")] == {"fp8_nope"}
     assert seen[("Attention", "norm_rope")] == seen[("Compressor", "norm_rope")] == {"norm_rope_fp8"}
+    assert seen[("Attention", "norm_fp8")] == {"norm_fp8"}
     assert seen[("Compressor", "ring_write")] == {"ring_write"} and seen[("Compressor", "close_block")] == {"close_block"}
     # the per-head q norm (its per-op bf16 rounding, official) and q's RoPE: one launch
     assert seen[("RMSNorm", "kernel")] == {"rms_norm"} and seen[("Attention", "q_norm_rope")] == {"head_norm_rope"}

@@ -1566,11 +1566,29 @@ def test_norm_rope_fp8_reference_and_errors():
         fp8_nope(x, 32, 48)
 
 
+def test_norm_fp8_reference_and_errors():
+    """`norm_fp8` is q_lora's two calls (q_norm, then its projections' FP8 sim of every dim) bit for bit; CPU selects
+    the reference; a block that does not divide the row, and a wrong weight, are clear errors."""
+    from dsv4_kernels.act_quant.reference import fp8_fake_quant_ref
+    from dsv4_kernels.norm_rope_fp8 import norm_fp8, norm_fp8_ref
+    from dsv4_kernels.rms_norm.reference import rms_norm_ref
+    g = torch.Generator().manual_seed(15)
+    x, w = torch.randn(3, 1, 256, generator=g).bfloat16() * 4, torch.rand(256, generator=g) + 0.5
+    want = fp8_fake_quant_ref(rms_norm_ref(x, w, 1e-6), 128)
+    assert torch.equal(norm_fp8(x, w, 1e-6, 128), want) and want.dtype == torch.bfloat16
+    assert not torch.equal(want, rms_norm_ref(x, w, 1e-6))          # the sim moved values: the test sees it
+    assert kernels.select("norm_fp8", "cpu") is norm_fp8_ref
+    with pytest.raises(ValueError, match=r"norm_fp8: block 96 must be >= 1 and divide the last dim of x \(3, 1, 256\)"):
+        norm_fp8(x, w, 1e-6, 96)
+    with pytest.raises(ValueError, match=r"norm_fp8: weight has shape \(255,\), expected \(256,\)"):
+        norm_fp8(x, w[:255], 1e-6, 128)
+
+
 NORM_ROPE_FP8_INTERPRET = textwrap.dedent("""
     import torch
     from dsv4_kernels.act_quant.triton_kernel import fp8_fake_quant_triton
     from dsv4_kernels.norm_rope_fp8.reference import fp8_nope_ref, norm_rope_fp8_ref
-    from dsv4_kernels.norm_rope_fp8.triton_kernel import fp8_nope_triton, norm_rope_fp8_triton
+    from dsv4_kernels.norm_rope_fp8.triton_kernel import fp8_nope_triton, norm_fp8_triton, norm_rope_fp8_triton
     from dsv4_kernels.rms_norm.triton_kernel import rms_norm_triton
     from dsv4_kernels.rope.triton_kernel import rope_tail_triton
     g = torch.Generator().manual_seed(14)
@@ -1609,6 +1627,12 @@ NORM_ROPE_FP8_INTERPRET = textwrap.dedent("""
     x = torch.randn(4, 1, 640, generator=g)[..., 128:]                   # a strided row
     bad += [] if torch.equal(norm_rope_fp8_triton(x, w, 1e-6, cs[:, None], 64, None, 64),
                              chain(x.contiguous(), w, cs[:, None], 64, 64)) else ["strided"]
+    # norm_fp8: the RMSNorm and the FP8 sim of the whole row, bit for bit rms_norm then fp8_fake_quant
+    for shape, block in (((3, 1, 1024), 128), ((2, 96), 32)):
+        w = torch.rand(shape[-1], generator=g) + 0.5
+        for x in (torch.randn(*shape, generator=g) * 3, (torch.randn(*shape, generator=g) * 3).bfloat16()):
+            want = fp8_fake_quant_triton(rms_norm_triton(x, w, 1e-6), block)
+            bad += [] if torch.equal(norm_fp8_triton(x, w, 1e-6, block), want) else [f"norm_fp8 {shape} {x.dtype}"]
     # fp8_nope on e4m3 values times a power of two (the interpreter's conversion then rounds nothing): the bits
     e4m3 = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     x = e4m3[torch.randint(0, 127, (4, 1, 512), generator=g)] * (torch.rand(4, 1, 512, generator=g) < 0.5).float().mul(-2).add(1)
@@ -1691,6 +1715,32 @@ def test_fp8_nope_parity(dt, shape, rd, block):
         _poison(x.numel() * 8)
         got = fp8_nope(x, rd, block)
         assert torch.equal(got, fp8_nope_ref(x, rd, block)) and torch.equal(got[..., -rd:], x[..., -rd:])
+
+
+@cuda
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape,block", [((1, 1, 1024), 128), ((8, 1, 1024), 128), ((8, 3, 1024), 128),
+                                         ((4, 1, 1536), 128), ((5, 96), 32)])
+def test_norm_fp8_parity(dt, shape, block):
+    """q_norm with its projections' FP8 sim in one launch on CUDA, outputs poisoned first: bit for bit the two
+    kernels it replaces (rms_norm, then fp8_fake_quant: what `Attention.q_lora` ran, and runs with
+    `attention.NORM_FP8` off), deterministic; near the PyTorch reference (the norm's order of sums is the kernel's:
+    an element may move by one e4m3 step)."""
+    from dsv4_kernels.act_quant import fp8_fake_quant
+    from dsv4_kernels.norm_rope_fp8 import norm_fp8, norm_fp8_ref
+    from dsv4_kernels.rms_norm import rms_norm
+    g = torch.Generator().manual_seed(shape[-1] + block)
+    for scale in (1e-3, 1.0, 300.0):
+        x = (torch.randn(*shape, generator=g) * scale).to("cuda", dt)
+        w = (torch.rand(shape[-1], generator=g) + 0.5).cuda()
+        _poison(x.numel() * 8)
+        got = norm_fp8(x, w, 1e-6, block)
+        chain = fp8_fake_quant(rms_norm(x, w, 1e-6), block)
+        assert got.dtype == dt and torch.equal(got, chain), (got.float() - chain.float()).abs().max()
+        assert torch.equal(norm_fp8(x, w, 1e-6, block), got)
+        want = norm_fp8_ref(x, w, 1e-6, block)
+        near = (got.float() - want.float()).abs() <= 0.07 * want.float().abs().amax()
+        assert near.all() and (got == want).float().mean() >= 0.85
 
 
 # ---------------------------------------------------------------------------------------------- compressor state writes

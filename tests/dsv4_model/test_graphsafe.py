@@ -711,14 +711,35 @@ def test_building_a_decoder_leaves_the_model_as_its_holder_set_it():
     got = torch.stack([model.decode_step(torch.tensor([t])) for t in (3, 5, 7)])
     assert torch.equal(got, want)
     assert {"fp8", "rms", "rope", "attend", "mhc_pre_norm", "mhc_post", "q_norm_rope", "norm_rope_fp8", "experts",
-            "f32", "norm_fp8"} <= set(calls), calls
-    assert calls["norm_fp8"] == 3 * len(model.layers), calls      # every layer's qr: q_norm and its FP8 sim as one op
+            "f32"} <= set(calls), calls
     assert dec.kernel_note.startswith("counting references; CSA gather: torch.gather"), dec.kernel_note
     dec.step(2)                                     # the decoder runs the model's table too (its core on the ring)
     assert calls["attend"] == 3 * len(model.layers) and calls["attend_ring"] == len(model.layers), calls
     GraphSafeDecoder(model, batch=2, kernels=False)               # asked: the references go on the model
     assert model.kernels is not table and not model.kernels.cuda
     assert all(v is not before[k] for k, v in _slots(model).items() if v is not None)
+
+
+def test_qr_norm_and_sim_as_one_op_give_the_two_calls_values(monkeypatch):
+    """`attention.NORM_FP8`: every layer's qr (q_norm, then the FP8 sim its projections take, HCA and CSA layers
+    alike) as one `norm_fp8` call instead of an `rms` and an `fp8` call, with the same logits."""
+    import dsv4_model.attention as attention
+    from dsv4_model.config import tiny
+    from dsv4_model.synthetic import random_model
+    model = random_model(dataclasses.replace(tiny(), max_seq_len=32), device="cpu")
+    table, calls = _counting_table(model)
+    model.use_kernels(table)
+    out, seen = {}, {}
+    for on in (False, True):
+        monkeypatch.setattr(attention, "NORM_FP8", on)
+        calls.clear()
+        model.reset()
+        out[on] = torch.stack([model.decode_step(torch.tensor([t])) for t in (3, 5, 7)])
+        seen[on] = dict(calls)
+    layers = 3 * len(model.layers)
+    assert torch.equal(out[True], out[False])
+    assert seen[True].get("norm_fp8") == layers and "norm_fp8" not in seen[False], seen
+    assert seen[False]["rms"] - seen[True]["rms"] == layers and seen[False]["fp8"] - seen[True]["fp8"] == layers, seen
 
 
 def test_use_kernels_reaches_every_kernel_slot():

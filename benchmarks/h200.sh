@@ -118,7 +118,12 @@ run() {
 kernel_shards() {
   local prefix=$1 secs=$2 n=$3 ids; shift 3
   ids=$(mktemp)
-  python -m pytest -q --co -p no:cacheprovider -m "not slow" tests/kernels "$@" 2>/dev/null | grep "::" > "$ids"
+  run "$prefix-collect.txt" 120 python -m pytest -q --co -p no:cacheprovider -m "not slow" tests/kernels "$@"
+  grep "::" "$OUT/$prefix-collect.txt" > "$ids"
+  if [ ! -s "$ids" ]; then      # a collection error, or a -k that selects nothing (`run` marked its exit): no shards
+    echo "no kernel tests collected" >> "$OUT/$prefix-collect.txt"
+    return
+  fi
   for i in $(seq 0 $((n - 1))); do
     awk -v i="$i" -v n="$n" 'NR % n == i' "$ids" > "$ids.$i"
     [ -s "$ids.$i" ] || continue       # no ids: a bare pytest would run every test under the root

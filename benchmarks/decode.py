@@ -46,9 +46,7 @@ why and compiles the PyTorch-reference step instead (the column then carries "re
 from __future__ import annotations
 
 import argparse
-import ast
 import ctypes
-import importlib
 import json
 import math
 import subprocess
@@ -57,6 +55,8 @@ import time
 from collections import Counter
 
 import torch
+
+import ab_knobs  # benchmarks/ab_knobs.py: this script's directory is on sys.path
 
 
 def _sync() -> None:
@@ -635,29 +635,6 @@ def measure(a) -> tuple[float, list[dict]]:
     return bw, rows
 
 
-def set_knob(knob: str) -> str | None:
-    """MODULE.NAME=VALUE: set an existing module constant to a Python literal of its type. None, or what was wrong."""
-    target, eq, value = knob.partition("=")
-    mod_name, _, name = target.rpartition(".")
-    if not eq or not mod_name or not name:
-        return "expected MODULE.NAME=VALUE"
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as e:
-        return f"module {mod_name!r} does not import ({e})"
-    if not hasattr(mod, name):
-        return f"module {mod_name} has no {name}"
-    try:
-        val = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return f"value {value!r} is not a Python literal"
-    old = getattr(mod, name)
-    if type(val) is not type(old):
-        return f"expected a {type(old).__name__} as {name} is, found {type(val).__name__}"
-    setattr(mod, name, val)
-    return None
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default="tiny,flash")
@@ -687,16 +664,10 @@ def main(argv=None) -> int:
     ap.add_argument("--bf16-shape", default=None, metavar="BB=bk,waves,pairs,warps;..",
                     help="the bf16-weight GEMV's launch shape by x rows per program (dsv4_kernels.bf16_gemv."
                          "triton_kernel.SHAPES) in this process, e.g. what benchmarks/bf16_sweep.py --best found")
-    ap.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=VALUE",
-                    help="set a module's launch or join constant in this process for an A/B (a Python literal), e.g. "
-                         "dsv4_kernels.attention.triton_kernel.PV_COLS=0 or dsv4_model.linear.JOIN_PROJECTIONS=False")
+    ap.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=VALUE", help=ab_knobs.HELP)
     a = ap.parse_args(argv)
-    for knob in a.knob:
-        err = set_knob(knob)
-        if err:
-            print(f"benchmarks/decode.py: --knob {knob}: {err}", file=sys.stderr)
-            return 2
-        print(f"knob: {knob}")
+    if not ab_knobs.apply(a.knob, "benchmarks/decode.py"):
+        return 2
     if a.bf16_shape:
         from dsv4_kernels.bf16_gemv import triton_kernel as bf16_tk
         for part in filter(None, a.bf16_shape.split(";")):

@@ -13,7 +13,8 @@
 #                                      the references), building the extension first
 #   bash benchmarks/h200.sh tests      pytest on TESTS_ARGS (e.g. "tests/kernels -k 'f32 or bf16'", quotes as in a shell),
 #                                      building the extension first (TESTS_NUMERICS=1: official_numerics.py
-#                                      --steps 320 beside them, as `check` runs it)
+#                                      --steps 320 beside them, as `check` runs it; NUMERICS_ARGS: its further
+#                                      options, e.g. "--knob dsv4_model.attention.NORM_FP8=True" to gate a candidate)
 #   bash benchmarks/h200.sh memcheck   the kernel parity tests under compute-sanitizer memcheck, in MEMCHECK_SHARDS (4)
 #                                      processes side by side (MEMCHECK_K: the tests' -k, default "parity and not flash")
 #   bash benchmarks/h200.sh targets    `graphcheck capture` of every kernel target
@@ -200,7 +201,7 @@ for stage in "${@:-check}"; do
     # word-split as the shell would: TESTS_ARGS="tests/kernels -k 'bf16 or topk'" keeps the quoted -k in one piece
     eval "set -- ${TESTS_ARGS:-tests/kernels}"
     if [ "${TESTS_NUMERICS:-0}" = 1 ]; then      # issue 36's gate beside them, as `check` runs it
-      run tests-numerics.txt 420 python benchmarks/official_numerics.py --steps 320 &
+      run tests-numerics.txt 420 python benchmarks/official_numerics.py --steps 320 ${NUMERICS_ARGS:-} &
     fi
     run tests.txt 500 python -m pytest -q -rfE -p no:cacheprovider "$@"
     wait

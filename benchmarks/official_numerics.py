@@ -1,7 +1,7 @@
 """The graph-safe decode against the reference decode on the same GPU, on the official release numerics (bf16
 activations, issue 36), at Flash layer dimensions in the release formats (random weights).
 
-    python benchmarks/official_numerics.py [--steps 320] [--layers 3] [--probe-only]
+    python benchmarks/official_numerics.py [--steps 320] [--layers 3] [--probe-only] [--knob MODULE.NAME=VALUE]
 
 The graph-safe step changes state and control flow, never the layer math, so on one device it must give the
 reference's bits. Two pairs, each free-running greedy from token 0 for `--steps`, then teacher-forced on the
@@ -26,6 +26,8 @@ import argparse
 import sys
 
 import torch
+
+import ab_knobs  # benchmarks/ab_knobs.py: this script's directory is on sys.path
 
 
 def greedy(step, steps: int, first: int = 0, feed=None):
@@ -218,7 +220,10 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=320)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--probe-only", action="store_true", help="only the shape-invariance probes")
+    p.add_argument("--knob", action="append", default=[], metavar="MODULE.NAME=VALUE", help=ab_knobs.HELP)
     a = p.parse_args(argv)
+    if not ab_knobs.apply(a.knob, "benchmarks/official_numerics.py"):
+        return 2
     if not torch.cuda.is_available():
         print("official_numerics: needs a CUDA device", file=sys.stderr)
         return 2

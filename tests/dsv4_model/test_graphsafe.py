@@ -605,6 +605,25 @@ def test_cuda_side_stream_replay_equals_one_stream(monkeypatch, query_on_side):
         assert torch.equal(t1, t2) and torch.equal(l1, l2), f"step {k}"
 
 
+@pytest.mark.cuda
+def test_cuda_norm_fp8_replay_equals_two_launches(monkeypatch):
+    """`attention.NORM_FP8`: the captured step with q_norm and qr's FP8 sim as one launch (`norm_fp8`), replayed 300
+    steps, gives the two-launch step's logits and sampled tokens bit for bit (the gate before it is the default)."""
+    import dsv4_model.attention as attention
+    model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
+    outs = []
+    for on in (True, False):
+        monkeypatch.setattr(attention, "NORM_FP8", on)
+        dec = GraphSafeDecoder(model, batch=4, kernels=True)
+        runner = Runner(dec, Sampler(4, model.args.vocab_size, device="cuda"), buckets=(4,), log=lambda s: None)
+        for r in range(4):
+            runner.start(r, [0, 3 + r], temperature=0.7, top_k=40, seed=r)
+        outs.append([(runner.step(4).clone(), dec.logits.clone()) for _ in range(STEPS)])
+        assert runner.graphs[4] is not None
+    for k, ((t1, l1), (t2, l2)) in enumerate(zip(*outs)):
+        assert torch.equal(t1, t2) and torch.equal(l1, l2), f"step {k}"
+
+
 def test_kernel_choice_is_made_once_at_load(model):
     """CPU always gets the PyTorch experts; switching kernels off is one argument, and the note says which ran."""
     from dsv4_model.moe import routed_experts

@@ -581,6 +581,25 @@ def test_side_stream_branches_share_nothing_with_the_main_chain_on_cpu(exact, mo
     assert not bad, f"branches sharing storage with the main stream or each other, or inputs freed: {bad}"
 
 
+def _replayed(model, prepare=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """STEPS captured and replayed sampling steps of a B=4 decoder with kernels over `model` (`prepare(dec)` first):
+    each step's sampled tokens and logits."""
+    dec = GraphSafeDecoder(model, batch=4, kernels=True)
+    if prepare is not None:
+        prepare(dec)
+    runner = Runner(dec, Sampler(4, model.args.vocab_size, device="cuda"), buckets=(4,), log=lambda s: None)
+    for r in range(4):
+        runner.start(r, [0, 3 + r], temperature=0.7, top_k=40, seed=r)
+    out = [(runner.step(4).clone(), dec.logits.clone()) for _ in range(STEPS)]
+    assert runner.graphs[4] is not None
+    return out
+
+
+def _assert_same_replays(a, b) -> None:
+    for k, ((t1, l1), (t2, l2)) in enumerate(zip(a, b, strict=True)):
+        assert torch.equal(t1, t2) and torch.equal(l1, l2), f"step {k}"
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("query_on_side", [False, True])
 def test_cuda_side_stream_replay_equals_one_stream(monkeypatch, query_on_side):
@@ -590,19 +609,14 @@ def test_cuda_side_stream_replay_equals_one_stream(monkeypatch, query_on_side):
     from dsv4_model.decode import IN_LINE, SideStream
     monkeypatch.setattr(decode, "QUERY_ON_SIDE", query_on_side)
     model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
-    outs = []
-    for two in (True, False):
-        dec = GraphSafeDecoder(model, batch=4, kernels=True)
+
+    def side_streams(dec):
         assert isinstance(dec.side, SideStream)
-        if not two:
-            dec.side = IN_LINE
-        runner = Runner(dec, Sampler(4, model.args.vocab_size, device="cuda"), buckets=(4,), log=lambda s: None)
-        for r in range(4):
-            runner.start(r, [0, 3 + r], temperature=0.7, top_k=40, seed=r)
-        outs.append([(runner.step(4).clone(), dec.logits.clone()) for _ in range(STEPS)])
-        assert runner.graphs[4] is not None
-    for k, ((t1, l1), (t2, l2)) in enumerate(zip(*outs)):
-        assert torch.equal(t1, t2) and torch.equal(l1, l2), f"step {k}"
+
+    def one_stream(dec):
+        side_streams(dec)
+        dec.side = IN_LINE
+    _assert_same_replays(_replayed(model, side_streams), _replayed(model, one_stream))
 
 
 @pytest.mark.cuda
@@ -614,14 +628,8 @@ def test_cuda_norm_fp8_replay_equals_two_launches(monkeypatch):
     outs = []
     for on in (True, False):
         monkeypatch.setattr(attention, "NORM_FP8", on)
-        dec = GraphSafeDecoder(model, batch=4, kernels=True)
-        runner = Runner(dec, Sampler(4, model.args.vocab_size, device="cuda"), buckets=(4,), log=lambda s: None)
-        for r in range(4):
-            runner.start(r, [0, 3 + r], temperature=0.7, top_k=40, seed=r)
-        outs.append([(runner.step(4).clone(), dec.logits.clone()) for _ in range(STEPS)])
-        assert runner.graphs[4] is not None
-    for k, ((t1, l1), (t2, l2)) in enumerate(zip(*outs)):
-        assert torch.equal(t1, t2) and torch.equal(l1, l2), f"step {k}"
+        outs.append(_replayed(model))
+    _assert_same_replays(*outs)
 
 
 def test_kernel_choice_is_made_once_at_load(model):

@@ -114,23 +114,29 @@ run() {
   timeout "$secs" "$@" > "$OUT/$log" 2>&1; local rc=$?
   echo "exit $rc" >> "$OUT/$log"; [ $rc = 0 ] || echo "$log" >> "$OUT/.failed"
 }
-# kernel_shards PREFIX SECONDS N [PYTEST-ARGS...]: the non-slow kernel tests split round-robin into N pytest
-# processes side by side on the GPU, each log $OUT/PREFIX-<i>.txt
+# sharded PREFIX SECONDS N CMD...: the test ids in $OUT/PREFIX.ids round-robin to N processes side by side, each
+# `CMD... @<its ids>` (a pytest command line) logging $OUT/PREFIX-<i>.txt; a shard with no ids is not run (a bare
+# pytest would run every test under the root)
+sharded() {
+  local prefix=$1 secs=$2 n=$3; shift 3
+  for i in $(seq 0 $((n - 1))); do
+    awk -v n="$n" -v i="$i" 'NR % n == i' "$OUT/$prefix.ids" > "$OUT/$prefix.ids.$i"
+    [ -s "$OUT/$prefix.ids.$i" ] || continue
+    run "$prefix-$i.txt" "$secs" "$@" "@$OUT/$prefix.ids.$i" &
+  done
+  wait
+}
+# kernel_shards PREFIX SECONDS N [PYTEST-ARGS...]: the non-slow kernel tests in N `sharded` processes; the collection
+# logs to $OUT/PREFIX-collect.txt (an import error or a -k that selects nothing fails there, and no shard runs)
 kernel_shards() {
-  local prefix=$1 secs=$2 n=$3 ids; shift 3
-  ids=$(mktemp)
+  local prefix=$1 secs=$2 n=$3; shift 3
   run "$prefix-collect.txt" 120 python -m pytest -q --co -p no:cacheprovider -m "not slow" tests/kernels "$@"
-  grep "::" "$OUT/$prefix-collect.txt" > "$ids"
-  if [ ! -s "$ids" ]; then      # a collection error, or a -k that selects nothing (`run` marked its exit): no shards
+  grep "::" "$OUT/$prefix-collect.txt" > "$OUT/$prefix.ids"
+  if [ ! -s "$OUT/$prefix.ids" ]; then
     echo "no kernel tests collected" >> "$OUT/$prefix-collect.txt"
     return
   fi
-  for i in $(seq 0 $((n - 1))); do
-    awk -v i="$i" -v n="$n" 'NR % n == i' "$ids" > "$ids.$i"
-    [ -s "$ids.$i" ] || continue       # no ids: a bare pytest would run every test under the root
-    run "$prefix-$i.txt" "$secs" python -X faulthandler -m pytest -q -rfE -p no:cacheprovider $(cat "$ids.$i") &
-  done
-  wait
+  sharded "$prefix" "$secs" "$n" python -X faulthandler -m pytest -q -rfE -p no:cacheprovider
 }
 # build LOG SECONDS: the CUDA extension (cached per machine), its line in $OUT/LOG
 build() { run "$1" "$2" python -c "from dsv4_kernels.moe_gemv import cuda_kernel as c; print('cuda build:', c.build())"; }
@@ -211,20 +217,16 @@ for stage in "${@:-check}"; do
     # one sanitizer process took over 6 minutes for the ~300 parity tests (run 12: cut off at 291): the test ids go
     # round-robin to MEMCHECK_SHARDS processes side by side (the sanitizer's instrumentation is CPU-bound)
     python -m pytest -q -p no:cacheprovider --collect-only tests/kernels/test_kernels.py -k "${MEMCHECK_K:-parity and not flash}" \
-      | grep "::" > "$OUT/memcheck-ids.txt"
+      | grep "::" > "$OUT/memcheck-pytest.ids"
     n=${MEMCHECK_SHARDS:-4}
-    for i in $(seq 0 $((n - 1))); do
-      awk -v n="$n" -v i="$i" 'NR % n == i' "$OUT/memcheck-ids.txt" > "$OUT/memcheck-ids-$i.txt"
-      run "memcheck-pytest-$i.txt" 500 compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 3 \
-        python -m pytest -q -p no:cacheprovider "@$OUT/memcheck-ids-$i.txt" &
-    done
-    wait
-    echo "$(wc -l < "$OUT/memcheck-ids.txt") test ids in $n shards"
+    sharded memcheck-pytest 500 "$n" compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 3 \
+      python -m pytest -q -p no:cacheprovider
+    echo "$(wc -l < "$OUT/memcheck-pytest.ids") test ids in $n shards"
     summary $(cd "$OUT" && ls memcheck-pytest-*.txt)
     # one log: the device tool returns only a few files per call (run 2 of 2026-12-04 lost the shards' logs)
-    for i in $(seq 0 $((n - 1))); do echo "#### shard $i"; cat "$OUT/memcheck-ids-$i.txt" "$OUT/memcheck-pytest-$i.txt"; done \
+    for i in $(seq 0 $((n - 1))); do echo "#### shard $i"; cat "$OUT/memcheck-pytest.ids.$i" "$OUT/memcheck-pytest-$i.txt"; done \
       > "$OUT/memcheck-pytest.txt"
-    rm -f "$OUT"/memcheck-ids*.txt "$OUT"/memcheck-pytest-*.txt ;;
+    rm -f "$OUT"/memcheck-pytest.ids* "$OUT"/memcheck-pytest-*.txt ;;
   targets)
     # every capture target the kernel records name (dsv4_kernels/_record.py), not a list kept by hand
     for t in $(python -c "from dsv4_kernels import targets; print(' '.join(targets.names()))"); do

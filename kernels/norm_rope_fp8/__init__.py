@@ -27,13 +27,17 @@ def _check_block(name: str, x: torch.Tensor, rd: int, block: int) -> None:
                          f"(rd {rd}), or be 0 for no FP8 sim")
 
 
+def _check_weight(name: str, x: torch.Tensor, weight: torch.Tensor) -> None:
+    if tuple(weight.shape) != (x.shape[-1],):
+        raise ValueError(f"{name}: weight has shape {tuple(weight.shape)}, expected ({x.shape[-1]},) for x "
+                         f"{tuple(x.shape)}")
+
+
 def norm_rope_fp8(x: torch.Tensor, weight: torch.Tensor, eps: float, cs: torch.Tensor, rd: int,
                   dtype: torch.dtype | None = None, block: int = 0) -> torch.Tensor:
     _check_rope(x, cs, rd)
     _check_block("norm_rope_fp8", x, rd, block)
-    if tuple(weight.shape) != (x.shape[-1],):
-        raise ValueError(f"norm_rope_fp8: weight has shape {tuple(weight.shape)}, expected ({x.shape[-1]},) for x "
-                         f"{tuple(x.shape)}")
+    _check_weight("norm_rope_fp8", x, weight)
     if x.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import norm_rope_fp8_triton
         return norm_rope_fp8_triton(x, weight, eps, cs, rd, dtype, block)
@@ -53,9 +57,7 @@ def fp8_nope(x: torch.Tensor, rd: int, block: int) -> torch.Tensor:
 def norm_fp8(x: torch.Tensor, weight: torch.Tensor, eps: float, block: int) -> torch.Tensor:
     if x.dim() < 1 or block < 1 or x.shape[-1] % block:
         raise ValueError(f"norm_fp8: block {block} must be >= 1 and divide the last dim of x {tuple(x.shape)}")
-    if tuple(weight.shape) != (x.shape[-1],):
-        raise ValueError(f"norm_fp8: weight has shape {tuple(weight.shape)}, expected ({x.shape[-1]},) for x "
-                         f"{tuple(x.shape)}")
+    _check_weight("norm_fp8", x, weight)
     if x.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import norm_fp8_triton
         return norm_fp8_triton(x, weight, eps, block)

@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
+from .._pdl import pdl, pdl_enter
 from .._rows import rows
 from .reference import FP4_MAX, FP8_MAX
 
@@ -89,7 +90,8 @@ def block_tile(NB, BLOCK: tl.constexpr, GP: tl.constexpr, BP: tl.constexpr):
 
 @triton.jit
 def _fake_quant_kernel(x_ptr, o_ptr, x_row, o_row, NB, BLOCK: tl.constexpr, GP: tl.constexpr, BP: tl.constexpr,
-                       FP4: tl.constexpr, EXACT: tl.constexpr):
+                       FP4: tl.constexpr, EXACT: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     r, col, inside = block_tile(NB, BLOCK, GP, BP)
     x = tl.load(x_ptr + r * x_row + col, mask=inside, other=0.0).to(tl.float32)
     if FP4:
@@ -116,7 +118,7 @@ def _launch(x: torch.Tensor, block: int, fp4: bool) -> torch.Tensor:
     if R and nb:
         grid, gp, bp, warps = block_grid(R, nb, block)
         _fake_quant_kernel[grid](x2, out, x2.stride(0), K, nb, BLOCK=block, GP=gp, BP=bp, FP4=fp4,
-                                 EXACT=x.is_cuda, num_warps=warps)
+                                 EXACT=x.is_cuda, num_warps=warps, **pdl(x2))
     return out
 
 

@@ -43,6 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
 from .._bf16 import round_bf16
 
 BH = 16            # heads per program: the smallest tl.dot M; Flash's 64 heads are 4 blocks
@@ -187,7 +188,8 @@ def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, m
                          o_row, o_head, H: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, SPLIT: tl.constexpr,
                          BH: tl.constexpr, BN: tl.constexpr, HAS_MASK: tl.constexpr, QK_PRECISION: tl.constexpr,
                          ROUND_P: tl.constexpr, NATIVE: tl.constexpr, RING: tl.constexpr, RING_BLOCKS: tl.constexpr,
-                         FINISH: tl.constexpr):
+                         FINISH: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     b, sp, h, d, hm, dm, q = _program_query(q_ptr, q_row, q_head, H, D, DP, BH)
     if not ROUND_P:
         q = q.to(tl.float32)
@@ -225,9 +227,10 @@ def _attend_split_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, m
 def _scores_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, s_ptr, N, W, scale, q_row, q_head, k_row,
                    k_key, mask_row, k2_row, k2_key, order_row, mask2_row, s_row, s_head, H: tl.constexpr,
                    D: tl.constexpr, DP: tl.constexpr, BH: tl.constexpr, BN: tl.constexpr, HAS_MASK: tl.constexpr,
-                   NATIVE: tl.constexpr, RING: tl.constexpr, RING_BLOCKS: tl.constexpr):
+                   NATIVE: tl.constexpr, RING: tl.constexpr, RING_BLOCKS: tl.constexpr, PDL: tl.constexpr):
     """Official numerics, launch 1 of 2: the scores of one 64-key step of the list for (row, 16 heads), masked keys
     at -inf, into s [B, H, steps x 64]: every step in its own program, so the keys stream on every SM at once."""
+    pdl_enter(PDL)
     b, blk, h, d, hm, dm, q = _program_query(q_ptr, q_row, q_head, H, D, DP, BH)
     j = blk * BN + tl.arange(0, BN)
     if RING_BLOCKS:     # the ring a whole number of steps: a step reads the ring or the compressed keys, one load
@@ -247,10 +250,11 @@ def _scores_kernel(q_ptr, k_ptr, mask_ptr, k2_ptr, order_ptr, mask2_ptr, s_ptr, 
 def _attend_pv_kernel(s_ptr, k_ptr, k2_ptr, order_ptr, sink_ptr, o_ptr, N, W, STEPS, s_row, s_head, k_row, k_key,
                       k2_row, k2_key, order_row, o_row, o_head, H: tl.constexpr, D: tl.constexpr, DK: tl.constexpr,
                       BH: tl.constexpr, BN: tl.constexpr, NATIVE: tl.constexpr, RING: tl.constexpr,
-                      RING_BLOCKS: tl.constexpr):
+                      RING_BLOCKS: tl.constexpr, PDL: tl.constexpr):
     """Official numerics, launch 2 of 2: for (row, 16 heads, DK columns of head_dim), the online softmax over
     `_scores_kernel`'s scores in the keys' order, step by step as the one-launch kernel runs it (`_update`), with
     P . V on those columns only: a program reads its columns of the keys, not all of them."""
+    pdl_enter(PDL)
     b = tl.program_id(0).to(tl.int64)
     hb, ds = tl.program_id(1), tl.program_id(2)
     h = hb * BH + tl.arange(0, BH)
@@ -283,7 +287,8 @@ def _attend_pv_kernel(s_ptr, k_ptr, k2_ptr, order_ptr, sink_ptr, o_ptr, N, W, ST
 
 @triton.jit
 def _attend_merge_kernel(m_ptr, l_ptr, acc_ptr, sink_ptr, o_ptr, S, o_row, o_head, H: tl.constexpr,
-                         D: tl.constexpr, DP: tl.constexpr, SP: tl.constexpr):
+                         D: tl.constexpr, DP: tl.constexpr, SP: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     s = tl.arange(0, SP)
@@ -389,12 +394,12 @@ def _attend(q, k3, mk, order, k2, mk2, sink, scale, out_dtype) -> torch.Tensor:
             q3, k3, mk, k2, order, mk2, scores, N, W, scale, q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1),
             mask_row, k2_row, k2_key, order_row, mask2_row, scores.stride(0), scores.stride(1), H=H, D=D, DP=DP,
             BH=BH, BN=bn, HAS_MASK=has_mask, NATIVE=q.is_cuda, RING=ring, RING_BLOCKS=ring_blocks,
-            num_warps=WARPS_WIDE if DP >= 512 else 4, **_NO_FMA)
+            num_warps=WARPS_WIDE if DP >= 512 else 4, **_NO_FMA, **pdl(q3))
         dk = min(PV_COLS, DP)
         _attend_pv_kernel[(B, triton.cdiv(H, BH), triton.cdiv(D, dk))](
             scores, k3, k2, order, sink, out, N, W, steps, scores.stride(0), scores.stride(1), k3.stride(0),
             k3.stride(1), k2_row, k2_key, order_row, out.stride(0), out.stride(2), H=H, D=D, DK=dk, BH=BH, BN=bn,
-            NATIVE=q.is_cuda, RING=ring, RING_BLOCKS=ring_blocks, num_warps=4, **_NO_FMA)
+            NATIVE=q.is_cuda, RING=ring, RING_BLOCKS=ring_blocks, num_warps=4, **_NO_FMA, **pdl(scores))
         return out
     _attend_split_kernel[(B, triton.cdiv(H, BH), S)](
         q3, k3, mk, k2, order, mk2, m, l, acc, sink, out, N, W, S, scale, q3.stride(0), q3.stride(1), k3.stride(0),
@@ -403,8 +408,8 @@ def _attend(q, k3, mk, order, k2, mk2, sink, scale, out_dtype) -> torch.Tensor:
         QK_PRECISION="tf32" if exact else "ieee", ROUND_P=official, NATIVE=q.is_cuda, RING=ring,
         RING_BLOCKS=ring_blocks, FINISH=official,
         num_warps=WARPS_WIDE if DP >= 512 else 4, **({} if STAGES is None else {"num_stages": STAGES}),
-        **(_NO_FMA if official else {}))
+        **(_NO_FMA if official else {}), **pdl(q3))
     if not official:
         _attend_merge_kernel[(B, H)](m, l, acc, sink, out, S, out.stride(0), out.stride(2), H=H, D=D, DP=DP,
-                                     SP=max(2, triton.next_power_of_2(S)), num_warps=4)
+                                     SP=max(2, triton.next_power_of_2(S)), num_warps=4, **pdl(m))
     return out

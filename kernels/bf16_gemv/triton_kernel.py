@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
+
 BK = 256          # a program's K step: 256 bf16 (512 bytes) per weight row per iteration
 PAIRS = 32        # BB * BN: the (x row, weight row) pairs a program carries
 WAVES = 4         # programs per SM the split aims at
@@ -31,7 +33,8 @@ SHAPES: dict[int, tuple[int, int, int, int]] = {}
 
 @triton.jit
 def _bf16_rows_kernel(x_ptr, w_ptr, part_ptr, y_ptr, count_ptr, B, N, K, k_per_split, x_row, w_row,
-                      SPLIT: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+                      SPLIT: tl.constexpr, BB: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     b = tl.program_id(0) * BB + tl.arange(0, BB)
     n = tl.program_id(1) * BN + tl.arange(0, BN)
     s = tl.program_id(2)
@@ -127,5 +130,5 @@ def bf16_linear_triton(x: torch.Tensor, w: torch.Tensor, split: int | None = Non
         # unsplit: never read (SPLIT == 1 compiles without the count), so no zeroing launch for it
         count = torch.zeros(grid[0] * grid[1], dtype=torch.int32, device=x.device) if split > 1 else y
         _bf16_rows_kernel[grid](x, w, part, y, count, B, N, K, per * bk, x.stride(0), w.stride(0), SPLIT=split,
-                                BB=BB, BN=BN, BK=bk, num_warps=warps)
+                                BB=BB, BN=BN, BK=bk, num_warps=warps, **pdl(x))
     return y

@@ -13,12 +13,14 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
 from ..compressor_reduce.triton_kernel import softmax_sum_step, tile_shape
 
 
 @triton.jit
 def _pool_kernel(kv_ptr, g_ptr, b_ptr, o_ptr, N, S, D, W, M, DOFF, kv_row, g_row, BR: tl.constexpr, BS: tl.constexpr,
-                 BD: tl.constexpr):
+                 BD: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     n = tl.program_id(0) * BR + tl.arange(0, BR)
     d = tl.program_id(1) * BD + tl.arange(0, BD)
     s = tl.arange(0, BS)
@@ -50,5 +52,5 @@ def compressor_pool_triton(kv: torch.Tensor, gate: torch.Tensor, ape: torch.Tens
         br, bs, bd = tile_shape(N, S, D)
         _pool_kernel[(triton.cdiv(N, br), triton.cdiv(D, bd))](
             kv2, g2, ape.contiguous(), out, N, S, D, W, m if overlap else S, D if overlap else 0, kv2.stride(0),
-            g2.stride(0), BR=br, BS=bs, BD=bd, num_warps=4)
+            g2.stride(0), BR=br, BS=bs, BD=bd, num_warps=4, **pdl(kv2))
     return out

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
+
 
 @triton.jit
 def softmax_sum_step(mx, den, acc, z, v):
@@ -25,7 +27,9 @@ def softmax_sum_step(mx, den, acc, z, v):
 
 
 @triton.jit
-def _reduce_kernel(kv_ptr, g_ptr, b_ptr, o_ptr, N, S, D, BR: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr):
+def _reduce_kernel(kv_ptr, g_ptr, b_ptr, o_ptr, N, S, D, BR: tl.constexpr, BS: tl.constexpr, BD: tl.constexpr,
+                   PDL: tl.constexpr):
+    pdl_enter(PDL)
     n = tl.program_id(0) * BR + tl.arange(0, BR)
     d = tl.program_id(1) * BD + tl.arange(0, BD)
     s = tl.arange(0, BS)
@@ -69,5 +73,6 @@ def compressor_reduce_triton(kv: torch.Tensor, gate: torch.Tensor, bias: torch.T
     if N:
         br, bs, bd = tile_shape(N, S, D)
         _reduce_kernel[(triton.cdiv(N, br), triton.cdiv(D, bd))](kv.contiguous(), gate.contiguous(), bias.contiguous(),
-                                                                 out, N, S, D, BR=br, BS=bs, BD=bd, num_warps=4)
+                                                                 out, N, S, D, BR=br, BS=bs, BD=bd, num_warps=4,
+                                                                 **pdl(kv))
     return out

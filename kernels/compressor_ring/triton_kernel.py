@@ -13,12 +13,15 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
+
 TILE = 4096                                              # elements per program at most
 
 
 @triton.jit
 def _ring_write_kernel(kv_ptr, g_ptr, c_ptr, z_ptr, slot_ptr, kv_row, g_row, c_row, z_row, W, S,
-                       BW: tl.constexpr):
+                       BW: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     col = tl.program_id(1) * BW + tl.arange(0, BW)
     m = col < W
@@ -37,7 +40,8 @@ def _shift(base, MW, BM: tl.constexpr):
 
 @triton.jit
 def _close_block_kernel(e_ptr, b_ptr, cl_ptr, c_ptr, kv_ptr, g_ptr, e_row, c_row, kv_row, g_row, D, N, MW,
-                        BD: tl.constexpr, BM: tl.constexpr):
+                        BD: tl.constexpr, BM: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     if tl.load(cl_ptr + r) != 0:
@@ -66,7 +70,7 @@ def ring_write_triton(kv_state, gate_state, C, Z, rows, slot) -> None:
     bw = min(triton.next_power_of_2(W), TILE)
     _ring_write_kernel[(n, triton.cdiv(W, bw))](kv_state, gate_state, C2, Z2, slot.contiguous(), kv_state.stride(0),
                                                 gate_state.stride(0), C2.stride(0), Z2.stride(0), W, S, BW=bw,
-                                                num_warps=4 if bw >= 1024 else 1)
+                                                num_warps=4 if bw >= 1024 else 1, **pdl(kv_state))
 
 
 def close_block_triton(entries, rows, b, closes, c, kv_state, gate_state, m: int, overlap: bool) -> None:
@@ -78,4 +82,4 @@ def close_block_triton(entries, rows, b, closes, c, kv_state, gate_state, m: int
     _close_block_kernel[(n, 3 if overlap else 1)](
         entries, b.contiguous(), closes, c2, kv_state, gate_state, entries.stride(0),
         c2.stride(0), kv_state.stride(0), gate_state.stride(0), D, N, m * W, BD=triton.next_power_of_2(D),
-        BM=min(TILE, triton.next_power_of_2(m * W)), num_warps=4)
+        BM=min(TILE, triton.next_power_of_2(m * W)), num_warps=4, **pdl(entries))

@@ -10,9 +10,13 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
+
 
 @triton.jit
-def _swiglu_kernel(h_ptr, o_ptr, I, limit, HAS_LIMIT: tl.constexpr, INTERLEAVED: tl.constexpr, BLOCK: tl.constexpr):
+def _swiglu_kernel(h_ptr, o_ptr, I, limit, HAS_LIMIT: tl.constexpr, INTERLEAVED: tl.constexpr, BLOCK: tl.constexpr,
+                   PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = c < I
@@ -40,5 +44,6 @@ def fused_swiglu_triton(h: torch.Tensor, limit: float | None, layout: str = "spl
     if rows:
         block = min(1024, triton.next_power_of_2(inter))
         _swiglu_kernel[(rows, triton.cdiv(inter, block))](h2, out, inter, float(limit or 0.0), HAS_LIMIT=limit is not None,
-                                                         INTERLEAVED=layout == "interleaved", BLOCK=block, num_warps=4)
+                                                         INTERLEAVED=layout == "interleaved", BLOCK=block,
+                                                         num_warps=4, **pdl(h2))
     return out.view(*shape[:-1], inter)

@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
 from .._rows import rows
 from ..act_quant.triton_kernel import fp4_fake_blocks
 
@@ -32,7 +33,8 @@ TILE = 4096
 
 @triton.jit
 def _hadamard_fp4_kernel(x_ptr, o_ptr, R, x_row, scale, D: tl.constexpr, LOG: tl.constexpr, BR: tl.constexpr,
-                         BLOCK: tl.constexpr, FP4: tl.constexpr, EXACT: tl.constexpr):
+                         BLOCK: tl.constexpr, FP4: tl.constexpr, EXACT: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     dt = o_ptr.dtype.element_ty
     r = (tl.program_id(0) * BR + tl.arange(0, BR)).to(tl.int64)[:, None]        # [BR, 1]
     rm = r < R
@@ -58,5 +60,5 @@ def hadamard_fp4_triton(x: torch.Tensor, block: int = 32, fp4: bool = True) -> t
         # D^-0.5 as torch's product with a Python scalar takes it: the double rounded to fp32
         _hadamard_fp4_kernel[(triton.cdiv(R, br),)](
             x2, out, R, x2.stride(0), D ** -0.5, D=D, LOG=D.bit_length() - 1, BR=br, BLOCK=block, FP4=fp4,
-            EXACT=x.is_cuda, num_warps=4 if br * D >= 2048 else 1)
+            EXACT=x.is_cuda, num_warps=4 if br * D >= 2048 else 1, **pdl(x2))
     return out

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
+from .._pdl import pdl, pdl_enter
 from .._rows import rows
 from ..rope.triton_kernel import _cs_levels
 
@@ -30,7 +31,8 @@ TILE = 2048                                            # elements per program at
 @triton.jit
 def _head_norm_rope_kernel(x_ptr, cs_ptr, o_ptr, R, x_row, I, cs_outer, cs_inner, inv_d, eps, D: tl.constexpr,
                            DP: tl.constexpr, NOPE: tl.constexpr, NP: tl.constexpr, HALF: tl.constexpr,
-                           HP: tl.constexpr, BR: tl.constexpr, EXACT: tl.constexpr):
+                           HP: tl.constexpr, BR: tl.constexpr, EXACT: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     dt = o_ptr.dtype.element_ty
     r = (tl.program_id(0) * BR + tl.arange(0, BR)).to(tl.int64)[:, None]        # [BR, 1]
     rm = r < R
@@ -77,5 +79,5 @@ def head_norm_rope_triton(x: torch.Tensor, cs: torch.Tensor, eps: float, rd: int
         _head_norm_rope_kernel[(triton.cdiv(R, br),)](
             x2, table, out, R, x2.stride(0), inner, so, si, 1.0 / D, eps, D=D, DP=dp, NOPE=nope,
             NP=triton.next_power_of_2(max(nope, 1)), HALF=rd // 2, HP=triton.next_power_of_2(rd // 2), BR=br,
-            EXACT=x.is_cuda, num_warps=4 if br * dp >= 2048 else 1)
+            EXACT=x.is_cuda, num_warps=4 if br * dp >= 2048 else 1, **pdl(x2))
     return out

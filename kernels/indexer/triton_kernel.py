@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
 from .._bf16 import round_bf16 as _bf16
 from .._rows import rows
 
@@ -28,7 +29,9 @@ BN = 64            # keys per program (bf16); fp32's TF32x3 splits hold twice th
 @triton.jit
 def _index_scores_kernel(q_ptr, k_ptr, w_ptr, o_ptr, N, w_scale, q_row, q_head, k_row, k_key, w_row, o_row,
                          H: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, BN: tl.constexpr,
-                         PRECISION: tl.constexpr, ROUND: tl.constexpr, NATIVE: tl.constexpr, SCALE: tl.constexpr):
+                         PRECISION: tl.constexpr, ROUND: tl.constexpr, NATIVE: tl.constexpr, SCALE: tl.constexpr,
+                         PDL: tl.constexpr):
+    pdl_enter(PDL)
     b = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1) * BN + tl.arange(0, BN)
     h = tl.arange(0, HP)
@@ -85,7 +88,7 @@ def index_scores_triton(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, scale
     _index_scores_kernel[(B, triton.cdiv(N, bn))](
         q3, k, w2, out, N, 1.0 if scale is None else scale, q3.stride(0), q3.stride(1), k.stride(0), k.stride(1),
         w2.stride(0), out.stride(0), H=H, HP=HP, D=D, DP=DP, BN=bn, PRECISION="tf32" if exact else "tf32x3",
-        ROUND=q.dtype == torch.bfloat16, NATIVE=q.is_cuda, SCALE=scale is not None, num_warps=4)
+        ROUND=q.dtype == torch.bfloat16, NATIVE=q.is_cuda, SCALE=scale is not None, num_warps=4, **pdl(q3))
     return out
 
 
@@ -110,7 +113,8 @@ def _order_key(s):
 
 
 @triton.jit
-def _rank_topk_kernel(s_ptr, o_ptr, N, K, s_row, o_row, BI: tl.constexpr, BJ: tl.constexpr):
+def _rank_topk_kernel(s_ptr, o_ptr, N, K, s_row, o_row, BI: tl.constexpr, BJ: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     i = tl.program_id(1) * BI + tl.arange(0, BI)
     im = i < N
@@ -131,5 +135,5 @@ def topk_blocks_triton(scores: torch.Tensor, k: int) -> torch.Tensor:
     out = torch.empty(*scores.shape[:-1], k, dtype=torch.int64, device=scores.device)
     R = s2.shape[0]
     if R and k:
-        _rank_topk_kernel[(R, triton.cdiv(N, BI))](s2, out, N, k, s2.stride(0), k, BI=BI, BJ=BJ, num_warps=4)
+        _rank_topk_kernel[(R, triton.cdiv(N, BI))](s2, out, N, k, s2.stride(0), k, BI=BI, BJ=BJ, num_warps=4, **pdl(s2))
     return out

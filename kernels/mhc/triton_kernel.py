@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
 from .._rows import rows
 from ..sinkhorn.triton_kernel import sinkhorn_tile
 
@@ -33,7 +34,8 @@ TILE = 4096                                            # elements of X per post 
 @triton.jit
 def _mhc_pre_kernel(X_ptr, mix_ptr, scale_ptr, base_ptr, x_ptr, post_ptr, comb_ptr, x_row, mix_row, inv_n, eps,
                     norm_eps, HC: tl.constexpr, HP: tl.constexpr, CP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
-                    FULL: tl.constexpr):
+                    FULL: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, HP)
     c = tl.arange(0, DP)
@@ -60,7 +62,8 @@ def _mhc_pre_kernel(X_ptr, mix_ptr, scale_ptr, base_ptr, x_ptr, post_ptr, comb_p
 
 @triton.jit
 def _mhc_post_kernel(y_ptr, X_ptr, post_ptr, comb_ptr, o_ptr, y_row, x_row, HC: tl.constexpr, HP: tl.constexpr,
-                     D: tl.constexpr, BD: tl.constexpr):
+                     D: tl.constexpr, BD: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BD + tl.arange(0, BD)
     j = tl.arange(0, HP)
@@ -79,9 +82,10 @@ def _mhc_post_kernel(y_ptr, X_ptr, post_ptr, comb_ptr, o_ptr, y_row, x_row, HC: 
 @triton.jit
 def _mhc_pre_norm_kernel(X_ptr, mix_ptr, scale_ptr, base_ptr, w_ptr, h_ptr, post_ptr, comb_ptr, x_row, mix_row, inv_n,
                          inv_d, eps, norm_eps, rms_eps, ITERS: tl.constexpr, HC: tl.constexpr, HP: tl.constexpr,
-                         D: tl.constexpr, DP: tl.constexpr):
+                         D: tl.constexpr, DP: tl.constexpr, PDL: tl.constexpr):
     # _mhc_pre_kernel, then _sinkhorn_kernel on the comb logits and _rms_norm_kernel on x rounded to X.dtype, the
     # same operations in the same order, in one program per row (three launches -> one)
+    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, HP)
     c = tl.arange(0, DP)
@@ -124,7 +128,7 @@ def mhc_pre_norm_triton(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor,
         _mhc_pre_norm_kernel[(R,)](X2, mix2, scale.float().contiguous(), base.float().contiguous(), weight.contiguous(),
                                    h, post, comb, X2.stride(0), mix2.stride(0), 1.0 / (hc * d), 1.0 / d, eps, norm_eps,
                                    rms_eps, ITERS=iters, HC=hc, HP=hp, D=d, DP=dp,
-                                   num_warps=max(1, min(16, hp * dp // 1024)))
+                                   num_warps=max(1, min(16, hp * dp // 1024)), **pdl(X2))
     return h, post, comb
 
 
@@ -144,7 +148,7 @@ def _pre(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch.Te
         _mhc_pre_kernel[(R,)](X2, mix2, scale.float().contiguous(), base.float().contiguous(), x, post, comb,
                               X2.stride(0), mix2.stride(0), 1.0 / (hc * d), eps, norm_eps, HC=hc, HP=hp,
                               CP=triton.next_power_of_2(hc * hc), D=d, DP=dp, FULL=full,
-                              num_warps=max(1, min(16, hp * dp // 1024)))
+                              num_warps=max(1, min(16, hp * dp // 1024)), **pdl(X2))
     return x, post, comb
 
 
@@ -169,5 +173,5 @@ def mhc_post_triton(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: 
         hp = triton.next_power_of_2(hc)
         bd = min(triton.next_power_of_2(d), max(16, TILE // hp))
         _mhc_post_kernel[(R, triton.cdiv(d, bd))](y2, X2, post2, comb2, out, y2.stride(0), X2.stride(0), HC=hc, HP=hp,
-                                                 D=d, BD=bd, num_warps=4 if hp * bd >= 2048 else 1)
+                                                 D=d, BD=bd, num_warps=4 if hp * bd >= 2048 else 1, **pdl(y2))
     return out

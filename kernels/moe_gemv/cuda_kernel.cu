@@ -28,6 +28,7 @@
 
 #include "e2m1.cuh"
 #include "stream_load.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -263,6 +264,7 @@ fp4_rows_kernel(const XT* __restrict__ x, const int64_t* __restrict__ idx, const
                 const float* __restrict__ ga, const uint8_t* __restrict__ wb, const uint8_t* __restrict__ sb,
                 const float* __restrict__ gb, int P, int xdiv, int N, int K, float limit, bool has_limit,
                 bool round) {
+  pdl_enter();
   constexpr int NM = MODE == 1 ? 2 : 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int p = blockIdx.x;
@@ -315,8 +317,8 @@ void launch(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tenso
             const torch::Tensor& sb, const torch::Tensor& gb, int P, int xdiv, int N, int K, float limit,
             bool has_limit, bool round) {
   const dim3 grid(MODE == 0 ? (P + MAXT - 1) / MAXT : P, (N + WARPS * R - 1) / (WARPS * R));
-  fp4_rows_kernel<FMT, MODE, R, MAXT, XT, OT><<<grid, WARPS * 32, 0, at::cuda::getCurrentCUDAStream()>>>(
-      reinterpret_cast<const XT*>(x.data_ptr()), idx.data_ptr<int64_t>(), wts.data_ptr<float>(),
+  pdl_launch(fp4_rows_kernel<FMT, MODE, R, MAXT, XT, OT>, grid, dim3(WARPS * 32), 0, at::cuda::getCurrentCUDAStream(),
+      nullptr, 0, reinterpret_cast<const XT*>(x.data_ptr()), idx.data_ptr<int64_t>(), wts.data_ptr<float>(),
       reinterpret_cast<OT*>(out.data_ptr()), wa.data_ptr<uint8_t>(), static_cast<const uint8_t*>(sa.data_ptr()),
       ga.data_ptr<float>(), wb.data_ptr<uint8_t>(), static_cast<const uint8_t*>(sb.data_ptr()), gb.data_ptr<float>(),
       P, xdiv, N, K, limit, has_limit, round);
@@ -423,6 +425,7 @@ __device__ __forceinline__ void f32_dot(const XT* __restrict__ x, const float* _
 template <int MAXT, typename XT>
 __global__ void __launch_bounds__(WARPS * 32)
 f32_rows_kernel(const XT* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int nb, int N, int K) {
+  pdl_enter();
   constexpr int R = 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = (blockIdx.x * WARPS + warp) * R;
@@ -443,6 +446,7 @@ template <int MAXT, typename XT>
 __global__ void __launch_bounds__(SPLIT_WARPS * 32)
 f32_cluster_kernel(const XT* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int nb, int N,
                    int K, int slice) {
+  pdl_enter();
   constexpr int R = 4;
   __shared__ float part[SPLIT_WARPS][R * MAXT];
   __shared__ float block_sum[R * MAXT];
@@ -489,7 +493,8 @@ f32_cluster_kernel(const XT* __restrict__ x, const float* __restrict__ w, float*
 void fp4_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
               const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
               const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
-              double limit, bool has_limit, int64_t fmt, int64_t mode, bool round, int64_t maxt) {
+              double limit, bool has_limit, int64_t fmt, int64_t mode, bool round, int64_t maxt, bool pdl) {
+  const PdlScope launches(pdl);
   TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "fp4_rows: x must be a contiguous CUDA tensor");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, "fp4_rows: x must be bf16 or fp32, found ", x.scalar_type());
   TORCH_CHECK(K % (fmt == 2 ? 16 : 32) == 0, "fp4_rows: K must be a multiple of 32 (16 for FP8), found ", K);
@@ -531,7 +536,8 @@ bool f32_clusters() {
 template <int MAXT, typename XT>
 void f32_launch(const XT* xp, const float* wp, float* op, int nb, int N, int K, int cluster, cudaStream_t stream) {
   if (cluster == 0) {
-    f32_rows_kernel<MAXT, XT><<<(N + WARPS * 4 - 1) / (WARPS * 4), WARPS * 32, 0, stream>>>(xp, wp, op, nb, N, K);
+    pdl_launch(f32_rows_kernel<MAXT, XT>, dim3((N + WARPS * 4 - 1) / (WARPS * 4)), dim3(WARPS * 32), 0, stream, nullptr, 0,
+               xp, wp, op, nb, N, K);
     return;
   }
   const int pieces = K / 4, slice = (pieces + cluster - 1) / cluster;
@@ -539,18 +545,14 @@ void f32_launch(const XT* xp, const float* wp, float* op, int nb, int N, int K, 
   TORCH_CHECK(cluster == 1 || clusters, "f32_rows: a cluster of ", cluster, " blocks needs the kernel built for sm_90 or "
               "newer and such a device (f32_clusters() is false here)");
   TORCH_CHECK((N + 3) / 4 <= 65535, "f32_rows: ", N, " rows are more than 65535 blocks of 4 (take the rows kernel, cluster 0)");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(cluster, (N + 3) / 4, 1);
-  cfg.blockDim = dim3(SPLIT_WARPS * 32, 1, 1);
-  cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = cluster;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = clusters ? 1 : 0;                     // without clusters: the kernel's one-block path
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, f32_cluster_kernel<MAXT, XT>, xp, wp, op, nb, N, K, slice));
+  // without clusters: the kernel's one-block path
+  pdl_launch(f32_cluster_kernel<MAXT, XT>, dim3(cluster, (N + 3) / 4, 1), dim3(SPLIT_WARPS * 32), 0, stream, attr,
+             clusters ? 1 : 0, xp, wp, op, nb, N, K, slice);
 }
 
 template <typename XT>
@@ -561,7 +563,8 @@ void f32_dispatch(const XT* xp, const float* wp, float* op, int nb, int N, int K
   else f32_launch<8>(xp, wp, op, nb, N, K, cl, stream);
 }
 
-void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out, int64_t cluster) {
+void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out, int64_t cluster, bool pdl) {
+  const PdlScope launches(pdl);
   const bool bf = x.scalar_type() == at::kBFloat16;
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && (x.scalar_type() == at::kFloat || bf) && x.dim() == 2 && x.size(0) >= 1 &&
               x.size(0) <= 8, "f32_rows: x must be contiguous fp32 or bf16 [1..8, K] on CUDA");
@@ -588,11 +591,11 @@ void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out,
 
 // mma_kernel.cu: the tensor-core GEMV for bf16 decode rows
 void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int64_t fmt, int64_t ks);
+              const torch::Tensor& g, int64_t fmt, int64_t ks, bool pdl);
 void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
                  const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                  const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
-                 double limit, bool has_limit, int64_t fmt, int64_t mode, bool pairs_first);
+                 double limit, bool has_limit, int64_t fmt, int64_t mode, bool pairs_first, bool pdl);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fp4_rows", &fp4_rows, "FP4/FP8 weight-only rows kernel (modes: 0 gemv, 1 expert up + SwiGLU, 2 expert down)");

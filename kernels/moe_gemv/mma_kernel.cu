@@ -34,6 +34,7 @@
 
 #include "e2m1.cuh"
 #include "stream_load.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -399,6 +400,7 @@ template <int FMT, int KS, int MAXT>
 __global__ void __launch_bounds__(WARPS * 32, FMT != 2 && MAXT == 1 ? 4 : 3)
 mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, const uint8_t* __restrict__ w,
                 const uint8_t* __restrict__ s, const float* __restrict__ g, int nb, int N, int K) {
+  pdl_enter();
   using F = Mf<FMT>;
   constexpr int RT = WARPS / KS;                       // 16-row tiles per block
   extern __shared__ __align__(16) unsigned char smem[];
@@ -511,6 +513,7 @@ mma_experts_kernel(const __nv_bfloat16* __restrict__ x, const int64_t* __restric
                    const float* __restrict__ gb, int xdiv, int N, int K, float limit, bool has_limit,
                    bool pairs_first) {
   static_assert(FMT != 2 && (MODE == 2 || KS * 2 == WARPS), "experts are FP4; mode 1 puts w1 and w3 in half the warps each");
+  pdl_enter();
   constexpr int NM = MODE == 1 ? 2 : 1, RT = MODE == 1 ? 1 : WARPS / KS;
   extern __shared__ __align__(16) unsigned char smem[];
   float* red = reinterpret_cast<float*>(smem);                         // [WARPS][8][2] each warp's row sums
@@ -572,7 +575,7 @@ void launch(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, 
   auto kernel = mma_gemv_kernel<FMT, KS, MAXT>;
   if (bytes > 48 * 1024) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   const dim3 grid((N + RT * 16 - 1) / (RT * 16));
-  kernel<<<grid, WARPS * 32, bytes, at::cuda::getCurrentCUDAStream()>>>(
+  pdl_launch(kernel, grid, dim3(WARPS * 32), bytes, at::cuda::getCurrentCUDAStream(), nullptr, 0,
       reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), reinterpret_cast<__nv_bfloat16*>(out.data_ptr()),
       static_cast<const uint8_t*>(w.data_ptr()), static_cast<const uint8_t*>(s.data_ptr()), g.data_ptr<float>(), nb, N, K);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -589,7 +592,7 @@ void launch_experts(const torch::Tensor& x, const torch::Tensor& idx, const torc
   if (bytes > 48 * 1024) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   const int tiles = (N + RT * 16 - 1) / (RT * 16);
   const dim3 grid(pairs_first ? P : tiles, pairs_first ? tiles : P);
-  kernel<<<grid, WARPS * 32, bytes, at::cuda::getCurrentCUDAStream()>>>(
+  pdl_launch(kernel, grid, dim3(WARPS * 32), bytes, at::cuda::getCurrentCUDAStream(), nullptr, 0,
       reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), idx.data_ptr<int64_t>(), wts.data_ptr<float>(), out.data_ptr(),
       static_cast<const uint8_t*>(wa.data_ptr()), static_cast<const uint8_t*>(sa.data_ptr()), ga.data_ptr<float>(),
       static_cast<const uint8_t*>(wb.data_ptr()), static_cast<const uint8_t*>(sb.data_ptr()), gb.data_ptr<float>(),
@@ -617,7 +620,8 @@ void by_split(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w
 // The Python wrapper (cuda_kernel.py `mma_gemv_cuda`) checks every input first and raises ValueError; the checks
 // here only keep a launch inside its buffers.
 void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int64_t fmt, int64_t ks) {
+              const torch::Tensor& g, int64_t fmt, int64_t ks, bool pdl) {
+  const PdlScope launches(pdl);
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.dim() == 2, "mma_gemv: x must be contiguous bf16 [B, K]");
   const int64_t nb = x.size(0), K = x.size(1), N = out.size(1);
   TORCH_CHECK(nb >= 1 && nb <= 8 && K % 128 == 0 && K <= MAX_K && out.size(0) == nb, "mma_gemv: B in 1..8 and K % 128 == 0, K <= 8192 expected");
@@ -636,7 +640,8 @@ void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w,
 void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
                  const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                  const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
-                 double limit, bool has_limit, int64_t fmt, int64_t mode, bool pairs_first) {
+                 double limit, bool has_limit, int64_t fmt, int64_t mode, bool pairs_first, bool pdl) {
+  const PdlScope launches(pdl);
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && K % 128 == 0 && K <= MAX_K && x.size(-1) == K,
               "mma_experts: x must be contiguous bf16 [rows, K] with K % 128 == 0, K <= 8192");
   TORCH_CHECK(idx.scalar_type() == at::kLong && wts.scalar_type() == at::kFloat && idx.numel() >= P && wts.numel() >= P,

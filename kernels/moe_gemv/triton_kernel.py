@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
+
 from .reference import act_inputs, expert_rows
 
 TP = 16          # token columns per program: the smallest tl.dot width; decode batches are at most 8
@@ -145,9 +147,10 @@ def _fp4_rows_kernel(x_ptr, idx_ptr, wts_ptr, out_ptr, wa_ptr, sa_ptr, ga_ptr, w
                      P, XDIV, N, K, limit,
                      FMT: tl.constexpr, G: tl.constexpr, MODE: tl.constexpr, HAS_LIMIT: tl.constexpr,
                      BN: tl.constexpr, BK: tl.constexpr, TPC: tl.constexpr, PP: tl.constexpr, DT: tl.constexpr,
-                     DECODE: tl.constexpr, HROUND: tl.constexpr, ROUND: tl.constexpr):
+                     DECODE: tl.constexpr, HROUND: tl.constexpr, ROUND: tl.constexpr, PDL: tl.constexpr):
     """MODE 0: out[b, n] = x[b] . W[n] (one matrix). MODE 1: expert up, h = wts * swiglu(w1 x, w3 x).
     MODE 2: expert down, y2 = w2 h. out rows are pairs (MODE 1, 2) or tokens (MODE 0)."""
+    pdl_enter(PDL)
     pid = tl.program_id(0)
     rows = tl.program_id(1) * BN + tl.arange(0, BN)
     rmask = rows < N
@@ -219,7 +222,8 @@ _FMT = {"mxfp4": (0, 32), "nvfp4": (1, 16)}
 
 
 @triton.jit
-def _sum_pairs_kernel(y_ptr, o_ptr, D, K: tl.constexpr, BD: tl.constexpr):
+def _sum_pairs_kernel(y_ptr, o_ptr, D, K: tl.constexpr, BD: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     d = tl.program_id(1) * BD + tl.arange(0, BD)
     m = d < D
@@ -239,7 +243,7 @@ def sum_pairs_triton(y: torch.Tensor) -> torch.Tensor:
     if T and D:
         if k == 0:
             raise ValueError(f"sum_pairs_triton: expected at least one pair per token, found y {tuple(y.shape)}")
-        _sum_pairs_kernel[(T, triton.cdiv(D, BD_SUM))](y, out, D, K=k, BD=BD_SUM, num_warps=4)
+        _sum_pairs_kernel[(T, triton.cdiv(D, BD_SUM))](y, out, D, K=k, BD=BD_SUM, num_warps=4, **pdl(y))
     return out
 
 
@@ -273,7 +277,7 @@ def _launch(grid, x, dt, idx, wts, out, wa, wb, P, xdiv, N, K, limit, fmt, mode,
     _fp4_rows_kernel[grid](x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0),
                            FMT=f, G=g, MODE=mode, HAS_LIMIT=limit is not None, BN=bn, BK=max(bk, g), TPC=TP,
                            PP=max(16, triton.next_power_of_2(P)), DT=dt, DECODE=decode, HROUND=hround, ROUND=rnd,
-                           num_warps=warps, num_stages=stages)
+                           num_warps=warps, num_stages=stages, **pdl(x))
 
 
 def fp4_gemv_triton(x: torch.Tensor, w, cfg=None) -> torch.Tensor:

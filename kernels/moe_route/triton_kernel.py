@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
+from .._pdl import pdl, pdl_enter
 from .._rows import rows
 
 FUNCS = {"sqrtsoftplus": 0, "sigmoid": 1}
@@ -58,7 +59,8 @@ def _torch_row_sum(w, BW: tl.constexpr):
 @triton.jit
 def _route_kernel(l_ptr, b_ptr, t_ptr, ids_ptr, w_ptr, i_ptr, E, l_row, t_row, t_col, ids_step, scale, EP: tl.constexpr,
                   K: tl.constexpr, KP: tl.constexpr, BW: tl.constexpr, FUNC: tl.constexpr, BIAS: tl.constexpr,
-                  HASH: tl.constexpr, EXACT: tl.constexpr):
+                  HASH: tl.constexpr, EXACT: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     e = tl.arange(0, EP)
     em = e < E
@@ -131,5 +133,5 @@ def moe_route_triton(logits: torch.Tensor, k: int, route_scale: float, score_fun
                             tid2eid.stride(1) if hashed else 0, ids.stride(0) if hashed else 0, float(route_scale),
                             EP=ep, K=k, KP=2 * bw, BW=bw, FUNC=FUNCS[score_func],
                             BIAS=bias is not None and not hashed, HASH=hashed, EXACT=logits.is_cuda,
-                            num_warps=4 if ep >= 1024 else 1, **extra)
+                            num_warps=4 if ep >= 1024 else 1, **extra, **pdl(logits))
     return w, idx

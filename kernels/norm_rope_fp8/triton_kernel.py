@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
 from .._rows import rows
 # its own import line: test_only_the_e4m3_kernels_need_compute_capability_8_9 reads it as this package's e4m3 use
 from ..act_quant.triton_kernel import fp8_fake_blocks
@@ -35,7 +36,9 @@ from ..rope.triton_kernel import _cs_levels
 def _norm_rope_fp8_kernel(x_ptr, w_ptr, cs_ptr, o_ptr, x_row, I, cs_outer, cs_inner, inv_n, eps, D: tl.constexpr,
                           DP: tl.constexpr, NOPE: tl.constexpr, BLOCK: tl.constexpr, GP: tl.constexpr,
                           BP: tl.constexpr, HALF: tl.constexpr, HP: tl.constexpr, CAST: tl.constexpr,
-                          NORM: tl.constexpr, ROPE: tl.constexpr, FP8: tl.constexpr, EXACT: tl.constexpr):
+                          NORM: tl.constexpr, ROPE: tl.constexpr, FP8: tl.constexpr, EXACT: tl.constexpr,
+                          PDL: tl.constexpr):
+    pdl_enter(PDL)
     dt = o_ptr.dtype.element_ty
     r = tl.program_id(0).to(tl.int64)
     orow = o_ptr + r * D
@@ -102,7 +105,7 @@ def _launch(x: torch.Tensor, weight: torch.Tensor | None, eps: float, cs: torch.
             GP=triton.next_power_of_2(max(1, -(-nope // blk))), BP=triton.next_power_of_2(blk),
             HALF=rd // 2, HP=triton.next_power_of_2(max(1, rd // 2)), CAST=x.dtype != dtype, NORM=weight is not None,
             ROPE=cs is not None, FP8=block > 0, EXACT=x.is_cuda,
-            num_warps=max(1, min(16, dp // 512)))                   # rms_norm's: its reduction, its order
+            num_warps=max(1, min(16, dp // 512)), **pdl(x2))                   # rms_norm's: its reduction, its order
     return out
 
 

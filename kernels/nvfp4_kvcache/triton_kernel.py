@@ -7,9 +7,12 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
+
 
 @triton.jit
-def _kv_dequant_kernel(q_ptr, s_ptr, g_ptr, o_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+def _kv_dequant_kernel(q_ptr, s_ptr, g_ptr, o_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = tl.program_id(0) * BM + tl.arange(0, BM)
     j = tl.program_id(1) * (BN // 16) + tl.arange(0, BN // 16)          # scale blocks
     i = tl.arange(0, 8)                                                 # bytes per block
@@ -37,5 +40,5 @@ def dequantize_nvfp4_kvcache_triton(fp4, sf, global_scale, M: int, N: int, out_d
     bn = min(256, triton.next_power_of_2(N))
     bm = max(1, 4096 // bn)
     _kv_dequant_kernel[(triton.cdiv(M, bm), triton.cdiv(N, bn))](fp4, sf.view(torch.uint8), global_scale, out, M, N,
-                                                                 BM=bm, BN=bn, num_warps=4)
+                                                                 BM=bm, BN=bn, num_warps=4, **pdl(fp4))
     return out

@@ -10,11 +10,14 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
 from .._rows import rows
 
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, x_row, inv_n, eps, N: tl.constexpr, NP: tl.constexpr, WEIGHT: tl.constexpr):
+def _rms_norm_kernel(x_ptr, w_ptr, o_ptr, x_row, inv_n, eps, N: tl.constexpr, NP: tl.constexpr, WEIGHT: tl.constexpr,
+                     PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     c = tl.arange(0, NP)
     m = c < N
@@ -35,5 +38,5 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor | None, eps: float) ->
         w = weight if weight is not None else x2                       # never read when WEIGHT is False
         # 1 / N rounded to double then to fp32 is fp32(1 / N) (53 >= 2 * 24 + 2 bits: no double-rounding error)
         _rms_norm_kernel[(R,)](x2, w, out, x2.stride(0), 1.0 / N, eps, N=N, NP=np2, WEIGHT=weight is not None,
-                               num_warps=max(1, min(16, np2 // 512)))
+                               num_warps=max(1, min(16, np2 // 512)), **pdl(x2))
     return out

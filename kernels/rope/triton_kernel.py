@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
 from .._rows import rows
 
 # elements per program at most (rows of D): small tiles, so that a decode step's few rows spread over several
@@ -31,7 +32,9 @@ TILE = 1024
 
 @triton.jit
 def _rope_tail_kernel(x_ptr, cs_ptr, o_ptr, R, x_row, I, cs_outer, cs_inner, D: tl.constexpr, NOPE: tl.constexpr,
-                      NP: tl.constexpr, HALF: tl.constexpr, HP: tl.constexpr, BR: tl.constexpr, INVERSE: tl.constexpr):
+                      NP: tl.constexpr, HALF: tl.constexpr, HP: tl.constexpr, BR: tl.constexpr, INVERSE: tl.constexpr,
+                      PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = (tl.program_id(0) * BR + tl.arange(0, BR)).to(tl.int64)[:, None]        # [BR, 1]
     rm = r < R
     xr = x_ptr + r * x_row
@@ -88,5 +91,5 @@ def rope_tail_triton(x: torch.Tensor, cs: torch.Tensor, rd: int, inverse: bool =
         _rope_tail_kernel[(triton.cdiv(R, br),)](
             x2, table, out, R, x2.stride(0), inner, so, si, D=D, NOPE=nope, NP=triton.next_power_of_2(max(nope, 1)),
             HALF=rd // 2, HP=triton.next_power_of_2(rd // 2), BR=br, INVERSE=bool(inverse),
-            num_warps=4 if br * D >= 2048 else 1)
+            num_warps=4 if br * D >= 2048 else 1, **pdl(x2))
     return out

@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
+
 BLOCK = 1024
 
 
@@ -47,7 +49,8 @@ def _first_max(x, offs, valid):
 
 @triton.jit
 def _penalize_scale_kernel(x_ptr, ring_ptr, pen_ptr, temp_ptr, scaled_ptr, cmax_ptr, cat_ptr, V, C,
-                           R: tl.constexpr, BLOCK: tl.constexpr):
+                           R: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
     offs = j * BLOCK + tl.arange(0, BLOCK)
@@ -73,7 +76,7 @@ def penalize_chunks(logits: torch.Tensor, ring: torch.Tensor, penalty: torch.Ten
     cmax = torch.empty(n, C, dtype=torch.float32, device=x.device)
     cat = torch.empty(n, C, dtype=torch.int64, device=x.device)
     _penalize_scale_kernel[(n, C)](x, ring, penalty.float().contiguous(), temperature.float().contiguous(), scaled,
-                                   cmax, cat, V, C, R=ring.shape[1], BLOCK=block, num_warps=4)
+                                   cmax, cat, V, C, R=ring.shape[1], BLOCK=block, num_warps=4, **pdl(x))
     return scaled, cmax, cat
 
 
@@ -95,7 +98,8 @@ def _numerators(srt_ptr, topk_ptr, r, offs, V):
 
 
 @triton.jit
-def _chunk_sums_kernel(srt_ptr, topk_ptr, tot_ptr, V, C, BLOCK: tl.constexpr):
+def _chunk_sums_kernel(srt_ptr, topk_ptr, tot_ptr, V, C, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
     e, _ = _numerators(srt_ptr, topk_ptr, r, j * BLOCK + tl.arange(0, BLOCK), V)
@@ -104,7 +108,8 @@ def _chunk_sums_kernel(srt_ptr, topk_ptr, tot_ptr, V, C, BLOCK: tl.constexpr):
 
 @triton.jit
 def _chunk_picks_kernel(srt_ptr, order_ptr, topk_ptr, topp_ptr, seed_ptr, counter_ptr, csum_ptr, best_ptr, tok_ptr,
-                        V, C, BLOCK: tl.constexpr):
+                        V, C, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     j = tl.program_id(1)
     offs = j * BLOCK + tl.arange(0, BLOCK)
@@ -136,12 +141,12 @@ def chunk_picks(srt: torch.Tensor, order: torch.Tensor, top_k: torch.Tensor, top
     top_k, top_p = top_k.contiguous(), top_p.float().contiguous()
     seed_key, counter = seed_key.contiguous(), counter.contiguous()
     tot = torch.empty(n, C, dtype=torch.float32, device=srt.device)
-    _chunk_sums_kernel[(n, C)](srt, top_k, tot, V, C, BLOCK=block, num_warps=4)
+    _chunk_sums_kernel[(n, C)](srt, top_k, tot, V, C, BLOCK=block, num_warps=4, **pdl(srt))
     csum = tot.cumsum(-1)
     best = torch.empty(n, C, dtype=torch.float32, device=srt.device)
     tok = torch.empty(n, C, dtype=torch.int64, device=srt.device)
     _chunk_picks_kernel[(n, C)](srt, order, top_k, top_p, seed_key, counter, csum, best, tok, V, C, BLOCK=block,
-                                num_warps=4)
+                                num_warps=4, **pdl(srt))
     return best, tok
 
 

@@ -9,6 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._pdl import pdl, pdl_enter
+
 
 @triton.jit
 def sinkhorn_tile(z, inside, eps, ITERS: tl.constexpr):
@@ -26,7 +28,8 @@ def sinkhorn_tile(z, inside, eps, ITERS: tl.constexpr):
 
 
 @triton.jit
-def _sinkhorn_kernel(x_ptr, o_ptr, eps, ITERS: tl.constexpr, HC: tl.constexpr, P: tl.constexpr):
+def _sinkhorn_kernel(x_ptr, o_ptr, eps, ITERS: tl.constexpr, HC: tl.constexpr, P: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     m = tl.program_id(0).to(tl.int64)
     r = tl.arange(0, P)[:, None]
     c = tl.arange(0, P)[None, :]
@@ -43,5 +46,6 @@ def sinkhorn_triton(logits: torch.Tensor, iters: int, eps: float) -> torch.Tenso
     n = x.numel() // (hc * hc)
     if n:
         # padded rows and columns hold 0 and never reach a sum that a real row or column reads
-        _sinkhorn_kernel[(n,)](x, out, eps, ITERS=iters, HC=hc, P=max(2, triton.next_power_of_2(hc)), num_warps=1)
+        _sinkhorn_kernel[(n,)](x, out, eps, ITERS=iters, HC=hc, P=max(2, triton.next_power_of_2(hc)), num_warps=1,
+                               **pdl(x))
     return out

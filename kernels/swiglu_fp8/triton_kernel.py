@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
+from .._pdl import pdl, pdl_enter
 from .._rows import rows
 from ..act_quant.triton_kernel import block_grid, block_tile
 # its own import line: test_only_the_e4m3_kernels_need_compute_capability_8_9 reads it as this package's e4m3 use
@@ -30,7 +31,8 @@ from ..act_quant.triton_kernel import fp8_fake_blocks
 
 @triton.jit
 def _swiglu_fp8_kernel(g_ptr, u_ptr, o_ptr, g_row, u_row, o_row, NB, limit, BLOCK: tl.constexpr, GP: tl.constexpr,
-                       BP: tl.constexpr, CLAMP: tl.constexpr, EXACT: tl.constexpr):
+                       BP: tl.constexpr, CLAMP: tl.constexpr, EXACT: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     r, col, inside = block_tile(NB, BLOCK, GP, BP)
     g = tl.load(g_ptr + r * g_row + col, mask=inside, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + r * u_row + col, mask=inside, other=0.0).to(tl.float32)
@@ -56,5 +58,5 @@ def swiglu_fp8_triton(gate: torch.Tensor, up: torch.Tensor, limit: float | None,
         grid, gp, bp, warps = block_grid(R, nb, block)
         _swiglu_fp8_kernel[grid](
             g2, u2, out, g2.stride(0), u2.stride(0), I, nb, float(limit or 0.0), BLOCK=block, GP=gp, BP=bp,
-            CLAMP=limit is not None, EXACT=gate.is_cuda, num_warps=warps)
+            CLAMP=limit is not None, EXACT=gate.is_cuda, num_warps=warps, **pdl(g2))
     return out

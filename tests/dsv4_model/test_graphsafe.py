@@ -632,6 +632,20 @@ def test_cuda_norm_fp8_replay_equals_two_launches(monkeypatch):
     _assert_same_replays(*outs)
 
 
+@pytest.mark.cuda
+def test_cuda_pdl_replay_equals_plain_launches(monkeypatch):
+    """`dsv4_kernels._pdl.PDL`: the captured step with every kernel launched programmatically dependent (each lets the
+    next launch, then waits for the one before), replayed 300 steps, gives the plain launches' logits and sampled
+    tokens bit for bit (a kernel touching memory before its wait would race the one before it)."""
+    from dsv4_kernels import _pdl
+    model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
+    outs = []
+    for on in (True, False):
+        monkeypatch.setattr(_pdl, "PDL", on)
+        outs.append(_replayed(model))
+    _assert_same_replays(*outs)
+
+
 def test_kernel_choice_is_made_once_at_load(model):
     """CPU always gets the PyTorch experts; switching kernels off is one argument, and the note says which ran."""
     from dsv4_model.moe import routed_experts

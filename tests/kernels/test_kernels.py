@@ -349,6 +349,44 @@ def test_only_the_e4m3_kernels_need_compute_capability_8_9():
             assert min_capability(op.name) == rec.capability, op.name
 
 
+def test_every_kernel_waits_first_under_pdl(monkeypatch):
+    """`_pdl.PDL`: every kernel may be launched while the one before it still runs, so each must wait before its first
+    load or store (that is what keeps PDL's values bit for bit): every Triton kernel takes the PDL constexpr, calls
+    `pdl_enter(PDL)` first and is launched with `**pdl(...)`; every CUDA C++ kernel calls `pdl_enter()` first (after
+    its static_asserts) and is launched through `pdl_launch`. On CPU tensors PDL stays off: the interpreter has no
+    griddepcontrol."""
+    import ast
+    import glob
+    import re
+
+    from dsv4_kernels import _pdl
+    for path in sorted(glob.glob(os.path.join(ROOT, "kernels", "*", "triton_kernel.py"))):
+        tree = ast.parse(open(path).read())
+        kernels_here = set()
+        for n in ast.walk(tree):
+            if isinstance(n, ast.FunctionDef) and any(ast.unparse(d) == "triton.jit" for d in n.decorator_list) \
+                    and n.name.endswith("_kernel"):
+                kernels_here.add(n.name)
+                assert n.args.args[-1].arg == "PDL", f"{path}: {n.name} does not take PDL"
+                body = [b for b in n.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+                assert ast.unparse(body[0]) == "pdl_enter(PDL)", f"{path}: {n.name} does not wait first"
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript) and ast.unparse(n.func.value) in kernels_here:
+                assert any(k.arg is None and ast.unparse(k.value).startswith("pdl(") for k in n.keywords), \
+                    f"{path}:{n.lineno}: {ast.unparse(n.func.value)} launched without **pdl(...)"
+    for path in sorted(glob.glob(os.path.join(ROOT, "kernels", "*", "*.cu"))):
+        src = open(path).read()
+        assert "<<<" not in src, f"{path}: a launch outside pdl_launch"
+        for m in re.finditer(r"__global__", src):
+            head = src[m.end():src.index(") {\n", m.end())]
+            name = re.findall(r"(\w+)\s*\(", re.sub(r"__launch_bounds__\([^)]*\)", "", head))[0]
+            body = src[src.index(") {\n", m.end()) + 4:].splitlines()
+            first = next(ln.strip() for ln in body if not ln.strip().startswith("static_assert"))
+            assert first == "pdl_enter();", f"{path}: {name} starts with {first!r}, not pdl_enter()"
+    monkeypatch.setattr(_pdl, "PDL", True)
+    assert _pdl.pdl(torch.zeros(1)) == {"PDL": False} and not _pdl.pdl_on(torch.zeros(1))
+
+
 def test_every_kernel_record_is_complete():
     """What a package's record names exists, so forgetting one of a kernel's parts fails here, not silently on the
     GPU: every op has its capture target(s) in the package's target.py (each also served by dsv4_kernels.targets),
@@ -517,7 +555,7 @@ def test_routed_experts_mma_pairs_first_is_only_a_schedule(fmt, T, E, k, dim, in
             return getattr(ext, name)
 
         def mma_experts(self, *args):
-            flags.append(args[-1])
+            flags.append(args[-2])            # pairs_first (the last: pdl)
             return ext.mma_experts(*args)
     monkeypatch.setattr(cuda_kernel, "_ext", lambda: Recording())
     runs = {}

@@ -1,0 +1,48 @@
+"""Programmatic dependent launch (PDL, Hopper and later) for the Triton kernels: one definition for all of them.
+
+A decode step at B=1 is a chain of ~46 small kernels per layer, and in graph replay each one pays the launch and
+ramp-up of its grid after the one before has drained. With PDL a kernel's grid is launched while the grid before it
+still runs: each kernel first lets its dependents launch (`griddepcontrol.launch_dependents`), then waits
+(`griddepcontrol.wait`) until every grid it depends on has finished and its writes are visible. Both are the first
+instructions of the kernel, so nothing is read or written before the wait: a kernel sees exactly what it sees without
+PDL (the same values bit for bit, in any stream or graph), and only the launch latency overlaps the previous grid.
+A kernel launched after one that does not trigger (cuBLAS, ATen, the CUDA C++ GEMVs) is released when that grid
+ends, as without PDL; one launched without the attribute waits for the whole grid before it, as always.
+
+`PDL` (off by default until an A/B on the GPU shows it wins) is the one switch; a launch site passes `**pdl(t)`
+with a tensor it launches on, and the kernel's first statement is `pdl_enter(PDL)`. On CPU tensors (the Triton
+interpreter) and before Hopper, `pdl(t)` turns it off: the interpreter has no `griddepcontrol`."""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+PDL = False
+
+
+@functools.cache
+def _supported(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def pdl_on(t: torch.Tensor) -> bool:
+    """Whether a kernel launched on `t`'s device takes PDL (the CUDA C++ ops' `pdl` argument)."""
+    return PDL and t.is_cuda and _supported(t.device.index if t.device.index is not None else
+                                            torch.cuda.current_device())
+
+
+def pdl(t: torch.Tensor) -> dict:
+    """The launch options for a Triton kernel launched on `t`'s device: its `PDL` constexpr and `launch_pdl`."""
+    return {"PDL": True, "launch_pdl": True} if pdl_on(t) else {"PDL": False}
+
+
+@triton.jit
+def pdl_enter(ON: tl.constexpr):
+    """A kernel's first statement: let the next grid launch, then wait for the grids this one depends on."""
+    if ON:
+        gdc_launch_dependents()
+        gdc_wait()

@@ -1,0 +1,50 @@
+// Programmatic dependent launch for the CUDA C++ kernels (the Python side's `dsv4_kernels._pdl` explains the
+// scheme): each kernel's first statement is `pdl_enter()` (let the next grid launch, then wait for the grids this
+// one depends on, before any load or store: the same values as without PDL), and the host launches it with the
+// programmatic-serialization attribute when the op was called with `pdl` (`PdlScope`, set by the op for its launches).
+#pragma once
+#include <cuda_runtime.h>
+#include <c10/cuda/CUDAException.h>
+
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Whether the launches of the op being called take the attribute: set for the op's duration (launches are made on
+// the calling thread; a thread-local, so two threads launching at once do not see each other's choice).
+inline bool& pdl_launches() {
+  static thread_local bool on = false;
+  return on;
+}
+
+struct PdlScope {
+  bool was;
+  explicit PdlScope(bool on) : was(pdl_launches()) { pdl_launches() = on; }
+  ~PdlScope() { pdl_launches() = was; }
+};
+
+// kernel<<<grid, block, smem, stream>>>(args...), with PDL when the op asked for it, and any further attribute
+// (`extra`: a thread-block cluster) first.
+template <typename... KArgs, typename... Args>
+void pdl_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                const cudaLaunchAttribute* extra, int n_extra, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  for (int i = 0; i < n_extra; ++i) attr[n++] = extra[i];
+  if (pdl_launches()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
+}

@@ -263,8 +263,11 @@ fp4_rows_kernel(const XT* __restrict__ x, const int64_t* __restrict__ idx, const
                 OT* __restrict__ out, const uint8_t* __restrict__ wa, const uint8_t* __restrict__ sa,
                 const float* __restrict__ ga, const uint8_t* __restrict__ wb, const uint8_t* __restrict__ sb,
                 const float* __restrict__ gb, int P, int xdiv, int N, int K, float limit, bool has_limit,
-                bool round) {
-  pdl_enter();
+                bool round, bool pf) {
+  // a gemv (mode 0) streams the block's WARPS * R rows of its one matrix, a slab; the experts read idx first
+  pdl_enter(pf && MODE == 0, wa + static_cast<int64_t>(blockIdx.y) * WARPS * R * (FMT == 2 ? K : K / 2), 1, 0,
+            static_cast<int64_t>(max(0, min(WARPS * R, N - static_cast<int>(blockIdx.y) * WARPS * R))) *
+                (FMT == 2 ? K : K / 2));
   constexpr int NM = MODE == 1 ? 2 : 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int p = blockIdx.x;
@@ -321,7 +324,7 @@ void launch(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tenso
       nullptr, 0, reinterpret_cast<const XT*>(x.data_ptr()), idx.data_ptr<int64_t>(), wts.data_ptr<float>(),
       reinterpret_cast<OT*>(out.data_ptr()), wa.data_ptr<uint8_t>(), static_cast<const uint8_t*>(sa.data_ptr()),
       ga.data_ptr<float>(), wb.data_ptr<uint8_t>(), static_cast<const uint8_t*>(sb.data_ptr()), gb.data_ptr<float>(),
-      P, xdiv, N, K, limit, has_limit, round);
+      P, xdiv, N, K, limit, has_limit, round, pdl_launches());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -424,8 +427,10 @@ __device__ __forceinline__ void f32_dot(const XT* __restrict__ x, const float* _
 
 template <int MAXT, typename XT>
 __global__ void __launch_bounds__(WARPS * 32)
-f32_rows_kernel(const XT* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int nb, int N, int K) {
-  pdl_enter();
+f32_rows_kernel(const XT* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int nb, int N, int K,
+                bool pf) {
+  pdl_enter(pf, w + static_cast<int64_t>(blockIdx.x) * WARPS * 4 * K, 1, 0,     // the block's rows: one slab
+            static_cast<int64_t>(max(0, min(WARPS * 4, N - static_cast<int>(blockIdx.x) * WARPS * 4))) * K * 4);
   constexpr int R = 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int row0 = (blockIdx.x * WARPS + warp) * R;
@@ -445,8 +450,11 @@ f32_rows_kernel(const XT* __restrict__ x, const float* __restrict__ w, float* __
 template <int MAXT, typename XT>
 __global__ void __launch_bounds__(SPLIT_WARPS * 32)
 f32_cluster_kernel(const XT* __restrict__ x, const float* __restrict__ w, float* __restrict__ out, int nb, int N,
-                   int K, int slice) {
-  pdl_enter();
+                   int K, int slice, bool pf) {
+  // the block's slice of K in each of its 4 rows
+  pdl_enter(pf, w + static_cast<int64_t>(blockIdx.y) * 4 * K + static_cast<int64_t>(blockIdx.x) * slice * 4,
+            max(0, min(4, N - static_cast<int>(blockIdx.y) * 4)), static_cast<int64_t>(K) * 4,
+            static_cast<int64_t>(max(0, min(slice * 4, K - static_cast<int>(blockIdx.x) * slice * 4))) * 4);
   constexpr int R = 4;
   __shared__ float part[SPLIT_WARPS][R * MAXT];
   __shared__ float block_sum[R * MAXT];
@@ -537,7 +545,7 @@ template <int MAXT, typename XT>
 void f32_launch(const XT* xp, const float* wp, float* op, int nb, int N, int K, int cluster, cudaStream_t stream) {
   if (cluster == 0) {
     pdl_launch(f32_rows_kernel<MAXT, XT>, dim3((N + WARPS * 4 - 1) / (WARPS * 4)), dim3(WARPS * 32), 0, stream, nullptr, 0,
-               xp, wp, op, nb, N, K);
+               xp, wp, op, nb, N, K, pdl_launches());
     return;
   }
   const int pieces = K / 4, slice = (pieces + cluster - 1) / cluster;
@@ -552,7 +560,7 @@ void f32_launch(const XT* xp, const float* wp, float* op, int nb, int N, int K, 
   attr[0].val.clusterDim.z = 1;
   // without clusters: the kernel's one-block path
   pdl_launch(f32_cluster_kernel<MAXT, XT>, dim3(cluster, (N + 3) / 4, 1), dim3(SPLIT_WARPS * 32), 0, stream, attr,
-             clusters ? 1 : 0, xp, wp, op, nb, N, K, slice);
+             clusters ? 1 : 0, xp, wp, op, nb, N, K, slice, pdl_launches());
 }
 
 template <typename XT>

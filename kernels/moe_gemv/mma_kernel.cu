@@ -399,8 +399,11 @@ __device__ __forceinline__ float group_sum(float v) {
 template <int FMT, int KS, int MAXT>
 __global__ void __launch_bounds__(WARPS * 32, FMT != 2 && MAXT == 1 ? 4 : 3)
 mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ out, const uint8_t* __restrict__ w,
-                const uint8_t* __restrict__ s, const float* __restrict__ g, int nb, int N, int K) {
-  pdl_enter();
+                const uint8_t* __restrict__ s, const float* __restrict__ g, int nb, int N, int K, bool pf) {
+  // the block's rows of codes ([N, K] FP8, [N, K/2] FP4) are one contiguous slab
+  pdl_enter(pf, w + static_cast<int64_t>(blockIdx.x) * (WARPS / KS) * 16 * (FMT == 2 ? K : K / 2), 1, 0,
+            static_cast<int64_t>(max(0, min((WARPS / KS) * 16, N - static_cast<int>(blockIdx.x) * (WARPS / KS) * 16))) *
+                (FMT == 2 ? K : K / 2));
   using F = Mf<FMT>;
   constexpr int RT = WARPS / KS;                       // 16-row tiles per block
   extern __shared__ __align__(16) unsigned char smem[];
@@ -577,7 +580,8 @@ void launch(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, 
   const dim3 grid((N + RT * 16 - 1) / (RT * 16));
   pdl_launch(kernel, grid, dim3(WARPS * 32), bytes, at::cuda::getCurrentCUDAStream(), nullptr, 0,
       reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), reinterpret_cast<__nv_bfloat16*>(out.data_ptr()),
-      static_cast<const uint8_t*>(w.data_ptr()), static_cast<const uint8_t*>(s.data_ptr()), g.data_ptr<float>(), nb, N, K);
+      static_cast<const uint8_t*>(w.data_ptr()), static_cast<const uint8_t*>(s.data_ptr()), g.data_ptr<float>(), nb, N, K,
+      pdl_launches());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

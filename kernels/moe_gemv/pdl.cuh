@@ -1,7 +1,8 @@
 // Programmatic dependent launch for the CUDA C++ kernels (the Python side's `dsv4_kernels._pdl` explains the
 // scheme): each kernel's first statement is `pdl_enter()` (let the next grid launch, then wait for the grids this
 // one depends on, before any load or store: the same values as without PDL), and the host launches it with the
-// programmatic-serialization attribute when the op was called with `pdl` (`PdlScope`, set by the op for its launches).
+// programmatic-serialization attribute when the op was called with `pdl` (`PdlScope`, set by the op for its launches);
+// a weight-streaming kernel passes `pdl_launches()` as its `pf` (prefetch only when launched early).
 #pragma once
 #include <cuda_runtime.h>
 #include <c10/cuda/CUDAException.h>
@@ -9,6 +10,23 @@
 __device__ __forceinline__ void pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// The same, for a kernel that streams weights: between the two, the block has the L2 fetch its weights (`rows`
+// ranges of `row_bytes` bytes, `stride` bytes apart from `w`; `pf` false: none). Weights are written by no kernel
+// of the decode and a prefetch only fills the L2, where every write lands, so this reads nothing stale; launched
+// early under PDL, the block streams its weights while the kernel before it still runs, instead of after it.
+__device__ __forceinline__ void pdl_enter(bool pf, const void* w, int rows, int64_t stride, int64_t row_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (pf) {
+    const char* p = static_cast<const char*>(w);
+    const int64_t lines = (row_bytes + 127) / 128;
+    for (int64_t i = threadIdx.x; i < rows * lines; i += blockDim.x)
+      asm volatile("prefetch.global.L2 [%0];" :: "l"(p + (i / lines) * stride + (i % lines) * 128));
+  }
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }

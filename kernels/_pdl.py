@@ -24,15 +24,18 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 PDL = False
 
 
+def _supported(device: torch.device) -> bool:
+    return _hopper(device.index if device.index is not None else torch.cuda.current_device())
+
+
 @functools.cache
-def _supported(index: int) -> bool:
+def _hopper(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] >= 9
 
 
 def pdl_on(t: torch.Tensor) -> bool:
     """Whether a kernel launched on `t`'s device takes PDL (the CUDA C++ ops' `pdl` argument)."""
-    return PDL and t.is_cuda and _supported(t.device.index if t.device.index is not None else
-                                            torch.cuda.current_device())
+    return PDL and t.is_cuda and _supported(t.device)
 
 
 def pdl(t: torch.Tensor) -> dict:

@@ -2,6 +2,7 @@
 
     python tests/kernels/sm90_build.py        # prints one line per specialisation, then "BUILT n FAILED [...]"
     python tests/kernels/sm90_build.py --arch 80   # the A100 (sm_80): the kernels `available` allows there (no e4m3)
+    python tests/kernels/sm90_build.py --pdl       # with programmatic dependent launch (`dsv4_kernels._pdl.PDL`)
 
 The interpreter tests check a kernel's logic on CPU but never compile it: a kernel that reads a plain module global,
 a libdevice call or an inline-asm constraint that does not lower, a dtype the sm_90 backend rejects, or a block that
@@ -322,6 +323,13 @@ def kernels_defined(skip_modules=frozenset()) -> set[str]:
 
 def main() -> int:
     arch = int(sys.argv[sys.argv.index("--arch") + 1]) if "--arch" in sys.argv else 90
+    if "--pdl" in sys.argv:
+        # every launch as on a Hopper with PDL on: each kernel's griddepcontrol prologue lowers through ptxas
+        from dsv4_kernels import _pdl
+        if arch < 90:
+            print("sm90_build.py: --pdl needs --arch 90 or newer (griddepcontrol is sm_90's)", file=sys.stderr)
+            return 2
+        _pdl.PDL, _pdl._supported = True, lambda device: True
     from dsv4_kernels._select import KERNELS, PACKAGE_OF, min_capability
     # on an older target only the kernels `available` allows there: the others' modules are neither built nor missed
     too_new = {name for name in KERNELS if min_capability(name) > divmod(arch, 10)}
@@ -358,7 +366,8 @@ def main() -> int:
             print(f"{'spills (known: ' + known + ')' if known else 'SPILLS'} {name} [{label}]: {use}")
             if not known:
                 failed.append(f"{label} spills: {use}")
-    print(f"BUILT {len(drv.built)} FAILED {failed} NOT-BUILT {missing} triton {triton.__version__} sm_{arch}")
+    print(f"BUILT {len(drv.built)} FAILED {failed} NOT-BUILT {missing} triton {triton.__version__} sm_{arch}"
+          f"{' pdl' if '--pdl' in sys.argv else ''}")
     return 1 if failed or missing else 0
 
 

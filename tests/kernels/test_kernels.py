@@ -237,18 +237,19 @@ def test_triton_kernels_under_the_interpreter():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", [90, 80])
-def test_triton_kernels_build_for_sm90(arch):
+@pytest.mark.parametrize("arch,pdl", [(90, False), (80, False), (90, True)])
+def test_triton_kernels_build_for_sm90(arch, pdl):
     """Every Triton kernel, at the decode's dtypes and shapes, through Triton's whole pipeline to a ptxas cubin for
-    the H200 (sm_90), without a GPU (tests/kernels/sm90_build.py: a stand-in driver that launches nothing); and for
-    the A100 (sm_80) every kernel `available` allows there (no e4m3). The interpreter never compiles: a kernel
-    reading a plain global or an inline asm that does not lower passes there and fails on the first GPU run (as
-    one did)."""
+    the H200 (sm_90), without a GPU (tests/kernels/sm90_build.py: a stand-in driver that launches nothing); for
+    the A100 (sm_80) every kernel `available` allows there (no e4m3); and for the H200 with PDL on (each kernel's
+    griddepcontrol prologue). The interpreter never compiles: a kernel reading a plain global or an inline asm that
+    does not lower passes there and fails on the first GPU run (as one did)."""
     pytest.importorskip("triton")
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "kernels", "sm90_build.py"), "--arch", str(arch)],
-                       capture_output=True, text=True, timeout=900, cwd=ROOT)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "kernels", "sm90_build.py"), "--arch", str(arch),
+                        *(["--pdl"] if pdl else [])], capture_output=True, text=True, timeout=900, cwd=ROOT)
     tail = (r.stdout + r.stderr)[-3000:]
-    assert r.returncode == 0 and "FAILED [] NOT-BUILT []" in r.stdout and f"sm_{arch}" in r.stdout, tail
+    assert r.returncode == 0 and "FAILED [] NOT-BUILT []" in r.stdout, tail
+    assert f"sm_{arch}{' pdl' if pdl else ''}\n" in r.stdout, tail
 
 
 E2M1_CHECK = r"""

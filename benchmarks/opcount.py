@@ -104,7 +104,7 @@ def main():
             elif isinstance(m, Expert):        # the shared expert's SwiGLU + FP8: one launch
                 m.swiglu_fp8 = one_op
             if isinstance(m, HyperConnection):
-                m.pre_mix, m.post_mix = one_pre, lambda y, X, post, comb: X.clone()
+                m.pre_mix, m.post_mix = one_pre, lambda y, X, post, comb, b=None: X.clone()
                 m.pre_norm = lambda X, mix, *args: one_pre(X, mix)     # pre + Sinkhorn + RMSNorm: one launch
     for m in model.modules():
         if isinstance(m, Experts):

@@ -49,6 +49,7 @@ from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
 
 from .attention import Attention, grouped_ref
 from .compressor import Compressor
+from .mhc import Sum
 from .model import Transformer
 from .moe import routed_experts
 from .quant import act_sim
@@ -149,6 +150,10 @@ OVERLAP = True
 # 2 % faster a layer on both GPUs (run 86, H100: 0.2156 ms against 0.2196; run 87, H200: 0.1921 against 0.1961),
 # B=8 unchanged; its 300-step replay equals the one-stream step's bit for bit (run 87)
 QUERY_ON_SIDE = True
+# the MoE's combine (routed + shared, rounded to the model dtype) inside mHC post's launch, where one rank holds the
+# MoE (`MoE.sums_in_post`): one launch a layer fewer, the same values; off until its A/B and the official-numerics
+# gate run on a GPU
+COMBINE_IN_POST = False
 
 
 class SideStream:
@@ -503,6 +508,8 @@ def moe_step(moe, x: torch.Tensor, ids: torch.Tensor, side: SideStream | InLine 
         if moe.gate.picks_past_experts:
             idx = idx.clamp(max=ex.n - 1)
         y = ex.compute(x, idx, weights, ex.w1.astuple(), ex.w3.astuple(), ex.w2.astuple(), moe.limit, act=ex.act_sim)
+    if COMBINE_IN_POST and moe.sums_in_post:
+        return Sum(y.view(shape), shared.view(shape))      # mHC post adds them (`HyperConnection.post`)
     return moe.combine(y, shared, x.dtype).view(shape)
 
 

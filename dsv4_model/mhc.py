@@ -7,12 +7,21 @@ rsqrt norm, sigmoids, scale/base, the weighted sums) is `dsv4_kernels.mhc`'s ref
 kernel slots, set by `use_kernels`."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
 from dsv4_kernels.mhc.reference import mhc_head_ref, mhc_post_ref, mhc_pre_norm_ref, mhc_pre_ref
 from dsv4_kernels.moe_gemv.reference import f32_linear_ref
 from dsv4_kernels.sinkhorn.reference import sinkhorn_ref
+
+
+class Sum(NamedTuple):
+    """A sublayer's output y given as two addends, y = a + b summed in fp32 and rounded once to the streams' dtype (a
+    fp32, b widened exactly): `MoE.combine`'s values, left to `HyperConnection.post` to form in its own launch."""
+    a: torch.Tensor
+    b: torch.Tensor
 
 
 class HyperConnection(nn.Module):
@@ -50,8 +59,10 @@ class HyperConnection(nn.Module):
         mix = self.matmul(X.flatten(-2), self.fn)          # [B,S,24] fp32 (X widened in the product), before the norm
         return self.pre_norm(X, mix, self.scale, self.base, self.eps, self.norm_eps, self.iters, norm.weight, norm.eps)
 
-    def post(self, y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
-        # X'_k = post_k * y + sum_j comb[j, k] * X_j   (comb used transposed)
+    def post(self, y: torch.Tensor | Sum, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+        # X'_k = post_k * y + sum_j comb[j, k] * X_j   (comb used transposed); a `Sum` y is formed in the same op
+        if isinstance(y, Sum):
+            return self.post_mix(y.a, X, post, comb, y.b)
         return self.post_mix(y, X, post, comb)
 
 

@@ -13,7 +13,8 @@ public name. The graph-safe step keeps its own state and control flow and calls 
   (`Block.forward`), the graph-safe step `decode.attention_step` and `decode.moe_step` over its state
   (`decode.block_step`). The MTP block (`mtp.MTPBlock`) is a Block and runs the same composition.
 - `HyperConnection.pre_normed(X, norm) -> (h [B,S,d], post [B,S,hc], comb [B,S,hc,hc])` (mHC pre, Sinkhorn and
-  the sublayer's RMSNorm as one op) and `.post(y, X, post, comb) -> X`; `HyperHead(X) -> x [B,S,d]`.
+  the sublayer's RMSNorm as one op) and `.post(y, X, post, comb) -> X` (y a tensor, or an `mhc.Sum` of two
+  addends it forms in the same op: the graph-safe MoE's routed and shared outputs); `HyperHead(X) -> x [B,S,d]`.
 - `Attention.qkv(x, cs) -> (q [B,T,H,D], kv [B,T,D], qr [B,T,q_lora])` (qr FP8-simulated where `.qr_simulated()`; the graph-safe step calls its two halves, `.q_lora(x)` and `.q_heads(...)`), `.attend(q, K, mask, cs) -> [B,T,d]`,
   `.nope_fp8(kv)`; `Compressor.project(x) -> (C, Z)` (wkv, wgate; one joined product under a CUDA table), `.pool/.finish` and its state writes `.ring_write/.close_block`;
   `Indexer.query/.scores/.select/.rotate`; `MoE.gate(x, ids) -> (weights, idx)`, `.experts.compute(...)`,

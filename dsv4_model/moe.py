@@ -193,6 +193,9 @@ class MoE(nn.Module):
             y[rows] += self.experts(x[rows], e, weights[rows, slot, None])
         return self.combine(y, self.shared_experts(x), x.dtype).view(shape)
 
+    # `combine` is the plain add mHC post can make in its own launch (`mhc.Sum`); not where it is a collective
+    sums_in_post = True
+
     def combine(self, y: torch.Tensor, shared: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The routed experts' fp32 sum y [N,d] plus the shared expert's output, summed over the tensor-parallel
         ranks (fp32, before the cast, as the reference all-reduces), in `dtype`. One rank holds everything: the add

@@ -154,6 +154,7 @@ class ParallelMoE(MoE):
     dispatches (the reference loop in `MoE.forward`, the fixed-shape `decode.moe_step`) end in `combine`."""
 
     group = None
+    sums_in_post = False        # the sum is all-reduced before its rounding
 
     def combine(self, y: torch.Tensor, shared: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         y = y + shared

@@ -6,7 +6,8 @@ exp), the PyTorch references (``reference.py``) elsewhere. The matmul stays a to
     mhc_pre(X [.., hc, d], mix [.., (2+hc)*hc] fp32, scale [3], base [(2+hc)*hc], eps, norm_eps)
         -> (x [.., d] X.dtype, post [.., hc] fp32, comb logits [.., hc, hc] fp32)
     mhc_head(X [.., hc, d], mix [.., hc] fp32, scale [1], base [hc], eps, norm_eps) -> [.., d] X.dtype
-    mhc_post(y [B,S,d], X [B,S,hc,d], post [B,S,hc], comb [B,S,hc,hc]) -> [B,S,hc,d] X.dtype
+    mhc_post(y [B,S,d], X [B,S,hc,d], post [B,S,hc], comb [B,S,hc,hc], b=None) -> [B,S,hc,d] X.dtype
+        (b [B,S,d]: y is y + b first, rounded once to X.dtype: the MoE's combine in this launch)
     mhc_pre_norm(X, mix, scale, base, eps, norm_eps, iters, weight [d], rms_eps)
         -> (rms_norm(x) [.., d] X.dtype, post [.., hc] fp32, comb [.., hc, hc] fp32 after the Sinkhorn)
         (a block's `pre`, its Sinkhorn and its sublayer's RMSNorm in one launch, `HyperConnection.pre_normed`: the
@@ -49,15 +50,17 @@ def mhc_head(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torc
     return mhc_head_ref(X, mix, scale, base, eps, norm_eps)
 
 
-def mhc_post(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+def mhc_post(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
+             b: torch.Tensor | None = None) -> torch.Tensor:
     if X.dim() != 4 or tuple(y.shape) != (*X.shape[:2], X.shape[3]) or tuple(post.shape) != tuple(X.shape[:3]) or \
-            tuple(comb.shape) != (*X.shape[:3], X.shape[2]):
+            tuple(comb.shape) != (*X.shape[:3], X.shape[2]) or (b is not None and b.shape != y.shape):
         raise ValueError(f"mhc_post: y {tuple(y.shape)}, X {tuple(X.shape)}, post {tuple(post.shape)}, comb "
-                         f"{tuple(comb.shape)}: expected y [B,S,d], X [B,S,hc,d], post [B,S,hc], comb [B,S,hc,hc]")
+                         f"{tuple(comb.shape)}, b {None if b is None else tuple(b.shape)}: expected y [B,S,d], "
+                         "X [B,S,hc,d], post [B,S,hc], comb [B,S,hc,hc], b as y or None")
     if X.is_cuda and KERNEL.available()[0]:
         from .triton_kernel import mhc_post_triton
-        return mhc_post_triton(y, X, post, comb)
-    return mhc_post_ref(y, X, post, comb)
+        return mhc_post_triton(y, X, post, comb, b)
+    return mhc_post_ref(y, X, post, comb, b)
 
 
 def mhc_pre_norm(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, eps: float,

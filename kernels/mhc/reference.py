@@ -34,9 +34,13 @@ def mhc_head_ref(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, base: 
     return (pre.unsqueeze(-1) * f.unflatten(-1, tuple(X.shape[-2:]))).sum(-2).to(X.dtype)
 
 
-def mhc_post_ref(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+def mhc_post_ref(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
+                 b: torch.Tensor | None = None) -> torch.Tensor:
     """X'_k = post_k * y + sum_j comb[j, k] * X_j (comb used transposed): y [B,S,d], X [B,S,hc,d], post [B,S,hc],
-    comb [B,S,hc,hc] -> [B,S,hc,d] X.dtype."""
+    comb [B,S,hc,hc] -> [B,S,hc,d] X.dtype. With `b` [B,S,d], y is y + b first, summed in fp32 and rounded once to
+    X.dtype (the MoE's routed fp32 sum plus its shared expert, as `MoE.combine` makes it)."""
+    if b is not None:
+        y = torch.add(y, b, out=torch.empty(y.shape, dtype=X.dtype, device=y.device))
     # products then a sum over j, as the official Block.hc_post: an einsum (a GEMM, fused multiply-adds) rounds
     # otherwise
     out = post.unsqueeze(-1) * y.float().unsqueeze(-2) + (comb.unsqueeze(-1) * X.float().unsqueeze(-2)).sum(2)

@@ -7,7 +7,8 @@ sum * fp32(1/N)), scales the matmul's mix by it, applies scale/base and the sigm
 logits (FULL; not for the head), and writes x = sum_j pre_j X_j.
 
 `post` (`_mhc_post_kernel`): program (row, column block) holds X [HP, BD] and y [BD] and writes, for each of the
-hc output streams k (a static loop), post_k * y + sum_j comb[j, k] X_j.
+hc output streams k (a static loop), post_k * y + sum_j comb[j, k] X_j; given a second addend b, y is first y + b
+rounded once to X.dtype (the MoE's combine, which is then no launch of its own).
 
 `pre` + Sinkhorn + RMSNorm (`_mhc_pre_norm_kernel`, issue 37; the decode's `HyperConnection.pre_normed`): the
 three kernels' operations in one program per row, so a block's `pre` and its sublayer norm are one launch, not
@@ -24,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._bf16 import round_bf16
 from .._pdl import pdl, pdl_enter
 from .._rows import rows
 from ..sinkhorn.triton_kernel import sinkhorn_tile
@@ -61,8 +63,9 @@ def _mhc_pre_kernel(X_ptr, mix_ptr, scale_ptr, base_ptr, x_ptr, post_ptr, comb_p
 
 
 @triton.jit
-def _mhc_post_kernel(y_ptr, X_ptr, post_ptr, comb_ptr, o_ptr, y_row, x_row, HC: tl.constexpr, HP: tl.constexpr,
-                     D: tl.constexpr, BD: tl.constexpr, PDL: tl.constexpr):
+def _mhc_post_kernel(y_ptr, b_ptr, X_ptr, post_ptr, comb_ptr, o_ptr, y_row, b_row, x_row, HC: tl.constexpr,
+                     HP: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, HAS_B: tl.constexpr, ROUND: tl.constexpr,
+                     NATIVE: tl.constexpr, PDL: tl.constexpr):
     pdl_enter(PDL)
     r = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BD + tl.arange(0, BD)
@@ -72,6 +75,10 @@ def _mhc_post_kernel(y_ptr, X_ptr, post_ptr, comb_ptr, o_ptr, y_row, x_row, HC: 
     X = tl.load(X_ptr + r * x_row + j[:, None] * D + c[None, :], mask=mj[:, None] & mc[None, :], other=0.0)
     X = X.to(tl.float32)                                                     # [HP, BD]
     y = tl.load(y_ptr + r * y_row + c, mask=mc, other=0.0).to(tl.float32)    # [BD]
+    if HAS_B:       # y + b in fp32, rounded once to the streams' dtype: MoE.combine's add, in this launch
+        y = y + tl.load(b_ptr + r * b_row + c, mask=mc, other=0.0).to(tl.float32)
+        if ROUND:
+            y = round_bf16(y, NATIVE)
     crow = comb_ptr + r * (HC * HC)
     for k in tl.static_range(HC):
         ck = tl.load(crow + j * HC + k, mask=mj, other=0.0)                  # comb[:, k]
@@ -162,16 +169,22 @@ def mhc_head_triton(X: torch.Tensor, mix: torch.Tensor, scale: torch.Tensor, bas
     return _pre(X, mix, scale, base, eps, norm_eps, False)[0]
 
 
-def mhc_post_triton(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
+def mhc_post_triton(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
+                    b: torch.Tensor | None = None) -> torch.Tensor:
     hc, d = X.shape[-2], X.shape[-1]
+    if b is not None and X.dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"mhc_post: y + b is rounded to bf16 or fp32 streams, found {X.dtype}")
     X2 = rows(X, hc * d)
     y2 = rows(y, d)
+    b2 = rows(b, d) if b is not None else y2                             # never read without b
     post2, comb2 = post.float().reshape(-1, hc).contiguous(), comb.float().reshape(-1, hc * hc).contiguous()
     out = torch.empty(X.shape, dtype=X.dtype, device=X.device)
     R = X2.shape[0]
     if R and d:
         hp = triton.next_power_of_2(hc)
         bd = min(triton.next_power_of_2(d), max(16, TILE // hp))
-        _mhc_post_kernel[(R, triton.cdiv(d, bd))](y2, X2, post2, comb2, out, y2.stride(0), X2.stride(0), HC=hc, HP=hp,
-                                                 D=d, BD=bd, num_warps=4 if hp * bd >= 2048 else 1, **pdl(y2))
+        _mhc_post_kernel[(R, triton.cdiv(d, bd))](y2, b2, X2, post2, comb2, out, y2.stride(0), b2.stride(0),
+                                                 X2.stride(0), HC=hc, HP=hp, D=d, BD=bd, HAS_B=b is not None,
+                                                 ROUND=X.dtype == torch.bfloat16, NATIVE=X.is_cuda,
+                                                 num_warps=4 if hp * bd >= 2048 else 1, **pdl(y2))
     return out

@@ -947,6 +947,34 @@ def test_cuda_official_numerics_flash_greedy():
     assert "switched off" in r["pytorch"]["note"], r["pytorch"]["note"]
 
 
+def test_combine_in_post_keeps_both_decodes_bitwise(monkeypatch):
+    """`decode.COMBINE_IN_POST`: the graph-safe MoE leaves routed + shared to mHC post (`mhc.Sum`), the reference
+    decode combines first: on a tiny bf16 model both pairs of the official-numerics script stay equal bit for bit,
+    and the graph-safe step does hand post a Sum (a broken Sum path, e.g. one addend dropped, fails the pairs)."""
+    import dataclasses
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import official_numerics
+
+    import dsv4_model.decode as decode
+    from dsv4_model.config import tiny
+    from dsv4_model.mhc import HyperConnection, Sum
+    from dsv4_model.synthetic import random_model
+    monkeypatch.setattr(decode, "COMBINE_IN_POST", True)
+    sums = []
+    orig = HyperConnection.post
+
+    def post(self, y, *rest):
+        sums.append(isinstance(y, Sum))
+        return orig(self, y, *rest)
+    monkeypatch.setattr(HyperConnection, "post", post)
+    model = random_model(dataclasses.replace(tiny(), max_seq_len=24), device="cpu")
+    r = official_numerics.run(steps=8, dev="cpu", model=model)
+    assert all(r[k]["bitwise"] and r[k]["first_token_diff"] is None for k in ("pytorch", "kernels")), r
+    assert any(sums) and not all(sums), "the graph-safe MoE's output reached mHC post as a Sum (the reference's not)"
+
+
 @pytest.mark.slow
 def test_official_numerics_pairs_are_bitwise_on_cpu():
     """The GPU gate's script on CPU with a tiny bf16 model: both pairs equal bit for bit, and a planted change in the

@@ -1457,6 +1457,10 @@ ROPE_MHC_INTERPRET = textwrap.dedent("""
         comb = torch.rand(B, S, hc, hc, generator=g)
         got, want = mhc_post_triton(y, X, post, comb), mhc_post_ref(y, X, post, comb)
         bad += [] if close(got, want) else [f"mhc_post {B, S, hc, d}"]
+        b = torch.randn(B, S, d, generator=g)                          # the combine's second addend
+        got, want = mhc_post_triton(y, X, post, comb, b), mhc_post_ref(y, X, post, comb, b)
+        moved = not close(got, mhc_post_ref(y, X, post, comb))            # b was added
+        bad += [] if close(got, want) and moved else [f"mhc_post+b {B, S, hc, d}"]
     print("BAD", bad)
 """)
 
@@ -1988,7 +1992,9 @@ def test_mhc_pre_and_head_parity(dt, B, S, hc, d):
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("B,S,hc,d", MHC_CASES)
 def test_mhc_post_parity(dt, B, S, hc, d):
-    """The one-launch mHC post against the reference (comb used transposed): within fp32 rounding."""
+    """The one-launch mHC post against the reference (comb used transposed): within fp32 rounding; with the
+    combine's second addend (y fp32 + b, rounded once to X.dtype in the launch) y + b's rounding is the reference's
+    exactly (`torch.add` into X.dtype), so the result is the combined y's post within the same bound."""
     from dsv4_kernels.mhc import mhc_post, mhc_post_ref
     g = torch.Generator().manual_seed(d + 2 * B)
     for scale in (1e-2, 1.0, 300.0):
@@ -1997,6 +2003,12 @@ def test_mhc_post_parity(dt, B, S, hc, d):
         post, comb = (torch.rand(B, S, hc, generator=g) * 2).cuda(), torch.rand(B, S, hc, hc, generator=g).cuda()
         _poison(X.numel() * 16)
         _assert_fp32_rounding(mhc_post(y, X, post, comb), mhc_post_ref(y, X, post, comb), dt, 4 * scale)
+        a = (torch.randn(B, S, d, generator=g) * scale).cuda()                 # the routed experts' fp32 sum
+        _poison(X.numel() * 16)
+        got = mhc_post(a, X, post, comb, y)
+        _assert_fp32_rounding(got, mhc_post_ref(a, X, post, comb, y), dt, 4 * scale)
+        combined = torch.add(a, y, out=torch.empty(y.shape, dtype=dt, device="cuda"))
+        assert torch.equal(got, mhc_post(combined, X, post, comb))            # the same op on the combined y
 
 
 @cuda

@@ -88,9 +88,9 @@ def main() -> int:
             for cl in (0, 1, 2, 4, 8):
                 y = torch.empty(B, N, dtype=torch.float32, device="cuda")
                 try:
-                    ck._ext().f32_rows(x, w, y, cl, False)
+                    ck._ext().f32_rows(x, w, y, cl, 0)
                     err = float((y - ref).abs().max() / ref.abs().max())
-                    us = graph_us(lambda cl=cl, y=y: ck._ext().f32_rows(x, w, y, cl, False))
+                    us = graph_us(lambda cl=cl, y=y: ck._ext().f32_rows(x, w, y, cl, 0))
                 except Exception as e:
                     res.append(f"  cluster {cl}: failed: {type(e).__name__}: {str(e)[:80]}")
                     continue

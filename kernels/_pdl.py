@@ -22,6 +22,8 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 PDL = False
+# for a bisection on the GPU: PDL on the Triton kernels, on the CUDA C++ ones, and their weight prefetch
+TRITON, CPP, PREFETCH = True, True, True
 
 
 def _supported(device: torch.device) -> bool:
@@ -34,13 +36,18 @@ def _hopper(index: int) -> bool:
 
 
 def pdl_on(t: torch.Tensor) -> bool:
-    """Whether a kernel launched on `t`'s device takes PDL (the CUDA C++ ops' `pdl` argument)."""
+    """Whether a kernel launched on `t`'s device takes PDL."""
     return PDL and t.is_cuda and _supported(t.device)
+
+
+def pdl_mode(t: torch.Tensor) -> int:
+    """The CUDA C++ ops' `pdl` argument: 0 plain launches, 1 PDL, 2 PDL with the weight prefetch before the wait."""
+    return (2 if PREFETCH else 1) if CPP and pdl_on(t) else 0
 
 
 def pdl(t: torch.Tensor) -> dict:
     """The launch options for a Triton kernel launched on `t`'s device: its `PDL` constexpr and `launch_pdl`."""
-    return {"PDL": True, "launch_pdl": True} if pdl_on(t) else {"PDL": False}
+    return {"PDL": True, "launch_pdl": True} if TRITON and pdl_on(t) else {"PDL": False}
 
 
 @triton.jit

@@ -324,7 +324,7 @@ void launch(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tenso
       nullptr, 0, reinterpret_cast<const XT*>(x.data_ptr()), idx.data_ptr<int64_t>(), wts.data_ptr<float>(),
       reinterpret_cast<OT*>(out.data_ptr()), wa.data_ptr<uint8_t>(), static_cast<const uint8_t*>(sa.data_ptr()),
       ga.data_ptr<float>(), wb.data_ptr<uint8_t>(), static_cast<const uint8_t*>(sb.data_ptr()), gb.data_ptr<float>(),
-      P, xdiv, N, K, limit, has_limit, round, pdl_launches());
+      P, xdiv, N, K, limit, has_limit, round, pdl_prefetch());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -501,7 +501,7 @@ f32_cluster_kernel(const XT* __restrict__ x, const float* __restrict__ w, float*
 void fp4_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
               const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
               const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
-              double limit, bool has_limit, int64_t fmt, int64_t mode, bool round, int64_t maxt, bool pdl) {
+              double limit, bool has_limit, int64_t fmt, int64_t mode, bool round, int64_t maxt, int64_t pdl) {
   const PdlScope launches(pdl);
   TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "fp4_rows: x must be a contiguous CUDA tensor");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, "fp4_rows: x must be bf16 or fp32, found ", x.scalar_type());
@@ -545,7 +545,7 @@ template <int MAXT, typename XT>
 void f32_launch(const XT* xp, const float* wp, float* op, int nb, int N, int K, int cluster, cudaStream_t stream) {
   if (cluster == 0) {
     pdl_launch(f32_rows_kernel<MAXT, XT>, dim3((N + WARPS * 4 - 1) / (WARPS * 4)), dim3(WARPS * 32), 0, stream, nullptr, 0,
-               xp, wp, op, nb, N, K, pdl_launches());
+               xp, wp, op, nb, N, K, pdl_prefetch());
     return;
   }
   const int pieces = K / 4, slice = (pieces + cluster - 1) / cluster;
@@ -560,7 +560,7 @@ void f32_launch(const XT* xp, const float* wp, float* op, int nb, int N, int K, 
   attr[0].val.clusterDim.z = 1;
   // without clusters: the kernel's one-block path
   pdl_launch(f32_cluster_kernel<MAXT, XT>, dim3(cluster, (N + 3) / 4, 1), dim3(SPLIT_WARPS * 32), 0, stream, attr,
-             clusters ? 1 : 0, xp, wp, op, nb, N, K, slice, pdl_launches());
+             clusters ? 1 : 0, xp, wp, op, nb, N, K, slice, pdl_prefetch());
 }
 
 template <typename XT>
@@ -571,7 +571,7 @@ void f32_dispatch(const XT* xp, const float* wp, float* op, int nb, int N, int K
   else f32_launch<8>(xp, wp, op, nb, N, K, cl, stream);
 }
 
-void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out, int64_t cluster, bool pdl) {
+void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out, int64_t cluster, int64_t pdl) {
   const PdlScope launches(pdl);
   const bool bf = x.scalar_type() == at::kBFloat16;
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && (x.scalar_type() == at::kFloat || bf) && x.dim() == 2 && x.size(0) >= 1 &&
@@ -599,11 +599,11 @@ void f32_rows(const torch::Tensor& x, const torch::Tensor& w, torch::Tensor out,
 
 // mma_kernel.cu: the tensor-core GEMV for bf16 decode rows
 void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int64_t fmt, int64_t ks, bool pdl);
+              const torch::Tensor& g, int64_t fmt, int64_t ks, int64_t pdl);
 void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
                  const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                  const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
-                 double limit, bool has_limit, int64_t fmt, int64_t mode, bool pairs_first, bool pdl);
+                 double limit, bool has_limit, int64_t fmt, int64_t mode, bool pairs_first, int64_t pdl);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fp4_rows", &fp4_rows, "FP4/FP8 weight-only rows kernel (modes: 0 gemv, 1 expert up + SwiGLU, 2 expert down)");

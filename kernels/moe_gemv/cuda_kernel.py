@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .._pdl import pdl_on
+from .._pdl import pdl_mode
 from .reference import act_inputs, expert_rows
 from .triton_kernel import sum_pairs_triton
 
@@ -81,7 +81,7 @@ def _rows(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, limit, mo
     a = _parts(wa, x)
     b = _parts(wb, x) if wb is not None else a
     _ext().fp4_rows(x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0), limit is not None,
-                    _FMT[wa[0]], mode, x.dtype == torch.bfloat16, width, pdl_on(x))
+                    _FMT[wa[0]], mode, x.dtype == torch.bfloat16, width, pdl_mode(x))
 
 
 # the tensor-core GEMV stages x in shared memory: B * K * 2 bytes plus 4128 (sums, scales); one FP4 token takes
@@ -114,7 +114,7 @@ def mma_gemv_cuda(x: torch.Tensor, w) -> torch.Tensor:
     # that leaves each warp at least 4 iterations of 128; short rows (K 1024: 8 iterations) split over 2 warps,
     # 4 tiles a block, so a block's staging of x serves 64 rows, not 16
     iters = K // 128
-    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], 8 if iters >= 32 else 4 if iters >= 16 else 2, pdl_on(x))
+    _ext().mma_gemv(x, y, codes, scales, g, _FMT[w[0]], 8 if iters >= 32 else 4 if iters >= 16 else 2, pdl_mode(x))
     return y
 
 
@@ -178,7 +178,7 @@ def f32_gemv_cuda(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
                          "(contiguous 16-byte-aligned fp32 weights and fp32 or bf16 x, 1..8 rows of x on CUDA, K a "
                          "multiple of 4)")
     y = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
-    _ext().f32_rows(x, w, y, f32_cluster(*w.shape), pdl_on(x))
+    _ext().f32_rows(x, w, y, f32_cluster(*w.shape), pdl_mode(x))
     return y
 
 
@@ -205,7 +205,7 @@ def _experts_mma(x, idx, wts, out, wa, wb, P: int, xdiv: int, N: int, K: int, li
     a = _parts(wa, x)
     b = _parts(wb, x) if wb is not None else a
     _ext().mma_experts(x, idx, wts, out, *a, *b, P, xdiv, N, K, float(limit or 0.0), limit is not None,
-                       _FMT[wa[0]], mode, EXPERTS_PAIRS_FIRST, pdl_on(x))
+                       _FMT[wa[0]], mode, EXPERTS_PAIRS_FIRST, pdl_mode(x))
 
 
 def routed_experts_cuda(x, idx, wts, w1, w3, w2, limit, act_sim=None, path: str = "auto") -> torch.Tensor:

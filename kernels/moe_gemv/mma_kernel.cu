@@ -581,7 +581,7 @@ void launch(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w, 
   pdl_launch(kernel, grid, dim3(WARPS * 32), bytes, at::cuda::getCurrentCUDAStream(), nullptr, 0,
       reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()), reinterpret_cast<__nv_bfloat16*>(out.data_ptr()),
       static_cast<const uint8_t*>(w.data_ptr()), static_cast<const uint8_t*>(s.data_ptr()), g.data_ptr<float>(), nb, N, K,
-      pdl_launches());
+      pdl_prefetch());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -624,7 +624,7 @@ void by_split(const torch::Tensor& x, torch::Tensor& out, const torch::Tensor& w
 // The Python wrapper (cuda_kernel.py `mma_gemv_cuda`) checks every input first and raises ValueError; the checks
 // here only keep a launch inside its buffers.
 void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w, const torch::Tensor& s,
-              const torch::Tensor& g, int64_t fmt, int64_t ks, bool pdl) {
+              const torch::Tensor& g, int64_t fmt, int64_t ks, int64_t pdl) {
   const PdlScope launches(pdl);
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && x.dim() == 2, "mma_gemv: x must be contiguous bf16 [B, K]");
   const int64_t nb = x.size(0), K = x.size(1), N = out.size(1);
@@ -644,7 +644,7 @@ void mma_gemv(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& w,
 void mma_experts(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& wts, torch::Tensor out,
                  const torch::Tensor& wa, const torch::Tensor& sa, const torch::Tensor& ga, const torch::Tensor& wb,
                  const torch::Tensor& sb, const torch::Tensor& gb, int64_t P, int64_t xdiv, int64_t N, int64_t K,
-                 double limit, bool has_limit, int64_t fmt, int64_t mode, bool pairs_first, bool pdl) {
+                 double limit, bool has_limit, int64_t fmt, int64_t mode, bool pairs_first, int64_t pdl) {
   const PdlScope launches(pdl);
   TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.scalar_type() == at::kBFloat16 && K % 128 == 0 && K <= MAX_K && x.size(-1) == K,
               "mma_experts: x must be contiguous bf16 [rows, K] with K % 128 == 0, K <= 8192");

@@ -2,7 +2,7 @@
 // scheme): each kernel's first statement is `pdl_enter()` (let the next grid launch, then wait for the grids this
 // one depends on, before any load or store: the same values as without PDL), and the host launches it with the
 // programmatic-serialization attribute when the op was called with `pdl` (`PdlScope`, set by the op for its launches);
-// a weight-streaming kernel passes `pdl_launches()` as its `pf` (prefetch only when launched early).
+// a weight-streaming kernel passes `pdl_prefetch()` as its `pf` (prefetch only when launched early).
 #pragma once
 #include <cuda_runtime.h>
 #include <c10/cuda/CUDAException.h>
@@ -33,15 +33,18 @@ __device__ __forceinline__ void pdl_enter(bool pf, const void* w, int rows, int6
 
 // Whether the launches of the op being called take the attribute: set for the op's duration (launches are made on
 // the calling thread; a thread-local, so two threads launching at once do not see each other's choice).
-inline bool& pdl_launches() {
-  static thread_local bool on = false;
-  return on;
+// 0: plain launches; 1: PDL; 2: PDL, the weight-streaming kernels prefetching their weights before the wait
+inline int& pdl_mode() {
+  static thread_local int mode = 0;
+  return mode;
 }
+inline bool pdl_launches() { return pdl_mode() > 0; }
+inline bool pdl_prefetch() { return pdl_mode() == 2; }
 
 struct PdlScope {
-  bool was;
-  explicit PdlScope(bool on) : was(pdl_launches()) { pdl_launches() = on; }
-  ~PdlScope() { pdl_launches() = was; }
+  int was;
+  explicit PdlScope(int64_t mode) : was(pdl_mode()) { pdl_mode() = static_cast<int>(mode); }
+  ~PdlScope() { pdl_mode() = was; }
 };
 
 // kernel<<<grid, block, smem, stream>>>(args...), with PDL when the op asked for it, and any further attribute

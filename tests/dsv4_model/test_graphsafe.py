@@ -619,17 +619,22 @@ def test_cuda_side_stream_replay_equals_one_stream(monkeypatch, query_on_side):
     _assert_same_replays(_replayed(model, side_streams), _replayed(model, one_stream))
 
 
+def _assert_switch_keeps_replays(monkeypatch, module, name: str, model) -> None:
+    """The STEPS replayed steps over `model` with the module's boolean `name` on equal those with it off, bit for bit."""
+    outs = []
+    for on in (True, False):
+        monkeypatch.setattr(module, name, on)
+        outs.append(_replayed(model))
+    _assert_same_replays(*outs)
+
+
 @pytest.mark.cuda
 def test_cuda_norm_fp8_replay_equals_two_launches(monkeypatch):
     """`attention.NORM_FP8`: the captured step with q_norm and qr's FP8 sim as one launch (`norm_fp8`), replayed 300
     steps, gives the two-launch step's logits and sampled tokens bit for bit (the gate before it is the default)."""
     import dsv4_model.attention as attention
-    model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
-    outs = []
-    for on in (True, False):
-        monkeypatch.setattr(attention, "NORM_FP8", on)
-        outs.append(_replayed(model))
-    _assert_same_replays(*outs)
+    _assert_switch_keeps_replays(monkeypatch, attention, "NORM_FP8", dsv4_model.load("tiny", device="cuda",
+                                                                                     max_seq_len=512))
 
 
 @pytest.mark.cuda
@@ -638,12 +643,25 @@ def test_cuda_pdl_replay_equals_plain_launches(monkeypatch):
     next launch, then waits for the one before), replayed 300 steps, gives the plain launches' logits and sampled
     tokens bit for bit (a kernel touching memory before its wait would race the one before it)."""
     from dsv4_kernels import _pdl
-    model = dsv4_model.load("tiny", device="cuda", max_seq_len=512)
-    outs = []
-    for on in (True, False):
-        monkeypatch.setattr(_pdl, "PDL", on)
-        outs.append(_replayed(model))
-    _assert_same_replays(*outs)
+    _assert_switch_keeps_replays(monkeypatch, _pdl, "PDL", dsv4_model.load("tiny", device="cuda", max_seq_len=512))
+
+
+@pytest.mark.cuda
+def test_cuda_pdl_replay_flash_dims(monkeypatch):
+    """The same at Flash's layer dimensions, where kernels run long enough for PDL's launches to overlap them (run 90
+    on an H100: an illegal address there while the tiny replay passed)."""
+    from dsv4_kernels import _pdl
+    from dsv4_model.synthetic import flash_layers
+    _assert_switch_keeps_replays(monkeypatch, _pdl, "PDL", flash_layers(device="cuda"))
+
+
+@pytest.mark.cuda
+def test_cuda_combine_in_post_replay_equals_combine(monkeypatch):
+    """`decode.COMBINE_IN_POST`: the captured step with the MoE's combine inside mHC post's launch, replayed 300
+    steps, gives the separate combine's logits and sampled tokens bit for bit."""
+    import dsv4_model.decode as decode
+    _assert_switch_keeps_replays(monkeypatch, decode, "COMBINE_IN_POST", dsv4_model.load("tiny", device="cuda",
+                                                                                         max_seq_len=512))
 
 
 def test_kernel_choice_is_made_once_at_load(model):

@@ -1,4 +1,5 @@
-"""Programmatic dependent launch (PDL, Hopper and later) for the Triton kernels: one definition for all of them.
+"""Programmatic dependent launch (PDL, Hopper and later) for every kernel of the tree: the switch, the Triton
+kernels' prologue and launch options, and the CUDA C++ ops' mode (their prologue is `moe_gemv/pdl.cuh`).
 
 A decode step at B=1 is a chain of ~46 small kernels per layer, and in graph replay each one pays the launch and
 ramp-up of its grid after the one before has drained. With PDL a kernel's grid is launched while the grid before it
@@ -6,12 +7,14 @@ still runs: each kernel first lets its dependents launch (`griddepcontrol.launch
 (`griddepcontrol.wait`) until every grid it depends on has finished and its writes are visible. Both are the first
 instructions of the kernel, so nothing is read or written before the wait: a kernel sees exactly what it sees without
 PDL (the same values bit for bit, in any stream or graph), and only the launch latency overlaps the previous grid.
-A kernel launched after one that does not trigger (cuBLAS, ATen, the CUDA C++ GEMVs) is released when that grid
-ends, as without PDL; one launched without the attribute waits for the whole grid before it, as always.
+A kernel launched after one that does not trigger (cuBLAS, ATen) is released when that grid ends, as without PDL;
+one launched without the attribute (those two) waits for the whole grid before it, as always.
 
-`PDL` (off by default until an A/B on the GPU shows it wins) is the one switch; a launch site passes `**pdl(t)`
-with a tensor it launches on, and the kernel's first statement is `pdl_enter(PDL)`. On CPU tensors (the Triton
-interpreter) and before Hopper, `pdl(t)` turns it off: the interpreter has no `griddepcontrol`."""
+`PDL` is the one switch, off: run 90 (an H100) hit an illegal address in the graph-safe step at Flash's dimensions
+with it on, while the tiny preset's 300-step replay equalled the plain launches' bit for bit; `TRITON`, `CPP` and
+`PREFETCH` split it for the bisection. A Triton launch site passes `**pdl(t)` with a tensor it launches on, and the
+kernel's first statement is `pdl_enter(PDL)`. On CPU tensors (the Triton interpreter) and before Hopper it is off:
+the interpreter has no `griddepcontrol`."""
 from __future__ import annotations
 
 import functools
